@@ -1,0 +1,202 @@
+"""Mask semantics: the one executable definition every implementation is checked against.
+
+Indices: query ``i`` in ``[0, n_q)``, key ``j`` in ``[0, n_k)``, ``off = n_k - n_q``: a query's
+absolute position is ``p = i + off`` (bottom-right alignment, as FlashAttention >= 2.1 and
+xformers' ``...FromBottomRightMask``; SDPA's ``is_causal`` is top-left and differs when
+``n_q != n_k``). With ``rel = j - p``:
+
+- causal: keep iff ``rel <= 0``.
+- window ``(left, right)``: keep iff ``-left*d <= rel <= right*d`` and ``rel % d == 0`` where ``d``
+  is the dilation (``None``/``-1`` = unbounded on that side). A causal sliding window of W keys is
+  ``(W - 1, 0)``; HF/Mistral's ``sliding_window=W`` is ``(W - 1, 0)``; attention-gym's
+  ``q - kv <= W`` is ``(W, 0)`` (W + 1 keys).
+- global tokens ``g``: positions ``p < g`` attend to every key and keys ``j < g`` are seen by every
+  query (causality still applies).
+- block-sparse (``block_size = b``, BigBird): query block ``p // b``, key block ``j // b``; the
+  layout holds the sliding blocks (``window`` counted in *blocks* here) and ``random_blocks``
+  seeded random key blocks per query block; global tokens must be whole blocks.
+- A query with no kept key outputs zeros (never NaN).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+from torch import Tensor
+
+Side = int | None
+
+
+class MaskError(ValueError):
+    """A MaskSpec whose fields contradict each other."""
+
+
+@dataclass(frozen=True)
+class MaskSpec:
+    """Which (query, key) pairs attend; see the module docstring for the exact rules."""
+
+    causal: bool = False
+    window: tuple[Side, Side] | None = None
+    dilation: int = 1
+    global_tokens: int = 0
+    block_size: int | None = None
+    random_blocks: int = 0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.window is not None:
+            left, right = (None if s is None or s == -1 else int(s) for s in self.window)
+            if (left is not None and left < 0) or (right is not None and right < 0):
+                raise MaskError(f"window sides must be >= 0 or -1/None, got {self.window}")
+            object.__setattr__(self, "window", (left, right))
+        if self.dilation < 1:
+            raise MaskError(f"dilation must be >= 1, got {self.dilation}")
+        if self.global_tokens < 0 or self.random_blocks < 0:
+            raise MaskError("global_tokens and random_blocks must be >= 0")
+        if self.block_size is not None:
+            if self.block_size < 1:
+                raise MaskError(f"block_size must be >= 1, got {self.block_size}")
+            if self.dilation != 1:
+                raise MaskError("dilation cannot be combined with block_size")
+            if self.global_tokens % self.block_size:
+                raise MaskError(
+                    f"global_tokens={self.global_tokens} must be a multiple of "
+                    f"block_size={self.block_size}"
+                )
+        elif self.random_blocks:
+            raise MaskError("random_blocks needs block_size")
+
+    @property
+    def left(self) -> Side:
+        return None if self.window is None else self.window[0]
+
+    @property
+    def right(self) -> Side:
+        return None if self.window is None else self.window[1]
+
+    @property
+    def is_dense(self) -> bool:
+        """True when every pair is kept (plain non-causal attention)."""
+        return (
+            not self.causal
+            and self.window in (None, (None, None))
+            and self.dilation == 1
+            and self.block_size is None
+        )
+
+    @property
+    def features(self) -> frozenset[str]:
+        """Mask features this spec uses, as named in ``Capabilities.mask_features``."""
+        used = set()
+        if self.causal:
+            used.add("causal")
+        if self.window not in (None, (None, None)):
+            used.add("window")
+        if self.dilation > 1:
+            used.add("dilation")
+        if self.global_tokens:
+            used.add("global")
+        if self.block_size is not None:
+            used.add("block_sparse")
+        return frozenset(used)
+
+    def describe(self) -> str:
+        """A short human label, e.g. ``causal,window=(255,0)``."""
+        parts = []
+        if self.causal:
+            parts.append("causal")
+        if self.window is not None:
+            parts.append(f"window=({_side(self.left)},{_side(self.right)})")
+        if self.dilation > 1:
+            parts.append(f"dilation={self.dilation}")
+        if self.global_tokens:
+            parts.append(f"global={self.global_tokens}")
+        if self.block_size is not None:
+            parts.append(f"block={self.block_size},random={self.random_blocks}")
+        return ",".join(parts) or "dense"
+
+
+def _side(s: Side) -> str:
+    return "-1" if s is None else str(s)
+
+
+@lru_cache(maxsize=64)
+def block_layout(spec: MaskSpec, n_q: int, n_k: int) -> Tensor:
+    """The BigBird block layout, bool (n_blocks, n_blocks) over absolute block indices.
+
+    Row = query block ``p // b``, column = key block ``j // b``. Holds the sliding blocks and the
+    seeded random blocks; global tokens are added token-wise by :func:`mask_rows`.
+    """
+    if spec.block_size is None:
+        raise MaskError("block_layout needs block_size")
+    b = spec.block_size
+    nb = max(math.ceil(n_k / b), 1)
+    qb = torch.arange(nb)[:, None]
+    kb = torch.arange(nb)[None, :]
+    rel = kb - qb
+    layout = torch.ones(nb, nb, dtype=torch.bool)
+    if spec.left is not None:
+        layout &= rel >= -spec.left
+    if spec.right is not None:
+        layout &= rel <= spec.right
+    if spec.random_blocks:
+        g_blocks = spec.global_tokens // b
+        for row in range(nb):
+            taken = layout[row].clone()
+            taken[:g_blocks] = True
+            if spec.causal:
+                taken[row + 1 :] = True  # causally masked anyway: never spend a random block there
+            candidates = (~taken).nonzero().flatten()
+            if candidates.numel() == 0:
+                continue
+            gen = torch.Generator().manual_seed(spec.seed * 1_000_003 + row)
+            pick = torch.randperm(candidates.numel(), generator=gen)[: spec.random_blocks]
+            layout[row, candidates[pick]] = True
+    return layout
+
+
+def mask_rows(
+    spec: MaskSpec, n_q: int, n_k: int, start: int, stop: int, device: torch.device | str = "cpu"
+) -> Tensor:
+    """Rows ``start:stop`` of the dense mask, bool (stop - start, n_k), True = attend."""
+    off = n_k - n_q
+    p = torch.arange(start, stop, device=device)[:, None] + off  # absolute query positions
+    j = torch.arange(n_k, device=device)[None, :]
+    rel = j - p
+    if spec.block_size is not None:
+        layout = block_layout(spec, n_q, n_k).to(device)
+        qb = torch.div(p, spec.block_size, rounding_mode="floor")
+        valid = (qb >= 0) & (qb < layout.shape[0])
+        local = layout[qb.clamp(0, layout.shape[0] - 1), j // spec.block_size] & valid
+    else:
+        local = torch.ones_like(rel, dtype=torch.bool)
+        d = spec.dilation
+        if spec.left is not None:
+            local &= rel >= -spec.left * d
+        if spec.right is not None:
+            local &= rel <= spec.right * d
+        if d > 1:
+            local &= torch.remainder(rel, d) == 0
+    if spec.global_tokens:
+        local |= (p < spec.global_tokens) | (j < spec.global_tokens)
+    if spec.causal:
+        local &= rel <= 0
+    return local
+
+
+def dense_mask(spec: MaskSpec, n_q: int, n_k: int, device: torch.device | str = "cpu") -> Tensor:
+    """The full mask, bool (n_q, n_k), True = attend. O(n_q * n_k) memory: for tests and refs."""
+    return mask_rows(spec, n_q, n_k, 0, n_q, device)
+
+
+@lru_cache(maxsize=256)
+def kept_pairs(spec: MaskSpec, n_q: int, n_k: int, chunk: int = 1024) -> int:
+    """Exact number of kept (query, key) pairs, counted in row chunks (bounded memory)."""
+    if spec.is_dense:
+        return n_q * n_k
+    return sum(
+        int(mask_rows(spec, n_q, n_k, s, min(s + chunk, n_q)).sum()) for s in range(0, n_q, chunk)
+    )

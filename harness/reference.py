@@ -1,0 +1,123 @@
+"""The float64 oracle: ``softmax(QKᵀ·scale + (-inf where not kept)) V`` over :func:`dense_mask`.
+
+Computed in query chunks so memory stays O(chunk * n_k) however long the sequence; a row
+with no kept key outputs zeros. Grouped K/V (fewer K/V heads than query heads) is handled by
+repeating K/V heads, which is the definition GQA/MQA implementations must match.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from harness.masks import MaskSpec, mask_rows
+
+
+def repeat_kv(x: Tensor, heads: int) -> Tensor:
+    """(B, H_kv, n, D) -> (B, heads, n, D), each K/V head shared by heads // H_kv query heads."""
+    h_kv = x.shape[1]
+    if h_kv == heads:
+        return x
+    if heads % h_kv:
+        raise ValueError(f"heads={heads} is not a multiple of kv_heads={h_kv}")
+    return x.repeat_interleave(heads // h_kv, dim=1)
+
+
+def _attend_rows(
+    q: Tensor, k: Tensor, v: Tensor, keep: Tensor, scale: float
+) -> Tensor:
+    """q: (B, H, c, D), k/v: (B, H, n_k, D), keep: (c, n_k) -> (B, H, c, D)."""
+    scores = (q @ k.transpose(-2, -1)) * scale  # (B, H, c, n_k)
+    scores = scores.masked_fill(~keep, float("-inf"))
+    probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # empty rows -> zeros
+    return probs @ v
+
+
+def reference_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: MaskSpec | None = None,
+    scale: float | None = None,
+    rows: Tensor | None = None,
+    chunk: int = 256,
+) -> Tensor:
+    """float64 attention. q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D) -> (B, H, n_q, D) float64.
+
+    ``rows`` (1-D long) restricts the result to those query rows: (B, H, len(rows), D).
+    Differentiable (autograd flows to q, k, v in float64).
+    """
+    mask = mask or MaskSpec()
+    n_q, n_k, d = q.shape[-2], k.shape[-2], q.shape[-1]
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    q64, k64, v64 = q.double(), repeat_kv(k.double(), q.shape[1]), repeat_kv(v.double(), q.shape[1])
+    row_ids = torch.arange(n_q) if rows is None else rows.cpu()
+    outs = []
+    for s in range(0, len(row_ids), chunk):
+        ids = row_ids[s : s + chunk]
+        keep = _rows_mask(mask, n_q, n_k, ids).to(q.device)
+        outs.append(_attend_rows(q64[..., ids.to(q.device), :], k64, v64, keep, scale))
+    return torch.cat(outs, dim=-2)
+
+
+def _rows_mask(mask: MaskSpec, n_q: int, n_k: int, ids: Tensor) -> Tensor:
+    """Mask rows for arbitrary (sorted or not) query ids: bool (len(ids), n_k)."""
+    lo, hi = int(ids.min()), int(ids.max()) + 1
+    return mask_rows(mask, n_q, n_k, lo, hi)[ids - lo]
+
+
+def reference_grads(
+    q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor, mask: MaskSpec | None = None,
+    scale: float | None = None, chunk: int = 256,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """float64 (dq, dk, dv) of ``(out * grad_out).sum()``, query chunk by query chunk.
+
+    The loss is a sum over rows, so each chunk's backward is independent and dk/dv accumulate:
+    peak memory stays O(chunk * n_k). Shapes as q, k, v.
+    """
+    q64 = q.detach().double()
+    k64 = k.detach().double().requires_grad_(True)
+    v64 = v.detach().double().requires_grad_(True)
+    g64 = grad_out.double()
+    dq = torch.zeros_like(q64)
+    for s in range(0, q.shape[-2], chunk):
+        ids = torch.arange(s, min(s + chunk, q.shape[-2]))
+        q_chunk = q64[..., s : s + len(ids), :].clone().requires_grad_(True)
+        out = _chunk_forward(q_chunk, k64, v64, mask, scale, q.shape[-2], ids)
+        (out * g64[..., s : s + len(ids), :]).sum().backward()
+        dq[..., s : s + len(ids), :] = q_chunk.grad
+    return dq, k64.grad, v64.grad
+
+
+def _chunk_forward(
+    q_chunk: Tensor, k64: Tensor, v64: Tensor, mask: MaskSpec | None, scale: float | None,
+    n_q: int, ids: Tensor,
+) -> Tensor:
+    mask = mask or MaskSpec()
+    d = q_chunk.shape[-1]
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    keep = _rows_mask(mask, n_q, k64.shape[-2], ids).to(q_chunk.device)
+    heads = q_chunk.shape[1]
+    return _attend_rows(q_chunk, repeat_kv(k64, heads), repeat_kv(v64, heads), keep, scale)
+
+
+def naive_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec | None = None, scale: float | None = None,
+    rows: Tensor | None = None, chunk: int = 256,
+) -> Tensor:
+    """The same math in the inputs' own dtype: the error scale an optimized kernel is judged by."""
+    mask = mask or MaskSpec()
+    n_q, n_k, d = q.shape[-2], k.shape[-2], q.shape[-1]
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    k, v = repeat_kv(k, q.shape[1]), repeat_kv(v, q.shape[1])
+    row_ids = torch.arange(n_q) if rows is None else rows.cpu()
+    outs = []
+    for s in range(0, len(row_ids), chunk):
+        ids = row_ids[s : s + chunk]
+        keep = _rows_mask(mask, n_q, n_k, ids).to(q.device)
+        scores = (q[..., ids.to(q.device), :] @ k.transpose(-2, -1)).float() * scale
+        probs = torch.softmax(scores.masked_fill(~keep, float("-inf")), -1).nan_to_num(0.0)
+        outs.append((probs.to(v.dtype) @ v))
+    return torch.cat(outs, dim=-2)

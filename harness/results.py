@@ -1,0 +1,128 @@
+"""Run directories: ``rows.jsonl`` (one JSON object per point, appended, flushed and fsynced as
+each point finishes) and ``env.json`` beside it. Loaders return pandas DataFrames.
+
+Nothing here executes, imports or unpickles anything from a results file: rows are plain JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import warnings
+from collections.abc import Iterable
+from pathlib import Path
+
+import pandas as pd
+
+ROWS_FILE = "rows.jsonl"
+ENV_FILE = "env.json"
+
+STATUSES = ("ok", "skipped", "oom", "error", "mismatch", "timeout")
+
+# The documented columns, in display order (results/README.md describes each). Rows may carry
+# more (scenario-specific) columns; loaders keep them.
+ROW_COLUMNS: tuple[str, ...] = (
+    "run_id", "suite", "point_id", "impl", "family", "scenario", "device", "device_name",
+    "dtype", "batch", "seq_len", "q_len", "heads", "kv_heads", "head_dim", "d_model", "causal",
+    "window_left", "window_right", "dilation", "global_tokens", "block_size", "random_blocks",
+    "seed", "norm", "ffn", "pos", "mixer", "conv_kernel", "layers", "cache", "gen_tokens",
+    "threads", "status", "reason",
+    "time_median_s", "time_iqr_s", "time_ci_low_s", "time_ci_high_s", "samples",
+    "time_samples_s", "first_call_s", "tokens_per_s", "useful_flops", "executed_flops",
+    "tflops_per_s", "peak_mem_bytes", "mem_method", "predicted_mem_bytes",
+    "max_abs_err", "rel_err", "naive_err", "tolerance", "agree", "check",
+    "grad_max_abs_err", "grad_rel_err",
+)
+
+
+class ResultsError(ValueError):
+    """An unusable results directory or file."""
+
+
+def _clean(value):
+    """JSON-safe scalars: NaN/inf -> None, numpy scalars -> Python."""
+    if hasattr(value, "item") and not isinstance(value, (list, tuple, dict)):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+class RowWriter:
+    """Appends rows to ``DIR/rows.jsonl``; each row is flushed and fsynced before returning."""
+
+    def __init__(self, run_dir: Path):
+        self.path = Path(run_dir) / ROWS_FILE
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._repair_tail()
+
+    def _repair_tail(self) -> None:
+        """A write cut mid-line (SIGKILL, power loss) leaves a partial line: end it cleanly."""
+        if self.path.exists() and self.path.stat().st_size:
+            with self.path.open("rb+") as fh:
+                fh.seek(-1, os.SEEK_END)
+                if fh.read(1) != b"\n":
+                    fh.write(b"\n")
+
+    def write(self, row: dict) -> None:
+        line = json.dumps({k: _clean(v) for k, v in row.items()}, allow_nan=False)
+        with self.path.open("a", encoding="utf-8") as fh:
+            fh.write(line + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+
+def iter_rows(path: Path) -> Iterable[dict]:
+    """Parse a rows.jsonl file; skips (with a warning) lines that are not complete JSON objects."""
+    with Path(path).open(encoding="utf-8") as fh:
+        for number, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                warnings.warn(f"{path}:{number}: skipping a truncated or corrupt row", stacklevel=2)
+                continue
+            if isinstance(row, dict):
+                yield row
+
+
+def rows_path(run_dir: Path | str) -> Path:
+    path = Path(run_dir)
+    path = path if path.name == ROWS_FILE else path / ROWS_FILE
+    if not path.is_file():
+        raise ResultsError(f"{path}: no such results file")
+    return path
+
+
+def load_rows(run_dir: Path | str) -> pd.DataFrame:
+    """All rows of a run directory (or a rows.jsonl path) as a DataFrame, documented columns first."""
+    rows = list(iter_rows(rows_path(run_dir)))
+    frame = pd.DataFrame(rows)
+    ordered = [c for c in ROW_COLUMNS if c in frame.columns]
+    return frame[ordered + [c for c in frame.columns if c not in ordered]]
+
+
+def load_runs(run_dirs: Iterable[Path | str]) -> pd.DataFrame:
+    """Rows of several runs concatenated (``run_id`` tells them apart)."""
+    frames = [load_rows(d) for d in run_dirs]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def write_env(run_dir: Path, env: dict) -> None:
+    path = Path(run_dir) / ENV_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(env, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def load_env(run_dir: Path | str) -> dict:
+    path = Path(run_dir) / ENV_FILE
+    if not path.is_file():
+        raise ResultsError(f"{path}: no such environment file")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ResultsError(f"{path}: not valid JSON ({exc})") from None

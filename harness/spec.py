@@ -1,0 +1,105 @@
+"""What an implementation declares about itself: capabilities, claimed cost, problem shapes.
+
+This module and :mod:`harness.masks` and :mod:`harness.registry` are the public surface that
+implementation plug-ins import; nothing here touches a device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from harness.masks import MaskSpec
+
+AttnFn = Callable[[Tensor, Tensor, Tensor], Tensor]
+"""A prepared attention call: (q, k, v) -> out, the mask already bound."""
+
+MASK_FEATURES = frozenset({"causal", "window", "dilation", "global", "block_sparse"})
+
+ALL_FLOAT_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16, torch.float64})
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One attention call's shapes: q (batch, heads, n_q, head_dim), k/v (batch, kv_heads, n_k, head_dim)."""
+
+    batch: int
+    heads: int
+    n_q: int
+    n_k: int
+    head_dim: int
+    dtype: torch.dtype = torch.float32
+    device: str = "cpu"
+    mask: MaskSpec = field(default_factory=MaskSpec)
+    backward: bool = False
+    kv_heads: int | None = None
+
+    @property
+    def n_kv_heads(self) -> int:
+        return self.heads if self.kv_heads is None else self.kv_heads
+
+    @property
+    def device_type(self) -> str:
+        return torch.device(self.device).type
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What an implementation can run; checked before a point runs (xformers ``fmha`` style)."""
+
+    devices: frozenset[str] = frozenset({"cpu", "cuda"})
+    dtypes: frozenset[torch.dtype] = ALL_FLOAT_DTYPES
+    mask_features: frozenset[str] = frozenset({"causal"})
+    unequal_lengths: bool = True  # n_q != n_k with bottom-right alignment
+    backward: bool = True
+    grouped_kv: bool = False  # kv_heads < heads without the caller repeating K/V
+    max_head_dim: int | None = None
+    head_dim_multiple: int = 1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "devices", frozenset(self.devices))
+        object.__setattr__(self, "dtypes", frozenset(self.dtypes))
+        unknown = set(self.mask_features) - MASK_FEATURES
+        if unknown:
+            raise ValueError(f"unknown mask features {sorted(unknown)}; known: {sorted(MASK_FEATURES)}")
+        object.__setattr__(self, "mask_features", frozenset(self.mask_features))
+
+    def reasons(self, problem: Problem) -> list[str]:
+        """Readable reasons why ``problem`` is outside these capabilities (empty = supported)."""
+        out = []
+        if problem.device_type not in self.devices:
+            out.append(f"device {problem.device_type} not in {sorted(self.devices)}")
+        if problem.dtype not in self.dtypes:
+            names = sorted(str(d).removeprefix("torch.") for d in self.dtypes)
+            out.append(f"dtype {str(problem.dtype).removeprefix('torch.')} not in {names}")
+        missing = problem.mask.features - self.mask_features
+        if missing:
+            out.append(f"mask features {sorted(missing)} not supported")
+        if problem.n_q != problem.n_k and not self.unequal_lengths:
+            out.append("n_q != n_k not supported")
+        if problem.backward and not self.backward:
+            out.append("no backward pass")
+        if problem.n_kv_heads != problem.heads and not self.grouped_kv:
+            out.append("grouped/multi-query K/V not supported")
+        if self.max_head_dim is not None and problem.head_dim > self.max_head_dim:
+            out.append(f"head_dim {problem.head_dim} > max {self.max_head_dim}")
+        if problem.head_dim % self.head_dim_multiple:
+            out.append(f"head_dim {problem.head_dim} not a multiple of {self.head_dim_multiple}")
+        return out
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Claimed asymptotic cost in n (sequence length) at fixed window/heads/head_dim.
+
+    ``memory_model(problem) -> bytes`` predicts the extra peak memory of one call beyond its
+    inputs and output (the workspace); used to skip points over a memory budget.
+    """
+
+    time_exponent: float
+    memory_exponent: float
+    memory_model: Callable[[Problem], int] | None = None
+    executed_pairs: Callable[[Problem], int] | None = None  # pairs really computed (block granularity)

@@ -1,0 +1,6 @@
+"""Built-in attention implementations, one module per family.
+
+Each module registers its implementations with :func:`harness.registry.register` at import and
+imports only the harness's public surface (:mod:`harness.spec`, :mod:`harness.registry`,
+:mod:`harness.masks`). Modules whose name starts with ``_`` are shared helpers, not plug-ins.
+"""

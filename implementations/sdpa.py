@@ -1,0 +1,113 @@
+"""PyTorch ``scaled_dot_product_attention``: default dispatch and each backend pinned.
+
+Causal with ``n_q == n_k`` uses ``is_causal=True`` (fused kernels); with ``n_q != n_k`` it uses
+``causal_lower_right`` so the alignment matches :mod:`harness.masks` (plain ``is_causal`` is
+top-left there). Backends that cannot run a problem say why before it runs.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention.bias import causal_lower_right
+
+from harness.masks import MaskSpec
+from harness.registry import register
+from harness.spec import Capabilities, Cost, Problem
+
+# We handle n_q > n_k ourselves (empty rows -> zeros), so this warning is noise.
+warnings.filterwarnings("ignore", message="Lower right causal bias will produce NaNs")
+
+HALF = frozenset({torch.float16, torch.bfloat16})
+FLOATS = frozenset({torch.float32, torch.float16, torch.bfloat16, torch.float64})
+
+
+def _sdpa(q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, scale: float | None) -> Tensor:
+    """q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D) -> (B, H, n_q, D)."""
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    gqa = k.shape[1] != q.shape[1]
+    if not mask.causal:
+        return F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=gqa)
+    if n_q == n_k:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=gqa)
+    if gqa:  # CausalBias does not take enable_gqa: repeat K/V heads (B, H_kv, n, D) -> (B, H, n, D)
+        k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+        v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(n_q, n_k), scale=scale)
+    # queries above the first key (n_q > n_k) keep no key: zeros, as the mask semantics say
+    return out.nan_to_num(0.0) if n_q > n_k else out
+
+
+def _pinned(backend: SDPBackend):
+    def run(q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, scale: float | None = None) -> Tensor:
+        with sdpa_kernel(backend):
+            return _sdpa(q, k, v, mask, scale)
+
+    run.__name__ = f"sdpa_{backend.name.lower()}"
+    run.__doc__ = f"SDPA pinned to {backend.name}. q: (B, H, n_q, D) -> (B, H, n_q, D)."
+    return run
+
+
+def _cuda_fused_reasons(name: str, max_head_dim: int):
+    """Shape rules of the fused CUDA kernels, stated before a point runs."""
+
+    def reasons(p: Problem) -> list[str]:
+        out = []
+        if p.device_type == "cuda":
+            if p.dtype not in HALF:
+                out.append(f"{name} on CUDA needs float16/bfloat16, got {p.dtype}")
+            if p.head_dim > max_head_dim or p.head_dim % 8:
+                out.append(f"{name} on CUDA needs head_dim <= {max_head_dim} and a multiple of 8")
+        return out
+
+    return reasons
+
+
+def _default(q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, scale: float | None = None) -> Tensor:
+    """SDPA with PyTorch's own backend choice. q: (B, H, n_q, D) -> (B, H, n_q, D)."""
+    return _sdpa(q, k, v, mask, scale)
+
+
+_CAUSAL = frozenset({"causal"})
+
+register(
+    "sdpa", family="sdpa",
+    caps=Capabilities(mask_features=_CAUSAL, grouped_kv=True),
+    cost=Cost(time_exponent=2, memory_exponent=1),
+    description="F.scaled_dot_product_attention, PyTorch's backend choice",
+)(_default)
+
+register(
+    "sdpa-math", family="sdpa",
+    caps=Capabilities(mask_features=_CAUSAL, grouped_kv=True),
+    cost=Cost(time_exponent=2, memory_exponent=2,
+              memory_model=lambda p: 2 * p.batch * p.heads * p.n_q * p.n_k * 4),
+    description="SDPA MATH backend (materializes scores in fp32)",
+)(_pinned(SDPBackend.MATH))
+
+register(
+    "sdpa-flash", family="sdpa",
+    caps=Capabilities(mask_features=_CAUSAL, grouped_kv=True),
+    cost=Cost(time_exponent=2, memory_exponent=1),
+    description="SDPA FLASH_ATTENTION backend (CPU flash kernel or CUDA FlashAttention-2)",
+    extra_reasons=_cuda_fused_reasons("FLASH_ATTENTION", 256),
+)(_pinned(SDPBackend.FLASH_ATTENTION))
+
+register(
+    "sdpa-efficient", family="sdpa",
+    caps=Capabilities(devices={"cuda"}, mask_features=_CAUSAL, grouped_kv=True),
+    cost=Cost(time_exponent=2, memory_exponent=1),
+    description="SDPA EFFICIENT_ATTENTION backend (xformers/CUTLASS kernel; CUDA only)",
+)(_pinned(SDPBackend.EFFICIENT_ATTENTION))
+
+register(
+    "sdpa-cudnn", family="sdpa",
+    caps=Capabilities(devices={"cuda"}, dtypes=HALF, mask_features=_CAUSAL, grouped_kv=True),
+    cost=Cost(time_exponent=2, memory_exponent=1),
+    description="SDPA CUDNN_ATTENTION backend (cuDNN fused attention; CUDA only)",
+    extra_reasons=_cuda_fused_reasons("CUDNN_ATTENTION", 128),
+)(_pinned(SDPBackend.CUDNN_ATTENTION))
