@@ -1,0 +1,23 @@
+"""Scenarios turn a Point into a :class:`Case`: the timed zero-argument callable plus how to
+check and describe it. One module per scenario; :func:`build_case` dispatches on the name.
+"""
+
+from __future__ import annotations
+
+from harness.scenarios.base import Case, CheckPlan, check_plan
+
+__all__ = ["Case", "CheckPlan", "build_case", "check_plan"]
+
+
+def build_case(point, impl, device, check: str = "auto") -> Case:
+    """The Case for ``point`` run by ``impl`` (a registry Implementation) on ``device``."""
+    base = point.scenario.removesuffix("+backward")
+    if base == "attention":
+        from harness.scenarios import attention as module
+    elif base == "block":
+        from harness.scenarios import block as module
+    elif base == "decode":
+        from harness.scenarios import decode as module
+    else:
+        raise ValueError(f"unknown scenario {point.scenario!r}")
+    return module.build(point, impl, device, check_plan(point, check))

@@ -1,0 +1,74 @@
+"""``attention`` and ``attention+backward``: the core op on (B, H, N, D) tensors."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from harness.agreement import compare, compare_grads
+from harness.reference import naive_attention, reference_attention, reference_grads
+from harness.scenarios.base import Case, CheckPlan, sample_rows
+from harness.spec import AttnFn
+
+
+def make_inputs(point, device: str, requires_grad: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+    """Fresh seeded N(0, 1) inputs: q (B, H, n_q, D), k/v (B, H_kv, n_k, D)."""
+    gen = torch.Generator(device=device).manual_seed(point.seed + 1)
+    kv_heads = point.kv_heads or point.heads
+    shapes = [
+        (point.batch, point.heads, point.n_q, point.head_dim),
+        (point.batch, kv_heads, point.seq_len, point.head_dim),
+        (point.batch, kv_heads, point.seq_len, point.head_dim),
+    ]
+    return tuple(
+        torch.randn(s, generator=gen, device=device, dtype=point.torch_dtype).requires_grad_(
+            requires_grad)
+        for s in shapes
+    )
+
+
+def build(point, impl, device, plan: CheckPlan) -> Case:
+    """Time ``impl`` on fresh inputs; forward under no_grad, or forward+backward via autograd."""
+    problem = point.problem()
+    attn: AttnFn = impl.prepare(problem)
+    q, k, v = make_inputs(point, point.device, requires_grad=point.backward)
+    if point.backward:
+        gen = torch.Generator(device=point.device).manual_seed(point.seed + 2)
+        grad_out = torch.randn(q.shape, generator=gen, device=point.device, dtype=q.dtype)
+
+        def run() -> tuple[Tensor, ...]:
+            return torch.autograd.grad(attn(q, k, v), (q, k, v), grad_out)
+    else:
+        grad_out = None
+
+        def run() -> Tensor:
+            with torch.no_grad():
+                return attn(q, k, v)
+
+    def check() -> dict:
+        return check_attention(attn, q, k, v, grad_out, point, plan)
+
+    return Case(run=run, tokens=point.batch * point.n_q, check=check,
+                columns={"check": plan.describe()})
+
+
+def check_attention(attn: AttnFn, q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor | None,
+                    point, plan: CheckPlan) -> dict:
+    """Agreement columns of one prepared call against the float64 reference (same mask)."""
+    if plan.mode == "none":
+        return {"agree": None}
+    mask = point.mask
+    with torch.no_grad():
+        out = attn(q, k, v)
+        rows = None if plan.mode == "full" else sample_rows(point.n_q, seed=point.seed)
+        ref = reference_attention(q, k, v, mask, rows=rows)
+        naive = naive_attention(q, k, v, mask, rows=rows)
+    picked = out if rows is None else out[..., rows.to(out.device), :]
+    result = compare(picked, ref, point.torch_dtype)
+    result["naive_err"] = float((naive.double() - ref).abs().max())
+    if plan.grads and grad_out is not None:
+        grads = torch.autograd.grad(attn(q, k, v), (q, k, v), grad_out)
+        result.update(compare_grads(grads, reference_grads(q, k, v, grad_out, mask),
+                                    point.torch_dtype))
+        result["agree"] = result["agree"] and result["grad_agree"]
+    return result
