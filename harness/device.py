@@ -7,8 +7,10 @@ GPU-only figures degrade to ``None`` plus an ``"unavailable: <reason>"`` string,
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
+import sys
 import platform
 import threading
 import time
@@ -115,7 +117,8 @@ def profiler_peak_bytes(fn: Callable[[], object]) -> int:
     """
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with _native_stderr_silenced(), profile(activities=[ProfilerActivity.CPU],
+                                            profile_memory=True) as prof:
         result = fn()
     del result
     events = prof.profiler.kineto_results.events()
@@ -127,6 +130,21 @@ def profiler_peak_bytes(fn: Callable[[], object]) -> int:
         running += nbytes
         peak = max(peak, running)
     return peak
+
+
+@contextlib.contextmanager
+def _native_stderr_silenced():
+    """Kineto prints start/stop lines straight to fd 2 on every profile; hide them."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 
 def rss_hwm_peak_bytes(fn: Callable[[], object]) -> int | None:

@@ -109,7 +109,7 @@ def _measure_point(point: Point, impl, config: MeasureConfig, device: Device) ->
     out.update(timing.columns())
     out["first_call_s"] = first_call_s
     out.update(case.extra(timing, partial(measure, device=device, config=_side_timing(config))))
-    out.update(_throughput(point, impl, case.tokens, timing.median))
+    out.update(_throughput(point, case.tokens, timing.median))
     nonfinite = out.pop("nonfinite", False)
     out.pop("grad_agree", None)
     if out.get("agree") is False:
@@ -129,17 +129,12 @@ def _side_timing(config: MeasureConfig):
     return replace(config.timing, budget_s=config.timing.budget_s / 2)
 
 
-def _throughput(point: Point, impl, tokens: int, median_s: float) -> dict:
+def _throughput(point: Point, tokens: int, median_s: float) -> dict:
     useful = costmodel.useful_flops(point)
-    executed = None
-    if impl is not None and impl.cost.executed_pairs is not None and point.scenario.startswith("attention"):
-        factor = 3.5 if point.backward else 1.0  # backward = 2.5x forward (FlashAttention)
-        pairs = impl.cost.executed_pairs(point.problem())
-        executed = 4 * point.batch * point.heads * point.head_dim * pairs * factor
     return {
         "tokens_per_s": tokens / median_s,
         "useful_flops": useful,
-        "executed_flops": executed,
+        "executed_flops": costmodel.executed_flops(point),
         "tflops_per_s": useful / median_s / 1e12 if useful else None,
     }
 

@@ -1,0 +1,137 @@
+"""One point -> one row: statuses, agreement, columns, scenarios."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness import registry
+from harness.device import CpuDevice
+from harness.point import Point
+from harness.registry import register
+from harness.runner import run_point
+from harness.spec import Capabilities, Cost
+from harness.suite import MeasureConfig
+from harness.timing import TimingConfig
+
+FAST = MeasureConfig(timing=TimingConfig(budget_s=0.05, min_samples=3, warmup_calls=1))
+REQUIRED = ("run_id", "impl", "scenario", "device", "dtype", "batch", "seq_len", "heads",
+            "head_dim", "d_model", "causal", "status", "reason", "time_median_s", "time_iqr_s",
+            "samples", "tokens_per_s", "useful_flops", "tflops_per_s", "peak_mem_bytes",
+            "mem_method", "max_abs_err", "rel_err", "agree")
+
+
+@pytest.fixture
+def scratch_impls():
+    """Register test-only implementations and remove them afterwards."""
+    added: list[str] = []
+
+    def add(name, fn, **caps):
+        register(name, family="test", caps=Capabilities(**caps), cost=Cost(2, 2))(fn)
+        added.append(name)
+
+    yield add
+    for name in added:
+        registry._REGISTRY.pop(name, None)
+
+
+def run(point: Point) -> dict:
+    return run_point(point, FAST, CpuDevice()) | {"run_id": "test"}
+
+
+def test_ok_row_has_every_documented_column():
+    row = run(Point(impl="sdpa", seq_len=97, heads=3, head_dim=59, batch=2, causal=True))
+    assert row["status"] == "ok" and row["agree"] is True
+    missing = [c for c in REQUIRED if c not in row]
+    assert not missing
+    assert row["useful_flops"] == 4 * 2 * 3 * 59 * (97 * 98 // 2)
+    assert row["time_median_s"] > 0 and row["samples"] >= 3
+    assert len(row["time_samples_s"]) == row["samples"]
+    assert row["peak_mem_bytes"] > 0 and row["mem_method"] == "torch-profiler"
+
+
+def test_unsupported_point_is_skipped_with_the_reason():
+    row = run(Point(impl="sdpa-efficient", seq_len=64, heads=2, head_dim=16))
+    assert row["status"] == "skipped" and "cuda" in row["reason"]
+    row = run(Point(impl="sdpa", seq_len=64, heads=2, head_dim=16, window_left=3, window_right=0))
+    assert row["status"] == "skipped" and "window" in row["reason"]
+
+
+def test_wrong_output_is_a_mismatch_not_ok(scratch_impls):
+    scratch_impls("test-wrong", lambda q, k, v, mask, scale=None: v[..., : q.shape[-2], :] * 1.01)
+    row = run(Point(impl="test-wrong", seq_len=33, heads=2, head_dim=8))
+    assert row["status"] == "mismatch" and row["agree"] is False
+    assert "beyond tolerance" in row["reason"]
+
+
+def test_nan_output_is_a_mismatch_with_a_reason(scratch_impls):
+    scratch_impls("test-nan", lambda q, k, v, mask, scale=None: q * float("nan"))
+    row = run(Point(impl="test-nan", seq_len=16, heads=1, head_dim=8))
+    assert row["status"] == "mismatch" and "non-finite" in row["reason"]
+
+
+def test_a_crashing_point_becomes_an_error_row(scratch_impls):
+    def boom(q, k, v, mask, scale=None):
+        raise RuntimeError("kernel exploded\nsecond line")
+
+    scratch_impls("test-boom", boom)
+    row = run(Point(impl="test-boom", seq_len=16, heads=1, head_dim=8))
+    assert row["status"] == "error" and row["reason"] == "RuntimeError: kernel exploded"
+
+
+def test_allocation_failure_is_an_oom_row(scratch_impls):
+    def hog(q, k, v, mask, scale=None):
+        raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried 1 TB")
+
+    scratch_impls("test-hog", hog)
+    assert run(Point(impl="test-hog", seq_len=16, heads=1, head_dim=8))["status"] == "oom"
+
+
+def test_over_budget_point_is_skipped_with_the_prediction():
+    point = Point(impl="full", seq_len=4096, heads=8, head_dim=64)
+    row = run_point(point, FAST, CpuDevice(), mem_budget=64 * 2**20)
+    assert row["status"] == "skipped" and "predicted peak" in row["reason"]
+    assert row["predicted_mem_bytes"] > 64 * 2**20
+
+
+def test_backward_scenario_checks_gradients():
+    row = run(Point(impl="flash-tiled", scenario="attention+backward", seq_len=97, heads=3,
+                    head_dim=59, causal=True))
+    assert row["status"] == "ok" and row["check"] == "full+grads"
+    assert row["grad_rel_err"] < 1e-4
+    assert row["useful_flops"] == pytest.approx(3.5 * 4 * 3 * 59 * (97 * 98 // 2))
+
+
+def test_large_points_check_sampled_rows():
+    row = run_point(Point(impl="sdpa-flash", seq_len=4100, heads=1, head_dim=16, causal=True),
+                    FAST, CpuDevice())
+    assert row["status"] == "ok" and row["check"] == "rows"
+
+
+@pytest.mark.parametrize("norm,ffn,pos", [("pre", "gelu", "rope"), ("post", "swiglu", "sinusoidal"),
+                                          ("pre", "relu", "learned")])
+def test_block_rows_report_the_attention_share(norm, ffn, pos):
+    row = run(Point(impl="sdpa", scenario="block", seq_len=65, heads=2, head_dim=24, causal=True,
+                    norm=norm, ffn=ffn, pos=pos))
+    assert row["status"] == "ok" and row["agree"] is True, row.get("reason")
+    # a share, not a hard-coded timing: the core timed alone over the block's median
+    assert row["attn_share"] == pytest.approx(row["mixer_time_s"] / row["time_median_s"])
+    assert row["attn_share"] > 0
+
+
+@pytest.mark.parametrize("mixer", ["lstm", "conv"])
+def test_block_mixer_baselines(mixer):
+    row = run(Point(impl=mixer, mixer=mixer, scenario="block", seq_len=40, heads=2, head_dim=16,
+                    causal=True))
+    assert row["status"] == "ok" and row["agree"] is True, row.get("reason")
+    assert row["family"] in ("recurrent", "convolution") and "attn_share" not in row
+
+
+def test_block_backward_checks_input_gradient():
+    row = run(Point(impl="full", scenario="block+backward", seq_len=33, heads=2, head_dim=8,
+                    causal=True))
+    assert row["status"] == "ok" and row["grad_rel_err"] < 1e-4
+
+
+def test_threads_are_recorded_on_cpu():
+    assert run(Point(impl="sdpa", seq_len=16, heads=1, head_dim=8))["threads"] == torch.get_num_threads()
