@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from harness.errors import DeviceUnavailable
+
 
 @dataclass(frozen=True)
 class MemoryReading:
@@ -312,12 +314,13 @@ def resolve_device_name(requested: str) -> str:
 
 
 def get_device(kind: str, flush_l2: bool = False) -> Device:
-    """The Device for ``cpu`` / ``cuda`` / ``cuda:N``; raises RuntimeError when unusable here."""
+    """The Device for ``cpu`` / ``cuda`` / ``cuda:N``; raises DeviceUnavailable when unusable here."""
     if kind == "cpu":
         return CpuDevice()
     if kind.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise RuntimeError("unavailable: CUDA device requested but torch.cuda.is_available() is False")
+            raise DeviceUnavailable(f"device {kind!r} unavailable: torch.cuda.is_available() is "
+                                    f"False (torch {torch.__version__}); use a CPU suite or device = \"auto\"")
         index = int(kind.split(":", 1)[1]) if ":" in kind else 0
         return CudaDevice(index, flush_l2=flush_l2)
-    raise RuntimeError(f"unknown device {kind!r} (cpu, cuda, cuda:N, auto)")
+    raise DeviceUnavailable(f"unknown device {kind!r} (cpu, cuda, cuda:N, auto)")

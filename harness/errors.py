@@ -9,3 +9,7 @@ class CliError(Exception):
 
 class SuiteError(CliError):
     """A suite file that cannot be run: names the file, the key and the value."""
+
+
+class DeviceUnavailable(CliError):
+    """A device a suite asks for is not usable on this machine (e.g. cuda without a GPU)."""
