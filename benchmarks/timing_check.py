@@ -46,8 +46,10 @@ def main() -> int:
             theirs.append(timer.blocked_autorange(min_run_time=2.0).median)
         a, b = sorted(ours)[len(ours) // 2], sorted(theirs)[len(theirs) // 2]
         worst = max(worst, abs(a / b - 1))
-        print(f"{name:12s} attnbench {a * 1e3:9.3f} ms   torch.utils.benchmark {b * 1e3:9.3f} ms"
-              f"   ratio {a / b:.4f}")
+        print(
+            f"{name:12s} attnbench {a * 1e3:9.3f} ms   torch.utils.benchmark {b * 1e3:9.3f} ms"
+            f"   ratio {a / b:.4f}"
+        )
     print(f"largest difference: {worst:.2%}")
     return 0 if worst <= 0.05 else 1
 

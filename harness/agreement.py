@@ -59,10 +59,14 @@ def compare(out: Tensor, ref: Tensor, dtype: torch.dtype) -> dict:
     }
 
 
-def compare_grads(grads: tuple[Tensor, ...], ref_grads: tuple[Tensor, ...], dtype: torch.dtype) -> dict:
+def compare_grads(
+    grads: tuple[Tensor, ...], ref_grads: tuple[Tensor, ...], dtype: torch.dtype
+) -> dict:
     """Worst relative Frobenius error over (dq, dk, dv) and whether it is within tolerance."""
     rel = max(rel_frobenius(g, r) for g, r in zip(grads, ref_grads, strict=True))
-    max_abs = max(float((g.double() - r).abs().max()) for g, r in zip(grads, ref_grads, strict=True))
+    max_abs = max(
+        float((g.double() - r).abs().max()) for g, r in zip(grads, ref_grads, strict=True)
+    )
     finite = all(bool(torch.isfinite(g).all()) for g in grads)
     return {
         "grad_max_abs_err": max_abs if finite else None,

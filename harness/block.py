@@ -143,8 +143,12 @@ class TransformerBlock(nn.Module):
 
     def __init__(self, cfg: BlockConfig):
         super().__init__()
-        for value, allowed in ((cfg.norm, NORMS), (cfg.ffn, FFNS), (cfg.pos, POSITIONS),
-                               (cfg.mixer, MIXERS)):
+        for value, allowed in (
+            (cfg.norm, NORMS),
+            (cfg.ffn, FFNS),
+            (cfg.pos, POSITIONS),
+            (cfg.mixer, MIXERS),
+        ):
             if value not in allowed:
                 raise ValueError(f"{value!r} not one of {allowed}")
         self.cfg = cfg
@@ -160,8 +164,9 @@ class TransformerBlock(nn.Module):
         if cfg.pos == "learned":
             self.pos_table = nn.Parameter(torch.randn(cfg.max_len, d) * 0.02)
         elif cfg.pos == "sinusoidal":
-            self.register_buffer("pos_table", sinusoidal_table(cfg.max_len, d).float(),
-                                 persistent=False)
+            self.register_buffer(
+                "pos_table", sinusoidal_table(cfg.max_len, d).float(), persistent=False
+            )
 
     def embed(self, x: Tensor, offset: int = 0) -> Tensor:
         """Add an absolute positional encoding (sinusoidal/learned); RoPE acts inside attention."""

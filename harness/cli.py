@@ -14,7 +14,7 @@ from pathlib import Path
 from harness.errors import CliError
 
 # Modules that contribute subcommands (each has ``add_cli(subparsers)``).
-COMMAND_MODULES = ("harness.commands",)
+COMMAND_MODULES = ("harness.commands", "harness.merge", "harness.maxlen")
 DEFAULT_SUITE = Path(__file__).resolve().parent.parent / "suites" / "smoke.toml"
 
 
@@ -44,8 +44,11 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         if os.environ.get("ATTNBENCH_DEBUG"):
             raise
-        print(f"attnbench: internal error: {type(exc).__name__}: {exc} "
-              "(set ATTNBENCH_DEBUG=1 for the traceback)", file=sys.stderr)
+        print(
+            f"attnbench: internal error: {type(exc).__name__}: {exc} "
+            "(set ATTNBENCH_DEBUG=1 for the traceback)",
+            file=sys.stderr,
+        )
         return 1
 
 

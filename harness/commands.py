@@ -52,6 +52,9 @@ def add_cli(sub) -> None:
                    help="with --isolate: give up on a point after this long")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--no-table", action="store_true", help="do not print the comparison table")
+    from harness.launch import add_run_options  # --shard K/N, --launcher ray|slurm, ...
+
+    add_run_options(p)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("table", help="comparison table of a run directory")
@@ -107,12 +110,34 @@ def cmd_run(args) -> int:
 
     suite = load_suite(args.suite or DEFAULT_SUITE_PATH())
     measure = suite.measure
+    for flag, value in (("--budget-s", args.budget_s), ("--point-timeout", args.point_timeout)):
+        if value is not None and not 0 < value < float("inf"):
+            raise CliError(f"{flag} {value}: must be a positive number of seconds")
     if args.check:
         measure = replace(measure, check=args.check)
     if args.budget_s:
         measure = replace(measure, timing=replace(measure.timing, budget_s=args.budget_s))
     if args.point_timeout and not (args.isolate or measure.isolate):
-        raise CliError("--point-timeout needs --isolate (a hung point is stopped by killing its child)")
+        raise CliError("--point-timeout needs --isolate "
+                       "(a hung point is stopped by killing its child)")
+    from harness import shard as shard_mod
+
+    if args.launcher != "local":  # shards on Ray / Slurm, merged into --out (harness/launch.py)
+        from harness.launch import launch
+
+        return launch(suite, args)
+    full_suite, suite = suite, shard_mod.from_args(suite, args)  # --shard K/N: its points
+    from harness.device import get_device
+
+    for kind in sorted({p.device for p in suite.points}):  # refuse before anything is written
+        try:
+            get_device(kind)
+        except RuntimeError as exc:
+            raise CliError(f"{suite.path}: device = {kind!r}: {exc}") from None
+    if measure.threads:  # before the resume check: the device fingerprint includes threads
+        import torch
+
+        torch.set_num_threads(measure.threads)
     run_dir = args.out or Path("runs") / f"{suite.name}-{env_mod.new_run_id()}"
     done, run_id = _resume_state(run_dir, suite, args)
     points = [p for p in suite.points if p.point_id not in done]
@@ -120,11 +145,13 @@ def cmd_run(args) -> int:
         _make_run_dir(run_dir)
         run_id = env_mod.new_run_id()
         prepare_run(suite, run_dir, run_id)
+    shard_mod.stamp(run_dir, full_suite, args.shard, resumed=bool(done))  # env.json: shard K/N
     executor = None
     if args.isolate or measure.isolate:
         from harness.isolate import isolated_executor
 
-        executor = isolated_executor(measure, args.mem_budget, args.point_timeout or measure.point_timeout_s)
+        timeout = args.point_timeout or measure.point_timeout_s
+        executor = isolated_executor(measure, args.mem_budget, timeout)
     writer = RowWriter(run_dir)
     print(f"attnbench: {len(points)} points of suite {suite.name!r} -> {run_dir}"
           + (f" ({len(done)} already done)" if done else ""), file=sys.stderr)
@@ -147,12 +174,22 @@ def DEFAULT_SUITE_PATH() -> Path:
 
 
 def _make_run_dir(run_dir: Path) -> None:
+    import tempfile
+
+    existed = run_dir.is_dir()
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise CliError(f"--out {run_dir}: cannot create directory ({exc.strerror})") from None
     if not run_dir.is_dir():
         raise CliError(f"--out {run_dir}: not a directory")
+    try:  # a read-only or full file system fails here, before any point runs
+        with tempfile.TemporaryFile(dir=run_dir):
+            pass
+    except OSError as exc:
+        if not existed:
+            run_dir.rmdir()
+        raise CliError(f"--out {run_dir}: cannot write there ({exc.strerror})") from None
 
 
 def _resume_state(run_dir: Path, suite, args) -> tuple[set[str], str | None]:

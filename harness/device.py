@@ -10,8 +10,8 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-import sys
 import platform
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -68,7 +68,7 @@ class Device:
 
 
 class CpuDevice(Device):
-    """Wall-clock timing with ``perf_counter``; peak memory from the profiler's allocation events."""
+    """Timing with ``perf_counter``; peak memory from the profiler's allocation events."""
 
     kind = "cpu"
 
@@ -119,14 +119,14 @@ def profiler_peak_bytes(fn: Callable[[], object]) -> int:
     """
     from torch.profiler import ProfilerActivity, profile
 
-    with _native_stderr_silenced(), profile(activities=[ProfilerActivity.CPU],
-                                            profile_memory=True) as prof:
+    with (
+        _native_stderr_silenced(),
+        profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof,
+    ):
         result = fn()
     del result
     events = prof.profiler.kineto_results.events()
-    deltas = sorted(
-        (e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]"
-    )
+    deltas = sorted((e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]")
     running = peak = 0
     for _, nbytes in deltas:
         running += nbytes
@@ -194,7 +194,9 @@ class CudaDevice(Device):
         if not self.flush_l2:
             return
         if self._flush_buffer is None:  # larger than any current L2 (H100: 50 MB)
-            self._flush_buffer = torch.empty(256 * 2**20, dtype=torch.uint8, device=self.torch_device)
+            self._flush_buffer = torch.empty(
+                256 * 2**20, dtype=torch.uint8, device=self.torch_device
+            )
         self._flush_buffer.zero_()
 
     def time_calls(self, fn: Callable[[], object], calls: int) -> float:
@@ -218,7 +220,8 @@ class CudaDevice(Device):
             self.synchronize()
         peak = torch.cuda.max_memory_allocated(self.torch_device) - base
         extra = {
-            "peak_reserved_bytes": torch.cuda.max_memory_reserved(self.torch_device) - base_reserved,
+            "peak_reserved_bytes": torch.cuda.max_memory_reserved(self.torch_device)
+            - base_reserved,
             **sampler.reading(),
         }
         del result
@@ -226,8 +229,11 @@ class CudaDevice(Device):
 
     def free_memory_bytes(self) -> int:
         free, _total = torch.cuda.mem_get_info(self.torch_device)
-        return free + torch.cuda.memory_reserved(self.torch_device) - torch.cuda.memory_allocated(
-            self.torch_device)
+        return (
+            free
+            + torch.cuda.memory_reserved(self.torch_device)
+            - torch.cuda.memory_allocated(self.torch_device)
+        )
 
     def name(self) -> str:
         return torch.cuda.get_device_name(self.torch_device)
@@ -283,9 +289,15 @@ class _NvmlSampler:
         if self.reason is not None:
             return {"nvml_peak_bytes": None, "nvml_status": self.reason}
         if not self.samples:
-            return {"nvml_peak_bytes": None, "nvml_status": "unavailable: call ended before a sample"}
-        return {"nvml_peak_bytes": max(self.samples) - self._base, "nvml_status": "ok",
-                "nvml_samples": len(self.samples)}
+            return {
+                "nvml_peak_bytes": None,
+                "nvml_status": "unavailable: call ended before a sample",
+            }
+        return {
+            "nvml_peak_bytes": max(self.samples) - self._base,
+            "nvml_status": "ok",
+            "nvml_samples": len(self.samples),
+        }
 
 
 def _nvml_device_info(index: int) -> dict:
@@ -314,13 +326,15 @@ def resolve_device_name(requested: str) -> str:
 
 
 def get_device(kind: str, flush_l2: bool = False) -> Device:
-    """The Device for ``cpu`` / ``cuda`` / ``cuda:N``; raises DeviceUnavailable when unusable here."""
+    """The Device for ``cpu`` / ``cuda`` / ``cuda:N``; DeviceUnavailable if unusable here."""
     if kind == "cpu":
         return CpuDevice()
     if kind.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise DeviceUnavailable(f"device {kind!r} unavailable: torch.cuda.is_available() is "
-                                    f"False (torch {torch.__version__}); use a CPU suite or device = \"auto\"")
+            raise DeviceUnavailable(
+                f"device {kind!r} unavailable: torch.cuda.is_available() is "
+                f'False (torch {torch.__version__}); use a CPU suite or device = "auto"'
+            )
         index = int(kind.split(":", 1)[1]) if ":" in kind else 0
         return CudaDevice(index, flush_l2=flush_l2)
     raise DeviceUnavailable(f"unknown device {kind!r} (cpu, cuda, cuda:N, auto)")

@@ -20,17 +20,29 @@ def git_state(cwd: Path | None = None) -> dict:
     """Commit sha and dirty flag of the checkout the harness runs from (None if not a repo)."""
     cwd = cwd or Path(harness.__file__).resolve().parent.parent
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True,
-                             text=True, timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
-                               capture_output=True, text=True, timeout=10, check=True).stdout
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout
         return {"git_sha": sha, "git_dirty": bool(dirty.strip())}
     except (OSError, subprocess.SubprocessError):
         return {"git_sha": None, "git_dirty": None}
 
 
 def fingerprint(info: dict) -> str:
-    """A filesystem-safe id of the device a number is comparable on, e.g. ``cpu-amd-epyc-9r14-t2``."""
+    """Filesystem-safe id of the device numbers are comparable on, e.g. ``cpu-amd-epyc-t2``."""
     name = re.sub(r"[^a-z0-9]+", "-", str(info.get("device_name", "unknown")).lower()).strip("-")
     name = re.sub(r"-(processor|cpu|with-radeon-graphics)$", "", name)[:40]
     threads = f"-t{info['threads']}" if info.get("device") == "cpu" else ""
@@ -41,8 +53,9 @@ def new_run_id() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
 
 
-def collect(device: Device, suite_name: str, suite_path: str, suite_fingerprint: str,
-            run_id: str) -> dict:
+def collect(
+    device: Device, suite_name: str, suite_path: str, suite_fingerprint: str, run_id: str
+) -> dict:
     """Everything needed to interpret (and refuse to mix) this run's numbers."""
     info = device.info()
     return {

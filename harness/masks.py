@@ -194,9 +194,53 @@ def dense_mask(spec: MaskSpec, n_q: int, n_k: int, device: torch.device | str = 
 
 @lru_cache(maxsize=256)
 def kept_pairs(spec: MaskSpec, n_q: int, n_k: int, chunk: int = 1024) -> int:
-    """Exact number of kept (query, key) pairs, counted in row chunks (bounded memory)."""
+    """Exact number of kept (query, key) pairs.
+
+    Closed form per query row (O(n_q)) for causal/window/dilation/global masks; block-sparse
+    layouts are counted from :func:`mask_rows` in row chunks (bounded memory).
+    """
     if spec.is_dense:
         return n_q * n_k
+    if spec.block_size is None:
+        return int(_row_counts(spec, n_q, n_k).sum())
     return sum(
         int(mask_rows(spec, n_q, n_k, s, min(s + chunk, n_q)).sum()) for s in range(0, n_q, chunk)
     )
+
+
+def _count_multiples(lo: Tensor, hi: Tensor, d: int) -> Tensor:
+    """How many multiples of d lie in [lo, hi] (elementwise; 0 when empty)."""
+    first = -torch.div(-lo, d, rounding_mode="floor")  # ceil(lo / d)
+    last = torch.div(hi, d, rounding_mode="floor")
+    return (last - first + 1).clamp_min(0)
+
+
+def _row_counts(spec: MaskSpec, n_q: int, n_k: int) -> Tensor:
+    """Kept keys per query row for non-block masks, int64 (n_q,), by interval arithmetic."""
+    big = 4 * (n_q + n_k) + 1
+    p = torch.arange(n_q, dtype=torch.int64) + (n_k - n_q)
+    d = spec.dilation
+    rel_lo = -spec.left * d if spec.left is not None else -big
+    rel_hi = spec.right * d if spec.right is not None else big
+    if spec.causal:
+        rel_hi = min(rel_hi, 0)
+    causal_hi = (
+        torch.minimum(p, torch.tensor(n_k - 1)) if spec.causal else torch.full_like(p, n_k - 1)
+    )
+
+    def local_in(j_lo: Tensor | int, j_hi: Tensor) -> Tensor:
+        """Local-pattern keys with j in [j_lo, j_hi]: multiples of d in the rel interval."""
+        lo = torch.maximum(p + rel_lo, torch.as_tensor(j_lo)) - p
+        hi = torch.minimum(p + rel_hi, j_hi) - p
+        return torch.where(hi >= lo, _count_multiples(lo, hi, d), 0)
+
+    counts = local_in(0, torch.full_like(p, n_k - 1))
+    g = spec.global_tokens
+    if g:
+        # keys j < g are seen by every query (within causality): add those the pattern missed
+        g_hi = torch.minimum(torch.full_like(p, g - 1), causal_hi)
+        seen_global = (g_hi + 1).clamp_min(0)
+        counts = counts - local_in(0, g_hi) + seen_global
+        # global queries (p < g) see every key allowed by causality
+        counts = torch.where(p < g, (causal_hi + 1).clamp_min(0), counts)
+    return counts

@@ -26,7 +26,10 @@ DTYPES = {
 
 @dataclass(frozen=True)
 class Point:
-    """One sweep point. q: (batch, heads, q_len or seq_len, head_dim); k/v: (batch, kv_heads, seq_len, head_dim)."""
+    """One sweep point.
+
+    q: (batch, heads, q_len or seq_len, head_dim); k/v: (batch, kv_heads, seq_len, head_dim).
+    """
 
     impl: str
     scenario: str = "attention"
@@ -79,17 +82,28 @@ class Point:
         if self.window_left is not None or self.window_right is not None:
             window = (self.window_left, self.window_right)
         return MaskSpec(
-            causal=self.causal, window=window, dilation=self.dilation,
-            global_tokens=self.global_tokens, block_size=self.block_size,
-            random_blocks=self.random_blocks, seed=self.seed,
+            causal=self.causal,
+            window=window,
+            dilation=self.dilation,
+            global_tokens=self.global_tokens,
+            block_size=self.block_size,
+            random_blocks=self.random_blocks,
+            seed=self.seed,
         )
 
     def problem(self) -> Problem:
         """The attention call this point makes (per layer, for block/decode scenarios)."""
         return Problem(
-            batch=self.batch, heads=self.heads, n_q=self.n_q, n_k=self.seq_len,
-            head_dim=self.head_dim, dtype=self.torch_dtype, device=self.device,
-            mask=self.mask, backward=self.backward, kv_heads=self.kv_heads,
+            batch=self.batch,
+            heads=self.heads,
+            n_q=self.n_q,
+            n_k=self.seq_len,
+            head_dim=self.head_dim,
+            dtype=self.torch_dtype,
+            device=self.device,
+            mask=self.mask,
+            backward=self.backward,
+            kv_heads=self.kv_heads,
         )
 
     def key(self) -> tuple:
@@ -109,8 +123,10 @@ class Point:
     def label(self) -> str:
         """Short human label for progress bars and logs."""
         mask = self.mask.describe()
-        return (f"{self.impl} {self.scenario} n={self.seq_len} B={self.batch} H={self.heads} "
-                f"D={self.head_dim} {self.dtype} {mask}")
+        return (
+            f"{self.impl} {self.scenario} n={self.seq_len} B={self.batch} H={self.heads} "
+            f"D={self.head_dim} {self.dtype} {mask}"
+        )
 
 
 POINT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Point))
@@ -129,8 +145,19 @@ def point_from_row(row: dict) -> Point:
     for name in ("q_len", "kv_heads", "window_left", "window_right", "block_size"):
         if values.get(name) is not None:
             values[name] = int(values[name])
-    for name in ("batch", "seq_len", "heads", "head_dim", "dilation", "global_tokens",
-                 "random_blocks", "seed", "conv_kernel", "layers", "gen_tokens"):
+    for name in (
+        "batch",
+        "seq_len",
+        "heads",
+        "head_dim",
+        "dilation",
+        "global_tokens",
+        "random_blocks",
+        "seed",
+        "conv_kernel",
+        "layers",
+        "gen_tokens",
+    ):
         if values.get(name) is not None:
             values[name] = int(values[name])
     if "causal" in values:

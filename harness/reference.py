@@ -25,9 +25,7 @@ def repeat_kv(x: Tensor, heads: int) -> Tensor:
     return x.repeat_interleave(heads // h_kv, dim=1)
 
 
-def _attend_rows(
-    q: Tensor, k: Tensor, v: Tensor, keep: Tensor, scale: float
-) -> Tensor:
+def _attend_rows(q: Tensor, k: Tensor, v: Tensor, keep: Tensor, scale: float) -> Tensor:
     """q: (B, H, c, D), k/v: (B, H, n_k, D), keep: (c, n_k) -> (B, H, c, D)."""
     scores = (q @ k.transpose(-2, -1)) * scale  # (B, H, c, n_k)
     scores = scores.masked_fill(~keep, float("-inf"))
@@ -69,8 +67,13 @@ def _rows_mask(mask: MaskSpec, n_q: int, n_k: int, ids: Tensor) -> Tensor:
 
 
 def reference_grads(
-    q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor, mask: MaskSpec | None = None,
-    scale: float | None = None, chunk: int = 256,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    grad_out: Tensor,
+    mask: MaskSpec | None = None,
+    scale: float | None = None,
+    chunk: int = 256,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """float64 (dq, dk, dv) of ``(out * grad_out).sum()``, query chunk by query chunk.
 
@@ -92,8 +95,13 @@ def reference_grads(
 
 
 def _chunk_forward(
-    q_chunk: Tensor, k64: Tensor, v64: Tensor, mask: MaskSpec | None, scale: float | None,
-    n_q: int, ids: Tensor,
+    q_chunk: Tensor,
+    k64: Tensor,
+    v64: Tensor,
+    mask: MaskSpec | None,
+    scale: float | None,
+    n_q: int,
+    ids: Tensor,
 ) -> Tensor:
     mask = mask or MaskSpec()
     d = q_chunk.shape[-1]
@@ -104,8 +112,13 @@ def _chunk_forward(
 
 
 def naive_attention(
-    q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec | None = None, scale: float | None = None,
-    rows: Tensor | None = None, chunk: int = 256,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: MaskSpec | None = None,
+    scale: float | None = None,
+    rows: Tensor | None = None,
+    chunk: int = 256,
 ) -> Tensor:
     """The same math in the inputs' own dtype: the error scale an optimized kernel is judged by."""
     mask = mask or MaskSpec()
@@ -119,5 +132,5 @@ def naive_attention(
         keep = _rows_mask(mask, n_q, n_k, ids).to(q.device)
         scores = (q[..., ids.to(q.device), :] @ k.transpose(-2, -1)).float() * scale
         probs = torch.softmax(scores.masked_fill(~keep, float("-inf")), -1).nan_to_num(0.0)
-        outs.append((probs.to(v.dtype) @ v))
+        outs.append(probs.to(v.dtype) @ v)
     return torch.cat(outs, dim=-2)

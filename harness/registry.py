@@ -50,7 +50,12 @@ class Implementation:
     prepare_fn: Callable[[Problem], AttnFn] | None = field(default=None, repr=False)
 
     def __call__(
-        self, q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec | None = None, scale: float | None = None
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: MaskSpec | None = None,
+        scale: float | None = None,
     ) -> Tensor:
         """q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D) -> (B, H, n_q, D); scale 1/sqrt(D) default."""
         return self.fn(q, k, v, mask if mask is not None else MaskSpec(), scale=scale)

@@ -23,16 +23,63 @@ STATUSES = ("ok", "skipped", "oom", "error", "mismatch", "timeout")
 # The documented columns, in display order (results/README.md describes each). Rows may carry
 # more (scenario-specific) columns; loaders keep them.
 ROW_COLUMNS: tuple[str, ...] = (
-    "run_id", "suite", "point_id", "impl", "family", "scenario", "device", "device_name",
-    "dtype", "batch", "seq_len", "q_len", "heads", "kv_heads", "head_dim", "d_model", "causal",
-    "window_left", "window_right", "dilation", "global_tokens", "block_size", "random_blocks",
-    "seed", "norm", "ffn", "pos", "mixer", "conv_kernel", "layers", "cache", "gen_tokens",
-    "threads", "status", "reason",
-    "time_median_s", "time_iqr_s", "time_ci_low_s", "time_ci_high_s", "samples",
-    "time_samples_s", "first_call_s", "tokens_per_s", "useful_flops", "executed_flops",
-    "tflops_per_s", "peak_mem_bytes", "mem_method", "predicted_mem_bytes",
-    "max_abs_err", "rel_err", "naive_err", "tolerance", "agree", "check",
-    "grad_max_abs_err", "grad_rel_err",
+    "run_id",
+    "suite",
+    "point_id",
+    "impl",
+    "family",
+    "scenario",
+    "device",
+    "device_name",
+    "dtype",
+    "batch",
+    "seq_len",
+    "q_len",
+    "heads",
+    "kv_heads",
+    "head_dim",
+    "d_model",
+    "causal",
+    "window_left",
+    "window_right",
+    "dilation",
+    "global_tokens",
+    "block_size",
+    "random_blocks",
+    "seed",
+    "norm",
+    "ffn",
+    "pos",
+    "mixer",
+    "conv_kernel",
+    "layers",
+    "cache",
+    "gen_tokens",
+    "threads",
+    "status",
+    "reason",
+    "time_median_s",
+    "time_iqr_s",
+    "time_ci_low_s",
+    "time_ci_high_s",
+    "samples",
+    "time_samples_s",
+    "first_call_s",
+    "tokens_per_s",
+    "useful_flops",
+    "executed_flops",
+    "tflops_per_s",
+    "peak_mem_bytes",
+    "mem_method",
+    "predicted_mem_bytes",
+    "max_abs_err",
+    "rel_err",
+    "naive_err",
+    "tolerance",
+    "agree",
+    "check",
+    "grad_max_abs_err",
+    "grad_rel_err",
 )
 
 
@@ -99,7 +146,7 @@ def rows_path(run_dir: Path | str) -> Path:
 
 
 def load_rows(run_dir: Path | str) -> pd.DataFrame:
-    """All rows of a run directory (or a rows.jsonl path) as a DataFrame, documented columns first."""
+    """All rows of a run directory (or rows.jsonl path) as a DataFrame, documented columns first."""
     rows = list(iter_rows(rows_path(run_dir)))
     frame = pd.DataFrame(rows)
     ordered = [c for c in ROW_COLUMNS if c in frame.columns]

@@ -71,7 +71,10 @@ def run_point(point: Point, config: MeasureConfig, device: Device,
     row["device_name"] = device.name()
     impl = None if point.mixer != "attention" else registry.get(point.impl)
     if impl is not None:
-        reasons = impl.not_supported(point.problem())
+        try:
+            reasons = impl.not_supported(point.problem())
+        except Exception as exc:  # a plug-in's own support check failing is this point's error
+            return {**row, "status": "error", "reason": f"support check: {_first_line(exc)}"}
         if reasons:
             return {**row, "status": "skipped", "reason": "; ".join(reasons)}
     try:
@@ -98,7 +101,7 @@ def _measure_point(point: Point, impl, config: MeasureConfig, device: Device) ->
     case = build_case(point, impl, device, config.check)
     device.synchronize()
     start = time.perf_counter()
-    case.run()
+    finite = _all_finite(case.run())
     device.synchronize()
     first_call_s = time.perf_counter() - start
     out = dict(case.columns)
@@ -110,16 +113,26 @@ def _measure_point(point: Point, impl, config: MeasureConfig, device: Device) ->
     out["first_call_s"] = first_call_s
     out.update(case.extra(timing, partial(measure, device=device, config=_side_timing(config))))
     out.update(_throughput(point, case.tokens, timing.median))
-    nonfinite = out.pop("nonfinite", False)
+    nonfinite = out.pop("nonfinite", False) or not finite  # NaN/inf even with check = none
     out.pop("grad_agree", None)
-    if out.get("agree") is False:
+    if nonfinite:
+        out["status"], out["reason"] = "mismatch", "non-finite values (NaN/inf) in the output"
+    elif out.get("agree") is False:
         out["status"] = "mismatch"
-        out["reason"] = ("non-finite values in the output" if nonfinite else
-                         f"max_abs_err {out.get('max_abs_err')} beyond tolerance "
+        out["reason"] = (f"max_abs_err {out.get('max_abs_err')} beyond tolerance "
                          f"{out.get('tolerance')}")
     else:
         out["status"], out["reason"] = "ok", None
     return out
+
+
+def _all_finite(result) -> bool:
+    """False when a returned float tensor (or one in a returned tuple/list) has NaN or inf."""
+    if isinstance(result, torch.Tensor):
+        return not result.is_floating_point() or bool(torch.isfinite(result).all())
+    if isinstance(result, tuple | list):
+        return all(_all_finite(r) for r in result)
+    return True
 
 
 def _side_timing(config: MeasureConfig):

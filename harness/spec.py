@@ -24,7 +24,10 @@ ALL_FLOAT_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16, torc
 
 @dataclass(frozen=True)
 class Problem:
-    """One attention call's shapes: q (batch, heads, n_q, head_dim), k/v (batch, kv_heads, n_k, head_dim)."""
+    """One attention call's shapes.
+
+    q: (batch, heads, n_q, head_dim), k/v: (batch, kv_heads, n_k, head_dim).
+    """
 
     batch: int
     heads: int
@@ -64,7 +67,9 @@ class Capabilities:
         object.__setattr__(self, "dtypes", frozenset(self.dtypes))
         unknown = set(self.mask_features) - MASK_FEATURES
         if unknown:
-            raise ValueError(f"unknown mask features {sorted(unknown)}; known: {sorted(MASK_FEATURES)}")
+            raise ValueError(
+                f"unknown mask features {sorted(unknown)}; known: {sorted(MASK_FEATURES)}"
+            )
         object.__setattr__(self, "mask_features", frozenset(self.mask_features))
 
     def reasons(self, problem: Problem) -> list[str]:
@@ -102,4 +107,6 @@ class Cost:
     time_exponent: float
     memory_exponent: float
     memory_model: Callable[[Problem], int] | None = None
-    executed_pairs: Callable[[Problem], int] | None = None  # pairs really computed (block granularity)
+    executed_pairs: Callable[[Problem], int] | None = (
+        None  # pairs really computed (block granularity)
+    )

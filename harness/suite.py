@@ -15,7 +15,10 @@ window = [[127, 0], [255, 0]]     # [left, right]; -1 = unbounded side
 [measure]                         # timing budget and checks (all optional)
 budget_s = 1.0
 ```
-Every problem is reported as one line naming the file, the key and the value (SuiteError).
+Every problem is reported as one line naming the file, the key and the value (SuiteError):
+TOML syntax (with line and column), unknown keys, wrong types, non-finite numbers, impossible
+values (seq_len <= 0, d_model % heads != 0, window sides < -1, unknown dtype/device), unknown
+implementations (with the known ones listed) and sweeps of more than MAX_POINTS points.
 Nothing in a suite is executed or imported; implementation names are looked up in the registry.
 """
 
@@ -23,8 +26,10 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import math
+import re
 import tomllib
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from harness import registry
@@ -39,6 +44,8 @@ TOP_KEYS = {"name", "description", "scenario", "implementations", "device", "fix
 MIXER_IMPLS = {"lstm", "conv"}  # block-scenario baselines that replace the attention mixer
 CACHES = ("none", "full", "rolling")
 DEVICES = ("cpu", "cuda", "auto")
+MAX_POINTS = 100_000  # a typo'd sweep must not expand for minutes before it is refused
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")  # the name becomes part of a path
 
 # Point fields a suite may set, with their types (bool is checked before int: True is an int).
 _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
@@ -61,13 +68,18 @@ MEASURE_KEYS: dict[str, type | tuple[type, ...]] = {
     "check": str, "threads": int, "flush_l2": bool, "isolate": bool,
     "point_timeout_s": (int, float),
 }
+# Lower bounds of [measure] numbers: (bound, inclusive). Floats must also be finite.
+_MEASURE_MIN = {"budget_s": (0, False), "min_samples": (1, True), "max_samples": (1, True),
+                "target_rel_ci": (0, True), "warmup_calls": (0, True), "min_sample_s": (0, True),
+                "threads": (1, True), "point_timeout_s": (0, False)}
+MAX_THREADS = 4096
 
 
 @dataclass(frozen=True)
 class MeasureConfig:
     """Per-suite measurement settings (``[measure]``)."""
 
-    timing: TimingConfig = TimingConfig()
+    timing: TimingConfig = field(default_factory=TimingConfig)
     check: str = "auto"  # auto | full | rows | none
     threads: int | None = None  # CPU threads; None = torch's default
     flush_l2: bool = False
@@ -109,8 +121,13 @@ def parse_suite(doc: dict, where: str = "<suite>", fingerprint: str = "") -> Sui
     err = _Reporter(where)
     unknown = set(doc) - TOP_KEYS
     if unknown:
-        err.fail(sorted(unknown)[0], doc[sorted(unknown)[0]], f"unknown key (allowed: {sorted(TOP_KEYS)})")
+        key = sorted(unknown)[0]
+        err.fail(key, doc[key], f"unknown key (allowed: {sorted(TOP_KEYS)})")
     name = _required(doc, "name", str, err)
+    if not NAME_RE.fullmatch(name):
+        err.fail("name", name, "use 1-100 letters, digits, '.', '_', '-' (it names the run folder)")
+    if not isinstance(doc.get("description", ""), str):
+        err.fail("description", doc["description"], "must be a string")
     scenario = _required(doc, "scenario", str, err)
     if scenario not in SCENARIOS:
         err.fail("scenario", scenario, f"unknown scenario (one of {list(SCENARIOS)})")
@@ -139,7 +156,8 @@ def parse_suite(doc: dict, where: str = "<suite>", fingerprint: str = "") -> Sui
             err.fail(f"{at}.implementation", impl, "each [[variant]] needs an implementation name")
         axes = {k: v for k, v in variant.items() if k != "implementation"}
         _check_axes(axes, at, err, lists=None)
-        plan = [(i, a) for i, a in plan if i != impl] + [(impl, axes)]
+        # a variant replaces the plain entry of its implementation; several variants add up
+        plan = [(i, a) for i, a in plan if i != impl or a] + [(impl, axes)]
     if not plan:
         err.fail("implementations", impls, "no implementation to run")
     known = set(registry.names()) | MIXER_IMPLS
@@ -147,6 +165,9 @@ def parse_suite(doc: dict, where: str = "<suite>", fingerprint: str = "") -> Sui
         if impl not in known:
             err.fail("implementations", impl,
                      f"unknown implementation (known: {', '.join(sorted(known))})")
+    total = sum(math.prod(len(v) for v in _grid(base, sweep, axes)[1].values()) for _, axes in plan)
+    if total > MAX_POINTS:
+        err.fail("sweep", f"{total} points", f"more than {MAX_POINTS} points; split the suite")
     points: list[Point] = []
     for impl, axes in plan:
         points.extend(_expand(impl, scenario, base, sweep, axes, err))
@@ -154,7 +175,13 @@ def parse_suite(doc: dict, where: str = "<suite>", fingerprint: str = "") -> Sui
         err.fail("sweep", "", "the suite produces the same point twice")
     measure = _measure(doc.get("measure", {}), err)
     return Suite(name=name, scenario=scenario, path=where, points=tuple(points), measure=measure,
-                 fingerprint=fingerprint, description=str(doc.get("description", "")))
+                 fingerprint=fingerprint, description=doc.get("description", ""))
+
+
+def one_line(text: str, limit: int = 400) -> str:
+    """``text`` as a single line (control characters escaped), cut to ``limit`` characters."""
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class _Reporter:
@@ -162,7 +189,8 @@ class _Reporter:
         self.where = where
 
     def fail(self, key: str, value, problem: str):
-        raise SuiteError(f"{self.where}: {key} = {value!r}: {problem}")
+        shown = one_line(repr(value), 120)
+        raise SuiteError(one_line(f"{self.where}: {key} = {shown}: {problem}", 600))
 
 
 def _required(doc: dict, key: str, kind: type, err: _Reporter):
@@ -209,7 +237,7 @@ def _check_value(key: str, value, err: _Reporter, at: str | None = None) -> None
             err.fail(at, value, "a window is [left, right] with sides >= -1 (-1 = unbounded)")
         return
     kind = int if key == "d_model" else _FIELD_TYPES[key]
-    if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
+    if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
         err.fail(at, value, f"must be {kind.__name__}")
     if key in _CHOICES and value not in _CHOICES[key]:
         err.fail(at, value, f"must be one of {list(_CHOICES[key])}")
@@ -221,7 +249,8 @@ def _check_value(key: str, value, err: _Reporter, at: str | None = None) -> None
         err.fail(at, value, "must be >= -1 (-1 = unbounded)")
 
 
-def _expand(impl: str, scenario: str, base: dict, sweep: dict, axes: dict, err: _Reporter):
+def _grid(base: dict, sweep: dict, axes: dict) -> tuple[dict, dict]:
+    """(fixed values, swept lists) of one implementation: its variant axes override the suite's."""
     fixed = dict(base)
     grid = dict(sweep)
     for key, value in axes.items():
@@ -229,6 +258,11 @@ def _expand(impl: str, scenario: str, base: dict, sweep: dict, axes: dict, err: 
         grid.pop(key, None)
         fixed.pop(key, None)
         (grid if is_list else fixed)[key] = value
+    return fixed, grid
+
+
+def _expand(impl: str, scenario: str, base: dict, sweep: dict, axes: dict, err: _Reporter):
+    fixed, grid = _grid(base, sweep, axes)
     keys = sorted(grid)
     for combo in itertools.product(*(grid[k] for k in keys)):
         values = {**fixed, **dict(zip(keys, combo, strict=True))}
@@ -260,7 +294,8 @@ def _make_point(impl: str, scenario: str, values: dict, err: _Reporter) -> Point
             err.fail(f"{label}: implementations", impl, "lstm/conv mixers need the block scenario")
         values["mixer"] = impl
     elif values.get("mixer", "attention") != "attention":
-        err.fail(f"{label}: mixer", values["mixer"], "set the mixer by listing 'lstm'/'conv' as implementations")
+        err.fail(f"{label}: mixer", values["mixer"],
+                 "set the mixer by listing 'lstm'/'conv' as implementations")
     if values.get("q_len") is not None and not scenario.startswith("attention"):
         err.fail(f"{label}: q_len", values["q_len"], "q_len applies to attention scenarios only")
     from harness.device import resolve_device_name
@@ -282,8 +317,15 @@ def _measure(table: dict, err: _Reporter) -> MeasureConfig:
         if key not in MEASURE_KEYS:
             err.fail(f"measure.{key}", value, f"unknown key (allowed: {sorted(MEASURE_KEYS)})")
         kind = MEASURE_KEYS[key]
-        if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
-            err.fail(f"measure.{key}", value, "wrong type")
+        if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
+            names = "/".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+            err.fail(f"measure.{key}", value, f"must be {names}")
+        if isinstance(value, float) and not math.isfinite(value):
+            err.fail(f"measure.{key}", value, "must be a finite number")
+        if key in _MEASURE_MIN:
+            bound, inclusive = _MEASURE_MIN[key]
+            if value < bound or (value == bound and not inclusive):
+                err.fail(f"measure.{key}", value, f"must be {'>=' if inclusive else '>'} {bound}")
     timing_keys = {f.name for f in fields(TimingConfig)}
     try:
         timing = replace(TimingConfig(), **{k: v for k, v in table.items() if k in timing_keys})
@@ -293,8 +335,8 @@ def _measure(table: dict, err: _Reporter) -> MeasureConfig:
     if check not in ("auto", "full", "rows", "none"):
         err.fail("measure.check", check, "must be auto|full|rows|none")
     threads = table.get("threads")
-    if threads is not None and threads < 1:
-        err.fail("measure.threads", threads, "must be >= 1")
+    if threads is not None and threads > MAX_THREADS:
+        err.fail("measure.threads", threads, f"must be <= {MAX_THREADS}")
     return MeasureConfig(timing=timing, check=check, threads=threads,
                          flush_l2=table.get("flush_l2", False), isolate=table.get("isolate", False),
                          point_timeout_s=table.get("point_timeout_s"))

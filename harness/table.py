@@ -42,13 +42,16 @@ def pivot(frame: pd.DataFrame, metric: str) -> pd.DataFrame:
         return text if row.get("agree") is not False else f"{text} (!)"
 
     cells = frame.assign(_cell=frame.apply(cell, axis=1))
-    table = cells.pivot_table(index=index, columns="impl", values="_cell", aggfunc="first",
-                              dropna=False, sort=True).fillna("")
+    table = cells.pivot_table(
+        index=index, columns="impl", values="_cell", aggfunc="first", dropna=False, sort=True
+    ).fillna("")
     table.columns.name = header
     return table
 
 
-def render(frame: pd.DataFrame, metrics: tuple[str, ...] = ("time_median_s", "peak_mem_bytes")) -> str:
+def render(
+    frame: pd.DataFrame, metrics: tuple[str, ...] = ("time_median_s", "peak_mem_bytes")
+) -> str:
     """Plain-text tables, one per metric, plus a line per non-ok point with its reason."""
     parts = []
     for metric in metrics:
@@ -58,7 +61,9 @@ def render(frame: pd.DataFrame, metrics: tuple[str, ...] = ("time_median_s", "pe
     bad = frame[frame["status"] != "ok"]
     if len(bad):
         groups = bad.groupby(["impl", "status", "reason"], dropna=False).size()
-        lines = [f"  {impl} ({count} points): {status}: {reason}"
-                 for (impl, status, reason), count in groups.items()]
+        lines = [
+            f"  {impl} ({count} points): {status}: {reason}"
+            for (impl, status, reason), count in groups.items()
+        ]
         parts.append("points not ok:\n" + "\n".join(lines))
     return "\n\n".join(parts)

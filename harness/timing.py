@@ -85,7 +85,9 @@ class Measurement:
         }
 
 
-def measure(fn: Callable[[], object], device: Device, config: TimingConfig | None = None) -> Measurement:
+def measure(
+    fn: Callable[[], object], device: Device, config: TimingConfig | None = None
+) -> Measurement:
     """Time ``fn`` (a zero-argument callable; set-up already done) on ``device``."""
     config = config or TimingConfig()
     device.synchronize()

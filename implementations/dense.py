@@ -23,8 +23,9 @@ def _scores_bytes(p: Problem) -> int:
 @register(
     "full",
     family="dense",
-    caps=Capabilities(mask_features={"causal", "window", "dilation", "global", "block_sparse"},
-                      grouped_kv=True),
+    caps=Capabilities(
+        mask_features={"causal", "window", "dilation", "global", "block_sparse"}, grouped_kv=True
+    ),
     cost=Cost(time_exponent=2, memory_exponent=2, memory_model=_scores_bytes),
     description="eager softmax(QK^T)V, materialized (n_q, n_k) scores",
 )

@@ -31,8 +31,13 @@ def _availability() -> str | None:
 @register(
     "flash-attn",
     family="flash",
-    caps=Capabilities(devices={"cuda"}, dtypes={torch.float16, torch.bfloat16},
-                      mask_features={"causal", "window"}, grouped_kv=True, max_head_dim=256),
+    caps=Capabilities(
+        devices={"cuda"},
+        dtypes={torch.float16, torch.bfloat16},
+        mask_features={"causal", "window"},
+        grouped_kv=True,
+        max_head_dim=256,
+    ),
     cost=Cost(time_exponent=2, memory_exponent=1),
     description="flash_attn.flash_attn_func (FlashAttention-2, CUDA)",
     availability=_availability,
@@ -46,8 +51,11 @@ def flash_attn_attention(
     left = -1 if mask.left is None else mask.left
     right = -1 if mask.right is None else mask.right
     out = flash_attn_func(
-        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),  # (B, N, H, D)
+        q.transpose(1, 2),
+        k.transpose(1, 2),
+        v.transpose(1, 2),  # (B, N, H, D)
         softmax_scale=1.0 / math.sqrt(q.shape[-1]) if scale is None else scale,
-        causal=mask.causal, window_size=(left, right),
+        causal=mask.causal,
+        window_size=(left, right),
     )
     return out.transpose(1, 2)

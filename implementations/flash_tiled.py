@@ -36,8 +36,9 @@ def _tiles(n_q: int, n_k: int, causal: bool):
             yield qs, qe, ks, ke, causal and ke - 1 > qs + off
 
 
-def _tile_scores(q_blk: Tensor, k_blk: Tensor, scale: float, qs: int, ks: int, off: int,
-                 partial: bool) -> Tensor:
+def _tile_scores(
+    q_blk: Tensor, k_blk: Tensor, scale: float, qs: int, ks: int, off: int, partial: bool
+) -> Tensor:
     """(B, H, bq, D) x (B, H, bk, D) -> float32 scores (B, H, bq, bk), causal future at -inf."""
     s = (q_blk @ k_blk.transpose(-2, -1)).float().mul_(scale)
     if partial:
@@ -56,7 +57,7 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> tup
     state: dict[int, tuple[Tensor, Tensor, Tensor]] = {}
     for qs, qe, ks, ke, partial in _tiles(n_q, n_k, causal):
         s = _tile_scores(q[..., qs:qe, :], k[..., ks:ke, :], scale, qs, ks, off, partial)
-        m, l, acc = state.get(qs) or (
+        m, row_sum, acc = state.get(qs) or (
             torch.full(s.shape[:-1], float("-inf"), device=q.device),
             torch.zeros(s.shape[:-1], device=q.device),
             torch.zeros((*s.shape[:-1], q.shape[-1]), device=q.device),
@@ -65,20 +66,29 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> tup
         m_safe = m_new.masked_fill(m_new == float("-inf"), 0.0)  # fully masked so far: no NaN
         p = torch.exp(s - m_safe[..., None])
         alpha = torch.exp(m - m_safe)
-        l = l * alpha + p.sum(-1)
+        row_sum = row_sum * alpha + p.sum(-1)
         acc = acc * alpha[..., None] + (p.to(v.dtype) @ v[..., ks:ke, :]).float()
-        state[qs] = (m_new, l, acc)
+        state[qs] = (m_new, row_sum, acc)
         if ke == (min(n_k, qe + off) if causal else n_k):  # last tile of this query block
-            has_key = l > 0
-            out[..., qs:qe, :] = torch.where(has_key[..., None], acc / l.clamp_min(1e-30)[..., None],
-                                             0.0).to(q.dtype)
-            lse[..., qs:qe] = torch.where(has_key, m_safe + torch.log(l), float("inf"))
+            has_key = row_sum > 0
+            out[..., qs:qe, :] = torch.where(
+                has_key[..., None], acc / row_sum.clamp_min(1e-30)[..., None], 0.0
+            ).to(q.dtype)
+            lse[..., qs:qe] = torch.where(has_key, m_safe + torch.log(row_sum), float("inf"))
             del state[qs]
     return out, lse
 
 
-def _backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, dout: Tensor,
-              causal: bool, scale: float) -> tuple[Tensor, Tensor, Tensor]:
+def _backward(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    lse: Tensor,
+    dout: Tensor,
+    causal: bool,
+    scale: float,
+) -> tuple[Tensor, Tensor, Tensor]:
     """Gradients (dq, dk, dv), shapes as q, k, v, recomputing tile probabilities from lse."""
     n_q, n_k = q.shape[-2], k.shape[-2]
     off = n_k - n_q
@@ -87,7 +97,12 @@ def _backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, dout: T
     dv = torch.zeros(v.shape, dtype=torch.float32, device=q.device)
     delta = (dout.float() * out.float()).sum(-1)  # (B, H, n_q): rowsum(dO ∘ O)
     for qs, qe, ks, ke, partial in _tiles(n_q, n_k, causal):
-        q_blk, k_blk, v_blk, do_blk = q[..., qs:qe, :], k[..., ks:ke, :], v[..., ks:ke, :], dout[..., qs:qe, :]
+        q_blk, k_blk, v_blk, do_blk = (
+            q[..., qs:qe, :],
+            k[..., ks:ke, :],
+            v[..., ks:ke, :],
+            dout[..., qs:qe, :],
+        )
         s = _tile_scores(q_blk, k_blk, scale, qs, ks, off, partial)
         p = torch.exp(s - lse[..., qs:qe, None])  # (B, H, bq, bk); masked and empty rows -> 0
         dv[..., ks:ke, :] += p.transpose(-2, -1) @ do_blk.float()
@@ -127,7 +142,9 @@ def _workspace_bytes(p: Problem) -> int:
     cost=Cost(time_exponent=2, memory_exponent=1, memory_model=_workspace_bytes),
     description="tiled online-softmax FlashAttention in plain PyTorch (exact, O(n) memory)",
 )
-def flash_tiled(q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, scale: float | None = None) -> Tensor:
+def flash_tiled(
+    q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, scale: float | None = None
+) -> Tensor:
     """q: (B, H, n_q, D), k/v: (B, H, n_k, D) -> (B, H, n_q, D); causal bottom-right aligned."""
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     return _FlashTiled.apply(q, k, v, mask.causal, scale)

@@ -37,7 +37,9 @@ def _sdpa(q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, scale: float | None) 
     if gqa:  # CausalBias does not take enable_gqa: repeat K/V heads (B, H_kv, n, D) -> (B, H, n, D)
         k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
         v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(n_q, n_k), scale=scale)
+    out = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=causal_lower_right(n_q, n_k), scale=scale
+    )
     # queries above the first key (n_q > n_k) keep no key: zeros, as the mask semantics say
     return out.nan_to_num(0.0) if n_q > n_k else out
 
@@ -75,22 +77,28 @@ def _default(q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, scale: float | Non
 _CAUSAL = frozenset({"causal"})
 
 register(
-    "sdpa", family="sdpa",
+    "sdpa",
+    family="sdpa",
     caps=Capabilities(mask_features=_CAUSAL, grouped_kv=True),
     cost=Cost(time_exponent=2, memory_exponent=1),
     description="F.scaled_dot_product_attention, PyTorch's backend choice",
 )(_default)
 
 register(
-    "sdpa-math", family="sdpa",
+    "sdpa-math",
+    family="sdpa",
     caps=Capabilities(mask_features=_CAUSAL, grouped_kv=True),
-    cost=Cost(time_exponent=2, memory_exponent=2,
-              memory_model=lambda p: 2 * p.batch * p.heads * p.n_q * p.n_k * 4),
+    cost=Cost(
+        time_exponent=2,
+        memory_exponent=2,
+        memory_model=lambda p: 2 * p.batch * p.heads * p.n_q * p.n_k * 4,
+    ),
     description="SDPA MATH backend (materializes scores in fp32)",
 )(_pinned(SDPBackend.MATH))
 
 register(
-    "sdpa-flash", family="sdpa",
+    "sdpa-flash",
+    family="sdpa",
     caps=Capabilities(mask_features=_CAUSAL, grouped_kv=True),
     cost=Cost(time_exponent=2, memory_exponent=1),
     description="SDPA FLASH_ATTENTION backend (CPU flash kernel or CUDA FlashAttention-2)",
@@ -98,14 +106,16 @@ register(
 )(_pinned(SDPBackend.FLASH_ATTENTION))
 
 register(
-    "sdpa-efficient", family="sdpa",
+    "sdpa-efficient",
+    family="sdpa",
     caps=Capabilities(devices={"cuda"}, mask_features=_CAUSAL, grouped_kv=True),
     cost=Cost(time_exponent=2, memory_exponent=1),
     description="SDPA EFFICIENT_ATTENTION backend (xformers/CUTLASS kernel; CUDA only)",
 )(_pinned(SDPBackend.EFFICIENT_ATTENTION))
 
 register(
-    "sdpa-cudnn", family="sdpa",
+    "sdpa-cudnn",
+    family="sdpa",
     caps=Capabilities(devices={"cuda"}, dtypes=HALF, mask_features=_CAUSAL, grouped_kv=True),
     cost=Cost(time_exponent=2, memory_exponent=1),
     description="SDPA CUDNN_ATTENTION backend (cuDNN fused attention; CUDA only)",

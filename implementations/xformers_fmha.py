@@ -40,8 +40,12 @@ def _bias(mask: MaskSpec, n_q: int, n_k: int):
 @register(
     "xformers",
     family="xformers",
-    caps=Capabilities(devices={"cuda"}, dtypes={torch.float16, torch.bfloat16, torch.float32},
-                      mask_features={"causal"}, max_head_dim=256),
+    caps=Capabilities(
+        devices={"cuda"},
+        dtypes={torch.float16, torch.bfloat16, torch.float32},
+        mask_features={"causal"},
+        max_head_dim=256,
+    ),
     cost=Cost(time_exponent=2, memory_exponent=1),
     description="xformers.ops.memory_efficient_attention (CUDA)",
     availability=_availability,
@@ -54,7 +58,10 @@ def xformers_attention(
 
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     out = xops.memory_efficient_attention(
-        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),  # (B, N, H, D)
-        attn_bias=_bias(mask, q.shape[-2], k.shape[-2]), scale=scale,
+        q.transpose(1, 2),
+        k.transpose(1, 2),
+        v.transpose(1, 2),  # (B, N, H, D)
+        attn_bias=_bias(mask, q.shape[-2], k.shape[-2]),
+        scale=scale,
     )
     return out.transpose(1, 2)

@@ -6,14 +6,25 @@ import pytest
 import torch
 
 
-def make_qkv(batch: int, heads: int, n_q: int, n_k: int, head_dim: int, *, kv_heads: int | None = None,
-             dtype: torch.dtype = torch.float32, seed: int = 0, requires_grad: bool = False):
+def make_qkv(
+    batch: int,
+    heads: int,
+    n_q: int,
+    n_k: int,
+    head_dim: int,
+    *,
+    kv_heads: int | None = None,
+    dtype: torch.dtype = torch.float32,
+    seed: int = 0,
+    requires_grad: bool = False,
+):
     """q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D), N(0, 1) from a seeded generator."""
     gen = torch.Generator().manual_seed(seed)
     kv = kv_heads or heads
     shapes = [(batch, heads, n_q, head_dim), (batch, kv, n_k, head_dim), (batch, kv, n_k, head_dim)]
-    return tuple(torch.randn(s, generator=gen, dtype=dtype).requires_grad_(requires_grad)
-                 for s in shapes)
+    return tuple(
+        torch.randn(s, generator=gen, dtype=dtype).requires_grad_(requires_grad) for s in shapes
+    )
 
 
 @pytest.fixture(autouse=True)

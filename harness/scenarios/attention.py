@@ -22,7 +22,8 @@ def make_inputs(point, device: str, requires_grad: bool = False) -> tuple[Tensor
     ]
     return tuple(
         torch.randn(s, generator=gen, device=device, dtype=point.torch_dtype).requires_grad_(
-            requires_grad)
+            requires_grad
+        )
         for s in shapes
     )
 
@@ -48,12 +49,14 @@ def build(point, impl, device, plan: CheckPlan) -> Case:
     def check() -> dict:
         return check_attention(attn, q, k, v, grad_out, point, plan)
 
-    return Case(run=run, tokens=point.batch * point.n_q, check=check,
-                columns={"check": plan.describe()})
+    return Case(
+        run=run, tokens=point.batch * point.n_q, check=check, columns={"check": plan.describe()}
+    )
 
 
-def check_attention(attn: AttnFn, q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor | None,
-                    point, plan: CheckPlan) -> dict:
+def check_attention(
+    attn: AttnFn, q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor | None, point, plan: CheckPlan
+) -> dict:
     """Agreement columns of one prepared call against the float64 reference (same mask)."""
     if plan.mode == "none":
         return {"agree": None}
@@ -68,7 +71,8 @@ def check_attention(attn: AttnFn, q: Tensor, k: Tensor, v: Tensor, grad_out: Ten
     result["naive_err"] = float((naive.double() - ref).abs().max())
     if plan.grads and grad_out is not None:
         grads = torch.autograd.grad(attn(q, k, v), (q, k, v), grad_out)
-        result.update(compare_grads(grads, reference_grads(q, k, v, grad_out, mask),
-                                    point.torch_dtype))
+        result.update(
+            compare_grads(grads, reference_grads(q, k, v, grad_out, mask), point.torch_dtype)
+        )
         result["agree"] = result["agree"] and result["grad_agree"]
     return result

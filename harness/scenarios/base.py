@@ -54,5 +54,6 @@ class Case:
     check: Callable[[], dict]  # agreement columns, run once, untimed
     # columns measured after timing: extra(measurement_of_run, timer) where timer(fn) -> Measurement
     extra: Callable[[Measurement, Callable[[Callable[[], object]], Measurement]], dict] = field(
-        default=lambda m, timer: {})
+        default=lambda m, timer: {}
+    )
     columns: dict = field(default_factory=dict)  # static extra columns (e.g. check mode)

@@ -19,9 +19,16 @@ from harness.scenarios.base import Case, CheckPlan
 
 def block_config(point) -> BlockConfig:
     return BlockConfig(
-        heads=point.heads, head_dim=point.head_dim, kv_heads=point.kv_heads, norm=point.norm,
-        ffn=point.ffn, pos=point.pos, mixer=point.mixer, conv_kernel=point.conv_kernel,
-        causal=point.causal, max_len=point.seq_len,
+        heads=point.heads,
+        head_dim=point.head_dim,
+        kv_heads=point.kv_heads,
+        norm=point.norm,
+        ffn=point.ffn,
+        pos=point.pos,
+        mixer=point.mixer,
+        conv_kernel=point.conv_kernel,
+        causal=point.causal,
+        max_len=point.seq_len,
     )
 
 
@@ -57,8 +64,13 @@ def build(point, impl, device, plan: CheckPlan) -> Case:
             out["attn_share"] = share
         return out
 
-    return Case(run=run, tokens=point.batch * point.seq_len, check=check, extra=extra,
-                columns={"check": plan.describe()})
+    return Case(
+        run=run,
+        tokens=point.batch * point.seq_len,
+        check=check,
+        extra=extra,
+        columns={"check": plan.describe()},
+    )
 
 
 def mixer_call(block: TransformerBlock, core, x: Tensor, grad_out: Tensor, backward: bool):
@@ -88,8 +100,9 @@ def mixer_call(block: TransformerBlock, core, x: Tensor, grad_out: Tensor, backw
     return mix
 
 
-def check_block(block: TransformerBlock, core, x: Tensor, grad_out: Tensor, point,
-                plan: CheckPlan) -> dict:
+def check_block(
+    block: TransformerBlock, core, x: Tensor, grad_out: Tensor, point, plan: CheckPlan
+) -> dict:
     """Block output (and dx) against a float64 copy with the float64 reference core."""
     if plan.mode == "none":
         return {"agree": None}

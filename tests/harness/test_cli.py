@@ -9,8 +9,17 @@ from pathlib import Path
 
 from harness.results import load_env, load_rows
 
-CORE_NAMES = ["full", "sdpa", "sdpa-math", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn",
-              "flash-tiled", "xformers", "flash-attn"]
+CORE_NAMES = [
+    "full",
+    "sdpa",
+    "sdpa-math",
+    "sdpa-flash",
+    "sdpa-efficient",
+    "sdpa-cudnn",
+    "flash-tiled",
+    "xformers",
+    "flash-attn",
+]
 TINY = """
 name = "tiny"
 scenario = "attention"
@@ -28,8 +37,13 @@ min_samples = 3
 
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True,
-                          text=True, cwd=cwd, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
+    )
 
 
 def test_list_shows_every_implementation_with_availability():

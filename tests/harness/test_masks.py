@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from harness.masks import MaskError, MaskSpec, block_layout, dense_mask, kept_pairs
 
@@ -34,9 +36,15 @@ def brute_force(spec: MaskSpec, n_q: int, n_k: int) -> torch.Tensor:
 @pytest.mark.parametrize("n_q,n_k", [(7, 7), (3, 11), (11, 3), (1, 9)])
 @pytest.mark.parametrize(
     "spec",
-    [MaskSpec(), MaskSpec(causal=True), MaskSpec(window=(2, 1)), MaskSpec(causal=True, window=(3, 0)),
-     MaskSpec(window=(2, 2), dilation=2), MaskSpec(causal=True, window=(2, None), global_tokens=2),
-     MaskSpec(window=(0, 0), global_tokens=1)],
+    [
+        MaskSpec(),
+        MaskSpec(causal=True),
+        MaskSpec(window=(2, 1)),
+        MaskSpec(causal=True, window=(3, 0)),
+        MaskSpec(window=(2, 2), dilation=2),
+        MaskSpec(causal=True, window=(2, None), global_tokens=2),
+        MaskSpec(window=(0, 0), global_tokens=1),
+    ],
     ids=lambda s: s.describe(),
 )
 def test_dense_mask_matches_the_rules(spec, n_q, n_k):
@@ -90,10 +98,17 @@ def test_block_layout_is_seeded():
     assert not torch.equal(block_layout(a, 40, 40), block_layout(b, 40, 40))
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"window": (-2, 0)}, {"dilation": 0}, {"global_tokens": -1}, {"random_blocks": 1},
-    {"block_size": 4, "global_tokens": 3}, {"block_size": 4, "dilation": 2},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"window": (-2, 0)},
+        {"dilation": 0},
+        {"global_tokens": -1},
+        {"random_blocks": 1},
+        {"block_size": 4, "global_tokens": 3},
+        {"block_size": 4, "dilation": 2},
+    ],
+)
 def test_contradictory_specs_are_rejected(kwargs):
     with pytest.raises(MaskError):
         MaskSpec(**kwargs)
@@ -101,3 +116,47 @@ def test_contradictory_specs_are_rejected(kwargs):
 
 def test_minus_one_means_unbounded():
     assert MaskSpec(window=(-1, 3)) == MaskSpec(window=(None, 3))
+
+
+side = st.one_of(st.none(), st.integers(0, 12))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    causal=st.booleans(),
+    left=side,
+    right=side,
+    dilation=st.integers(1, 4),
+    global_tokens=st.integers(0, 6),
+    n_q=st.integers(1, 40),
+    n_k=st.integers(1, 40),
+)
+def test_closed_form_pair_count_equals_the_dense_mask(
+    causal, left, right, dilation, global_tokens, n_q, n_k
+):
+    spec = MaskSpec(
+        causal=causal, window=(left, right), dilation=dilation, global_tokens=global_tokens
+    )
+    assert kept_pairs(spec, n_q, n_k) == int(dense_mask(spec, n_q, n_k).sum())
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    window=st.integers(0, 3),
+    random_blocks=st.integers(0, 2),
+    block=st.integers(1, 5),
+    causal=st.booleans(),
+    n=st.integers(1, 40),
+    seed=st.integers(0, 5),
+)
+def test_block_sparse_pair_count_equals_the_dense_mask(
+    window, random_blocks, block, causal, n, seed
+):
+    spec = MaskSpec(
+        causal=causal,
+        window=(window, window),
+        block_size=block,
+        random_blocks=random_blocks,
+        seed=seed,
+    )
+    assert kept_pairs(spec, n, n, chunk=7) == int(dense_mask(spec, n, n).sum())

@@ -15,10 +15,32 @@ from harness.suite import MeasureConfig
 from harness.timing import TimingConfig
 
 FAST = MeasureConfig(timing=TimingConfig(budget_s=0.05, min_samples=3, warmup_calls=1))
-REQUIRED = ("run_id", "impl", "scenario", "device", "dtype", "batch", "seq_len", "heads",
-            "head_dim", "d_model", "causal", "status", "reason", "time_median_s", "time_iqr_s",
-            "samples", "tokens_per_s", "useful_flops", "tflops_per_s", "peak_mem_bytes",
-            "mem_method", "max_abs_err", "rel_err", "agree")
+REQUIRED = (
+    "run_id",
+    "impl",
+    "scenario",
+    "device",
+    "dtype",
+    "batch",
+    "seq_len",
+    "heads",
+    "head_dim",
+    "d_model",
+    "causal",
+    "status",
+    "reason",
+    "time_median_s",
+    "time_iqr_s",
+    "samples",
+    "tokens_per_s",
+    "useful_flops",
+    "tflops_per_s",
+    "peak_mem_bytes",
+    "mem_method",
+    "max_abs_err",
+    "rel_err",
+    "agree",
+)
 
 
 @pytest.fixture
@@ -95,24 +117,46 @@ def test_over_budget_point_is_skipped_with_the_prediction():
 
 
 def test_backward_scenario_checks_gradients():
-    row = run(Point(impl="flash-tiled", scenario="attention+backward", seq_len=97, heads=3,
-                    head_dim=59, causal=True))
+    row = run(
+        Point(
+            impl="flash-tiled",
+            scenario="attention+backward",
+            seq_len=97,
+            heads=3,
+            head_dim=59,
+            causal=True,
+        )
+    )
     assert row["status"] == "ok" and row["check"] == "full+grads"
     assert row["grad_rel_err"] < 1e-4
     assert row["useful_flops"] == pytest.approx(3.5 * 4 * 3 * 59 * (97 * 98 // 2))
 
 
 def test_large_points_check_sampled_rows():
-    row = run_point(Point(impl="sdpa-flash", seq_len=4100, heads=1, head_dim=16, causal=True),
-                    FAST, CpuDevice())
+    row = run_point(
+        Point(impl="sdpa-flash", seq_len=4100, heads=1, head_dim=16, causal=True), FAST, CpuDevice()
+    )
     assert row["status"] == "ok" and row["check"] == "rows"
 
 
-@pytest.mark.parametrize("norm,ffn,pos", [("pre", "gelu", "rope"), ("post", "swiglu", "sinusoidal"),
-                                          ("pre", "relu", "learned")])
+@pytest.mark.parametrize(
+    "norm,ffn,pos",
+    [("pre", "gelu", "rope"), ("post", "swiglu", "sinusoidal"), ("pre", "relu", "learned")],
+)
 def test_block_rows_report_the_attention_share(norm, ffn, pos):
-    row = run(Point(impl="sdpa", scenario="block", seq_len=65, heads=2, head_dim=24, causal=True,
-                    norm=norm, ffn=ffn, pos=pos))
+    row = run(
+        Point(
+            impl="sdpa",
+            scenario="block",
+            seq_len=65,
+            heads=2,
+            head_dim=24,
+            causal=True,
+            norm=norm,
+            ffn=ffn,
+            pos=pos,
+        )
+    )
     assert row["status"] == "ok" and row["agree"] is True, row.get("reason")
     # a share, not a hard-coded timing: the core timed alone over the block's median
     assert row["attn_share"] == pytest.approx(row["mixer_time_s"] / row["time_median_s"])
@@ -121,17 +165,24 @@ def test_block_rows_report_the_attention_share(norm, ffn, pos):
 
 @pytest.mark.parametrize("mixer", ["lstm", "conv"])
 def test_block_mixer_baselines(mixer):
-    row = run(Point(impl=mixer, mixer=mixer, scenario="block", seq_len=40, heads=2, head_dim=16,
-                    causal=True))
+    row = run(
+        Point(
+            impl=mixer, mixer=mixer, scenario="block", seq_len=40, heads=2, head_dim=16, causal=True
+        )
+    )
     assert row["status"] == "ok" and row["agree"] is True, row.get("reason")
     assert row["family"] in ("recurrent", "convolution") and "attn_share" not in row
 
 
 def test_block_backward_checks_input_gradient():
-    row = run(Point(impl="full", scenario="block+backward", seq_len=33, heads=2, head_dim=8,
-                    causal=True))
+    row = run(
+        Point(impl="full", scenario="block+backward", seq_len=33, heads=2, head_dim=8, causal=True)
+    )
     assert row["status"] == "ok" and row["grad_rel_err"] < 1e-4
 
 
 def test_threads_are_recorded_on_cpu():
-    assert run(Point(impl="sdpa", seq_len=16, heads=1, head_dim=8))["threads"] == torch.get_num_threads()
+    assert (
+        run(Point(impl="sdpa", seq_len=16, heads=1, head_dim=8))["threads"]
+        == torch.get_num_threads()
+    )

@@ -65,8 +65,9 @@ def test_first_call_is_kept_out_of_the_samples():
     assert m.first_call_s >= 0.05 and max(m.samples) < 0.05
 
 
-@pytest.mark.parametrize("kwargs", [{"budget_s": 0}, {"min_samples": 0},
-                                    {"min_samples": 5, "max_samples": 4}])
+@pytest.mark.parametrize(
+    "kwargs", [{"budget_s": 0}, {"min_samples": 0}, {"min_samples": 5, "max_samples": 4}]
+)
 def test_bad_configs_are_rejected(kwargs):
     with pytest.raises(ValueError):
         TimingConfig(**kwargs)

@@ -14,8 +14,17 @@ from harness.spec import Problem
 from tests.conftest import make_qkv
 
 SHAPES = [(2, 3, 97, 97, 59), (1, 2, 33, 161, 59), (1, 2, 161, 33, 16)]
-CORE = ["full", "sdpa", "sdpa-math", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "flash-tiled",
-        "xformers", "flash-attn"]
+CORE = [
+    "full",
+    "sdpa",
+    "sdpa-math",
+    "sdpa-flash",
+    "sdpa-efficient",
+    "sdpa-cudnn",
+    "flash-tiled",
+    "xformers",
+    "flash-attn",
+]
 
 
 def runnable(name: str, problem: Problem) -> bool:
@@ -26,8 +35,12 @@ def cases():
     for name in CORE:
         for shape in SHAPES:
             for causal in (False, True):
-                yield pytest.param(name, shape, causal, id=f"{name}-{'x'.join(map(str, shape))}-"
-                                   f"{'causal' if causal else 'full'}")
+                yield pytest.param(
+                    name,
+                    shape,
+                    causal,
+                    id=f"{name}-{'x'.join(map(str, shape))}-{'causal' if causal else 'full'}",
+                )
 
 
 @pytest.mark.parametrize("name,shape,causal", list(cases()))
@@ -81,4 +94,6 @@ def test_grouped_kv_where_declared():
 def test_a_wrong_kernel_is_caught():
     q, k, v = make_qkv(1, 2, 30, 30, 8, seed=15)
     out = registry.get("sdpa")(q, k, v, MaskSpec(causal=False))  # ignores causality
-    assert not compare(out, reference_attention(q, k, v, MaskSpec(causal=True)), torch.float32)["agree"]
+    assert not compare(out, reference_attention(q, k, v, MaskSpec(causal=True)), torch.float32)[
+        "agree"
+    ]
