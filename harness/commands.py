@@ -117,8 +117,8 @@ def cmd_run(args) -> int:
         measure = replace(measure, check=args.check)
     if args.budget_s:
         measure = replace(measure, timing=replace(measure.timing, budget_s=args.budget_s))
-    if args.point_timeout and not (args.isolate or measure.isolate):
-        raise CliError("--point-timeout needs --isolate "
+    if (args.point_timeout or measure.point_timeout_s) and not (args.isolate or measure.isolate):
+        raise CliError("--point-timeout / [measure] point_timeout_s needs --isolate "
                        "(a hung point is stopped by killing its child)")
     from harness import shard as shard_mod
 

@@ -39,6 +39,7 @@ from harness.masks import MaskError
 from harness.point import DTYPES, SCENARIOS, Point
 from harness.timing import TimingConfig
 
+# fmt: off
 TOP_KEYS = {"name", "description", "scenario", "implementations", "device", "fixed", "sweep",
             "variant", "measure"}
 MIXER_IMPLS = {"lstm", "conv"}  # block-scenario baselines that replace the attention mixer
@@ -73,6 +74,7 @@ _MEASURE_MIN = {"budget_s": (0, False), "min_samples": (1, True), "max_samples":
                 "target_rel_ci": (0, True), "warmup_calls": (0, True), "min_sample_s": (0, True),
                 "threads": (1, True), "point_timeout_s": (0, False)}
 MAX_THREADS = 4096
+# fmt: on
 
 
 @dataclass(frozen=True)
@@ -163,8 +165,11 @@ def parse_suite(doc: dict, where: str = "<suite>", fingerprint: str = "") -> Sui
     known = set(registry.names()) | MIXER_IMPLS
     for impl, _ in plan:
         if impl not in known:
-            err.fail("implementations", impl,
-                     f"unknown implementation (known: {', '.join(sorted(known))})")
+            err.fail(
+                "implementations",
+                impl,
+                f"unknown implementation (known: {', '.join(sorted(known))})",
+            )
     total = sum(math.prod(len(v) for v in _grid(base, sweep, axes)[1].values()) for _, axes in plan)
     if total > MAX_POINTS:
         err.fail("sweep", f"{total} points", f"more than {MAX_POINTS} points; split the suite")
@@ -174,8 +179,15 @@ def parse_suite(doc: dict, where: str = "<suite>", fingerprint: str = "") -> Sui
     if len(set(points)) != len(points):
         err.fail("sweep", "", "the suite produces the same point twice")
     measure = _measure(doc.get("measure", {}), err)
-    return Suite(name=name, scenario=scenario, path=where, points=tuple(points), measure=measure,
-                 fingerprint=fingerprint, description=doc.get("description", ""))
+    return Suite(
+        name=name,
+        scenario=scenario,
+        path=where,
+        points=tuple(points),
+        measure=measure,
+        fingerprint=fingerprint,
+        description=doc.get("description", ""),
+    )
 
 
 def one_line(text: str, limit: int = 400) -> str:
@@ -226,8 +238,11 @@ def _check_axes(axes: dict, where: str, err: _Reporter, lists: bool | None) -> N
 
 
 def _is_pair(value) -> bool:
-    return isinstance(value, list) and len(value) == 2 and all(
-        isinstance(s, int) and not isinstance(s, bool) for s in value)
+    return (
+        isinstance(value, list)
+        and len(value) == 2
+        and all(isinstance(s, int) and not isinstance(s, bool) for s in value)
+    )
 
 
 def _check_value(key: str, value, err: _Reporter, at: str | None = None) -> None:
@@ -294,8 +309,11 @@ def _make_point(impl: str, scenario: str, values: dict, err: _Reporter) -> Point
             err.fail(f"{label}: implementations", impl, "lstm/conv mixers need the block scenario")
         values["mixer"] = impl
     elif values.get("mixer", "attention") != "attention":
-        err.fail(f"{label}: mixer", values["mixer"],
-                 "set the mixer by listing 'lstm'/'conv' as implementations")
+        err.fail(
+            f"{label}: mixer",
+            values["mixer"],
+            "set the mixer by listing 'lstm'/'conv' as implementations",
+        )
     if values.get("q_len") is not None and not scenario.startswith("attention"):
         err.fail(f"{label}: q_len", values["q_len"], "q_len applies to attention scenarios only")
     from harness.device import resolve_device_name
@@ -337,6 +355,11 @@ def _measure(table: dict, err: _Reporter) -> MeasureConfig:
     threads = table.get("threads")
     if threads is not None and threads > MAX_THREADS:
         err.fail("measure.threads", threads, f"must be <= {MAX_THREADS}")
-    return MeasureConfig(timing=timing, check=check, threads=threads,
-                         flush_l2=table.get("flush_l2", False), isolate=table.get("isolate", False),
-                         point_timeout_s=table.get("point_timeout_s"))
+    return MeasureConfig(
+        timing=timing,
+        check=check,
+        threads=threads,
+        flush_l2=table.get("flush_l2", False),
+        isolate=table.get("isolate", False),
+        point_timeout_s=table.get("point_timeout_s"),
+    )

@@ -1,0 +1,127 @@
+"""``attnbench maxlen``: the search, the prediction, and verification in memory-capped children."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, replace
+
+import pytest
+
+from harness.cli import main
+from harness.costmodel import predict_peak_bytes
+from harness.isolate import capped_run_task, run_isolated
+from harness.maxlen import find_max_len, largest_fitting, predicted_max
+from harness.point import Point
+
+
+class Counted:
+    """fits(n) = n <= limit, counting calls."""
+
+    def __init__(self, limit: int):
+        self.limit, self.calls = limit, []
+
+    def __call__(self, n: int) -> bool:
+        self.calls.append(n)
+        return n <= self.limit
+
+
+@pytest.mark.parametrize("limit", [64, 100, 1000, 4096, 4160, 12345, 2**20 + 7])
+@pytest.mark.parametrize("start", [64, 3000, 4096, 50_000])
+def test_largest_fitting_finds_the_boundary_from_any_start(limit, start):
+    fits = Counted(limit)
+    lo, hi = largest_fitting(fits, start, 64)
+    assert lo == limit // 64 * 64 and hi == lo + 64
+    assert len(fits.calls) <= 2 * (limit + start).bit_length() + 4  # logarithmic, not linear
+    assert len(set(fits.calls)) == len(fits.calls)  # never runs a length twice
+
+
+def test_largest_fitting_edges():
+    assert largest_fitting(Counted(10), 4096, 64) == (0, 64)  # nothing fits
+    assert largest_fitting(Counted(10**9), 64, 64, cap=1000) == (960, None)  # everything fits
+    fits = Counted(4100)
+    assert largest_fitting(fits, 4096, 64) == (4096, 4160)
+    assert fits.calls[:2] == [4096, 4352]  # a good start costs a couple of runs
+
+
+def test_prediction_is_the_largest_length_within_budget():
+    point = Point(impl="full", heads=8, head_dim=64)
+    budget = 2 * 2**30
+    n = predicted_max(point, budget, 64)
+    assert predict_peak_bytes(replace(point, seq_len=n)) <= budget
+    assert predict_peak_bytes(replace(point, seq_len=n + 64)) > budget
+    flash = predicted_max(replace(point, impl="sdpa-flash"), budget, 64)
+    assert flash > 10 * n  # O(n) memory reaches much further than O(n^2)
+
+
+def test_capped_run_reports_oom_instead_of_meeting_the_oom_killer():
+    point = Point(impl="full", heads=2, head_dim=16, seq_len=2048)
+    payload = {"point": asdict(point), "budget": 8 * 2**20, "warmup_len": 64, "threads": 1}
+    over = run_isolated(capped_run_task, payload, timeout_s=120).result
+    assert over["status"] == "oom" and "allocate" in over["reason"]
+    assert over["limit"] == "RLIMIT_DATA"
+    fits = run_isolated(capped_run_task, {**payload, "budget": 256 * 2**20}, 120).result
+    assert fits["status"] == "ok"
+    assert fits["peak_bytes"] >= 2 * 2 * 2048 * 2048 * 4  # the two score matrices were live
+
+
+def test_verified_max_brackets_the_boundary_next_to_the_prediction():
+    point = Point(impl="full", heads=2, head_dim=16)
+    result = find_max_len(point, 64 * 2**20, multiple=64, time_limit_s=120, threads=1)
+    assert result.runs[result.verified]["status"] == "ok"
+    assert result.runs[result.first_failing]["status"] in ("oom", "error")
+    assert result.first_failing == result.verified + 64 and not result.time_limited
+    # the model is exact up to allocator slack for materialized scores
+    assert abs(result.verified - result.predicted) <= 0.05 * result.predicted
+    assert len(result.runs) <= 6
+
+
+def test_a_too_slow_boundary_is_reported_as_a_lower_bound(monkeypatch):
+    """Runs beyond some length time out: the climb reports the largest that finished."""
+    from harness import maxlen
+
+    def fake_run(point, budget, multiple, time_limit_s, threads):
+        if point.seq_len >= 5000:
+            return {"status": "timeout", "reason": "no result within 1 s"}
+        return {"status": "ok", "seconds": 0.1, "peak_bytes": 1}
+
+    monkeypatch.setattr(maxlen, "_verify_run", fake_run)
+    result = find_max_len(Point(impl="sdpa-flash"), 2**30, multiple=64)
+    assert result.time_limited and result.verified == 4096 and result.first_failing >= 5000
+
+
+def test_cli_json_output(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    args = ["full", "--heads", "2", "--head-dim", "16", "--budget", "32MiB", "--threads", "1"]
+    assert main(["maxlen", *args, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["budget_bytes"] == 32 * 2**20 and report["point"]["heads"] == 2
+    assert 0 < report["verified_max_seq_len"] < report["first_failing_seq_len"]
+    assert report["predicted_max_seq_len"] > 0
+    assert list(tmp_path.iterdir()) == []  # maxlen writes nothing
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["nope"], "unknown implementation"),
+        (["full", "--heads", "0"], "heads"),
+        (["full", "--window", "-3", "0"], "window"),
+        (["sdpa", "--window", "16", "0"], "cannot run"),
+        (["full", "--dtype", "float8"], "float8"),
+        (["full", "--budget", "lots"], "not a size"),
+        (["full", "--multiple", "0"], "--multiple"),
+        (["full", "--scenario", "training"], "training"),
+    ],
+)
+def test_bad_maxlen_arguments_are_one_line(capsys, args, needle):
+    assert main(["maxlen", *args, "--no-verify"]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_prediction_only(capsys):
+    assert main(["maxlen", "full", "--heads", "8", "--head-dim", "64", "--budget", "2GiB",
+                 "--no-verify"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    expected = predicted_max(Point(impl="full", heads=8, head_dim=64), 2 * 2**30, 64)
+    assert f"predicted max seq_len: {expected} " in out and "verified" not in out

@@ -1,0 +1,398 @@
+"""Issue 7 acceptance: bad input is refused in one line before anything is written; a run killed
+mid-sweep resumes without losing or duplicating a point; over-budget points are skipped with the
+prediction; crashing, aborting and hanging points become rows in isolated runs."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.costmodel import predict_peak_bytes
+from harness.isolate import describe_exit, run_isolated
+from harness.point import point_from_row
+from harness.results import ROWS_FILE, load_rows
+from harness.suite import load_suite
+
+ROOT = Path(__file__).resolve().parents[2]
+MEASURE = "[measure]\nbudget_s = 0.05\nmin_samples = 3\nwarmup_calls = 1\nthreads = 2\n"
+HEAD = 'name = "rel"\nscenario = "attention"\n'
+
+# A plug-in installed the way third parties install one: a distribution with an entry point in
+# the ``attnbench.implementations`` group, found on PYTHONPATH by the parent and the children.
+PLUGIN = """
+import ctypes, os, time
+from harness.registry import register
+from harness.spec import Capabilities, Cost
+
+def _add(name):
+    return register(name, family="test", caps=Capabilities(), cost=Cost(2, 2))
+
+@_add("test-segfault")
+def segfault(q, k, v, mask, scale=None):
+    return ctypes.string_at(0)
+
+@_add("test-abort")
+def abort(q, k, v, mask, scale=None):
+    os.abort()
+
+@_add("test-hang")
+def hang(q, k, v, mask, scale=None):
+    time.sleep(3600)
+"""
+
+
+@pytest.fixture(scope="module")
+def plugin_env(tmp_path_factory) -> dict:
+    """Environment for CLI subprocesses that have the crashing test implementations."""
+    site = tmp_path_factory.mktemp("site")
+    (site / "attnbench_crashers.py").write_text(PLUGIN)
+    info = site / "attnbench_crashers-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: attnbench-crashers\nVersion: 0.1\n"
+    )
+    (info / "entry_points.txt").write_text(
+        "[attnbench.implementations]\ncrashers = attnbench_crashers\n"
+    )
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])}
+
+
+def cli(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
+
+
+def write_suite(path: Path, body: str) -> Path:
+    path.write_text(HEAD + body + MEASURE)
+    return path
+
+
+def assert_one_line(stderr: str) -> None:
+    assert "Traceback" not in stderr, stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("attnbench: "), stderr
+
+
+# --- bad input ------------------------------------------------------------------------------
+
+MALFORMED = {
+    "unknown-key": 'implementations = ["full"]\ncolour = "blue"\n',
+    "unknown-impl": 'implementations = ["full", "fastest-attention"]\n',
+    "heads-and-length": 'implementations = ["full"]\n[fixed]\nheads = 3\nd_model = 64\n'
+    "[sweep]\nseq_len = [-128, 64]\n",
+    "broken-toml": 'implementations = ["full"\n[fixed]\nheads = 4\n',
+}
+
+
+def test_malformed_suites_and_a_missing_file_exit_nonzero_in_one_line(tmp_path):
+    """The real CLI, one process per case (in parallel): exit 2, one stderr line, no output."""
+    cases = {name: write_suite(tmp_path / f"{name}.toml", body) for name, body in MALFORMED.items()}
+    cases["missing-file"] = tmp_path / "no-such-suite.toml"
+
+    def attempt(item):
+        name, suite = item
+        return name, cli("run", str(suite), "--out", str(tmp_path / f"out-{name}"))
+
+    with ThreadPoolExecutor(len(cases)) as pool:
+        results = dict(pool.map(attempt, cases.items()))
+    expected = {
+        "unknown-key": "colour",
+        "unknown-impl": "fastest-attention",
+        "heads-and-length": "-128",
+        "broken-toml": "line",
+        "missing-file": "not found",
+    }
+    for name, result in results.items():
+        assert result.returncode == 2, (name, result.stderr)
+        assert_one_line(result.stderr)
+        assert str(cases[name]) in result.stderr and expected[name] in result.stderr
+        assert not (tmp_path / f"out-{name}").exists(), name
+
+
+def run_in_process(capsys, *args: str) -> tuple[int, str]:
+    code = main(list(args))
+    return code, capsys.readouterr().err
+
+
+def test_heads_not_dividing_d_model_is_named(tmp_path, capsys):
+    suite = write_suite(
+        tmp_path / "s.toml", 'implementations = ["full"]\n[fixed]\nheads = 3\nd_model = 64\n'
+    )
+    code, err = run_in_process(capsys, "run", str(suite), "--out", str(tmp_path / "o"))
+    assert code == 2 and "d_model = 64" in err and "heads=3" in err
+    assert_one_line(err)
+
+
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [
+        ('implementations = ["full"]\n[fixed]\ndtype = "float8"\n', "float8"),
+        ('implementations = ["full"]\ndevice = "tpu"\n', "tpu"),
+        ('implementations = ["full"]\n[fixed]\nwindow = [-4, 0]\n', "[-4, 0]"),
+        ('implementations = ["full"]\n[fixed]\nwindow_right = -2\n', "window_right"),
+    ],
+    ids=["dtype", "device", "window", "window-side"],
+)
+def test_bad_point_fields_are_refused(tmp_path, capsys, body, needle):
+    suite = write_suite(tmp_path / "s.toml", body)
+    code, err = run_in_process(capsys, "run", str(suite), "--out", str(tmp_path / "o"))
+    assert code == 2 and needle in err
+    assert_one_line(err)
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without CUDA")
+def test_an_unavailable_device_is_refused_before_anything_is_written(tmp_path, capsys):
+    suite = write_suite(tmp_path / "s.toml", 'implementations = ["sdpa"]\ndevice = "cuda"\n')
+    code, err = run_in_process(capsys, "run", str(suite), "--out", str(tmp_path / "o"))
+    assert code == 2 and "cuda" in err
+    assert_one_line(err)
+    assert not (tmp_path / "o").exists()
+
+
+def test_bad_out_and_bad_arguments_are_one_line_and_write_nothing(tmp_path, capsys):
+    suite = write_suite(tmp_path / "s.toml", 'implementations = ["sdpa"]\n[fixed]\nseq_len = 64\n')
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    cases = [
+        ("--out", str(a_file)),  # exists and is not a directory
+        ("--out", str(a_file / "below")),  # cannot be created
+        ("--out", "/proc/attnbench-cannot-write-here"),
+        ("--out", str(tmp_path / "o"), "--mem-budget", "lots"),
+        ("--out", str(tmp_path / "o"), "--mem-budget", "-1GiB"),
+        ("--out", str(tmp_path / "o"), "--budget-s", "-1"),
+        ("--out", str(tmp_path / "o"), "--budget-s", "nan"),
+        ("--out", str(tmp_path / "o"), "--isolate", "--point-timeout", "0"),
+        ("--out", str(tmp_path / "o"), "--point-timeout", "5"),  # needs --isolate
+        ("--out", str(tmp_path / "o"), "--check", "sometimes"),
+        ("--out", str(tmp_path / "o"), "--no-such-flag"),
+    ]
+    for extra in cases:
+        code, err = run_in_process(capsys, "run", str(suite), *extra)
+        assert code == 2, (extra, err)
+        assert_one_line(err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "s.toml"]
+    assert a_file.read_text() == "x"
+
+
+def test_a_suite_timeout_without_isolation_is_refused(tmp_path, capsys):
+    suite = tmp_path / "s.toml"
+    suite.write_text(HEAD + 'implementations = ["sdpa"]\n' + MEASURE + "point_timeout_s = 5\n")
+    code, err = run_in_process(capsys, "run", str(suite), "--out", str(tmp_path / "o"))
+    assert code == 2 and "needs --isolate" in err
+    assert_one_line(err)
+    assert not (tmp_path / "o").exists()
+
+
+# --- crash-safe resume ----------------------------------------------------------------------
+
+
+def test_a_run_killed_mid_sweep_resumes_with_every_point_once(tmp_path):
+    suite = write_suite(
+        tmp_path / "s.toml",
+        'implementations = ["sdpa", "sdpa-math", "full"]\n[fixed]\nheads = 2\nhead_dim = 16\n'
+        "[sweep]\nseq_len = [64, 96, 128, 160]\n",
+    )
+    expected = {p.point_id for p in load_suite(suite).points}
+    out = tmp_path / "run"
+    rows = out / ROWS_FILE
+    args = [sys.executable, "-m", "harness.cli", "run", str(suite), "--out", str(out)]
+    proc = subprocess.Popen(
+        [*args, "--no-progress", "--no-table"], stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL
+    )
+    deadline = time.monotonic() + 300
+    while (not rows.exists() or len(rows.read_bytes().splitlines()) < 3) and proc.poll() is None:
+        assert time.monotonic() < deadline, "no rows appeared"
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the sweep finished before it could be killed"
+    before = [line for line in rows.read_bytes().splitlines() if line.endswith(b"}")]
+    assert 3 <= len(before) < len(expected)
+    with rows.open("ab") as fh:  # what a kill in the middle of a write leaves behind
+        fh.write(before[-1][: len(before[-1]) // 2])
+
+    resumed = cli(*args[3:], "--resume", "--no-progress", "--no-table")
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"({len(before)} already done)" in resumed.stderr
+
+    with pytest.warns(UserWarning, match="truncated"):
+        frame = load_rows(out)
+    ids = list(frame["point_id"])
+    assert sorted(ids) == sorted(expected)  # every point, each exactly once
+    assert frame["run_id"].nunique() == 1
+    assert [point_from_row(r).point_id for r in frame.to_dict("records")] == ids
+
+
+# --- memory budget --------------------------------------------------------------------------
+
+
+def test_over_budget_full_point_is_skipped_with_the_prediction_and_the_rest_runs(tmp_path, capsys):
+    suite = write_suite(
+        tmp_path / "s.toml",
+        'implementations = ["full", "sdpa-flash"]\n[fixed]\nheads = 4\nhead_dim = 32\n'
+        "[sweep]\nseq_len = [256, 2048]\n",
+    )
+    out = tmp_path / "run"
+    code, err = run_in_process(
+        capsys,
+        "run",
+        str(suite),
+        "--out",
+        str(out),
+        "--mem-budget",
+        "16MiB",
+        "--no-progress",
+        "--no-table",
+    )
+    assert code == 0, err
+    frame = load_rows(out).set_index(["impl", "seq_len"])
+    skipped = frame.loc[("full", 2048)]
+    point = next(p for p in load_suite(suite).points if p.impl == "full" and p.seq_len == 2048)
+    predicted = predict_peak_bytes(point)
+    assert predicted > 16 * 2**20 and skipped["predicted_mem_bytes"] == predicted
+    assert skipped["status"] == "skipped"
+    assert skipped["reason"] == f"predicted peak {predicted / 2**20:.0f} MiB > budget 16 MiB"
+    rest = frame.drop(index=("full", 2048))
+    assert len(rest) == 3 and set(rest["status"]) == {"ok"}
+
+
+# --- isolation ------------------------------------------------------------------------------
+
+
+def _segfault(payload: dict) -> dict:
+    import ctypes
+
+    return {"never": ctypes.string_at(0)}
+
+
+def _abort(payload: dict) -> dict:
+    os.abort()
+
+
+def _killed(payload: dict) -> dict:
+    os.kill(os.getpid(), signal.SIGKILL)
+    return {}
+
+
+def _exits(payload: dict) -> dict:
+    os._exit(3)
+
+
+def _raises(payload: dict) -> dict:
+    raise ValueError("bad shape\nmore detail")
+
+
+def _sleeps(payload: dict) -> dict:
+    time.sleep(3600)
+    return {}
+
+
+def _answers(payload: dict) -> dict:
+    return {"status": "ok", "pid": os.getpid(), "echo": payload["x"]}
+
+
+def test_a_child_returns_its_result_as_json():
+    outcome = run_isolated(_answers, {"x": [1, 2.5, "three"]}, timeout_s=120)
+    assert outcome.status == "ok" and outcome.result["echo"] == [1, 2.5, "three"]
+    assert outcome.result["pid"] != os.getpid()
+
+
+@pytest.mark.parametrize(
+    ("fn", "status", "reason"),
+    [
+        (_segfault, "error", "killed by SIGSEGV"),
+        (_abort, "error", "killed by SIGABRT"),
+        (_killed, "error", "killed by SIGKILL (out of memory?)"),
+        (_exits, "error", "exited with code 3"),
+        (_raises, "ok", None),
+    ],
+    ids=["segfault", "abort", "oom-killer", "exit", "raises"],
+)
+def test_a_dying_child_becomes_an_outcome(fn, status, reason):
+    outcome = run_isolated(fn, {}, timeout_s=120)
+    assert outcome.status == status
+    if reason is not None:
+        assert reason in outcome.reason and outcome.result is None
+    else:
+        assert outcome.result == {"status": "error", "reason": "ValueError: bad shape"}
+
+
+def test_a_hung_child_is_killed_at_the_timeout():
+    outcome = run_isolated(_sleeps, {}, timeout_s=1.0)
+    assert outcome.status == "timeout" and "1 s" in outcome.reason
+    assert outcome.seconds >= 1.0
+
+
+def test_exit_descriptions():
+    assert describe_exit(-signal.SIGSEGV) == "child process killed by SIGSEGV (Segmentation fault)"
+    assert describe_exit(-signal.SIGKILL) == "child process killed by SIGKILL (out of memory?)"
+
+
+def test_isolated_sweep_survives_segfault_abort_and_hang(tmp_path, plugin_env):
+    suite = write_suite(
+        tmp_path / "s.toml",
+        'implementations = ["test-segfault", "sdpa", "test-abort", "test-hang", "full"]\n'
+        "[fixed]\nheads = 2\nhead_dim = 16\nseq_len = 64\n",
+    )
+    out = tmp_path / "run"
+    result = cli(
+        "run",
+        str(suite),
+        "--out",
+        str(out),
+        "--isolate",
+        "--point-timeout",
+        "10",
+        "--no-progress",
+        env=plugin_env,
+    )
+    assert result.returncode == 0, result.stderr
+    frame = load_rows(out).set_index("impl")
+    assert list(frame.index) == ["test-segfault", "sdpa", "test-abort", "test-hang", "full"]
+    assert frame.loc["test-segfault", "status"] == "error"
+    assert re.search(r"SIGSEGV", frame.loc["test-segfault", "reason"])
+    assert frame.loc["test-abort", "status"] == "error"
+    assert "SIGABRT" in frame.loc["test-abort", "reason"]
+    assert frame.loc["test-hang", "status"] == "timeout"
+    assert frame.loc["sdpa", "status"] == "ok" and frame.loc["full", "status"] == "ok"
+    assert frame.loc["test-segfault", "family"] == "test"  # identity columns are filled in
+    assert "2 error" in result.stderr and "1 timeout" in result.stderr
+
+
+# --- security -------------------------------------------------------------------------------
+
+DANGEROUS = re.compile(
+    r"\bpickle\b|\bmarshal\b|\bshelve\b|torch\.load\b|(?<![.\w])eval\(|(?<![.\w])exec\(|__import__\("
+    r"|yaml\.(unsafe_)?load\b|read_pickle|runpy|importlib\.util\.spec_from_file_location"
+)
+
+
+def test_no_code_path_executes_imports_or_unpickles_file_contents():
+    """Suites, claims and results are parsed as TOML/JSON data; the only dynamic imports are
+    the registry's own package and installed entry points (and the CLI's fixed module list)."""
+    dynamic_import_ok = ("registry.py", "cli.py", "isolate.py")
+    offenders = []
+    for folder in ("harness", "implementations"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                code = line.split("#", 1)[0]
+                literal = re.search(r"import_module\(\"[\w.]+\"\)", code)
+                dynamic = "import_module(" in code and not literal
+                if DANGEROUS.search(code) or (dynamic and path.name not in dynamic_import_ok):
+                    offenders.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert not offenders, "\n".join(offenders)
