@@ -14,7 +14,14 @@ from pathlib import Path
 from harness.errors import CliError
 
 # Modules that contribute subcommands (each has ``add_cli(subparsers)``).
-COMMAND_MODULES = ("harness.commands", "harness.merge", "harness.maxlen")
+COMMAND_MODULES = (
+    "harness.commands",  # list, run, table
+    "harness.claims",  # claims
+    "harness.report",  # report
+    "harness.compare",  # compare, baseline
+    "harness.maxlen",  # maxlen
+    "harness.merge",  # merge
+)
 DEFAULT_SUITE = Path(__file__).resolve().parent.parent / "suites" / "smoke.toml"
 
 
@@ -24,7 +31,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="attnbench", description=__doc__.splitlines()[0])
+    parser = _Parser(
+        prog="attnbench",
+        description="Benchmark and complexity-profiling harness for attention implementations.",
+    )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name in COMMAND_MODULES:
         importlib.import_module(name).add_cli(sub)

@@ -1,0 +1,334 @@
+"""``attnbench compare``: acceptance checks of issue 6 on synthetic run directories.
+
+Runs are built in tmp_path with noisy raw samples (log-normal around a per-point time, plus
+rare slow outliers, the shape CPU timings have), never with timings of this machine.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness.compare import CompareOptions, compare_runs, main, markdown
+from harness.point import Point
+from harness.regression import Check, parse_checks, time_change, time_scatter
+from harness.results import ROWS_FILE, RowWriter, write_env
+
+POINTS = [
+    Point(impl=impl, seq_len=n, heads=4, head_dim=32, causal=causal)
+    for impl in ("full", "sdpa", "flash-tiled")
+    for n in (128, 256)
+    for causal in (False, True)
+]
+ENV = {
+    "run_id": "r",
+    "suite": "smoke",
+    "device": "cpu",
+    "device_name": "Test CPU",
+    "threads": 2,
+    "torch": "2.13.0+cpu",
+    "fingerprint": "cpu-test-cpu-t2",
+    "calibration": {"matmul_flops_per_s": 1.7e11},
+}
+
+
+def samples(rng: np.random.Generator, median: float, cv: float, n: int) -> list[float]:
+    """``n`` per-call times around ``median``: log-normal spread ``cv`` plus ~3% outliers."""
+    x = median * rng.lognormal(0.0, cv, n)
+    outliers = rng.random(n) < 0.03
+    x[outliers] *= rng.uniform(1.5, 3.0, outliers.sum())
+    return x.tolist()
+
+
+def make_row(point: Point, rng: np.random.Generator, cv: float = 0.05, n: int = 25) -> dict:
+    base_time = 2e-4 * (point.seq_len / 128) ** 2 * (1.5 if point.impl == "full" else 1.0)
+    times = samples(rng, base_time, cv, n)
+    mem = 4 * point.heads * point.seq_len * (point.seq_len if point.impl == "full" else 64) * 2
+    return {
+        **point.columns(),
+        "run_id": "r",
+        "suite": "smoke",
+        "device_name": "Test CPU",
+        "status": "ok",
+        "reason": None,
+        "time_median_s": float(np.median(times)),
+        "time_iqr_s": float(np.subtract(*np.percentile(times, [75, 25]))),
+        "time_samples_s": times,
+        "samples": len(times),
+        "peak_mem_bytes": mem,
+        "mem_method": "profiler",
+        "max_abs_err": 3e-7 * (1 + rng.random()),
+        "rel_err": 1e-7,
+        "tolerance": 1e-4,
+        "agree": True,
+    }
+
+
+def write_run(path: Path, rows: list[dict], env: dict | None = None) -> Path:
+    writer = RowWriter(path)
+    for row in rows:
+        writer.write(row)
+    write_env(path, env if env is not None else ENV)
+    return path
+
+
+def read_rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in (path / ROWS_FILE).read_text().splitlines()]
+
+
+@pytest.fixture
+def base(tmp_path: Path) -> Path:
+    rng = np.random.default_rng(1)
+    return write_run(tmp_path / "base", [make_row(p, rng) for p in POINTS])
+
+
+def variant(base: Path, tmp_path: Path, edit, name: str = "cur", env: dict | None = None) -> Path:
+    """A copy of ``base`` with ``edit(index, row) -> row | None`` applied (None drops it)."""
+    rows = [edit(i, dict(r)) for i, r in enumerate(read_rows(base))]
+    return write_run(tmp_path / name, [r for r in rows if r is not None], env)
+
+
+def scale_time(row: dict, factor: float) -> dict:
+    row["time_samples_s"] = [t * factor for t in row["time_samples_s"]]
+    row["time_median_s"] *= factor
+    return row
+
+
+def run_cli(*args: object) -> int:
+    return main(["compare", *map(str, args)])
+
+
+def test_run_against_itself_exits_0(base: Path) -> None:
+    assert run_cli(base, base) == 0
+
+
+def test_independent_noisy_rerun_exits_0(base: Path, tmp_path: Path) -> None:
+    rng = np.random.default_rng(2)  # same distribution, fresh noise and outliers
+    rerun = write_run(tmp_path / "rerun", [make_row(p, rng) for p in POINTS])
+    assert run_cli(base, rerun) == 0
+
+
+def test_times_1_5x_exit_1(base: Path, tmp_path: Path, capsys) -> None:
+    cur = variant(base, tmp_path, lambda i, r: scale_time(r, 1.5))
+    assert run_cli(base, cur) == 1
+    assert "slower" in capsys.readouterr().out
+
+
+def test_one_point_slower_is_enough(base: Path, tmp_path: Path) -> None:
+    cur = variant(base, tmp_path, lambda i, r: scale_time(r, 1.5) if i == 3 else r)
+    result = compare_runs(base, cur, CompareOptions())
+    fails = [f for f in result.findings if f.level == "fail"]
+    assert [f.metric for f in fails] == ["time"] and result.exit_code == 1
+
+
+@pytest.mark.parametrize(("cv", "n", "code"), [(0.01, 40, 1), (0.30, 6, 0)])
+def test_small_slowdown_fails_only_beyond_noise(
+    tmp_path: Path, cv: float, n: int, code: int
+) -> None:
+    """+15% against a 10% threshold: a regression with tight samples, noise with wide ones."""
+    base_rng, cur_rng = np.random.default_rng(3), np.random.default_rng(4)
+    base = write_run(tmp_path / "base", [make_row(p, base_rng, cv, n) for p in POINTS])
+    cur_rows = [scale_time(make_row(p, cur_rng, cv, n), 1.15) for p in POINTS]
+    cur = write_run(tmp_path / "cur", cur_rows)
+    assert run_cli(base, cur) == code
+
+
+def test_time_change_interval_brackets_the_truth() -> None:
+    rng = np.random.default_rng(5)
+    check = Check("time", "median", 0.10)
+    change = time_change(check, samples(rng, 1e-3, 0.05, 30), samples(rng, 1.5e-3, 0.05, 30))
+    assert change.method == "bootstrap" and change.low < 0.5 < change.high
+    assert change.high - change.low < 0.2
+    fallback = time_change(check, None, None, 1e-3, 1.2e-3, (0.9e-3, 1.1e-3), (1.1e-3, 1.3e-3))
+    assert fallback.method == "run-ci" and fallback.low == pytest.approx(0.0)
+
+
+def test_time_gate_report_warns_unless_wide_margin(base: Path, tmp_path: Path) -> None:
+    slow = variant(base, tmp_path, lambda i, r: scale_time(r, 1.3), "slow")
+    very_slow = variant(base, tmp_path, lambda i, r: scale_time(r, 2.5), "very_slow")
+    assert run_cli(base, slow, "--time-gate", "report") == 0
+    assert run_cli(base, slow) == 1
+    assert run_cli(base, very_slow, "--time-gate", "report", "--time-fail", "50%") == 1
+    result = compare_runs(base, slow, CompareOptions(time_gate="report"))
+    assert result.count("warn") > 0 and result.count("fail") == 0
+
+
+def test_report_gate_fails_a_lone_wide_slowdown(base: Path, tmp_path: Path) -> None:
+    """One point 3x slower while the others hold still: beyond the margin and the scatter."""
+    cur = variant(base, tmp_path, lambda i, r: scale_time(r, 3.0) if i == 5 else r)
+    assert run_cli(base, cur, "--time-gate", "report") == 1
+
+
+def test_report_gate_tolerates_a_busy_machine(base: Path, tmp_path: Path) -> None:
+    """Every point scattered by load (log-normal, sd 0.8): hard gate fails, report gate warns."""
+    factors = np.random.default_rng(6).lognormal(0.0, 0.8, len(POINTS))
+    assert factors.max() > 2.0  # some points look more than 2x slower
+    cur = variant(base, tmp_path, lambda i, r: scale_time(r, factors[i]))
+    assert run_cli(base, cur) == 1
+    result = compare_runs(base, cur, CompareOptions(time_gate="report"))
+    assert result.exit_code == 0 and result.count("warn") > 0
+    assert any("scatter" in note for note in result.warnings)
+
+
+def test_confirm_run_must_reproduce_a_time_regression(base: Path, tmp_path: Path) -> None:
+    slow = variant(base, tmp_path, lambda i, r: scale_time(r, 2.0) if i == 0 else r, "slow")
+    rerun = write_run(tmp_path / "rerun", [make_row(p, np.random.default_rng(7)) for p in POINTS])
+    slow_again = variant(rerun, tmp_path, lambda i, r: scale_time(r, 2.0) if i == 0 else r, "s2")
+    assert run_cli(base, slow, "--confirm", rerun) == 0
+    assert run_cli(base, slow, "--confirm", slow_again) == 1
+    result = compare_runs(base, slow, CompareOptions(), confirm=[rerun])
+    warned = [f.verdict for f in result.findings if f.level == "warn"]
+    assert len(warned) == 1 and warned[0].endswith("not in rerun")
+
+
+def test_report_gate_takes_the_largest_scatter_over_all_runs(base: Path, tmp_path: Path) -> None:
+    """A lone 3x slowdown fails the report gate, unless a confirm run shows the machine is busy."""
+    slow = variant(base, tmp_path, lambda i, r: scale_time(r, 3.0) if i == 5 else r, "slow")
+    factors = np.random.default_rng(8).lognormal(0.0, 0.8, len(POINTS))
+    factors[5] = 3.0  # the regression reproduces, among busy-machine scatter
+    busy = variant(base, tmp_path, lambda i, r: scale_time(r, factors[i]), "busy")
+    steady = variant(base, tmp_path, lambda i, r: scale_time(r, 3.0) if i == 5 else r, "again")
+    assert run_cli(base, slow, "--time-gate", "report", "--confirm", steady) == 1
+    assert run_cli(base, slow, "--time-gate", "report", "--confirm", busy) == 0
+
+
+def test_time_scatter() -> None:
+    rows = [{"time_median_s": 1.0}] * 10
+    slower = [{"time_median_s": 2.0}] * 10
+    assert time_scatter(zip(rows, slower, strict=True)) == pytest.approx(0.0)
+    assert time_scatter(zip(rows[:7], slower[:7], strict=True)) is None
+    spread = [{"time_samples_s": [f, f]} for f in np.exp([-1, 1] * 5)]
+    assert time_scatter(zip(rows, spread, strict=True)) == pytest.approx(1.4826)
+
+
+def test_threshold_is_configurable(base: Path, tmp_path: Path) -> None:
+    cur = variant(base, tmp_path, lambda i, r: scale_time(r, 1.5))
+    assert run_cli(base, cur, "--threshold", "time=median:100%") == 0
+    assert run_cli(base, cur, "--threshold", "mean:20%") == 1
+
+
+def test_normalize_peak_forgives_a_slower_machine(base: Path, tmp_path: Path) -> None:
+    env = {
+        **ENV,
+        "fingerprint": "cpu-slower-t2",
+        "calibration": {"matmul_flops_per_s": 1.7e11 / 1.5},
+    }
+    cur = variant(base, tmp_path, lambda i, r: scale_time(r, 1.5), env=env)
+    assert run_cli(base, cur) == 1
+    assert run_cli(base, cur, "--normalize-peak") == 0
+
+
+def test_normalize_peak_without_calibration_exits_2(base: Path, tmp_path: Path) -> None:
+    env = {k: v for k, v in ENV.items() if k != "calibration"}
+    cur = variant(base, tmp_path, lambda i, r: r, env=env)
+    assert run_cli(base, cur, "--normalize-peak") == 2
+
+
+@pytest.mark.parametrize(("factor", "code"), [(1.3, 1), (1.02, 0), (0.7, 0)])
+def test_peak_memory(base: Path, tmp_path: Path, factor: float, code: int) -> None:
+    def edit(i: int, r: dict) -> dict:
+        r["peak_mem_bytes"] = int(r["peak_mem_bytes"] * factor)
+        return r
+
+    assert run_cli(base, variant(base, tmp_path, edit)) == code
+
+
+def test_one_point_disagreeing_exits_1(base: Path, tmp_path: Path) -> None:
+    cur = variant(base, tmp_path, lambda i, r: {**r, "agree": False} if i == 2 else r)
+    result = compare_runs(base, cur, CompareOptions())
+    assert result.exit_code == 1
+    assert [f.verdict for f in result.findings if f.level == "fail"] == ["agree -> false"]
+
+
+def test_error_growing_beyond_tolerance_exits_1(base: Path, tmp_path: Path) -> None:
+    cur = variant(base, tmp_path, lambda i, r: {**r, "max_abs_err": 5e-4} if i == 0 else r)
+    assert run_cli(base, cur) == 1
+    within = variant(base, tmp_path, lambda i, r: {**r, "max_abs_err": 5e-5}, "within")
+    assert run_cli(base, within) == 0  # grew, but within tolerance: reported, not failed
+
+
+@pytest.mark.parametrize("status", ["error", "oom", "mismatch", "timeout"])
+def test_status_regression_exits_1(base: Path, tmp_path: Path, status: str) -> None:
+    def edit(i: int, r: dict) -> dict:
+        if i == 1:
+            r.update(status=status, reason="boom", time_samples_s=None, time_median_s=None)
+        return r
+
+    assert run_cli(base, variant(base, tmp_path, edit)) == 1
+
+
+def test_fixed_status_exits_0(base: Path, tmp_path: Path) -> None:
+    broken = variant(base, tmp_path, lambda i, r: {**r, "status": "error"} if i == 1 else r, "b")
+    assert run_cli(broken, base) == 0
+
+
+def test_missing_point_is_reported_and_fails(base: Path, tmp_path: Path, capsys) -> None:
+    cur = variant(base, tmp_path, lambda i, r: None if i == 4 else r)
+    assert run_cli(base, cur) == 1
+    assert "missing" in capsys.readouterr().out
+
+
+def test_new_point_is_reported_without_failing(base: Path, tmp_path: Path, capsys) -> None:
+    extra = make_row(
+        Point(impl="sdpa", seq_len=512, heads=4, head_dim=32), np.random.default_rng(4)
+    )
+    cur = write_run(tmp_path / "cur", [*read_rows(base), extra])
+    assert run_cli(base, cur) == 0
+    assert "new" in capsys.readouterr().out
+
+
+def test_rows_are_matched_by_point_not_position(base: Path, tmp_path: Path) -> None:
+    """Reversed order compares clean: matching by position would pair n=128 with n=256."""
+    cur = write_run(tmp_path / "cur", read_rows(base)[::-1])
+    assert run_cli(base, cur) == 0
+
+
+def test_fingerprint_difference_warns(base: Path, tmp_path: Path, capsys) -> None:
+    cur = variant(base, tmp_path, lambda i, r: r, env={**ENV, "fingerprint": "cpu-other-t4"})
+    assert run_cli(base, cur) == 0
+    assert "fingerprints differ" in capsys.readouterr().out
+
+
+def test_markdown_summary(base: Path, tmp_path: Path) -> None:
+    cur = variant(base, tmp_path, lambda i, r: {**r, "agree": False} if i == 0 else r)
+    out = tmp_path / "summary.md"
+    assert run_cli(base, cur, "--markdown", out) == 1
+    text = out.read_text()
+    assert "regressed" in text and "agree -> false" in text and "| FAIL |" in text
+    clean = markdown(compare_runs(base, base, CompareOptions()))
+    assert "passed" in clean and "no regressions" in clean
+
+
+@pytest.mark.parametrize(
+    "breakage",
+    ["missing_dir", "empty_rows", "rows_without_points", "bad_env", "bad_threshold"],
+)
+def test_unusable_input_exits_2(base: Path, tmp_path: Path, breakage: str) -> None:
+    cur = tmp_path / "cur"
+    args: list[object] = [base, cur]
+    if breakage == "empty_rows":
+        write_run(cur, [])
+        (cur / ROWS_FILE).touch()
+    elif breakage == "rows_without_points":
+        write_run(cur, [{"time_median_s": 1.0}])
+    elif breakage == "bad_env":
+        shutil.copytree(base, cur)
+        (cur / "env.json").write_text("{not json")
+    elif breakage == "bad_threshold":
+        args = [base, base, "--threshold", "time=fastest:10%"]
+    assert run_cli(*args) == 2
+
+
+def test_parse_checks() -> None:
+    checks = parse_checks("time=median:5%,mem=1MiB")
+    assert checks["time"] == Check("time", "median", 0.05)
+    assert checks["mem"] == Check("mem", "peak", 2**20, relative=False)
+    assert parse_checks("mean:0.002")["time"] == Check("time", "mean", 0.002, relative=False)
+    assert parse_checks(None)["time"].describe() == "median:10%"
+    for bad in ("time=median:", "speed=10%", "mem=max:5%", "time=median:10 parsecs"):
+        with pytest.raises(ValueError):
+            parse_checks(bad)
