@@ -1,0 +1,305 @@
+"""``decode``: prefill a context of ``seq_len`` tokens through ``layers`` causal blocks, then time
+one generated token's step (``time_median_s`` is per generated token).
+
+The timed call feeds the next token embedding at position ``seq_len`` and runs every layer:
+``full``: one query against ``seq_len + 1`` cached keys (O(n)); ``rolling``: against at most
+``window`` keys (O(w)); ``none``: the whole prefix again (O(n²)). The step writes at a fixed
+position rather than advancing a pointer, so the many timed calls redo the same step and the
+cache never grows; caches are pre-sized for ``seq_len + gen_tokens`` positions, which the
+agreement check walks through ``gen_tokens`` steps deep on a second, fresh set of caches.
+
+Inputs are seeded N(0, 1) token embeddings (B, seq_len + gen_tokens, d_model); outputs are the
+last block's hidden states (no final norm or vocabulary head: they are the same for every cache).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+
+import torch
+from torch import Tensor
+
+from harness import registry
+from harness.agreement import compare, tolerance
+from harness.block import BlockConfig, build_block
+from harness.kvcache import DecoderStack, analytic_cache_bytes, cache_nbytes, single_query_mask
+from harness.masks import MaskSpec, kept_pairs
+from harness.reference import reference_attention
+from harness.scenarios.base import Case, CheckPlan, check_plan
+from harness.spec import Problem
+
+MODEL_MASK_FEATURES = frozenset({"causal", "window"})
+REFERENCE_CHUNK = 256  # query rows per chunk of harness.reference (its default)
+
+
+def _problem(point, n_q: int, n_k: int, mask: MaskSpec) -> Problem:
+    return Problem(
+        batch=point.batch,
+        heads=point.heads,
+        n_q=n_q,
+        n_k=n_k,
+        head_dim=point.head_dim,
+        dtype=point.torch_dtype,
+        device=point.device,
+        mask=mask,
+        kv_heads=point.kv_heads,
+    )
+
+
+def prefill_problem(point) -> Problem:
+    """The attention call of the (parallel) prefill: seq_len queries and keys, causal."""
+    return _problem(point, point.seq_len, point.seq_len, point.mask)
+
+
+def step_problem(point) -> Problem:
+    """The attention call of one timed step at position seq_len (per layer): what the runner
+    should check support and count FLOPs with for a decode point."""
+    n = point.seq_len
+    if point.cache == "none":
+        return _problem(point, n + 1, n + 1, point.mask)
+    if point.cache == "rolling":  # every held slot is in the window: no mask on the ring
+        return _problem(point, 1, min(n + 1, point.window_left + 1), MaskSpec())
+    return _problem(point, 1, n + 1, single_query_mask(point.mask))
+
+
+def stepwise_prefill(point, impl) -> bool:
+    """A rolling cache fills token by token through the ring when the core cannot apply the
+    sliding-window mask to a parallel prefill (exact either way; O(n·W) with more overhead)."""
+    return point.cache == "rolling" and bool(impl.not_supported(prefill_problem(point)))
+
+
+def not_supported(point, impl) -> list[str]:
+    """Readable reasons why ``point`` cannot run as a decode with ``impl`` (empty = it can)."""
+    out = []
+    if not point.causal:
+        out.append("decode is causal: set causal = true")
+    if point.mixer != "attention":
+        out.append("decode needs the attention mixer")
+    extra = point.mask.features - MODEL_MASK_FEATURES
+    if extra:
+        out.append(f"decode supports causal (sliding-window) models, not {sorted(extra)}")
+    if point.cache == "rolling" and point.window_left is None:
+        out.append("a rolling cache needs a causal sliding window: window = [W - 1, 0]")
+    if out:
+        return out
+    out += impl.not_supported(step_problem(point))
+    if not stepwise_prefill(point, impl):
+        out += [r for r in impl.not_supported(prefill_problem(point)) if r not in out]
+    return out
+
+
+class CoreAttend:
+    """The registry core, prepared once per (n_q, n_k, mask) outside the timed step."""
+
+    def __init__(self, impl, point):
+        self.impl, self.point = impl, point
+        self._prepared: dict[tuple, object] = {}
+
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec) -> Tensor:
+        key = (q.shape[2], k.shape[2], mask)
+        fn = self._prepared.get(key)
+        if fn is None:
+            fn = self._prepared[key] = self.impl.prepare(_problem(self.point, *key))
+        return fn(q, k, v)
+
+
+def block_config(point) -> BlockConfig:
+    return BlockConfig(
+        heads=point.heads,
+        head_dim=point.head_dim,
+        kv_heads=point.kv_heads,
+        norm=point.norm,
+        ffn=point.ffn,
+        pos=point.pos,
+        causal=True,
+        max_len=point.seq_len + point.gen_tokens,
+    )
+
+
+def make_stack(point, impl) -> DecoderStack:
+    """Seeded blocks (layer i from seed + i) with ``impl`` as the core and the point's cache."""
+    cfg = block_config(point)
+    blocks = [
+        build_block(cfg, point.seed + i, point.device, point.torch_dtype).eval()
+        for i in range(point.layers)
+    ]
+    return DecoderStack(
+        blocks,
+        CoreAttend(impl, point),
+        point.mask,
+        point.cache,
+        point.batch,
+        point.seq_len + point.gen_tokens,
+        stepwise_prefill(point, impl),
+    )
+
+
+def make_tokens(point) -> Tensor:
+    """Seeded embeddings of the context and the tokens to generate: (B, n + gen_tokens, d)."""
+    gen = torch.Generator(device=point.device).manual_seed(point.seed + 1)
+    shape = (point.batch, point.seq_len + point.gen_tokens, point.d_model)
+    return torch.randn(shape, generator=gen, device=point.device, dtype=point.torch_dtype)
+
+
+def build(point, impl, device, plan: CheckPlan) -> Case:
+    """Prefill once (untimed), then time the step at position seq_len."""
+    reasons = not_supported(point, impl)
+    if reasons:
+        raise ValueError("decode: " + "; ".join(reasons))
+    stack = make_stack(point, impl)
+    x = make_tokens(point)
+    n = point.seq_len
+    with torch.no_grad():
+        stack.prefill(x[:, :n])
+    x_next = x[:, n : n + 1]
+
+    def run() -> Tensor:
+        with torch.no_grad():
+            return stack.step(x_next, n)
+
+    def check() -> dict:
+        return check_decode(stack, run, x, point, plan)
+
+    def extra(measurement, timer) -> dict:
+        device.synchronize()
+        start = time.perf_counter()
+        with torch.no_grad():
+            stack.prefill(x[:, :n])  # same inputs, same positions: the caches end as they were
+        device.synchronize()
+        prefill_s = time.perf_counter() - start
+        alloc = device.peak_memory(stack.new_caches)
+        return {
+            "prefill_s": prefill_s,
+            "prefill_tokens_per_s": point.batch * n / prefill_s,
+            "cache_bytes": cache_nbytes(stack.caches),
+            "cache_bytes_analytic": analytic_cache_bytes(point),
+            "cache_alloc_bytes": alloc.peak_bytes,
+        }
+
+    columns = {
+        "check": "none",  # the check replaces it with float64 or recompute
+        "prefill_mode": "stepwise" if stack.stepwise_prefill else "parallel",
+        "step_keys": step_problem(point).n_k,
+    }
+    return Case(run=run, tokens=point.batch, check=check, extra=extra, columns=columns)
+
+
+def check_decode(stack: DecoderStack, run, x: Tensor, point, plan: CheckPlan) -> dict:
+    """``gen_tokens`` cached steps (fresh caches) against full recomputation of the sequence.
+
+    ``full`` plan: against a float64 copy of the stack with the float64 reference core; the
+    same-dtype recomputation with the same core (where the core supports that whole-sequence
+    call) gives ``naive_err`` and ``recompute_max_abs_err``. ``rows`` plan (long contexts):
+    against that same-dtype recomputation, or float64 where the core cannot recompute.
+    The timed step must reproduce step 0 (same state, same position).
+    """
+    if plan.mode == "none":
+        return {"agree": None}
+    n, g = point.seq_len, point.gen_tokens
+    total = _problem(point, n + g, n + g, point.mask)
+    can_recompute = not stack.attend.impl.not_supported(total)
+    fresh = stack.fresh()
+    with torch.no_grad():
+        fresh.prefill(x[:, :n])
+        steps = torch.cat([fresh.step(x[:, t : t + 1], t) for t in range(n, n + g)], dim=1)
+        del fresh
+        timed = run()
+        # causal, so row t of one forward over all n + g tokens is step t's recomputation
+        recomputed = stack.forward(x)[:, n:] if can_recompute else None
+        use_ref = plan.mode == "full" or recomputed is None
+        ref = reference_stack(stack).forward(x.double())[:, n:] if use_ref else None
+    result = compare(steps, ref if use_ref else recomputed, point.torch_dtype)
+    result["check"] = "float64" if use_ref else "recompute"
+    if recomputed is not None:
+        result["recompute_max_abs_err"] = _max_err(steps, recomputed)
+        if ref is not None:
+            result["naive_err"] = _max_err(recomputed, ref)
+    result["timed_step_max_abs_err"] = _max_err(timed, steps[:, :1])
+    tol = tolerance(point.torch_dtype).atol
+    result["agree"] = result["agree"] and result["timed_step_max_abs_err"] <= tol
+    return result
+
+
+def _max_err(a: Tensor, b: Tensor) -> float:
+    return float((a.double() - b.double()).abs().max())
+
+
+def reference_stack(stack: DecoderStack) -> DecoderStack:
+    """A float64 copy of the blocks with the float64 reference core, recomputing (no cache)."""
+    blocks = [copy.deepcopy(b).double() for b in stack.blocks]
+
+    def attend(q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec) -> Tensor:
+        return reference_attention(q, k, v, mask)
+
+    return DecoderStack(blocks, attend, stack.mask, "none", stack.batch, stack.capacity)
+
+
+# --- cost: what the cost model calls for decode points --------------------------------------
+
+
+def _dtype_bytes(point) -> int:
+    return torch.empty((), dtype=point.torch_dtype).element_size()
+
+
+def _linear_flops_per_token(point) -> float:
+    """W_Q, W_O (d x d), W_K, W_V (d x d_kv) and the FFN, 2 FLOPs per multiply-add."""
+    cfg = block_config(point)
+    d, d_kv = cfg.d_model, cfg.n_kv_heads * cfg.head_dim
+    ffn_mats = 3 if cfg.ffn == "swiglu" else 2
+    return 2.0 * d * (2 * d + 2 * d_kv) + 2.0 * d * cfg.ffn_hidden * ffn_mats
+
+
+def decode_flops_per_token(point, executed: bool = False) -> float:
+    """FLOPs of one generated token at context ``seq_len`` through ``layers`` blocks: the linear
+    layers for one token plus 4·B·H·D per key the new query keeps. ``executed`` with
+    ``cache="none"``: what the step really runs, all seq_len + 1 tokens again (causal)."""
+    n = point.seq_len + 1
+    tokens, pairs = 1, kept_pairs(point.mask, 1, n)
+    if executed and point.cache == "none":
+        tokens, pairs = n, kept_pairs(point.mask, n, n)
+    core = 4.0 * point.batch * point.heads * point.head_dim * pairs
+    return point.layers * (_linear_flops_per_token(point) * point.batch * tokens + core)
+
+
+def _weight_bytes(point) -> int:
+    """Parameters of one block (weights, biases, norms, a learned position table)."""
+    cfg = block_config(point)
+    d, d_kv, h = cfg.d_model, cfg.n_kv_heads * cfg.head_dim, cfg.ffn_hidden
+    up = 2 * h if cfg.ffn == "swiglu" else h
+    attn = 2 * d * d + 2 * d * d_kv + 2 * d + 2 * d_kv
+    ffn = d * up + up + h * d + d
+    pos = cfg.max_len * d if cfg.pos == "learned" else 0
+    return (attn + ffn + 4 * d + pos) * _dtype_bytes(point)
+
+
+def _forward_bytes(point, tokens: int, size: int) -> int:
+    """Live activations of one block over ``tokens`` tokens plus the core's workspace."""
+    cfg = block_config(point)
+    up = cfg.ffn_hidden * (2 if cfg.ffn == "swiglu" else 1)
+    acts = point.batch * tokens * size * (6 * cfg.d_model + 2 * up)
+    model = registry.get(point.impl).cost.memory_model
+    work = int(model(_problem(point, tokens, tokens, point.mask))) if model is not None else 0
+    return acts + work
+
+
+def predict_decode_peak_bytes(point) -> int:
+    """Predicted peak bytes of a decode point: weights, inputs and caches, plus the largest of
+    the prefill, the step and the agreement check (``auto`` plan: a second set of caches, a
+    same-dtype recomputation of all seq_len + gen_tokens tokens, a float64 copy of the stack
+    up to FULL_CHECK_MAX_PAIRS or where the core cannot recompute)."""
+    size = _dtype_bytes(point)
+    total = point.seq_len + point.gen_tokens
+    weights = point.layers * _weight_bytes(point)
+    inputs = point.batch * total * point.d_model * size * (2 if point.cache == "none" else 1)
+    cache = analytic_cache_bytes(point)
+    prefill = _forward_bytes(point, point.seq_len, size)
+    step = _forward_bytes(point, point.seq_len + 1, size) if point.cache == "none" else 0
+    impl = registry.get(point.impl)
+    can_recompute = not impl.not_supported(_problem(point, total, total, point.mask))
+    check = cache + (_forward_bytes(point, total, size) if can_recompute else 0)
+    if check_plan(point).mode == "full" or not can_recompute:  # float64 weights, rows, scores
+        check += weights // size * 8 + point.batch * total * 8 * (
+            10 * point.d_model + 2 * point.heads * REFERENCE_CHUNK
+        )
+    return weights + inputs + cache + max(prefill, step, check)

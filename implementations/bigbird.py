@@ -1,0 +1,69 @@
+"""``bigbird``: BigBird block-sparse attention (Zaheer et al. 2020) computed block by block.
+
+The layout is :func:`harness.masks.block_layout`, the very one ``dense_mask`` describes: sliding
+blocks (``window`` counted in blocks), ``random_blocks`` seeded random key blocks per query
+block, and global blocks (``global_tokens`` whole blocks) that attend to and are attended by
+everything. Each query block is one tile whose keys are the blocks of its layout row (runs of
+adjacent blocks stay views, others are gathered), so the executed pairs are exactly the
+layout's blocks: O(n·b·(2w + 1 + r + g/b)). Causal drops future blocks and masks the diagonal.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import torch
+from torch import Tensor
+
+from harness.masks import MaskSpec
+from harness.registry import register
+from harness.spec import AttnFn, Capabilities, Cost, Problem
+from implementations._tilekernel import plan_workspace_bytes, tile_attention
+from implementations._tiles import Plan, bigbird_plan
+
+DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16, torch.float64})
+
+
+@lru_cache(maxsize=16)
+def _device_plan(spec: MaskSpec, n_q: int, n_k: int, dtype: torch.dtype, device: str) -> Plan:
+    return bigbird_plan(spec, n_q, n_k, dtype).to(device)
+
+
+def _prepare(problem: Problem) -> AttnFn:
+    """Build the block layout and tiles outside the timed call."""
+    plan = _device_plan(problem.mask, problem.n_q, problem.n_k, problem.dtype, problem.device)
+    return lambda q, k, v: tile_attention(q, k, v, plan)
+
+
+def _reasons(p: Problem) -> list[str]:
+    return [] if p.mask.block_size is not None else ["bigbird needs block_size"]
+
+
+def _workspace(p: Problem) -> int:
+    plan = bigbird_plan(p.mask, p.n_q, p.n_k, p.dtype)
+    return plan_workspace_bytes(plan, p)
+
+
+def _executed(p: Problem) -> int:
+    return bigbird_plan(p.mask, p.n_q, p.n_k, p.dtype).executed_pairs
+
+
+@register(
+    "bigbird",
+    family="block-sparse",
+    caps=Capabilities(dtypes=DTYPES, mask_features={"causal", "window", "global", "block_sparse"}),
+    cost=Cost(
+        time_exponent=1, memory_exponent=1, memory_model=_workspace, executed_pairs=_executed
+    ),
+    description="BigBird block-sparse: sliding, global and random blocks, layout blocks only",
+    extra_reasons=_reasons,
+    prepare=_prepare,
+)
+def bigbird_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, scale: float | None = None
+) -> Tensor:
+    """q: (B, H, n_q, D), k/v: (B, H, n_k, D) -> (B, H, n_q, D); needs ``mask.block_size``."""
+    if mask.block_size is None:
+        raise ValueError("bigbird needs mask.block_size")
+    plan = _device_plan(mask, q.shape[-2], k.shape[-2], q.dtype, str(q.device))
+    return tile_attention(q, k, v, plan, scale)

@@ -1,0 +1,261 @@
+"""Claims files and verdicts: parsing errors, and each verdict on synthetic rows."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tomllib
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness import claims as cl
+from harness.errors import CliError
+from harness.point import Point
+from harness.results import RowWriter, write_env
+from harness.verdicts import evaluate, judge
+
+NS = (512, 1024, 2048, 4096)
+
+
+def make_rows(impl, metric_fn, ns=NS, noise=0.0, status="ok", seed=0, **fields):
+    """Rows of ``impl`` over ``ns``: peak_mem_bytes/time_median_s from metric_fn(n), samples."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for n in ns:
+        point = Point(impl, seq_len=n, **fields)
+        value = metric_fn(point)
+        samples = list(value * np.exp(rng.normal(0, noise, 20))) if noise else [value] * 5
+        out.append(
+            {
+                **point.columns(),
+                "status": status,
+                "time_median_s": float(np.median(samples)),
+                "time_samples_s": samples,
+                "peak_mem_bytes": value * 1e9,
+            }
+        )
+    return out
+
+
+def claim(**kw) -> cl.Claim:
+    base = {"id": "c", "impl": "full", "metric": "peak_mem_bytes", "over": "seq_len"}
+    return cl.parse_claims({"claim": [{**base, **kw}]})[0]
+
+
+QUADRATIC = pd.DataFrame(make_rows("full", lambda p: 1e-3 + 1e-8 * p.seq_len**2))
+
+
+def test_seed_claims_file_parses_with_the_required_claims():
+    claims = cl.load_claims(cl.DEFAULT_CLAIMS)
+    ids = {c.id for c in claims}
+    assert {
+        "full-memory-n2",
+        "flash-memory-n1",
+        "false-full-memory-n1",
+        "flash-speedup-2-4x",
+        "flash-memory-5-20pct",
+        "multihead-flat",
+        "kv-cache-step-n1",
+        "local-time-n1",
+        "layer-recurrent-n1",
+        "layer-conv-n1",
+        "attention-cheaper-than-recurrent-below-d",
+    } <= ids
+    kinds = {c.kind for c in claims}
+    assert kinds == {"exponent", "ratio", "crossover"}
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"colour": "red"}, "claim[0] (c).colour = 'red': unknown key"),
+        ({"expect_exponent": "two"}, "expect_exponent = 'two': must be int or float"),
+        ({"expect_exponent": 1, "expect_ratio_min": 2}, "set exactly one of"),
+        ({"expect_ratio_min": 2}, "baseline = None: ratio and crossover claims need a baseline"),
+        ({"expect_exponent": 1, "model": "cubic"}, "model = 'cubic': must be one of"),
+        ({"expect_exponent": 1, "range": [10, 1]}, "range = [10, 1]: must be [low, high]"),
+        ({"expect_exponent": 1, "tolerance": 0}, "tolerance = 0: must be > 0"),
+    ],
+)
+def test_parse_errors_name_the_file_claim_key_and_value(entry, message):
+    doc = {"claim": [{"id": "c", "metric": "m", "over": "seq_len", **entry}]}
+    with pytest.raises(CliError, match=r"^f\.toml: ") as info:
+        cl.parse_claims(doc, "f.toml")
+    assert message in str(info.value)
+
+
+def test_file_level_errors(tmp_path):
+    with pytest.raises(CliError, match="not found"):
+        cl.load_claims(tmp_path / "none.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[[claim]\n")
+    with pytest.raises(CliError, match="cannot read claims"):
+        cl.load_claims(bad)
+    with pytest.raises(CliError, match="missing"):
+        cl.parse_claims({"claim": [{"id": "c", "over": "seq_len", "expect_exponent": 1}]})
+    twice = {"id": "c", "metric": "m", "over": "n", "expect_exponent": 1}
+    with pytest.raises(CliError, match="duplicate id"):
+        cl.parse_claims({"claim": [twice, twice]})
+
+
+def test_judge_interval_against_band():
+    assert judge(1.9, 2.1, (1.8, 2.2))[0] == "confirmed"
+    assert judge(1.9, 2.1, (0.8, 1.2))[0] == "refuted"
+    assert judge(1.0, 1.3, (0.8, 1.2)) == (
+        "inconclusive",
+        "interval straddles an edge of the claimed band",
+    )
+    assert judge(0.5, 1.5, (0.8, 1.2))[1] == "interval wider than the claimed band"
+    assert judge(float("nan"), float("nan"), (0.8, 1.2))[0] == "inconclusive"
+
+
+def test_exponent_confirmed_and_the_false_claim_refuted():
+    true = evaluate(claim(expect_exponent=2.0, model="power+const"), QUADRATIC)
+    assert true.verdict == "confirmed"
+    assert true.ci_low <= true.measured <= true.ci_high and abs(true.measured - 2) < 0.05
+    false = evaluate(claim(expect_exponent=1.0, model="power+const"), QUADRATIC)
+    assert false.verdict == "refuted" and false.measured == true.measured
+
+
+def test_upper_bound_claims():
+    assert evaluate(claim(expect_exponent=2.5, bound="upper"), QUADRATIC).verdict == "confirmed"
+    assert evaluate(claim(expect_exponent=1.0, bound="upper"), QUADRATIC).verdict == "refuted"
+
+
+def test_inconclusive_when_too_few_points():
+    rows = pd.DataFrame(make_rows("full", lambda p: 1e-8 * p.seq_len**2, ns=(512, 1024)))
+    verdict = evaluate(claim(expect_exponent=2.0), rows)
+    assert verdict.verdict == "inconclusive" and "too few points" in verdict.reason
+
+
+def test_inconclusive_when_the_interval_is_too_wide():
+    noisy = pd.DataFrame(
+        make_rows("full", lambda p: 1e-9 * p.seq_len**2, noise=0.8, seed=3, ns=(512, 724, 1024))
+    )
+    verdict = evaluate(claim(expect_exponent=2.0, metric="time_median_s", tolerance=0.1), noisy)
+    assert verdict.verdict == "inconclusive"
+    assert verdict.ci_high - verdict.ci_low > 0.2
+
+
+def test_inconclusive_when_rows_are_missing_or_failed():
+    verdict = evaluate(claim(impl="local", expect_exponent=1.0), QUADRATIC)
+    assert verdict.verdict == "inconclusive" and verdict.reason.startswith("missing rows")
+    failed = pd.DataFrame(make_rows("full", lambda p: 1.0, status="oom"))
+    failed["reason"] = "out of memory"
+    verdict = evaluate(claim(expect_exponent=2.0), failed)
+    assert verdict.verdict == "inconclusive" and "oom" in verdict.reason
+    assert evaluate(claim(expect_exponent=2.0), pd.DataFrame()).verdict == "inconclusive"
+
+
+def test_one_refuted_group_refutes_the_claim():
+    rows = make_rows("full", lambda p: 1e-8 * p.seq_len**2) + make_rows(
+        "full", lambda p: 1e-8 * p.seq_len, causal=True
+    )
+    verdict = evaluate(claim(expect_exponent=2.0), pd.DataFrame(rows))
+    assert verdict.verdict == "refuted" and "causal=True" in verdict.group
+    assert len(verdict.groups) == 2
+
+
+def ratio_rows(speedups: dict[int, float]) -> pd.DataFrame:
+    base = make_rows("full", lambda p: 1e-9 * p.seq_len**2, noise=0.01, seed=1)
+    fast = make_rows(
+        "sdpa-flash", lambda p: 1e-9 * p.seq_len**2 / speedups[p.seq_len], noise=0.01, seed=2
+    )
+    return pd.DataFrame(base + fast)
+
+
+@pytest.mark.parametrize(
+    ("speedups", "expected"),
+    [
+        ({n: 3.0 for n in NS}, "confirmed"),
+        ({n: 10.0 for n in NS}, "refuted"),
+        ({512: 3.0, 1024: 3.0, 2048: 5.0, 4096: 6.0}, "inconclusive"),
+    ],
+)
+def test_ratio_claims(speedups, expected):
+    c = claim(
+        impl="sdpa-flash",
+        baseline="full",
+        metric="time_median_s",
+        ratio="baseline/impl",
+        expect_ratio_min=2.0,
+        expect_ratio_max=4.0,
+    )
+    verdict = evaluate(c, ratio_rows(speedups))
+    assert verdict.verdict == expected
+    assert verdict.ci_low <= verdict.measured <= verdict.ci_high
+    assert verdict.n_points == len(NS)
+
+
+def mixer_rows(cross_at: float, d_model: int = 256) -> pd.DataFrame:
+    """Attention time ∝ n², LSTM time ∝ n, equal at n = cross_at·d."""
+    ns = (64, 128, 256, 512, 1024, 2048)
+    fields = {"scenario": "block", "heads": 4, "head_dim": d_model // 4}
+    att = make_rows("sdpa", lambda p: 1e-6 * p.seq_len**2, ns=ns, noise=0.02, **fields)
+    lstm = make_rows(
+        "lstm",
+        lambda p: 1e-6 * cross_at * d_model * p.seq_len,
+        ns=ns,
+        noise=0.02,
+        seed=5,
+        mixer="lstm",
+        **fields,
+    )
+    return pd.DataFrame(att + lstm)
+
+
+@pytest.mark.parametrize(("cross_at", "expected"), [(2.0, "confirmed"), (0.5, "refuted")])
+def test_crossover_claims(cross_at, expected):
+    c = claim(
+        impl="sdpa",
+        baseline="lstm",
+        metric="time_median_s",
+        scenario="block",
+        relative_to="d_model",
+        expect_crossover_min=1.0,
+    )
+    verdict = evaluate(c, mixer_rows(cross_at))
+    assert verdict.verdict == expected
+    assert verdict.measured == pytest.approx(cross_at, rel=0.1)
+
+
+def run_cli(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser()
+    cl.add_cli(parser.add_subparsers())
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+def test_cli_json_output(tmp_path, capsys):
+    writer = RowWriter(tmp_path / "run")
+    for row in QUADRATIC.to_dict("records"):
+        writer.write(row)
+    write_env(tmp_path / "run", {"run_id": "x"})
+    claims_file = tmp_path / "claims.toml"
+    claims_file.write_text(
+        '[[claim]]\nid = "mem"\nimpl = "full"\nmetric = "peak_mem_bytes"\nover = "seq_len"\n'
+        'expect_exponent = 2.0\nmodel = "power+const"\n'
+        '[[claim]]\nid = "false"\nimpl = "full"\nmetric = "peak_mem_bytes"\nover = "seq_len"\n'
+        "expect_exponent = 1.0\n"
+    )
+    tomllib.loads(claims_file.read_text())
+    assert run_cli(["claims", str(tmp_path / "run"), "--claims", str(claims_file), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [o["claim"] for o in out] == ["mem", "false"]
+    assert [o["verdict"] for o in out] == ["confirmed", "refuted"]
+    assert all({"measured", "ci_low", "ci_high"} <= set(o) for o in out)
+    assert run_cli(["claims", str(tmp_path / "run"), "--claims", str(claims_file)]) == 0
+    assert "1 confirmed, 1 refuted, 0 inconclusive" in capsys.readouterr().out
+    with pytest.raises(CliError, match="no such results file"):
+        run_cli(["claims", str(tmp_path / "nowhere"), "--claims", str(claims_file)])
+
+
+def test_groups_that_do_not_sweep_the_variable_are_ignored():
+    single = make_rows("full", lambda p: 1.0, ns=(8192,), causal=True)
+    verdict = evaluate(
+        claim(expect_exponent=2.0, model="power+const"),
+        pd.DataFrame([*QUADRATIC.to_dict("records"), *single]),
+    )
+    assert verdict.verdict == "confirmed" and len(verdict.groups) == 1

@@ -1,0 +1,186 @@
+"""The decode scenario: cached steps agree with recomputation through the registry cores, the
+check can fail, support reasons, the runner's row, and the cost formulas."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from harness import registry
+from harness.device import get_device
+from harness.kvcache import FullCache
+from harness.point import Point
+from harness.runner import run_point
+from harness.scenarios import build_case
+from harness.scenarios import decode as dec
+from harness.suite import MeasureConfig
+from harness.timing import TimingConfig
+
+CPU = get_device("cpu", False)
+
+
+def _point(
+    impl: str = "sdpa", cache: str = "full", n: int = 37, window: int | None = None, **kw
+) -> Point:
+    """Odd sizes: 3 heads of 10 dims, a 37-token context, 6 steps deep."""
+    base = dict(
+        impl=impl,
+        scenario="decode",
+        seq_len=n,
+        heads=3,
+        head_dim=10,
+        layers=2,
+        gen_tokens=6,
+        causal=True,
+        cache=cache,
+        batch=2,
+        window_left=None if window is None else window - 1,
+        window_right=None if window is None else 0,
+    )
+    return Point(**{**base, **kw})
+
+
+def _check(point: Point, mode: str = "auto") -> dict:
+    case = build_case(point, registry.get(point.impl), CPU, mode)
+    case.run()
+    return case.check()
+
+
+CASES = [
+    ("sdpa", "none", None),
+    ("sdpa", "full", None),
+    ("sdpa", "rolling", 16),
+    ("full", "full", 16),
+    ("full", "none", 16),
+    ("full", "rolling", 16),
+    ("flash-tiled", "full", None),
+    ("flash-tiled", "rolling", 16),
+    ("local", "rolling", 16),
+]
+
+
+@pytest.mark.parametrize("impl, cache, window", CASES)
+def test_cached_steps_agree_with_float64_recomputation(impl, cache, window):
+    result = _check(_point(impl, cache, window=window))
+    assert result["agree"] is True, result
+    assert result["check"] == "float64" and result["max_abs_err"] < 1e-4
+    # a core without window masks cannot recompute a sliding-window model in one call
+    if window is None or "window" in registry.get(impl).caps.mask_features:
+        assert result["recompute_max_abs_err"] < 1e-4 and result["naive_err"] < 1e-4
+    else:
+        assert "recompute_max_abs_err" not in result
+    assert result["timed_step_max_abs_err"] == 0.0  # the timed step is step 0 of the check
+
+
+@pytest.mark.parametrize("kv_heads", [1, 3])
+@pytest.mark.parametrize("cache, window", [("full", None), ("rolling", 8)])
+def test_grouped_kv_heads(kv_heads, cache, window):
+    point = _point("sdpa", cache, window=window, heads=6, kv_heads=kv_heads)
+    assert _check(point)["agree"] is True
+
+
+@pytest.mark.parametrize("n", [5, 13, 16, 40])
+def test_rolling_before_during_and_after_the_window_fills(n):
+    """A 16-key window: context shorter than, crossing, equal to and past the window."""
+    point = _point("full", "rolling", n=n, window=16, gen_tokens=7, dtype="float64")
+    result = _check(point)
+    assert result["agree"] is True and result["max_abs_err"] < 1e-10
+
+
+@pytest.mark.parametrize("pos, norm", [("learned", "post"), ("sinusoidal", "pre")])
+def test_absolute_position_encodings(pos, norm):
+    assert _check(_point("sdpa", "full", pos=pos, norm=norm))["agree"] is True
+
+
+def test_long_context_checks_against_same_dtype_recomputation():
+    result = _check(_point("sdpa", "full"), mode="rows")
+    assert result["agree"] is True and result["check"] == "recompute"
+    assert "naive_err" not in result
+    windowed = _check(_point("sdpa", "rolling", window=8), mode="rows")
+    assert windowed["check"] == "float64"  # sdpa cannot recompute a windowed model
+
+
+def test_a_broken_cache_is_a_mismatch(monkeypatch):
+    """A cache that drops the newest key must fail the check (the check can fail)."""
+    update = FullCache.update
+
+    def forgetful(self, pos, k, v):
+        keys, values, mask = update(self, pos, k, v)
+        return (
+            (keys[:, :, :-1], values[:, :, :-1], mask) if k.shape[2] == 1 else (keys, values, mask)
+        )
+
+    monkeypatch.setattr(FullCache, "update", forgetful)
+    assert _check(_point("sdpa", "full"))["agree"] is False
+
+
+@pytest.mark.parametrize("cache, window", [("full", None), ("rolling", 16), ("none", None)])
+def test_the_timed_step_repeats_without_growing_the_cache(cache, window):
+    """Many timed calls redo one step: same output, same cache bytes, before and after the
+    re-prefill that measures prefill_s."""
+    case = build_case(_point("full", cache, window=window), registry.get("full"), CPU, "none")
+    first = case.run()
+    before = case.extra(None, None)
+    again = [case.run() for _ in range(5)]
+    after = case.extra(None, None)
+    assert all(torch.equal(first, out) for out in again)
+    assert before["cache_bytes"] == after["cache_bytes"] == before["cache_bytes_analytic"]
+    assert before["cache_alloc_bytes"] == before["cache_bytes"]
+
+
+@pytest.mark.parametrize(
+    "point, reason",
+    [
+        (_point(causal=False), "decode is causal"),
+        (_point(cache="rolling"), "needs a causal sliding window"),
+        (_point("flash-tiled", kv_heads=1), "grouped/multi-query"),
+        (_point("sdpa", "full", window=16), "window"),
+        (_point("full", dilation=2, window=8), "not ['dilation']"),
+    ],
+)
+def test_unsupported_points_say_why(point, reason):
+    reasons = dec.not_supported(point, registry.get(point.impl))
+    assert any(reason in r for r in reasons), reasons
+    with pytest.raises(ValueError, match="decode: "):
+        build_case(point, registry.get(point.impl), CPU, "none")
+
+
+def test_rolling_prefill_is_stepwise_only_without_window_support():
+    assert dec.stepwise_prefill(_point("sdpa", "rolling", window=8), registry.get("sdpa"))
+    assert not dec.stepwise_prefill(_point("full", "rolling", window=8), registry.get("full"))
+
+
+def test_step_problems():
+    assert dec.step_problem(_point(cache="full")).n_k == 38
+    assert dec.step_problem(_point(cache="full")).n_q == 1
+    assert dec.step_problem(_point(cache="rolling", window=16)).n_k == 16
+    assert dec.step_problem(_point(cache="none")).n_q == 38
+
+
+def test_runner_row_has_the_decode_columns():
+    config = MeasureConfig(timing=TimingConfig(budget_s=0.05, min_samples=3, warmup_calls=1))
+    row = run_point(_point("full", "rolling", window=16), config, CPU)
+    assert row["status"] == "ok", row.get("reason")
+    assert row["cache_bytes"] == row["cache_bytes_analytic"] == 2 * 2 * 2 * 3 * 16 * 10 * 4
+    assert row["prefill_s"] > 0 and row["tokens_per_s"] == pytest.approx(2 / row["time_median_s"])
+    assert row["check"] == "float64" and row["agree"] is True
+
+
+def test_flops_per_token_linear_with_a_cache_quadratic_without():
+    def core(n: int, cache: str, executed: bool) -> float:
+        return dec.decode_flops_per_token(_point(cache=cache, n=n), executed=executed)
+
+    per_key = 4 * 2 * 3 * 10 * 2  # 4·B·H·D per key, two layers
+    assert core(101, "full", False) - core(100, "full", False) == per_key
+    growth = [core(n + 1, "none", True) - core(n, "none", True) for n in (100, 200)]
+    assert growth[1] > growth[0]  # the recomputed step's cost grows faster than linearly
+    assert core(100, "none", False) == core(100, "full", False)  # useful work is the same
+
+
+def test_predicted_peak_covers_the_cache_and_grows_with_context():
+    small, big = _point(n=100), _point(n=1000)
+    assert dec.predict_decode_peak_bytes(big) > dec.predict_decode_peak_bytes(small)
+    rolling = replace(big, cache="rolling", window_left=15, window_right=0, impl="full")
+    assert dec.predict_decode_peak_bytes(rolling) > dec.analytic_cache_bytes(rolling)

@@ -1,0 +1,178 @@
+"""The caches themselves: in-place static buffers, the rolling ring's slots and masks, GQA."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness.block import BlockConfig, build_block
+from harness.kvcache import (
+    DecoderStack,
+    FullCache,
+    RollingCache,
+    analytic_cache_bytes,
+    cache_nbytes,
+    single_query_mask,
+)
+from harness.masks import MaskSpec
+from harness.point import Point
+from harness.reference import reference_attention, repeat_kv
+
+
+def _kv(batch: int, kv_heads: int, n: int, head_dim: int, seed: int):
+    gen = torch.Generator().manual_seed(seed)
+    shape = (batch, kv_heads, n, head_dim)
+    return torch.randn(shape, generator=gen), torch.randn(shape, generator=gen)
+
+
+def _ref_stack(
+    kv_heads: int | None,
+    cache: str,
+    mask: MaskSpec,
+    capacity: int,
+    layers: int = 2,
+    dtype: torch.dtype = torch.float64,
+):
+    """A two-layer (float64) stack with the float64 reference core."""
+    cfg = BlockConfig(heads=4, head_dim=6, kv_heads=kv_heads, causal=True, max_len=capacity)
+    blocks = [build_block(cfg, i, "cpu", dtype).eval() for i in range(layers)]
+    return DecoderStack(blocks, reference_attention, mask, cache, 2, capacity)
+
+
+def test_full_cache_writes_in_place_and_returns_views():
+    cache = FullCache(2, 3, 20, 8, MaskSpec(causal=True), torch.float32, "cpu")
+    ptr = cache.k.data_ptr()
+    k, v = _kv(2, 3, 7, 8, seed=0)
+    keys, values, mask = cache.update(0, k, v)
+    assert mask == MaskSpec(causal=True) and keys.shape == (2, 3, 7, 8)
+    k1, v1 = _kv(2, 3, 1, 8, seed=1)
+    keys, values, mask = cache.update(7, k1, v1)
+    assert keys.shape == (2, 3, 8, 8) and mask == MaskSpec()  # one query sees every key
+    assert keys.data_ptr() == ptr == cache.k.data_ptr()  # a view of the static buffer, no copy
+    assert torch.equal(keys, torch.cat([k, k1], dim=2))
+    assert torch.equal(values, torch.cat([v, v1], dim=2))
+    with pytest.raises(ValueError, match="capacity"):
+        cache.update(20, k1, v1)
+
+
+def test_single_query_mask_keeps_the_window_only():
+    assert single_query_mask(MaskSpec(causal=True)) == MaskSpec()
+    windowed = MaskSpec(causal=True, window=(4, 0))
+    assert single_query_mask(windowed) == windowed
+
+
+@pytest.mark.parametrize("window", [1, 5, 8])
+def test_rolling_ring_holds_exactly_the_last_window_positions(window):
+    n = 3 * window + 2  # wraps around the ring more than twice
+    k_all, v_all = _kv(1, 2, n, 4, seed=window)
+    cache = RollingCache(1, 2, window, 4, torch.float32, "cpu")
+    for pos in range(n):
+        keys, values, mask = cache.update(
+            pos, k_all[:, :, pos : pos + 1], v_all[:, :, pos : pos + 1]
+        )
+        held = list(range(max(0, pos - window + 1), pos + 1))
+        assert keys.shape[2] == len(held) and mask == MaskSpec()
+        for p in held:  # position p lives in slot p % window
+            assert torch.equal(keys[:, :, p % window], k_all[:, :, p])
+            assert torch.equal(values[:, :, p % window], v_all[:, :, p])
+
+
+@pytest.mark.parametrize("n, window", [(3, 5), (5, 5), (13, 5)])
+def test_rolling_step_equals_sliding_window_attention(n, window):
+    """Attention over the unordered ring == the sliding-window mask over the whole sequence,
+    before the ring fills, exactly full, and after wrapping (prefill then single steps)."""
+    total = n + 2 * window
+    gen = torch.Generator().manual_seed(n)
+    q = torch.randn(1, 4, total, 8, generator=gen)
+    k, v = _kv(1, 2, total, 8, seed=n + 1)
+    spec = MaskSpec(causal=True, window=(window - 1, 0))
+    cache = RollingCache(1, 2, window, 8, torch.float32, "cpu")
+    keys, values, mask = cache.update(0, k[:, :, :n], v[:, :, :n])
+    got = reference_attention(q[:, :, :n], keys, values, mask)
+    assert torch.allclose(got, reference_attention(q[:, :, :n], k[:, :, :n], v[:, :, :n], spec))
+    for pos in range(n, total):
+        keys, values, mask = cache.update(pos, k[:, :, pos : pos + 1], v[:, :, pos : pos + 1])
+        got = reference_attention(q[:, :, pos : pos + 1], keys, values, mask)
+        want = reference_attention(
+            q[:, :, pos : pos + 1], k[:, :, : pos + 1], v[:, :, : pos + 1], spec
+        )
+        assert torch.allclose(got, want, atol=1e-12, rtol=0)
+
+
+def test_rolling_cache_rejects_a_second_prefill_chunk_and_overflow():
+    cache = RollingCache(1, 1, 4, 2, torch.float32, "cpu")
+    k, v = _kv(1, 1, 3, 2, seed=0)
+    with pytest.raises(ValueError, match="prefill at position 0"):
+        cache.update(2, k, v)
+    short = RollingCache(1, 1, 8, 2, torch.float32, "cpu", capacity=3)
+    assert short.k.shape[2] == 3  # sized for what the generation can use
+    with pytest.raises(ValueError, match="capacity"):
+        short.update(3, k[:, :, :1], v[:, :, :1])
+
+
+@pytest.mark.parametrize(
+    "cache, mask",
+    [
+        ("full", MaskSpec(causal=True)),
+        ("full", MaskSpec(causal=True, window=(6, 0))),
+        ("rolling", MaskSpec(causal=True, window=(6, 0))),
+        ("none", MaskSpec(causal=True)),
+    ],
+)
+@pytest.mark.parametrize("kv_heads", [1, 2, None])
+def test_stack_steps_equal_recomputation(cache, mask, kv_heads):
+    """Several steps deep, odd sizes, MQA/GQA/MHA: every cached step == the full recompute."""
+    n, steps = 11, 9  # the rolling window of 7 wraps during the steps
+    stack = _ref_stack(kv_heads, cache, mask, n + steps)
+    x = torch.randn(
+        2, n + steps, 24, generator=torch.Generator().manual_seed(3), dtype=torch.float64
+    )
+    with torch.no_grad():
+        prefill = stack.prefill(x[:, :n])
+        outs = [stack.step(x[:, t : t + 1], t) for t in range(n, n + steps)]
+        full = stack.forward(x)
+    assert torch.allclose(prefill, full[:, :n], atol=1e-12, rtol=0)
+    assert torch.allclose(torch.cat(outs, dim=1), full[:, n:], atol=1e-12, rtol=0)
+
+
+def test_gqa_cache_matches_repeated_kv_heads():
+    """A cache holding H_kv heads gives the same attention as repeating K/V to H heads."""
+    k, v = _kv(1, 2, 9, 8, seed=5)
+    q = torch.randn(1, 6, 1, 8, generator=torch.Generator().manual_seed(6))
+    cache = FullCache(1, 2, 9, 8, MaskSpec(causal=True), torch.float32, "cpu")
+    cache.update(0, k[:, :, :8], v[:, :, :8])
+    keys, values, mask = cache.update(8, k[:, :, 8:], v[:, :, 8:])
+    grouped = reference_attention(q, keys, values, mask)
+    repeated = reference_attention(q, repeat_kv(k, 6), repeat_kv(v, 6), MaskSpec(causal=True))
+    assert keys.shape[1] == 2  # the cache keeps only the K/V heads
+    assert torch.allclose(grouped, repeated, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "cache, kv_heads, window, slots",
+    [
+        ("full", None, None, 37 + 5),
+        ("full", 1, None, 42),
+        ("rolling", 2, 16, 16),
+        ("rolling", None, 64, 42),
+        ("none", None, None, 0),
+    ],
+)
+def test_measured_cache_bytes_equal_the_analytic_formula(cache, kv_heads, window, slots):
+    point = Point(
+        impl="full",
+        scenario="decode",
+        seq_len=37,
+        gen_tokens=5,
+        heads=4,
+        kv_heads=kv_heads,
+        head_dim=6,
+        layers=3,
+        batch=2,
+        causal=True,
+        cache=cache,
+        window_left=None if window is None else window - 1,
+    )
+    stack = _ref_stack(kv_heads, cache, point.mask, 42, layers=3, dtype=torch.float32)
+    measured = cache_nbytes(stack.new_caches())
+    assert measured == analytic_cache_bytes(point) == 2 * 3 * 2 * (kv_heads or 4) * slots * 6 * 4
