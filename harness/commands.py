@@ -237,7 +237,10 @@ def _with_progress(points, enabled: bool, body):
         return body(on_row)
 
 
-def _print_table(run_dir: Path, metrics: tuple[str, ...] = ("time_median_s", "peak_mem_bytes")) -> None:
+DEFAULT_METRICS = ("time_median_s", "peak_mem_bytes")
+
+
+def _print_table(run_dir: Path, metrics: tuple[str, ...] = DEFAULT_METRICS) -> None:
     from harness.table import render
 
     try:
