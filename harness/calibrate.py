@@ -112,8 +112,12 @@ def calibrate(device="cpu", dtypes: tuple[str, ...] | None = None) -> dict:
 
 
 def peak_for(calibration: dict | None, dtype: str = "float32") -> float | None:
-    """The measured matmul peak a row of ``dtype`` is compared against (None if not measured)."""
+    """The measured matmul peak a row of ``dtype`` is compared against (None if not measured):
+    the best fp32 repeat where recorded (a peak is what the device *can* do; the median sags
+    when other work shares the machine), else the dtype's median."""
     if not calibration:
         return None
     by_dtype = calibration.get("matmul_flops_per_s_by_dtype") or {}
+    if dtype == calibration.get("dtype", "float32") and calibration.get("matmul_flops_per_s_best"):
+        return calibration["matmul_flops_per_s_best"]
     return by_dtype.get(dtype) or calibration.get("matmul_flops_per_s")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import platform
 import re
 import subprocess
@@ -71,6 +72,8 @@ def collect(
         "torch_cuda": torch.version.cuda,
         "mkl": torch.backends.mkl.is_available(),
         "fingerprint": fingerprint(info),
+        # a contended machine explains noisy timings: record the 1/5/15-minute load at the start
+        "loadavg_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         **info,
         **git_state(),
     }

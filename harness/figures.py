@@ -183,7 +183,7 @@ def heat(rows: pd.DataFrame) -> tuple[pd.DataFrame, list]:
     for scenario, srows in ok.groupby("scenario", sort=True):
         keys = analysis.group_keys(srows, "heads", covary=("head_dim", "d_model", "point_id"))
         for values, part in _split(srows, keys):
-            title = f"{scenario}: {_label(values)}"
+            title = _label({"scenario": scenario, **values}, width=48)
             table = part.pivot_table(
                 index="heads", columns="d_model", values="tokens_per_s", aggfunc="median"
             )
@@ -240,7 +240,10 @@ def flops(rows: pd.DataFrame, envs: dict[str, dict]) -> tuple[pd.DataFrame, list
     for scenario, part in frame.groupby("scenario", sort=True):
         if part["seq_len"].nunique() >= 2:
             keys = analysis.group_keys(part, "seq_len")
-            panels.append(Panel(str(scenario), _series_by(part, "pct_peak", keys)[:10]))
+            swept = [s for s in _series_by(part, "pct_peak", keys) if len(s.x) >= 2]
+            for s in swept:
+                s.label = textwrap.shorten(s.label, 60, placeholder="...")
+            panels.append(Panel(str(scenario), swept[:10]))
     images = (
         [("flops-pct-peak", lines(panels, "seq_len", "% of measured matmul peak"))]
         if panels

@@ -28,7 +28,8 @@ table{border-collapse:collapse;font-size:12px;margin:.5em 0 1em}
 th,td{border:1px solid #ddd;padding:3px 6px;text-align:left;vertical-align:top}
 th{background:#f3f3f3}td.v-confirmed{background:#d9f2d9}td.v-refuted{background:#f7d4d4}
 td.v-inconclusive{background:#f6efd0}img{max-width:100%;border:1px solid #eee;margin:.5em 0}
-nav a{margin-right:1em}.note{color:#666;font-style:italic}details{margin:.5em 0}
+nav a{margin-right:1em}.scroll{overflow-x:auto}.note{color:#666;font-style:italic}
+details{margin:.5em 0}
 """
 
 
@@ -70,10 +71,11 @@ def markdown_table(frame: pd.DataFrame) -> str:
 
 
 def html_table(frame: pd.DataFrame) -> str:
+    """An escaped HTML table (verdict cells coloured) that scrolls sideways when too wide."""
     out = _fmt(frame).to_html(index=False, escape=True, border=0)
     for verdict in ("confirmed", "refuted", "inconclusive"):
         out = out.replace(f"<td>{verdict}</td>", f'<td class="v-{verdict}">{verdict}</td>')
-    return out
+    return f'<div class="scroll">{out}</div>'
 
 
 def sections(rows: pd.DataFrame, envs: dict[str, dict], claims_path: Path | None) -> list[Section]:
@@ -135,8 +137,9 @@ def sections(rows: pd.DataFrame, envs: dict[str, dict], claims_path: Path | None
             "flops",
             "FLOP/s as % of device peak",
             "Useful FLOP/s against the matmul "
-            "peak measured once per run (env.json calibration), and against the "
-            "roofline min(peak, intensity x bandwidth).",
+            "peak measured once per run (env.json calibration: best fp32 repeat), and "
+            "against the roofline min(peak, intensity x bandwidth). Above 100% means the "
+            "calibration ran while the machine was busier than during the row.",
             [("flops", flops_table)] if len(flops_table) else [],
             flops_imgs,
             note=_empty(flops_table, "no FLOP/s or no calibration"),

@@ -158,3 +158,4 @@ def test_calibration_measures_positive_rates_and_picks_the_dtype_peak():
     assert calibrate.peak_for(cal, "float16") == 8.0
     assert calibrate.peak_for(cal, "float32") == 1.0
     assert calibrate.peak_for(None) is None
+    assert calibrate.peak_for({**cal, "matmul_flops_per_s_best": 2.0}, "float32") == 2.0
