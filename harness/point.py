@@ -92,7 +92,15 @@ class Point:
         )
 
     def problem(self) -> Problem:
-        """The attention call this point makes (per layer, for block/decode scenarios)."""
+        """The attention call this point makes (per layer, for block/decode scenarios).
+
+        For ``decode`` that is one timed generation step (n_q = 1 over the cached keys, or the
+        whole prefix when ``cache = "none"``).
+        """
+        if self.scenario == "decode":
+            from harness.scenarios.decode import step_problem
+
+            return step_problem(self)
         return Problem(
             batch=self.batch,
             heads=self.heads,

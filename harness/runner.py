@@ -64,6 +64,15 @@ def point_row(point: Point) -> dict:
             "threads": torch.get_num_threads() if point.device == "cpu" else None}
 
 
+def support_reasons(point: Point, impl) -> list[str]:
+    """Why ``impl`` cannot run ``point`` here (empty = it can); decode adds its own rules."""
+    if point.scenario == "decode":
+        from harness.scenarios import decode
+
+        return decode.not_supported(point, impl)
+    return impl.not_supported(point.problem())
+
+
 def run_point(point: Point, config: MeasureConfig, device: Device,
               mem_budget: int | None = None) -> dict:
     """Measure one point; every failure is returned as the row's status, never raised."""
@@ -72,7 +81,7 @@ def run_point(point: Point, config: MeasureConfig, device: Device,
     impl = None if point.mixer != "attention" else registry.get(point.impl)
     if impl is not None:
         try:
-            reasons = impl.not_supported(point.problem())
+            reasons = support_reasons(point, impl)
         except Exception as exc:  # a plug-in's own support check failing is this point's error
             return {**row, "status": "error", "reason": f"support check: {_first_line(exc)}"}
         if reasons:

@@ -16,8 +16,11 @@ from harness.spec import Capabilities, Cost, Problem
 
 
 def _scores_bytes(p: Problem) -> int:
-    """Scores and probabilities, both (B, H, n_q, n_k) in the compute dtype."""
-    return 2 * p.batch * p.heads * p.n_q * p.n_k * torch.finfo(p.dtype).bits // 8
+    """Up to three (B, H, n_q, n_k) tensors at once (scores, masked scores, probabilities)
+    plus the (n_q, n_k) boolean mask when masked; two when dense."""
+    tensors = 2 if p.mask.is_dense else 3
+    mask = 0 if p.mask.is_dense else p.n_q * p.n_k
+    return tensors * p.batch * p.heads * p.n_q * p.n_k * torch.finfo(p.dtype).bits // 8 + mask
 
 
 @register(
