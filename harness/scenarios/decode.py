@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import time
+from dataclasses import replace
 
 import torch
 from torch import Tensor
@@ -26,6 +27,7 @@ from harness.block import BlockConfig, build_block
 from harness.kvcache import DecoderStack, analytic_cache_bytes, cache_nbytes, single_query_mask
 from harness.masks import MaskSpec, kept_pairs
 from harness.reference import reference_attention
+from harness.scenarios import block as scenario_block
 from harness.scenarios.base import Case, CheckPlan, check_plan
 from harness.spec import Problem
 
@@ -105,15 +107,9 @@ class CoreAttend:
 
 
 def block_config(point) -> BlockConfig:
-    return BlockConfig(
-        heads=point.heads,
-        head_dim=point.head_dim,
-        kv_heads=point.kv_heads,
-        norm=point.norm,
-        ffn=point.ffn,
-        pos=point.pos,
-        causal=True,
-        max_len=point.seq_len + point.gen_tokens,
+    """The block scenario's config, causal and long enough for the generated tokens."""
+    return replace(
+        scenario_block.block_config(point), causal=True, max_len=point.seq_len + point.gen_tokens
     )
 
 
