@@ -158,33 +158,39 @@ def block_layout(spec: MaskSpec, n_q: int, n_k: int) -> Tensor:
     return layout
 
 
+def keep_pairs(spec: MaskSpec, n_q: int, n_k: int, p: Tensor, j: Tensor) -> Tensor:
+    """The mask rule at arbitrary pairs: p (r, 1) absolute query positions (``i + n_k - n_q``),
+    j (1, c) key indices -> bool (r, c), True = attend. The one definition of the semantics."""
+    rel = j - p
+    if spec.block_size is not None:
+        layout = block_layout(spec, n_q, n_k).to(p.device)
+        nb = layout.shape[0]
+        qb = torch.div(p, spec.block_size, rounding_mode="floor")
+        valid = (qb >= 0) & (qb < nb)
+        keep = layout[qb.clamp(0, nb - 1), j // spec.block_size] & valid
+    else:
+        keep = torch.ones(rel.shape, dtype=torch.bool, device=p.device)
+        d = spec.dilation
+        if spec.left is not None:
+            keep &= rel >= -spec.left * d
+        if spec.right is not None:
+            keep &= rel <= spec.right * d
+        if d > 1:
+            keep &= torch.remainder(rel, d) == 0
+    if spec.global_tokens:
+        keep |= (p < spec.global_tokens) | (j < spec.global_tokens)
+    if spec.causal:
+        keep &= rel <= 0
+    return keep
+
+
 def mask_rows(
     spec: MaskSpec, n_q: int, n_k: int, start: int, stop: int, device: torch.device | str = "cpu"
 ) -> Tensor:
     """Rows ``start:stop`` of the dense mask, bool (stop - start, n_k), True = attend."""
-    off = n_k - n_q
-    p = torch.arange(start, stop, device=device)[:, None] + off  # absolute query positions
+    p = torch.arange(start, stop, device=device)[:, None] + (n_k - n_q)  # absolute positions
     j = torch.arange(n_k, device=device)[None, :]
-    rel = j - p
-    if spec.block_size is not None:
-        layout = block_layout(spec, n_q, n_k).to(device)
-        qb = torch.div(p, spec.block_size, rounding_mode="floor")
-        valid = (qb >= 0) & (qb < layout.shape[0])
-        local = layout[qb.clamp(0, layout.shape[0] - 1), j // spec.block_size] & valid
-    else:
-        local = torch.ones_like(rel, dtype=torch.bool)
-        d = spec.dilation
-        if spec.left is not None:
-            local &= rel >= -spec.left * d
-        if spec.right is not None:
-            local &= rel <= spec.right * d
-        if d > 1:
-            local &= torch.remainder(rel, d) == 0
-    if spec.global_tokens:
-        local |= (p < spec.global_tokens) | (j < spec.global_tokens)
-    if spec.causal:
-        local &= rel <= 0
-    return local
+    return keep_pairs(spec, n_q, n_k, p, j)
 
 
 def dense_mask(spec: MaskSpec, n_q: int, n_k: int, device: torch.device | str = "cpu") -> Tensor:

@@ -26,11 +26,38 @@ def repeat_kv(x: Tensor, heads: int) -> Tensor:
 
 
 def _attend_rows(q: Tensor, k: Tensor, v: Tensor, keep: Tensor, scale: float) -> Tensor:
-    """q: (B, H, c, D), k/v: (B, H, n_k, D), keep: (c, n_k) -> (B, H, c, D)."""
-    scores = (q @ k.transpose(-2, -1)) * scale  # (B, H, c, n_k)
+    """q: (B, H, c, D), k/v: (B, H, n_k, D), keep: (c, n_k) -> (B, H, c, D) in v's dtype.
+
+    Scores and softmax run in at least float32 (float64 stays float64), as kernels do.
+    """
+    acc = torch.promote_types(q.dtype, torch.float32)
+    scores = (q @ k.transpose(-2, -1)).to(acc) * scale  # (B, H, c, n_k)
     scores = scores.masked_fill(~keep, float("-inf"))
     probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # empty rows -> zeros
-    return probs @ v
+    return probs.to(v.dtype) @ v
+
+
+def _chunked_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: MaskSpec | None,
+    scale: float | None,
+    rows: Tensor | None,
+    chunk: int,
+) -> Tensor:
+    """Attention over query chunks in the inputs' dtype: memory O(chunk * n_k)."""
+    mask = mask or MaskSpec()
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    k, v = repeat_kv(k, q.shape[1]), repeat_kv(v, q.shape[1])
+    row_ids = torch.arange(n_q) if rows is None else rows.cpu()
+    outs = []
+    for s in range(0, len(row_ids), chunk):
+        ids = row_ids[s : s + chunk]
+        keep = _rows_mask(mask, n_q, n_k, ids).to(q.device)
+        outs.append(_attend_rows(q[..., ids.to(q.device), :], k, v, keep, scale))
+    return torch.cat(outs, dim=-2)
 
 
 def reference_attention(
@@ -47,17 +74,7 @@ def reference_attention(
     ``rows`` (1-D long) restricts the result to those query rows: (B, H, len(rows), D).
     Differentiable (autograd flows to q, k, v in float64).
     """
-    mask = mask or MaskSpec()
-    n_q, n_k, d = q.shape[-2], k.shape[-2], q.shape[-1]
-    scale = 1.0 / math.sqrt(d) if scale is None else scale
-    q64, k64, v64 = q.double(), repeat_kv(k.double(), q.shape[1]), repeat_kv(v.double(), q.shape[1])
-    row_ids = torch.arange(n_q) if rows is None else rows.cpu()
-    outs = []
-    for s in range(0, len(row_ids), chunk):
-        ids = row_ids[s : s + chunk]
-        keep = _rows_mask(mask, n_q, n_k, ids).to(q.device)
-        outs.append(_attend_rows(q64[..., ids.to(q.device), :], k64, v64, keep, scale))
-    return torch.cat(outs, dim=-2)
+    return _chunked_attention(q.double(), k.double(), v.double(), mask, scale, rows, chunk)
 
 
 def _rows_mask(mask: MaskSpec, n_q: int, n_k: int, ids: Tensor) -> Tensor:
@@ -121,16 +138,4 @@ def naive_attention(
     chunk: int = 256,
 ) -> Tensor:
     """The same math in the inputs' own dtype: the error scale an optimized kernel is judged by."""
-    mask = mask or MaskSpec()
-    n_q, n_k, d = q.shape[-2], k.shape[-2], q.shape[-1]
-    scale = 1.0 / math.sqrt(d) if scale is None else scale
-    k, v = repeat_kv(k, q.shape[1]), repeat_kv(v, q.shape[1])
-    row_ids = torch.arange(n_q) if rows is None else rows.cpu()
-    outs = []
-    for s in range(0, len(row_ids), chunk):
-        ids = row_ids[s : s + chunk]
-        keep = _rows_mask(mask, n_q, n_k, ids).to(q.device)
-        scores = (q[..., ids.to(q.device), :] @ k.transpose(-2, -1)).float() * scale
-        probs = torch.softmax(scores.masked_fill(~keep, float("-inf")), -1).nan_to_num(0.0)
-        outs.append(probs.to(v.dtype) @ v)
-    return torch.cat(outs, dim=-2)
+    return _chunked_attention(q, k, v, mask, scale, rows, chunk)

@@ -26,7 +26,7 @@ from functools import lru_cache
 import torch
 from torch import Tensor
 
-from harness.masks import MaskSpec, block_layout
+from harness.masks import MaskSpec, block_layout, keep_pairs
 
 BAND_BLOCK = 64  # query rows per band tile: (64, 64 + w) tiles measured fastest on 2-core CPU
 
@@ -78,35 +78,6 @@ class Plan:
             for t in self.tiles
         )
         return Plan(self.n_q, self.n_k, tiles, self.classes)
-
-
-def pair_keep(spec: MaskSpec, n_q: int, n_k: int, p: Tensor, j: Tensor) -> Tensor:
-    """The mask rule of :func:`harness.masks.mask_rows` at arbitrary pairs.
-
-    p: (r, 1) absolute query positions, j: (1, c) key indices -> bool (r, c). Tests check it
-    against ``dense_mask`` so the two definitions cannot drift apart.
-    """
-    rel = j - p
-    if spec.block_size is not None:
-        layout = block_layout(spec, n_q, n_k)
-        nb = layout.shape[0]
-        qb = torch.div(p, spec.block_size, rounding_mode="floor")
-        valid = (qb >= 0) & (qb < nb)
-        keep = layout[qb.clamp(0, nb - 1), j // spec.block_size] & valid
-    else:
-        keep = torch.ones(rel.shape, dtype=torch.bool)
-        d = spec.dilation
-        if spec.left is not None:
-            keep &= rel >= -spec.left * d
-        if spec.right is not None:
-            keep &= rel <= spec.right * d
-        if d > 1:
-            keep &= torch.remainder(rel, d) == 0
-    if spec.global_tokens:
-        keep |= (p < spec.global_tokens) | (j < spec.global_tokens)
-    if spec.causal:
-        keep &= rel <= 0
-    return keep
 
 
 class _BiasMaker:
@@ -192,7 +163,7 @@ def window_plan(
                 hi = min(n_keys - 1 if right is None else a1 + right, n_keys - 1)
                 keys = _merge([*globals_, (k_start[r] + lo, k_start[r] + hi + 1)])
             p = (rows[s:e] + off)[:, None]
-            keep = pair_keep(spec, n_q, n_k, p, _cols(keys, None if d == 1 else k_order))
+            keep = keep_pairs(spec, n_q, n_k, p, _cols(keys, None if d == 1 else k_order))
             tiles.append(Tile(row + s, row + e, keys, make_bias(keep)))
         row += len(rows)
     return Plan(n_q, n_k, tuple(tiles), classes=d)

@@ -8,18 +8,8 @@ import sys
 from pathlib import Path
 
 from harness.results import load_env, load_rows
+from tests.conftest import CORE_IMPLEMENTATIONS
 
-CORE_NAMES = [
-    "full",
-    "sdpa",
-    "sdpa-math",
-    "sdpa-flash",
-    "sdpa-efficient",
-    "sdpa-cudnn",
-    "flash-tiled",
-    "xformers",
-    "flash-attn",
-]
 TINY = """
 name = "tiny"
 scenario = "attention"
@@ -50,7 +40,7 @@ def test_list_shows_every_implementation_with_availability():
     result = cli("list", "--json")
     assert result.returncode == 0, result.stderr
     listed = {d["name"]: d for d in json.loads(result.stdout)}
-    assert set(CORE_NAMES) <= set(listed)
+    assert set(CORE_IMPLEMENTATIONS) <= set(listed)
     assert listed["sdpa"]["available"] is True
     for gpu_only in ("xformers", "flash-attn"):
         assert listed[gpu_only]["status"].startswith("unavailable: "), listed[gpu_only]

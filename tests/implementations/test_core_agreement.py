@@ -11,20 +11,9 @@ from harness.agreement import compare, compare_grads, tolerance
 from harness.masks import MaskSpec
 from harness.reference import reference_attention, reference_grads
 from harness.spec import Problem
-from tests.conftest import make_qkv
+from tests.conftest import CORE_IMPLEMENTATIONS, make_qkv
 
 SHAPES = [(2, 3, 97, 97, 59), (1, 2, 33, 161, 59), (1, 2, 161, 33, 16)]
-CORE = [
-    "full",
-    "sdpa",
-    "sdpa-math",
-    "sdpa-flash",
-    "sdpa-efficient",
-    "sdpa-cudnn",
-    "flash-tiled",
-    "xformers",
-    "flash-attn",
-]
 
 
 def runnable(name: str, problem: Problem) -> bool:
@@ -32,7 +21,7 @@ def runnable(name: str, problem: Problem) -> bool:
 
 
 def cases():
-    for name in CORE:
+    for name in CORE_IMPLEMENTATIONS:
         for shape in SHAPES:
             for causal in (False, True):
                 yield pytest.param(

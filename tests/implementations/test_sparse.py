@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness import registry
-from harness.masks import MaskSpec, dense_mask, kept_pairs
+from harness.masks import MaskSpec, dense_mask, keep_pairs, kept_pairs
 from harness.reference import reference_attention, reference_grads
 from harness.spec import Problem
-from implementations._tiles import pair_keep, window_plan
+from implementations._tiles import window_plan
 from tests.conftest import make_qkv
 
 SHAPES = [(2, 3, 97, 97, 59), (1, 2, 33, 161, 59), (1, 2, 161, 33, 16)]  # (B, H, n_q, n_k, D)
@@ -165,11 +165,11 @@ def impl_for(mask: MaskSpec) -> str:
 
 @settings(max_examples=50, deadline=None)
 @given(mask=any_spec(), n_q=st.integers(1, 40), n_k=st.integers(1, 40))
-def test_pair_keep_is_dense_mask(mask, n_q, n_k):
+def test_keep_pairs_is_dense_mask(mask, n_q, n_k):
     """The plan builders' rule evaluator and harness.masks agree pair for pair."""
     p = (torch.arange(n_q) + n_k - n_q)[:, None]
     assert torch.equal(
-        pair_keep(mask, n_q, n_k, p, torch.arange(n_k)[None, :]), dense_mask(mask, n_q, n_k)
+        keep_pairs(mask, n_q, n_k, p, torch.arange(n_k)[None, :]), dense_mask(mask, n_q, n_k)
     )
 
 
