@@ -272,16 +272,27 @@ def add_cli(subparsers) -> None:
         action="store_true",
         help="a JSON list: claim, verdict, measured, ci_low, ci_high, ...",
     )
+    p.add_argument(
+        "--allow-contended",
+        action="store_true",
+        help="use rows measured under contention for verdicts (left out by default)",
+    )
     p.set_defaults(func=cmd_claims)
 
 
 def cmd_claims(args) -> int:
     import json
+    import sys
 
+    from harness.contention import usable_rows
     from harness.verdicts import evaluate_all
 
     claims = load_claims(args.claims)
-    verdicts = evaluate_all(claims, load_run_rows(args.run_dirs))
+    # rows measured under contention give no confirmed/refuted verdict unless asked
+    rows, note = usable_rows(load_run_rows(args.run_dirs), args.allow_contended)
+    if note:
+        print(f"attnbench: warning: {note}", file=sys.stderr)
+    verdicts = evaluate_all(claims, rows)
     if args.json:
         print(json.dumps([v.as_dict() for v in verdicts], indent=2, allow_nan=False))
     else:

@@ -9,8 +9,16 @@ by position. Per point and metric a :class:`Finding` with a level:
   (with ``--time-gate report``, only one whose whole confidence interval is above
   ``--time-fail`` and that stands out of the suite's run-to-run scatter; with ``--confirm``,
   only one that reproduces in the other runs; the rest are ``warn``);
+  times are compared in the basis ``--time-basis`` picks: ``normalized`` (per reference-kernel
+  time, ``ref_kernel_s``: survives a machine that is uniformly slower today), ``absolute``, or
+  ``auto`` (normalized when every timed row of both runs has a reference time); the table's
+  last line says which basis the gate used;
 - ``warn`` / ``info``: reported, never fail (slower within noise, faster, new points, fixes);
 - ``ok``: unchanged.
+
+Rows flagged ``contended`` (measured while other processes took the CPU or GPU, see
+:mod:`harness.contention`) are still compared -- the normalized basis and the pass structure
+are what make their times usable -- but the output says how many there were.
 
 Exit 0 when nothing failed, 1 on any regression, 2 on unusable input (a :class:`CliError`).
 """
@@ -25,13 +33,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from harness import contention
 from harness.baseline import add_baseline_cli, fingerprint
 from harness.errors import CliError
 from harness.point import point_from_row
 from harness.regression import (
+    BASES,
     LEVELS,
     CompareOptions,
     Finding,
+    has_reference,
     parse_amount,
     parse_checks,
     point_findings,
@@ -52,6 +63,7 @@ class Comparison:
     findings: tuple[Finding, ...]
     warnings: tuple[str, ...]
     points: int
+    time_basis: str = "absolute"
 
     def count(self, level: str) -> int:
         return sum(f.level == level for f in self.findings)
@@ -138,13 +150,16 @@ def _load(run_dir: Path, notes: list[str]) -> tuple[dict[str, dict], dict]:
 
 def _scatter(runs: Sequence[tuple], opts: CompareOptions, what: str, notes: list[str]):
     """Run-to-run time scatter (largest over the run pairs ``((rows, env), (rows, env))``);
-    None unless the report gate uses it."""
+    None unless the report gate uses it. Rows timed in several shuffled passes need no
+    scatter: a burst shows up in their own intervals, as disagreement between passes."""
     if opts.time_gate != "report":
+        return None
+    if all(_in_passes(rows) for pair in runs for rows, _ in pair):
         return None
     values = []
     for a, b in runs:
         common = [(a[0][p], b[0][p]) for p in a[0].keys() & b[0].keys()]
-        values.append(time_scatter(common, opts.checks["time"].stat))
+        values.append(time_scatter(common, opts.checks["time"].stat, opts.time_basis))
     scatter = max((v for v in values if v is not None), default=None)
     if scatter is not None and scatter > 0.1:
         notes.append(
@@ -156,7 +171,48 @@ def _scatter(runs: Sequence[tuple], opts: CompareOptions, what: str, notes: list
 
 
 def _scale(base: tuple, cur: tuple, opts: CompareOptions) -> float:
+    if opts.time_basis == "normalized":  # the reference kernel already cancels machine speed
+        return 1.0
     return _peak_scale(base[1], cur[1]) if opts.normalize_peak else 1.0
+
+
+def _in_passes(rows: dict[str, dict]) -> bool:
+    """Every timed row was measured in two or more passes."""
+    return all(len(r.get("pass_samples") or ()) >= 2 for r in _timed(rows))
+
+
+def _timed(rows: dict[str, dict]) -> list[dict]:
+    return [r for r in rows.values() if r.get("status") == "ok" and r.get("time_median_s")]
+
+
+def resolve_basis(opts: CompareOptions, runs: Sequence[dict[str, dict]], notes: list[str]):
+    """``opts`` with ``auto`` resolved: normalized when every timed row has a reference time
+    and the threshold is relative; raises when ``normalized`` is asked for and impossible."""
+    timed = [r for rows in runs for r in _timed(rows)]
+    missing = sum(not has_reference(r) for r in timed)
+    relative = opts.checks["time"].relative
+    if opts.time_basis == "normalized" and (missing or not relative):
+        why = f"{missing} timed rows have no ref_kernel_s" if missing else "threshold is absolute"
+        raise CompareError(f"--time-basis normalized: impossible ({why})")
+    if opts.time_basis == "auto":
+        basis = "normalized" if timed and not missing and relative else "absolute"
+        if basis == "absolute" and missing and len(timed) > missing:
+            notes.append(f"{missing} timed rows have no reference-kernel time: absolute basis")
+        return replace(opts, time_basis=basis)
+    return opts
+
+
+def contention_notes(runs: Sequence[tuple[str, dict[str, dict]]]) -> list[str]:
+    """One note per run with rows measured under contention."""
+    import pandas as pd
+
+    out = []
+    for name, rows in runs:
+        if rows:
+            line = contention.notice(pd.DataFrame(list(rows.values())), "rows")
+            if line:
+                out.append(f"{name}: {line}")
+    return out
 
 
 def _confirm(findings: list[Finding], base: tuple, run: tuple, name: str, opts, scatter):
@@ -190,6 +246,11 @@ def compare_runs(
     if base_env and cur_env:
         notes += _env_notes(base_env, cur_env, opts)
     others = [(_load(Path(d), notes), Path(d).name) for d in confirm]
+    opts = resolve_basis(opts, [base_rows, cur_rows] + [run[0] for run, _ in others], notes)
+    notes += contention_notes(
+        [(str(baseline), base_rows), (str(current), cur_rows)]
+        + [(str(d), run[0]) for (run, _), d in zip(others, confirm, strict=True)]
+    )
     # Scatter over every pair of runs, the largest kept: between runs of the same code it is
     # pure noise (a real regression cannot inflate it); against the baseline it also covers
     # the baseline's own lucky or unlucky points, which the confirm runs cannot reveal.
@@ -217,6 +278,7 @@ def compare_runs(
         tuple(findings),
         tuple(notes),
         len(base_rows.keys() | cur_rows.keys()),
+        opts.time_basis,
     )
 
 
@@ -233,7 +295,12 @@ def summary(result: Comparison) -> str:
     """One line: regressions or not, and the counts."""
     fails, warns = result.count("fail"), result.count("warn")
     head = f"{fails} regression{'s' * (fails != 1)}" if fails else "no regressions"
-    return f"{head}, {warns} warning{'s' * (warns != 1)} over {result.points} points"
+    basis = BASIS_TEXT.get(result.time_basis, result.time_basis)
+    return f"{head}, {warns} warning{'s' * (warns != 1)} over {result.points} points " \
+        f"(time gate: {basis})"
+
+
+BASIS_TEXT = {"normalized": "normalized, time / ref_kernel_s", "absolute": "absolute time"}
 
 
 def print_table(result: Comparison, show_all: bool = False, console=None) -> None:
@@ -296,7 +363,10 @@ def options_from_args(args: argparse.Namespace) -> CompareOptions:
         raise CompareError(
             "--time-fail must be relative (%) when the time threshold is, absolute otherwise"
         )
-    return CompareOptions(checks, args.normalize_peak, args.time_gate, fail, args.confidence)
+    return CompareOptions(
+        checks, args.normalize_peak, args.time_gate, fail, args.confidence,
+        time_basis=getattr(args, "time_basis", "auto"),
+    )
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
@@ -342,6 +412,13 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
         action="append",
         metavar="RUN_DIR",
         help="another run of the current code: time regressions must reproduce in it",
+    )
+    p.add_argument(
+        "--time-basis",
+        choices=BASES,
+        default="auto",
+        help="normalized: time per reference-kernel time (ref_kernel_s); auto (default): "
+        "normalized when every timed row has one",
     )
     p.add_argument("--confidence", type=float, default=0.99, help="CI level (default 0.99)")
     p.add_argument("--markdown", type=Path, metavar="FILE", help="write a markdown summary")

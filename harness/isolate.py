@@ -68,10 +68,11 @@ def isolated_executor(
     """
     from harness.runner import point_row
 
-    def execute(point: Point) -> dict:
-        payload = {"point": asdict(point), "config": config, "mem_budget": mem_budget}
+    def execute(point: Point, pass_index: int = 0) -> dict:
+        payload = {"point": asdict(point), "config": config, "mem_budget": mem_budget,
+                   "pass_index": pass_index}
         outcome = run_isolated(point_task, payload, timeout_s)
-        row = point_row(point)
+        row = point_row(point) if pass_index == 0 else {}
         if outcome.result is not None:
             return {**row, **outcome.result}
         return {**row, "status": outcome.status, "reason": outcome.reason}
@@ -80,17 +81,20 @@ def isolated_executor(
 
 
 def point_task(payload: dict) -> dict:
-    """Child side of :func:`isolated_executor`: one :func:`harness.runner.run_point` call."""
+    """Child side of :func:`isolated_executor`: one :func:`harness.runner.run_point` call
+    (first pass) or :func:`harness.runner.time_pass` call (a later pass)."""
     import torch
 
     from harness.device import get_device
-    from harness.runner import default_budget, run_point
+    from harness.runner import default_budget, run_point, time_pass
 
     point = Point(**payload["point"])
     config: MeasureConfig = payload["config"]
     if config.threads:
         torch.set_num_threads(config.threads)
     device = get_device(point.device, config.flush_l2)
+    if payload.get("pass_index", 0) > 0:
+        return time_pass(point, config, device)
     budget = payload["mem_budget"]
     return run_point(point, config, device, default_budget(device) if budget is None else budget)
 

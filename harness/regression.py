@@ -13,6 +13,13 @@ machine one point can run 10-100x slower for its whole budget). For such machine
 ``report`` gate fails a time regression only when it is also above a wide margin and stands
 out of the run-to-run scatter of all the suite's points (:func:`time_scatter`); compare's
 ``--confirm`` additionally asks it to reproduce in another run.
+
+Rows measured in several passes (``pass_samples`` cuts ``time_samples_s`` into passes) are
+compared with a hierarchical bootstrap (:mod:`harness.passes`): passes, then samples, are
+resampled, so disagreement between a point's passes widens the interval as it should.
+The time basis: ``absolute`` (seconds) or ``normalized`` (each pass's samples divided by the
+reference kernel's time in that pass, ``ref_kernel_s``), which cancels a machine that is
+uniformly slower today; ``auto`` normalizes when every compared row has a reference time.
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from harness import passes as pass_stats
 
 TIME_STATS = ("median", "mean", "min")
 METRICS = ("time", "mem")
@@ -128,7 +137,7 @@ class TimeChange:
     change: float
     low: float
     high: float
-    method: str  # bootstrap | run-ci | none (no samples: point estimate only)
+    method: str  # passes | bootstrap | run-ci | none (no samples: point estimate only)
 
 
 def _stat(values: np.ndarray, stat: str, axis: int | None = None) -> np.ndarray:
@@ -191,15 +200,63 @@ def time_change(
     return TimeChange(bs, cs, change, change, change, "none")
 
 
-def row_time(row: dict, stat: str = "median") -> float | None:
-    """A row's time statistic: from its raw samples when present, else ``time_median_s``."""
-    samples = [x for x in row.get("time_samples_s") or [] if x is not None and x > 0]
-    if samples:
-        return float(_stat(np.asarray(samples, dtype=float), stat))
-    return row.get("time_median_s")
+BASES = ("auto", "absolute", "normalized")
 
 
-def time_scatter(pairs: Iterable[tuple[dict, dict]], stat: str = "median") -> float | None:
+def has_reference(row: dict) -> bool:
+    """Whether ``row`` can be compared in normalized time."""
+    ref = row.get("ref_kernel_s")
+    return isinstance(ref, int | float) and ref > 0
+
+
+def row_groups(row: dict, basis: str = "absolute") -> list[np.ndarray]:
+    """A row's per-call samples cut into passes; ``normalized`` divides each pass by its
+    reference-kernel time (the row's ``ref_kernel_s`` when passes carry none)."""
+    raw = [x for x in row.get("time_samples_s") or [] if x is not None and x > 0]
+    groups = pass_stats.split_samples(raw, row.get("pass_samples"))
+    if basis != "normalized":
+        return groups
+    refs = row.get("pass_ref_kernel_s") or []
+    if len(refs) != len(groups) or not all(isinstance(r, int | float) and r > 0 for r in refs):
+        refs = [row["ref_kernel_s"]] * len(groups)
+    return [g / r for g, r in zip(groups, refs, strict=True)]
+
+
+def row_time(row: dict, stat: str = "median", basis: str = "absolute") -> float | None:
+    """A row's time statistic: from its raw samples (median over passes of the per-pass
+    statistic) when present, else ``time_median_s``; ``normalized``: per reference time."""
+    groups = row_groups(row, basis)
+    if groups:
+        return pass_stats.point_estimate(groups, stat)
+    value = row.get("time_median_s")
+    if basis == "normalized" and value is not None:
+        return value / row["ref_kernel_s"]
+    return value
+
+
+def pass_time_change(
+    check: Check,
+    base: list[np.ndarray],
+    cur: list[np.ndarray],
+    confidence: float = 0.99,
+    seed: int = 0,
+    resamples: int = 1000,
+) -> TimeChange:
+    """The change between two runs' pass-structured samples, with a hierarchical bootstrap
+    interval (each run resampled independently: passes, then samples within them)."""
+    bs, cs = pass_stats.point_estimate(base, check.stat), pass_stats.point_estimate(cur, check.stat)
+    b = pass_stats.hierarchical_bootstrap(base, check.stat, resamples, seed)
+    c = pass_stats.hierarchical_bootstrap(cur, check.stat, resamples, seed + 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        changes = c / b - 1.0 if check.relative else c - b
+    alpha = 1.0 - confidence
+    low, high = np.nanquantile(changes, [alpha / 2, 1 - alpha / 2])
+    return TimeChange(bs, cs, check.change(bs, cs), float(low), float(high), "passes")
+
+
+def time_scatter(
+    pairs: Iterable[tuple[dict, dict]], stat: str = "median", basis: str = "absolute"
+) -> float | None:
     """Run-to-run scatter of two runs' times over their common points: the robust standard
     deviation (1.4826 * MAD) of log(current / baseline). None with fewer than 8 points.
 
@@ -207,7 +264,7 @@ def time_scatter(pairs: Iterable[tuple[dict, dict]], stat: str = "median") -> fl
     scatters all of them."""
     logs = []
     for base, cur in pairs:
-        b, c = row_time(base, stat), row_time(cur, stat)
+        b, c = row_time(base, stat, basis), row_time(cur, stat, basis)
         if b and c and b > 0 and c > 0:
             logs.append(math.log(c / b))
     if len(logs) < 8:
@@ -247,6 +304,7 @@ class CompareOptions:
     confidence: float = 0.99
     scatter_k: float = 3.0  # report gate: fail only beyond k x the runs' time scatter too
     numerics_growth: float = 2.0  # error growth (x) within tolerance reported as info
+    time_basis: str = "auto"  # auto | absolute | normalized (time / ref_kernel_s)
 
 
 def fmt_time(seconds: float | None) -> str:
@@ -286,7 +344,58 @@ def time_finding(
     Report gate: such a regression fails only when the low end is also above ``time_fail`` and
     log(1 + low) is above ``scatter_k`` times the runs' scatter (see :func:`time_scatter`)."""
     check = opts.checks["time"]
-    tc = time_change(
+    basis = opts.time_basis if opts.time_basis != "auto" else "absolute"
+    seed = int(pid[:8], 16) if pid else 0
+    tc = _time_change(check, base, cur, basis, scale, opts.confidence, seed)
+    if tc is None:
+        return None
+    change = f"{check.format_change(tc.change)}"
+    if tc.method != "none":
+        change += f" [{check.format_change(tc.low)}, {check.format_change(tc.high)}]"
+    if basis == "normalized":  # the absolute change too, so a slower machine is visible
+        absolute = row_time(cur, check.stat) or 0.0
+        reference = row_time(base, check.stat) or 0.0
+        if absolute > 0 and reference > 0:
+            change += f" (absolute {check.format_change(check.change(reference, absolute))})"
+        shown = (f"{tc.base:.3g} x ref", f"{tc.cur:.3g} x ref")
+    else:
+        shown = (fmt_time(tc.base), fmt_time(tc.cur))
+    args = (pid, label, "time", *shown, change)
+    if tc.low > check.threshold:
+        rel_low = tc.low if check.relative else tc.low / tc.base
+        wide = opts.time_fail is not None and tc.low > opts.time_fail
+        wide = wide and (scatter is None or math.log1p(rel_low) > opts.scatter_k * scatter)
+        hard = opts.time_gate == "hard" or wide
+        rule = f"{check.describe()} beyond noise" + (", normalized" if basis != "absolute" else "")
+        return Finding(*args[:3], "fail" if hard else "warn", f"slower ({rule})", *args[3:])
+    if tc.change > check.threshold:
+        return Finding(*args[:3], "info", "slower within noise", *args[3:])
+    if tc.high < -check.threshold:
+        return Finding(*args[:3], "info", "faster", *args[3:])
+    return Finding(*args[:3], "ok", "same", *args[3:])
+
+
+def _time_change(
+    check: Check, base: dict, cur: dict, basis: str, scale: float, confidence: float, seed: int
+) -> TimeChange | None:
+    """Pass-structured rows: hierarchical bootstrap; otherwise :func:`time_change`."""
+    b_groups, c_groups = row_groups(base, basis), row_groups(cur, basis)
+    structured = len(b_groups) > 1 or len(c_groups) > 1
+    if structured and all(g.size >= 1 for g in b_groups + c_groups) and b_groups and c_groups:
+        c_groups = [g * scale for g in c_groups]
+        return pass_time_change(check, b_groups, c_groups, confidence, seed)
+    if basis == "normalized":
+        b_ref, c_ref = base["ref_kernel_s"], cur["ref_kernel_s"]
+        return time_change(
+            check,
+            [x / b_ref for x in base.get("time_samples_s") or [] if x],
+            [x / c_ref for x in cur.get("time_samples_s") or [] if x],
+            _div(base.get("time_median_s"), b_ref),
+            _div(cur.get("time_median_s"), c_ref),
+            confidence=confidence,
+            seed=seed,
+        )
+    return time_change(
         check,
         base.get("time_samples_s"),
         cur.get("time_samples_s"),
@@ -295,27 +404,13 @@ def time_finding(
         (base.get("time_ci_low_s"), base.get("time_ci_high_s")),
         (cur.get("time_ci_low_s"), cur.get("time_ci_high_s")),
         scale=scale,
-        confidence=opts.confidence,
-        seed=int(pid[:8], 16) if pid else 0,
+        confidence=confidence,
+        seed=seed,
     )
-    if tc is None:
-        return None
-    change = f"{check.format_change(tc.change)}"
-    if tc.method != "none":
-        change += f" [{check.format_change(tc.low)}, {check.format_change(tc.high)}]"
-    args = (pid, label, "time", fmt_time(tc.base), fmt_time(tc.cur), change)
-    if tc.low > check.threshold:
-        rel_low = tc.low if check.relative else tc.low / tc.base
-        wide = opts.time_fail is not None and tc.low > opts.time_fail
-        wide = wide and (scatter is None or math.log1p(rel_low) > opts.scatter_k * scatter)
-        hard = opts.time_gate == "hard" or wide
-        rule = f"{check.describe()} beyond noise"
-        return Finding(*args[:3], "fail" if hard else "warn", f"slower ({rule})", *args[3:])
-    if tc.change > check.threshold:
-        return Finding(*args[:3], "info", "slower within noise", *args[3:])
-    if tc.high < -check.threshold:
-        return Finding(*args[:3], "info", "faster", *args[3:])
-    return Finding(*args[:3], "ok", "same", *args[3:])
+
+
+def _div(value: float | None, by: float) -> float | None:
+    return None if value is None else value / by
 
 
 def _mem(pid: str, label: str, base: dict, cur: dict, opts: CompareOptions):

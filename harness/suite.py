@@ -13,7 +13,8 @@ seq_len = [1024, 2048]
 implementation = "local"
 window = [[127, 0], [255, 0]]     # [left, right]; -1 = unbounded side
 [measure]                         # timing budget and checks (all optional)
-budget_s = 1.0
+budget_s = 1.0                    # per point and pass
+passes = 3                        # timing passes, each in an order shuffled by order_seed
 ```
 Every problem is reported as one line naming the file, the key and the value (SuiteError):
 TOML syntax (with line and column), unknown keys, wrong types, non-finite numbers, impossible
@@ -67,12 +68,14 @@ MEASURE_KEYS: dict[str, type | tuple[type, ...]] = {
     "budget_s": (int, float), "min_samples": int, "max_samples": int,
     "target_rel_ci": (int, float), "warmup_calls": int, "min_sample_s": (int, float),
     "check": str, "threads": int, "flush_l2": bool, "isolate": bool,
-    "point_timeout_s": (int, float),
+    "point_timeout_s": (int, float), "passes": int, "order_seed": int,
 }
 # Lower bounds of [measure] numbers: (bound, inclusive). Floats must also be finite.
 _MEASURE_MIN = {"budget_s": (0, False), "min_samples": (1, True), "max_samples": (1, True),
                 "target_rel_ci": (0, True), "warmup_calls": (0, True), "min_sample_s": (0, True),
-                "threads": (1, True), "point_timeout_s": (0, False)}
+                "threads": (1, True), "point_timeout_s": (0, False), "passes": (1, True),
+                "order_seed": (0, True)}
+MAX_PASSES = 100
 MAX_THREADS = 4096
 # fmt: on
 
@@ -87,6 +90,8 @@ class MeasureConfig:
     flush_l2: bool = False
     isolate: bool = False
     point_timeout_s: float | None = None
+    passes: int = 3  # timing passes over the suite, each in its own shuffled order
+    order_seed: int = 0  # fixes the pass orders
 
 
 @dataclass(frozen=True)
@@ -355,7 +360,11 @@ def _measure(table: dict, err: _Reporter) -> MeasureConfig:
     threads = table.get("threads")
     if threads is not None and threads > MAX_THREADS:
         err.fail("measure.threads", threads, f"must be <= {MAX_THREADS}")
+    if table.get("passes", 1) > MAX_PASSES:
+        err.fail("measure.passes", table["passes"], f"must be <= {MAX_PASSES}")
     return MeasureConfig(
+        passes=table.get("passes", 3),
+        order_seed=table.get("order_seed", 0),
         timing=timing,
         check=check,
         threads=threads,

@@ -1,0 +1,130 @@
+#!/usr/bin/env python
+"""Power of the time gate on this machine: false alarms on honest reruns and detections of a
+real slowdown, each with and without a loaded neighbour, against the committed baseline.
+
+    .venv/bin/python scripts/gate_power.py --runs 5
+    .venv/bin/python scripts/gate_power.py --runs 5 --reuse --gate ci="--time-gate report"
+
+For each condition -- honest or ``--impl`` made ``--factor`` times slower by a real delay in
+its calls (``scripts/slowed.py``: each call runs the implementation ``factor`` times), and
+quiet or with a neighbour busy-looping on one core -- the suite runs ``--runs`` times.
+Each run is compared with the baseline (``attnbench baseline find``) under every ``--gate``;
+``ci`` is evaluated as ``.ci/run`` does it: a failure counts only when it reproduces with the
+next run of the same condition given as ``--confirm``. Rates are printed per gate and
+condition: honest runs that fail are false alarms, slowed runs that pass are misses.
+Targets (issue "numbers that survive a shared machine"): 0/5 false alarms, 5/5 detections.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from harness.baseline import find_baseline, run_suite
+from harness.compare import compare_runs
+from harness.results import load_env, load_rows
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from false_alarm import gate_options  # noqa: E402
+
+CI_GATE = "--time-gate report"  # keep in step with .ci/run
+DEFAULT_GATES = (f"ci={CI_GATE}", "strict=")
+
+
+def neighbour() -> subprocess.Popen:
+    """A busy loop pinned to CPU 0 (one core of load, as another CI job would take)."""
+    code = "import os\ntry: os.sched_setaffinity(0, {0})\nexcept OSError: pass\nwhile True: pass"
+    return subprocess.Popen([sys.executable, "-c", code])
+
+
+def one_run(suite: str, out: Path, slow: tuple[str, int] | None) -> None:
+    """A fresh run of ``suite`` into ``out``, slowed when ``slow`` = (impl, factor)."""
+    prefix = [str(HERE / "slowed.py"), slow[0], str(slow[1])] if slow else ["-m", "harness.cli"]
+    cmd = [sys.executable, *prefix, "run", suite, "--out", str(out), "--no-progress",
+           "--no-table"]
+    started = time.monotonic()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    rows = load_rows(out)
+    flagged = int(rows.get("contended", False).fillna(False).astype(bool).sum())
+    print(f"  {out.name}: {time.monotonic() - started:.0f} s, load {os.getloadavg()[0]:.1f}, "
+          f"{flagged}/{len(rows)} rows contended", flush=True)
+
+
+def conditions(args) -> list[tuple[str, tuple[str, int] | None, bool]]:
+    slow = (args.impl, args.factor)
+    out = []
+    for loaded in (False, True) if args.neighbour == "both" else (args.neighbour == "on",):
+        for name, s in (("honest", None), (f"{args.impl}x{args.factor}", slow)):
+            out.append((f"{name}{'+neighbour' if loaded else ''}", s, loaded))
+    return out
+
+
+def measure(args, runs: dict[str, list[Path]]) -> None:
+    for name, slow, loaded in conditions(args):
+        print(f"{name}: {args.runs} runs of {args.suite}", flush=True)
+        load = neighbour() if loaded else None
+        try:
+            for run_dir in runs[name]:
+                if run_dir.exists():
+                    subprocess.run(["rm", "-r", str(run_dir)], check=True)
+                one_run(args.suite, run_dir, slow)
+        finally:
+            if load is not None:
+                load.kill()
+                load.wait()
+
+
+def failed(baseline: Path, run_dir: Path, text: str, confirm: Path | None) -> bool:
+    """Whether the gate ``text`` fails ``run_dir``; ``confirm``: .ci/run's second run."""
+    opts, extra = gate_options(text)
+    if not compare_runs(baseline, run_dir, opts, extra).exit_code:
+        return False
+    if confirm is None:
+        return True
+    return bool(compare_runs(baseline, run_dir, opts, [*extra, confirm]).exit_code)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--suite", default="suites/smoke.toml")
+    parser.add_argument("--runs", type=int, default=5, help="runs per condition")
+    parser.add_argument("--impl", default="flash-tiled", help="implementation to slow down")
+    parser.add_argument("--factor", type=int, default=2)
+    parser.add_argument("--neighbour", choices=("both", "on", "off"), default="both")
+    parser.add_argument("--baseline", type=Path, help="default: attnbench baseline find")
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/attnbench-gate-power"))
+    parser.add_argument("--reuse", action="store_true", help="evaluate runs already in workdir")
+    parser.add_argument("--gate", action="append", metavar="NAME=ARGS",
+                        help="compare options to evaluate (repeatable); 'ci' adds a confirm run")
+    args = parser.parse_args(argv)
+    if args.runs < 2:
+        parser.error("--runs must be >= 2 (the CI gate confirms with another run)")
+    gates = dict(g.split("=", 1) for g in (args.gate or DEFAULT_GATES))
+    runs = {name: [args.workdir / f"{name}-{i}" for i in range(args.runs)]
+            for name, _, _ in conditions(args)}
+    if not args.reuse:
+        measure(args, runs)
+    first = next(iter(runs.values()))[0]
+    baseline = args.baseline or find_baseline(load_env(first), run_suite(first, load_env(first)))[0]
+    print(f"\nbaseline {baseline}\n{'gate':<10} {'condition':<28} {'failed':>8}  target")
+    for gate, text in gates.items():
+        for name, slow, _ in conditions(args):
+            dirs = runs[name]
+            fails = sum(
+                failed(baseline, d, text, dirs[(i + 1) % len(dirs)] if gate == "ci" else None)
+                for i, d in enumerate(dirs)
+            )
+            target = "all" if slow else "none"
+            print(f"{gate:<10} {name:<28} {fails:>3}/{len(dirs):<4}  {target}  "
+                  f"({shlex.join(shlex.split(text)) or 'defaults'})", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
