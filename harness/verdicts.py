@@ -171,7 +171,7 @@ def _regime_text(part: pd.DataFrame, claim: Claim) -> tuple[str, str]:
     work = part["work_flops"].to_numpy(float)
     finite = np.isfinite(util) & np.isfinite(work)
     spread = work[finite].max() / work[finite].min() if finite.sum() >= 2 else 1.0
-    rises = finite.sum() >= 3 and pd.Series(util[finite]).corr(
+    rises = spread >= 1.5 and finite.sum() >= 3 and pd.Series(util[finite]).corr(
         pd.Series(work[finite]), method="spearman"
     ) > 0.5
     if finite.sum() >= 2 and (spread < 1.5 or not rises) and hi / max(lo, 1e-12) > 1.5:

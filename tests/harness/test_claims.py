@@ -107,7 +107,8 @@ def test_judge_interval_against_band():
         "inconclusive",
         "interval spans the claim (straddles an edge of the claimed band)",
     )
-    assert judge(0.5, 1.5, (0.8, 1.2))[1] == "interval spans the claim (wider than the claimed band)"
+    wide = "interval spans the claim (wider than the claimed band)"
+    assert judge(0.5, 1.5, (0.8, 1.2))[1] == wide
     assert judge(float("nan"), float("nan"), (0.8, 1.2))[0] == "inconclusive"
 
 
