@@ -161,6 +161,10 @@ def _agg(data: pd.DataFrame, claim: Claim, keys: list[str], cols: tuple[str, ...
     return out
 
 
+def _thin(k: int) -> str:
+    return f"thin data ({k} point{'' if k == 1 else 's'})"
+
+
 def _regime_text(part: pd.DataFrame, claim: Claim) -> tuple[str, str]:
     """(regime, words with the numbers) for a group with too few saturated points."""
     util = part["utilization"].to_numpy(float)
@@ -226,6 +230,12 @@ def _exponent_groups(
     for values, part in swept:
         used = part[part["utilization"] >= claim.saturation] if gate else part
         base = {"group": _label(values), "n_points": len(used), "regime": "unknown"}
+        if len(part) < need:  # too few points at all: not a question of the regime
+            lo, hi = regime.util_range(part["utilization"])
+            groups.append({**base, "verdict": "inconclusive", "reason": _thin(len(part)),
+                           "measured": np.nan, "ci_low": np.nan, "ci_high": np.nan,
+                           "util_low": lo, "util_high": hi, "judged": True})
+            continue
         if gate and len(used) < need:
             kind, words = _regime_text(part, claim)
             lo, hi = regime.util_range(part["utilization"])
@@ -241,7 +251,7 @@ def _exponent_groups(
         )
         verdict, reason = judge(fit.ci_low, fit.ci_high, claim.band)
         if verdict == "inconclusive" and thin(fit.n_points, fit.model, claim.min_points or 3):
-            reason = f"thin data ({fit.n_points} points)"
+            reason = _thin(fit.n_points)
         region = f"; fit over {claim.over} {fit.x_lo:g}..{fit.x_hi:g}" if fit.n_points > 1 else ""
         if gate and len(used) < len(part):
             region += (f" ({len(part) - len(used)} points below {claim.saturation:.0%} of "
@@ -281,12 +291,12 @@ def _work_groups(df: pd.DataFrame, claim: Claim) -> tuple[list[dict], str]:
         )
         verdict, reason = judge(fit.ci_low, fit.ci_high, claim.band)
         if verdict == "inconclusive" and not fit.ok:
-            reason = f"thin data ({fit.n_points} points)"
+            reason = _thin(fit.n_points)
+        region = f" over {claim.over} {fit.x_lo:g}..{fit.x_hi:g}" if fit.n_points > 1 else ""
         groups.append({
             "group": _label(values), "verdict": verdict, "measured": fit.exponent,
             "ci_low": fit.ci_low, "ci_high": fit.ci_high, "n_points": fit.n_points,
-            "reason": f"{reason}; analytic {unit} ({fit.model}) over {claim.over} "
-            f"{fit.x_lo:g}..{fit.x_hi:g}",
+            "reason": f"{reason}; analytic {unit} ({fit.model}){region}",
         })
     return groups, ""
 
