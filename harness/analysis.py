@@ -1,154 +1,52 @@
-"""Exponent fits: how a metric grows with a swept variable, with a bootstrap interval.
+"""Exponent fits over result rows: how a metric grows with a swept variable, with an interval.
 
-A fit is the slope ``p`` of ``log(metric)`` against ``log(x)``. Two models:
-
-- ``power`` (default): ``y = a·x^p``.
-- ``power+const``: ``y = c + a·x^p`` with ``c >= 0``: a fixed overhead (thread buffers,
-  per-call dispatch, weight reads in a decode step) is modelled instead of dropped. ``c`` is
-  profiled on a grid of fractions of ``min(y)``; it needs one point more than ``power``.
-
-Both fit over the *asymptotic region*, chosen by one rule: start with the largest-x points the
-model needs for one residual degree of freedom (3 for ``power``, 4 for ``power+const``); walk
-downwards and add the next smaller point while the region's fit predicts it within ``tol`` in
-slope, ``|log y - log ŷ| <= tol·log(x_above / x)``; stop at the first point that is not. So
-leading points where overheads still bend the curve, or where a kernel switches its blocking,
-are dropped objectively and visibly (``x_lo`` says where the region starts; the local slopes
-between neighbours, :func:`local_slopes`, show why).
-
-Interval: a percentile bootstrap (``level``, default 95 %) with the region fixed. Each replicate
-adds two perturbations to the fitted log values and refits: (1) measurement noise: each point's
-raw per-call samples (``time_samples_s``) resampled with replacement, median recomputed (for
-time-derived metrics: ``time_median_s``, ``tokens_per_s``, ``tflops_per_s``); (2) lack of fit:
-the residual variance *beyond* what (1) explains, ``s² = max(SSE/(k-q) - noise variance, 0)``
-for ``q`` fitted parameters, drawn as ``N(0, s²·(k-q)/χ²(k-q))`` per replicate, so with few
-points the interval has Student-t tails (for ``power`` without samples it is the classic OLS t
-interval). A fit with fewer than ``min_points`` (+1 for ``power+const``) points has ``nan``
-bounds. Seeded: the same rows give the same interval.
+The fit itself (models ``power``, ``power+const``, ``auto``; the region rule that uses each
+point's measured uncertainty; the bootstrap interval) is :mod:`harness.powerfit`. This module
+adds the DataFrame side: which rows, which groups, which samples and uncertainties go in.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
 
 import numpy as np
 import pandas as pd
 
 from harness.point import POINT_FIELDS
+from harness.powerfit import (
+    MODELS,
+    SIGMA_FLOOR,
+    Fit,
+    asymptotic_start,
+    choose_region,
+    fit_rows,
+    local_slopes_xy,
+    n_params,
+    sample_medians,
+)
 
-MODELS = ("power", "power+const")
+__all__ = ["MODELS", "Fit", "asymptotic_start", "fit_exponent", "fit_exponents", "local_slopes"]
 SHAPE_FIELDS = ("heads", "head_dim", "d_model")
 SHAPE_PARTNER = {"heads": "d_model", "head_dim": "d_model", "d_model": "head_dim"}
 KEY_FIELDS: tuple[str, ...] = (*POINT_FIELDS, "d_model")
 # metric -> power of time it scales with; their bootstrap resamples time_samples_s
 TIME_METRICS = {"time_median_s": 1.0, "tokens_per_s": -1.0, "tflops_per_s": -1.0}
 MISSING = "-"  # group-key stand-in for None/NaN (pandas cannot group or merge on them reliably)
+_sample_medians = sample_medians  # the ratio/crossover bootstrap shares it
 
 
-@dataclass(frozen=True)
-class Fit:
-    """A fitted exponent ``y = offset + prefactor·x^exponent`` over ``x_lo..x_hi``."""
-
-    exponent: float
-    ci_low: float
-    ci_high: float
-    prefactor: float
-    offset: float
-    model: str
-    n_points: int  # points in the fitted region
-    n_total: int  # points available
-    x_lo: float
-    x_hi: float
-    r2: float
-    bootstrap: str  # what was resampled: "samples+residuals", "residuals" or "none"
-
-    @property
-    def ok(self) -> bool:
-        """True when the interval exists (enough points were there)."""
-        return bool(np.isfinite(self.ci_low) and np.isfinite(self.ci_high))
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
-def local_slopes_xy(x: Sequence[float], y: Sequence[float]) -> np.ndarray:
-    """Slopes ``Δlog y / Δlog x`` between neighbours of x-sorted positive data (length k-1)."""
-    lx, ly = np.log(np.asarray(x, float)), np.log(np.asarray(y, float))
-    return np.diff(ly) / np.diff(lx)
-
-
-def _ols(lx: np.ndarray, ly: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Least-squares lines through rows of ``ly`` (..., k) against ``lx`` (k,): slope, icpt, SSE."""
-    xc = lx - lx.mean()
-    slope = (ly * xc).sum(-1) / (xc**2).sum()
-    icpt = ly.mean(-1) - slope * lx.mean()
-    sse = ((ly - icpt[..., None] - slope[..., None] * lx) ** 2).sum(-1)
-    return slope, icpt, sse
-
-
-def asymptotic_start(
-    x: np.ndarray, y: np.ndarray, min_points: int = 3, tol: float = 0.15, model: str = "power"
-) -> int:
-    """Index (into x-sorted data) where the asymptotic region starts; see the module docstring."""
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    lx, ly = np.log(x), np.log(y)
-    start = max(len(x) - min_points - (model == "power+const"), 0)
-    while start > 0:
-        with np.errstate(all="ignore"):
-            p, la, c = (float(v[0]) for v in _fit_rows(lx[start:], y[None, start:], model))
-            predicted = np.log(c + np.exp(la) * x[start - 1] ** p)
-        if not abs(ly[start - 1] - predicted) <= tol * (lx[start] - lx[start - 1]):
-            break
-        start -= 1
-    return start
-
-
-_FRACTIONS = np.concatenate([[0.0], 1.0 - np.geomspace(1.0, 1e-3, 160)[1:]])
-
-
-def _profile(lx: np.ndarray, y: np.ndarray, frac: np.ndarray):
-    """Best ``c = frac·min(y)`` per row of y (B, k) over candidate fractions frac (B, G)."""
-    c = frac[..., None] * y.min(-1)[:, None, None]  # (B, G, 1)
-    slope, icpt, _ = _ols(lx, np.log(y[:, None, :] - c))  # (B, G)
-    model = np.log(c + np.exp(icpt[..., None] + slope[..., None] * lx))
-    best = np.argmin(((np.log(y)[:, None, :] - model) ** 2).sum(-1), axis=1)
-    rows = np.arange(y.shape[0])
-    return best, slope[rows, best], icpt[rows, best], c[rows, best, 0]
-
-
-def _power_const(lx: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Profile fit of ``y = c + a·x^p``, c >= 0, for rows of y (B, k): p, log a, c (each (B,)).
-
-    A coarse grid of c/min(y), then two finer grids between the best point's neighbours."""
-    frac = np.broadcast_to(_FRACTIONS, (y.shape[0], _FRACTIONS.size))
-    for _ in range(3):
-        best, slope, icpt, c = _profile(lx, y, frac)
-        rows = np.arange(y.shape[0])
-        lo = frac[rows, np.maximum(best - 1, 0)]
-        hi = frac[rows, np.minimum(best + 1, frac.shape[1] - 1)]
-        frac = lo[:, None] + (hi - lo)[:, None] * np.linspace(0.0, 1.0, 21)
-    return slope, icpt, c
-
-
-def _fit_rows(lx: np.ndarray, y: np.ndarray, model: str):
-    """Fit each row of y (B, k); returns (p, log a, c) arrays."""
-    if model == "power":
-        slope, icpt, _ = _ols(lx, np.log(y))
-        return slope, icpt, np.zeros_like(slope)
-    return _power_const(lx, y)
-
-
-def _sample_medians(samples: Sequence, n_boot: int, rng: np.random.Generator) -> np.ndarray | None:
-    """(B, k) bootstrap medians of each point's raw samples, or None if any point lacks them."""
-    cols = []
-    for s in samples:
-        arr = np.asarray(s if s is not None else [], float)
-        arr = arr[np.isfinite(arr)]
-        if arr.size < 2:
+def _sigma2(ratios: np.ndarray | None, sigma, order: np.ndarray, k: int) -> np.ndarray | None:
+    """Per-point variance of log y: from the sample bootstrap, else from ``sigma``, else None."""
+    if ratios is not None:
+        s2 = np.log(ratios).var(axis=0)
+    elif sigma is not None:
+        s = np.asarray(sigma, float)[order]
+        if not np.all(np.isfinite(s)):
             return None
-        idx = rng.integers(0, arr.size, size=(n_boot, arr.size))
-        cols.append(np.median(arr[idx], axis=1) / np.median(arr))
-    return np.stack(cols, axis=1)
+        s2 = s**2
+    else:
+        return None
+    return np.maximum(s2, SIGMA_FLOOR**2)
 
 
 def fit_exponent(
@@ -156,61 +54,83 @@ def fit_exponent(
     y: Sequence[float],
     samples: Sequence | None = None,
     *,
+    sigma: Sequence[float] | None = None,
     sample_power: float = 1.0,
     model: str = "power",
     min_points: int = 3,
-    tol: float = 0.15,
+    min_x: float | None = None,
     n_boot: int = 2000,
     level: float = 0.95,
     seed: int = 0,
 ) -> Fit:
-    """Fit the exponent of ``y`` in ``x`` (positive values; sorted here). See the module docstring.
+    """Fit the exponent of ``y`` in ``x`` (positive values; sorted here); see
+    :mod:`harness.powerfit`.
 
     ``samples``: per point, raw per-call times whose median ``y`` is proportional to
-    ``median**sample_power`` (1 for times, -1 for rates); ``None`` = residual bootstrap only.
+    ``median**sample_power`` (1 for times, -1 for rates). ``sigma``: per point, the standard
+    error of ``log y`` when there are no samples (e.g. from a stored median interval). With
+    neither, the residuals alone set the scale. Points below ``min_x`` are left out.
     """
     if model not in MODELS:
         raise ValueError(f"model must be one of {MODELS}, got {model!r}")
-    order = np.argsort(np.asarray(x, float))
-    xs, ys = np.asarray(x, float)[order], np.asarray(y, float)[order]
-    if np.any(xs <= 0) or np.any(ys <= 0) or len(np.unique(xs)) != len(xs):
+    xs_all, ys_all = np.asarray(x, float), np.asarray(y, float)
+    if np.any(xs_all <= 0) or np.any(ys_all <= 0) or len(np.unique(xs_all)) != len(xs_all):
         raise ValueError("fit_exponent needs distinct positive x and positive y")
-    need = min_points + (model == "power+const")
-    start = asymptotic_start(xs, ys, min_points, tol, model)
-    xr, yr = xs[start:], ys[start:]
-    k, lx = len(xr), np.log(xr)
-    if k < 2:
-        nan = float("nan")
-        return Fit(nan, nan, nan, nan, nan, model, k, len(xs), nan, nan, nan, "none")
-    p, la, c = (float(v[0]) for v in _fit_rows(lx, yr[None, :], model))
-    fitted = np.log(c + np.exp(la) * xr**p)
-    resid = np.log(yr) - fitted
+    keep = np.flatnonzero(xs_all >= (min_x if min_x is not None else -np.inf))
+    order = keep[np.argsort(xs_all[keep])]
+    xs, ys = xs_all[order], ys_all[order]
+    nan = float("nan")
+    if len(xs) < 2:
+        return Fit(nan, nan, nan, nan, nan, model, len(xs), len(xs_all), nan, nan, nan, "none")
+    rng = np.random.default_rng(seed)
+    picked = None if samples is None else [samples[i] for i in order]
+    ratios = None if picked is None else sample_medians(picked, n_boot, rng)
+    sigma2 = _sigma2(ratios, sigma, order, len(xs))
+    start, chosen = choose_region(xs, ys, sigma2, model, min_points)
+    xr, yr, lx = xs[start:], ys[start:], np.log(xs[start:])
+    k = len(xr)
+    s2 = None if sigma2 is None else sigma2[start:]
+    w = np.ones(k) if s2 is None else 1.0 / s2
+    noise, method = np.zeros((n_boot, k)), "residuals"
+    if ratios is not None:
+        noise, method = sample_power * np.log(ratios[:, start:]), "samples+residuals"
+    elif s2 is not None:
+        noise, method = np.sqrt(s2) * rng.standard_normal((n_boot, k)), "sigma+residuals"
+    p, la, c, resid, lo, hi = _fit_with_interval(lx, yr, chosen, w, noise, level, rng)
+    if k < min_points + (chosen == "power+const"):
+        lo = hi = nan
+        method = "none"
+    elif model == "auto" and chosen == "power" and k > min_points:
+        # the F-test kept the plain law: the interval covers both models, so choosing the
+        # model from the same data does not make it too narrow
+        alt = _fit_with_interval(lx, yr, "power+const", w, noise, level, rng)
+        lo, hi = min(lo, alt[4]), max(hi, alt[5])
+        method += ", both models"
     ss_tot = ((np.log(yr) - np.log(yr).mean()) ** 2).sum()
     r2 = float(1 - (resid**2).sum() / ss_tot) if ss_tot > 0 else 1.0
-    lo = hi = float("nan")
-    method = "none"
-    if k >= need:
-        rng = np.random.default_rng(seed)
-        n_par = 2 if model == "power" else 3
-        picked = None if samples is None else [samples[i] for i in order[start:]]
-        ratios = None if picked is None else _sample_medians(picked, n_boot, rng)
-        noise = np.zeros((n_boot, k))
-        method = "residuals"
-        if ratios is not None:
-            noise, method = sample_power * np.log(ratios), "samples+residuals"
-        dof = k - n_par
-        lack = max((resid**2).sum() / dof - noise.var(axis=0).mean(), 0.0) if dof > 0 else 0.0
-        sigma = np.sqrt(lack * dof / rng.chisquare(max(dof, 1), size=(n_boot, 1)))
-        deviation = np.clip(noise + sigma * rng.standard_normal((n_boot, k)), -30.0, 30.0)
-        log_y = fitted + deviation
-        with np.errstate(all="ignore"):
-            boot = _fit_rows(lx, np.exp(log_y), model)[0]
-        alpha = (1 - level) / 2
-        lo, hi = (float(v) for v in np.nanquantile(boot, [alpha, 1 - alpha]))
-        lo, hi = min(lo, p), max(hi, p)
     return Fit(
-        p, lo, hi, float(np.exp(la)), c, model, k, len(xs), float(xr[0]), float(xr[-1]), r2, method
+        p, lo, hi, float(np.exp(la)), c, chosen, k, len(xs_all), float(xr[0]), float(xr[-1]),
+        r2, method,
     )
+
+
+def _fit_with_interval(lx, y, model, w, noise, level, rng):
+    """Point fit of one model and its percentile bootstrap interval (see powerfit's docstring):
+    (p, log a, c, residuals, low, high); low/high NaN without residual degrees of freedom."""
+    p, la, c = (float(v[0]) for v in fit_rows(lx, y[None, :], model, w))
+    fitted = np.log(c + np.exp(la) * np.exp(lx) ** p)
+    resid = np.log(y) - fitted
+    k, n_boot = lx.size, noise.shape[0]
+    dof = k - n_params(model)
+    if dof < 0:
+        return p, la, c, resid, float("nan"), float("nan")
+    lack = max((resid**2).sum() / dof - noise.var(axis=0).mean(), 0.0) if dof > 0 else 0.0
+    spread = np.sqrt(lack * dof / rng.chisquare(max(dof, 1), size=(n_boot, 1)))
+    deviation = np.clip(noise + spread * rng.standard_normal((n_boot, k)), -30.0, 30.0)
+    boot = fit_rows(lx, np.exp(fitted + deviation), model, w)[0]
+    alpha = (1 - level) / 2
+    lo, hi = (float(v) for v in np.nanquantile(boot, [alpha, 1 - alpha]))
+    return p, la, c, resid, min(lo, p), max(hi, p)
 
 
 # --- over DataFrames of result rows --------------------------------------------------------
@@ -275,6 +195,16 @@ def select(df: pd.DataFrame, metric: str, where: dict | None = None) -> pd.DataF
     return df[keep]
 
 
+def _ci_sigma(df: pd.DataFrame) -> pd.Series:
+    """Standard error of log(time) from each row's stored 95 % median interval (NaN if none)."""
+    if not {"time_ci_low_s", "time_ci_high_s"} <= set(df.columns):
+        return pd.Series(np.nan, index=df.index)
+    lo = pd.to_numeric(df["time_ci_low_s"], errors="coerce")
+    hi = pd.to_numeric(df["time_ci_high_s"], errors="coerce")
+    with np.errstate(all="ignore"):
+        return (np.log(hi) - np.log(lo)) / (2 * 1.96)
+
+
 def aggregate(df: pd.DataFrame, over: str, metric: str, keys: Sequence[str]) -> pd.DataFrame:
     """One row per (keys, over): median metric, pooled ``samples`` (duplicate runs merge)."""
     frame = (
@@ -283,6 +213,7 @@ def aggregate(df: pd.DataFrame, over: str, metric: str, keys: Sequence[str]) -> 
             x=pd.to_numeric(df[over], errors="coerce"),
             y=pd.to_numeric(df[metric], errors="coerce"),
             samples=df["time_samples_s"] if "time_samples_s" in df.columns else None,
+            sigma=_ci_sigma(df) if metric in TIME_METRICS else np.nan,
         )
         .dropna(subset=["x", "y"])
     )
@@ -293,7 +224,9 @@ def aggregate(df: pd.DataFrame, over: str, metric: str, keys: Sequence[str]) -> 
         return [v for s in lists for v in s] if len(lists) == len(series) else None
 
     grouped = frame.groupby([*keys, "x"], sort=True, dropna=False)
-    out = grouped.agg(y=("y", "median"), samples=("samples", pool), rows=("y", "size"))
+    out = grouped.agg(
+        y=("y", "median"), samples=("samples", pool), sigma=("sigma", "median"), rows=("y", "size")
+    )
     return out.reset_index()
 
 
@@ -330,7 +263,10 @@ def fit_exponents(
         power = TIME_METRICS.get(metric)
         for values, part in _groups(agg, keys):
             samples = list(part["samples"]) if power is not None else None
-            fit = fit_exponent(part["x"], part["y"], samples, sample_power=power or 1.0, **fit_kw)
+            sigma = list(part["sigma"]) if part["sigma"].notna().all() else None
+            fit = fit_exponent(
+                part["x"], part["y"], samples, sigma=sigma, sample_power=power or 1.0, **fit_kw
+            )
             slopes = local_slopes_xy(part["x"], part["y"])
             text = " ".join(f"{s:.2f}" for s in slopes)
             out.append(

@@ -16,6 +16,12 @@ query), and row filters ``impl``, ``scenario``, ``where = {column = value}``, ``
   ``d_model``): the largest ``over`` up to which ``impl`` is cheaper than the baseline, in
   units of ``relative_to``; censored at the sweep's ends.
 
+Regime keys (all optional; docs/claims.md): ``concerns = "work" | "device" | "both"`` (default:
+both for an exponent of a timed metric, else device), ``work = "flops" | "bytes"`` (the
+analytic count a work verdict fits), ``saturation`` (default 0.5: time verdicts use only rows
+at >= that fraction of their bound) and ``saturation_rule = "roofline" | "peak"``; ``min_x``
+(a lower bound on ``over`` that the claim states, e.g. where its asymptotics start).
+
 :mod:`harness.verdicts` judges each claim; this module parses the file and holds the CLI.
 """
 
@@ -35,6 +41,9 @@ DEFAULT_CLAIMS = Path(__file__).resolve().parent.parent / "suites" / "claims.tom
 VERDICTS = ("confirmed", "refuted", "inconclusive")
 BOUNDS = ("both", "upper", "lower")
 RATIOS = ("impl/baseline", "baseline/impl")
+CONCERNS = ("work", "device", "both")
+SATURATION = 0.5  # default: time verdicts only over rows at >= 50 % of their bound
+TIMED_METRICS = ("time_median_s", "mixer_time_s", "tokens_per_s", "tflops_per_s")
 
 
 @dataclass(frozen=True)
@@ -64,6 +73,21 @@ class Claim:
     expect_crossover_min: float | None = None
     expect_crossover_max: float | None = None
     relative_to: str | None = None
+    min_x: float | None = None
+    concerns: str | None = None
+    work: str = "flops"
+    saturation: float = SATURATION
+    saturation_rule: str = "roofline"
+
+    @property
+    def aspects(self) -> tuple[str, ...]:
+        """What the claim is judged on: ``("device",)``, ``("work",)`` or both. By default an
+        exponent of a timed metric is a complexity claim, judged on both."""
+        concerns = self.concerns
+        if concerns is None:
+            timed = self.metric in TIMED_METRICS
+            concerns = "both" if self.kind == "exponent" and timed else "device"
+        return {"both": ("work", "device"), "work": ("work",), "device": ("device",)}[concerns]
 
     @property
     def kind(self) -> str:
@@ -124,8 +148,20 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "expect_crossover_min": (int, float),
     "expect_crossover_max": (int, float),
     "relative_to": (str,),
+    "min_x": (int, float),
+    "concerns": (str,),
+    "work": (str,),
+    "saturation": (int, float),
+    "saturation_rule": (str,),
 }
-_CHOICES = {"bound": BOUNDS, "model": analysis.MODELS, "ratio": RATIOS}
+_CHOICES = {
+    "bound": BOUNDS,
+    "model": analysis.MODELS,
+    "ratio": RATIOS,
+    "concerns": CONCERNS,
+    "work": ("flops", "bytes"),
+    "saturation_rule": ("roofline", "peak"),
+}
 
 
 class ClaimsError(CliError):
@@ -221,6 +257,12 @@ def _parse_one(entry: dict, at: str) -> Claim:
         fail("relative_to", "crossover claims need relative_to (e.g. d_model)")
     if values.get("tolerance", 0.2) <= 0:
         fail("tolerance", "must be > 0")
+    if not 0 <= values.get("saturation", SATURATION) < 1:
+        fail("saturation", "must be a fraction in [0, 1) (0 = judge time at any utilization)")
+    if "concerns" in values and values["concerns"] != "device" and not forms[0]:
+        fail("concerns", "work verdicts are for exponent claims only")
+    if "min_x" in values:
+        values["min_x"] = float(values["min_x"])
     return Claim(**values)
 
 
@@ -247,13 +289,23 @@ def render_text(verdicts: list) -> str:
     lines = []
     for v in verdicts:
         interval = f"[{format_value(v.ci_low)}, {format_value(v.ci_high)}]"
+        aspect = "work" if v.aspect == "work" else "time" if v.metric in TIMED_METRICS else ""
         lines.append(
             f"{v.claim:<{width}}  {v.verdict:<12}  measured {format_value(v.measured):>7} "
-            f"{interval:<18} expected {v.expected}"
+            f"{interval:<18} expected {v.expected}  {v.utilization()}"
+            + (f"  [{aspect}]" if aspect else "")
         )
         lines.append(f"{'':<{width}}  {v.group + ': ' if v.group else ''}{v.reason}")
+        if v.work_verdict is not None:
+            lines.append(
+                f"{'':<{width}}  work: {v.work_verdict}, exponent "
+                f"{format_value(v.work_measured)} ({v.work_reason})"
+            )
     counts = {k: sum(v.verdict == k for v in verdicts) for k in VERDICTS}
     lines.append(", ".join(f"{n} {k}" for k, n in counts.items()))
+    work = {k: sum(v.work_verdict == k for v in verdicts) for k in VERDICTS}
+    if any(work.values()):
+        lines.append("work: " + ", ".join(f"{n} {k}" for k, n in work.items()))
     return "\n".join(lines)
 
 
@@ -285,6 +337,7 @@ def cmd_claims(args) -> int:
     import sys
 
     from harness.contention import usable_rows
+    from harness.regime import load_envs
     from harness.verdicts import evaluate_all
 
     claims = load_claims(args.claims)
@@ -292,9 +345,10 @@ def cmd_claims(args) -> int:
     rows, note = usable_rows(load_run_rows(args.run_dirs), args.allow_contended)
     if note:
         print(f"attnbench: warning: {note}", file=sys.stderr)
-    verdicts = evaluate_all(claims, rows)
+    verdicts = evaluate_all(claims, rows, load_envs(args.run_dirs))
     if args.json:
-        print(json.dumps([v.as_dict() for v in verdicts], indent=2, allow_nan=False))
+        out = [{**v.as_dict(), "utilization": v.utilization()} for v in verdicts]
+        print(json.dumps(out, indent=2, allow_nan=False))
     else:
         print(render_text(verdicts))
     return 0

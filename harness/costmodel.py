@@ -225,3 +225,43 @@ def predict_peak_bytes(point: Point) -> int:
         return int(_decode().predict_decode_peak_bytes(point))
     x = point.batch * point.seq_len * point.d_model * size
     return block_weight_bytes(point) + x + predict_call_bytes(point)
+
+
+# --- the work a timed metric measures (for work verdicts and utilization) ------------------
+
+
+def mixer_flops(point: Point) -> float:
+    """Useful FLOPs of the block's mixer alone (what ``mixer_time_s`` times): the attention core
+    (its projections run outside the timed call), or the LSTM / conv layer over B·n tokens."""
+    if point.mixer == "attention":
+        return attention_flops(point.problem())
+    d, tokens = point.d_model, point.batch * point.seq_len
+    kernel = point.conv_kernel
+    per_token = LSTM_FLOPS_PER_D2 * d * d if point.mixer == "lstm" else 2 * kernel * d * d
+    return float(per_token * tokens * (1 + LINEAR_BACKWARD_FACTOR if point.backward else 1))
+
+
+def mixer_bytes(point: Point) -> float:
+    """Compulsory bytes of the mixer alone: q, k, v, out for the attention core; the layer's
+    weights plus its input and output activations for an LSTM or conv."""
+    if point.mixer == "attention":
+        inputs, out = attention_io_bytes(point.problem())
+        return float((inputs + out) * (3 if point.backward else 1))
+    d, size = point.d_model, dtype_bytes(point.dtype)
+    weights = (8 * d * d + 8 * d) if point.mixer == "lstm" else (point.conv_kernel * d * d + d)
+    acts = 2 * point.batch * point.seq_len * d
+    return float((weights + acts) * size * (3 if point.backward else 1))
+
+
+def metric_work(point: Point, metric: str, kind: str = "flops") -> float:
+    """The analytic work behind a row's ``metric``: FLOPs (``kind="flops"``: what the timed call
+    executes) or compulsory bytes (``"bytes"``) of the timed call, and for ``peak_mem_bytes``
+    the predicted bytes of the call. Raises ValueError for a metric with no model."""
+    if metric == "peak_mem_bytes":
+        return float(predict_call_bytes(point))
+    mixer = metric == "mixer_time_s"
+    if metric not in ("time_median_s", "mixer_time_s", "tokens_per_s", "tflops_per_s"):
+        raise ValueError(f"no work model for metric {metric!r}")
+    if kind == "bytes":
+        return mixer_bytes(point) if mixer else compulsory_bytes(point)
+    return mixer_flops(point) if mixer else executed_flops(point)

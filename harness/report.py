@@ -80,7 +80,7 @@ def html_table(frame: pd.DataFrame) -> str:
 
 def sections(rows: pd.DataFrame, envs: dict[str, dict], claims_path: Path | None) -> list[Section]:
     """Every section of the report, computed from the rows and environments."""
-    out = [_claims_section(rows, claims_path)]
+    out = [_claims_section(rows, claims_path, envs)]
     fits, time_imgs, mem_imgs, other_imgs = data.scaling(rows)
     out.append(
         Section(
@@ -237,16 +237,21 @@ def _empty(frame: pd.DataFrame, what: str) -> str:
     return "" if len(frame) else f"Nothing to show ({what})."
 
 
-def _claims_section(rows: pd.DataFrame, claims_path: Path | None) -> Section:
+def _claims_section(
+    rows: pd.DataFrame, claims_path: Path | None, envs: dict | None = None
+) -> Section:
     from harness.verdicts import evaluate_all, verdict_table
 
     intro = (
         "Each claim's verdict: confirmed (interval inside the claimed band), refuted "
-        "(outside), inconclusive (straddles, too wide, too few points, missing rows)."
+        "(outside), inconclusive (interval spans the claim, thin data, missing rows). "
+        "Time verdicts use only rows at the claim's saturation fraction of the roofline "
+        "(utilization: the range over the rows used); work verdicts fit the cost model's "
+        "counts over every swept point (docs/claims.md)."
     )
     if claims_path is None or not Path(claims_path).is_file():
         return Section("claims", "Claims", intro, note=f"No claims file ({claims_path}).")
-    table = verdict_table(evaluate_all(load_claims(claims_path), rows))
+    table = verdict_table(evaluate_all(load_claims(claims_path), rows, envs))
     texts = table[["claim", "text", "source"]]
     return Section(
         "claims",

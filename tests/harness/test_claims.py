@@ -105,9 +105,10 @@ def test_judge_interval_against_band():
     assert judge(1.9, 2.1, (0.8, 1.2))[0] == "refuted"
     assert judge(1.0, 1.3, (0.8, 1.2)) == (
         "inconclusive",
-        "interval straddles an edge of the claimed band",
+        "interval spans the claim (straddles an edge of the claimed band)",
     )
-    assert judge(0.5, 1.5, (0.8, 1.2))[1] == "interval wider than the claimed band"
+    wide = "interval spans the claim (wider than the claimed band)"
+    assert judge(0.5, 1.5, (0.8, 1.2))[1] == wide
     assert judge(float("nan"), float("nan"), (0.8, 1.2))[0] == "inconclusive"
 
 
@@ -127,7 +128,7 @@ def test_upper_bound_claims():
 def test_inconclusive_when_too_few_points():
     rows = pd.DataFrame(make_rows("full", lambda p: 1e-8 * p.seq_len**2, ns=(512, 1024)))
     verdict = evaluate(claim(expect_exponent=2.0), rows)
-    assert verdict.verdict == "inconclusive" and "too few points" in verdict.reason
+    assert verdict.verdict == "inconclusive" and verdict.reason.startswith("thin data (2 points)")
 
 
 def test_inconclusive_when_the_interval_is_too_wide():
