@@ -107,7 +107,7 @@ def run_point(point: Point, config: MeasureConfig, device: Device,
 
 
 def _measure_point(point: Point, impl, config: MeasureConfig, device: Device) -> dict:
-    case = build_case(point, impl, device, config.check)
+    case = build_case(point, impl, device, config.check, config.decode_graph)
     device.synchronize()
     start = time.perf_counter()
     finite = _all_finite(case.run())

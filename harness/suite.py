@@ -37,6 +37,7 @@ from harness.block import FFNS, MIXERS, NORMS, POSITIONS
 from harness.errors import SuiteError
 from harness.masks import MaskError
 from harness.point import DTYPES, SCENARIOS, Point
+from harness.scenarios.decode_step import GRAPH_MODES
 from harness.timing import TimingConfig
 
 # fmt: off
@@ -67,7 +68,7 @@ MEASURE_KEYS: dict[str, type | tuple[type, ...]] = {
     "budget_s": (int, float), "min_samples": int, "max_samples": int,
     "target_rel_ci": (int, float), "warmup_calls": int, "min_sample_s": (int, float),
     "check": str, "threads": int, "flush_l2": bool, "isolate": bool,
-    "point_timeout_s": (int, float),
+    "point_timeout_s": (int, float), "decode_graph": str,
 }
 # Lower bounds of [measure] numbers: (bound, inclusive). Floats must also be finite.
 _MEASURE_MIN = {"budget_s": (0, False), "min_samples": (1, True), "max_samples": (1, True),
@@ -87,6 +88,7 @@ class MeasureConfig:
     flush_l2: bool = False
     isolate: bool = False
     point_timeout_s: float | None = None
+    decode_graph: str = "auto"  # how a decode step launches: auto | none | cuda-graph | compile
 
 
 @dataclass(frozen=True)
@@ -352,6 +354,9 @@ def _measure(table: dict, err: _Reporter) -> MeasureConfig:
     check = table.get("check", "auto")
     if check not in ("auto", "full", "rows", "none"):
         err.fail("measure.check", check, "must be auto|full|rows|none")
+    decode_graph = table.get("decode_graph", "auto")
+    if decode_graph not in GRAPH_MODES:
+        err.fail("measure.decode_graph", decode_graph, f"must be one of {list(GRAPH_MODES)}")
     threads = table.get("threads")
     if threads is not None and threads > MAX_THREADS:
         err.fail("measure.threads", threads, f"must be <= {MAX_THREADS}")
@@ -362,4 +367,5 @@ def _measure(table: dict, err: _Reporter) -> MeasureConfig:
         flush_l2=table.get("flush_l2", False),
         isolate=table.get("isolate", False),
         point_timeout_s=table.get("point_timeout_s"),
+        decode_graph=decode_graph,
     )
