@@ -239,10 +239,10 @@ def test_suite_measure_decode_graph_is_validated():
     from harness.errors import SuiteError
     from harness.suite import parse_suite
 
-    doc = {"name": "d", "scenario": "decode", "implementations": ["sdpa"], "fixed": {"causal": True}}
-    assert parse_suite({**doc, "measure": {"decode_graph": "compile"}}).measure.decode_graph == (
-        "compile"
-    )
+    doc = {"name": "d", "scenario": "decode", "implementations": ["sdpa"]}
+    doc["fixed"] = {"causal": True}
+    chosen = parse_suite({**doc, "measure": {"decode_graph": "compile"}}).measure
+    assert chosen.decode_graph == "compile"
     assert parse_suite(doc).measure.decode_graph == "auto"
     with pytest.raises(SuiteError, match="decode_graph"):
         parse_suite({**doc, "measure": {"decode_graph": "graphs"}})
