@@ -6,7 +6,9 @@ fits log-log slopes of per-token time and cache bytes over the context length n:
 - ``cache="full"``: per-token time exponent over n = 1k..4k at most 1.2;
 - ``cache="none"``: at least 1.5; and at n = 4k the cache is at least 20x faster per token;
 - ``cache="rolling"``: per-token time and cache bytes flat (exponent <= 0.15) for n > window;
-- every cache's measured bytes within 10% of the analytic 2·layers·B·H_kv·slots·D·bytes.
+- every cache's measured bytes within 10% of the analytic 2·layers·B·H_kv·slots·D·bytes;
+- on CUDA (``--suite suites/decode-gpu.toml``): the full-cache step at the largest n <= 32k
+  within 2x of its bytes floor (step_bytes / measured bandwidth, i.e. ``bw_fraction >= 0.5``).
 
 Usage::
 
@@ -14,6 +16,7 @@ Usage::
     python benchmarks/decode_targets.py --repeat 3            # 3 runs, fastest median per point
     python benchmarks/decode_targets.py --run-dir /tmp/dec    # judge rows already measured
     python benchmarks/decode_targets.py --direct 3 --threads 1  # interleaved rounds, no CLI
+    python benchmarks/decode_targets.py --suite suites/decode-gpu.toml   # on a GPU machine
 
 On a shared machine another process's load inflates whichever points it overlaps; with several
 runs (``--repeat`` or several ``--run-dir``) each point keeps its fastest run's row.
@@ -46,6 +49,7 @@ from harness.timing import TimingConfig
 ROOT = Path(__file__).resolve().parent.parent
 SUITE = ROOT / "suites" / "decode-cpu.toml"
 FULL_MAX, NONE_MIN, SPEEDUP_MIN, FLAT_MAX, BYTES_TOL = 1.2, 1.5, 20.0, 0.15, 0.10
+FLOOR_MAX, FLOOR_AT = 2.0, 32768  # GPU: per-token time / bytes floor, at context <= FLOOR_AT
 
 
 def slope(n: pd.Series, y: pd.Series) -> float:
@@ -88,6 +92,13 @@ def judge(df: pd.DataFrame, impl: str) -> list[tuple[str, float, bool | None]]:
         for col, what in (("time_median_s", "time"), ("cache_bytes", "cache bytes")):
             e = slope(rolling["seq_len"], rolling[col])
             out.append((f"rolling {what} |exponent| <= 0.15", e, abs(e) <= FLAT_MAX))
+    if "bw_fraction" in full and full["bw_fraction"].notna().any():
+        last = full[full["seq_len"] <= FLOOR_AT].dropna(subset=["bw_fraction"]).iloc[-1:]
+        for _, row in last.iterrows():
+            ratio = 1.0 / row["bw_fraction"]
+            met = ratio <= FLOOR_MAX if row["device"] == "cuda" else None
+            what = f"time / bytes floor at n={row['seq_len']} ({row.get('decode_graph')}) <= 2"
+            out.append((what, ratio, met))
     cached = ok[ok["cache"] != "none"]
     if len(cached):
         err = (cached["cache_bytes"] / cached["cache_bytes_analytic"] - 1).abs().max()
@@ -103,6 +114,7 @@ def table(df: pd.DataFrame) -> str:
     ok["prefill ms"] = ok["prefill_s"] * 1e3
     ok["cache MiB"] = ok["cache_bytes"] / 2**20
     cols = ["impl", "cache", "kv", "seq_len", "ms/token", "prefill ms", "cache MiB", "agree"]
+    cols += [c for c in ("decode_graph", "bw_fraction") if c in ok]
     return ok[cols].sort_values(cols[:4]).to_string(index=False, float_format="%.3f")
 
 
@@ -113,24 +125,25 @@ def fastest(frames: list[pd.DataFrame]) -> pd.DataFrame:
     return df.sort_values("_t").drop_duplicates("point_id").drop(columns="_t")
 
 
-def run_direct(rounds: int, threads: int | None, budget_s: float) -> pd.DataFrame:
+def run_direct(rounds: int, threads: int | None, budget_s: float, suite: Path) -> pd.DataFrame:
     """The suite's points through run_point, interleaved over ``rounds``; fastest row each."""
     if threads:
         torch.set_num_threads(threads)
-    points = load_suite(SUITE).points
+    loaded = load_suite(suite)
     timing = TimingConfig(budget_s=budget_s, min_samples=3, warmup_calls=1)
-    config, device = MeasureConfig(timing=timing, check="none"), get_device("cpu", False)
-    rows = [run_point(p, config, device) for _ in range(rounds) for p in points]
+    config = MeasureConfig(timing=timing, check="none", decode_graph=loaded.measure.decode_graph)
+    devices = {kind: get_device(kind, False) for kind in {p.device for p in loaded.points}}
+    rows = [run_point(p, config, devices[p.device]) for _ in range(rounds) for p in loaded.points]
     return fastest([pd.DataFrame(rows)])
 
 
-def run_suite(out: Path) -> None:
+def run_suite(out: Path, suite: Path) -> None:
     cmd = [
         sys.executable,
         "-m",
         "harness.cli",
         "run",
-        str(SUITE),
+        str(suite),
         "--out",
         str(out),
         "--no-progress",
@@ -147,9 +160,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, help="CPU threads for --direct")
     parser.add_argument("--budget-s", type=float, default=0.5, help="timing budget for --direct")
     parser.add_argument("--impl", default="sdpa", help="core whose targets set the exit status")
+    parser.add_argument("--suite", type=Path, default=SUITE, help="decode suite to run")
     args = parser.parse_args(argv)
     if args.direct:
-        df = run_direct(args.direct, args.threads, args.budget_s)
+        df = run_direct(args.direct, args.threads, args.budget_s, args.suite)
         print(f"{args.direct} interleaved rounds, threads={torch.get_num_threads()}")
     else:
         run_dirs = args.run_dir
@@ -158,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
                 Path(tempfile.mkdtemp(prefix="decode-targets-")) for _ in range(args.repeat)
             ]
             for run_dir in run_dirs:
-                run_suite(run_dir)
+                run_suite(run_dir, args.suite)
         df = fastest([load_rows(d) for d in run_dirs])
         print(f"rows: {' '.join(map(str, run_dirs))}")
     print(f"{table(df)}\n")

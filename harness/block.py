@@ -168,10 +168,13 @@ class TransformerBlock(nn.Module):
                 "pos_table", sinusoidal_table(cfg.max_len, d).float(), persistent=False
             )
 
-    def embed(self, x: Tensor, offset: int = 0) -> Tensor:
-        """Add an absolute positional encoding (sinusoidal/learned); RoPE acts inside attention."""
+    def embed(self, x: Tensor, offset: int = 0, positions: Tensor | None = None) -> Tensor:
+        """Add an absolute positional encoding (sinusoidal/learned); RoPE acts inside attention.
+        ``positions`` (N,) on the device, when given, replaces ``offset`` (CUDA-graph safe)."""
         if self.cfg.pos == "rope":
             return x
+        if positions is not None:  # no bounds check: it would read the device (a host sync)
+            return x + self.pos_table.index_select(0, positions).to(x.dtype)
         n = x.shape[1]
         if offset + n > self.pos_table.shape[0]:
             raise ValueError(f"sequence of {offset + n} exceeds max_len={self.pos_table.shape[0]}")
@@ -184,9 +187,15 @@ class TransformerBlock(nn.Module):
             return self.mixer(x)[0]
         return self.mixer(x)
 
-    def forward(self, x: Tensor, core: AttnFn | None = None, offset: int = 0) -> Tensor:
-        positions = torch.arange(offset, offset + x.shape[1], device=x.device)
-        x = self.embed(x, offset)
+    def forward(self, x: Tensor, core: AttnFn | None = None, offset: int | Tensor = 0) -> Tensor:
+        """``offset``: the first token's position, a Python int or a (1,) long tensor on the
+        device (read there, so a captured CUDA graph can replay at a new position)."""
+        if isinstance(offset, Tensor):
+            positions = offset + torch.arange(x.shape[1], device=x.device)
+            x = self.embed(x, positions=positions)
+        else:
+            positions = torch.arange(offset, offset + x.shape[1], device=x.device)
+            x = self.embed(x, offset)
         if self.cfg.norm == "pre":
             x = x + self.mix(self.ln1(x), core, positions)
             return x + self.ffn(self.ln2(x))

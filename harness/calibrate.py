@@ -17,6 +17,7 @@ import torch
 MATMUL_N = {"cpu": 2048, "cuda": 8192}
 COPY_BYTES = {"cpu": 256 * 2**20, "cuda": 1024 * 2**20}  # well beyond the last-level cache
 REPEATS = 7
+_THIS_RUN: dict[str, dict] = {}  # device kind -> the calibration this process made for its run
 
 
 def _device_of(device) -> tuple[str, Callable[[], None]]:
@@ -97,7 +98,7 @@ def calibrate(device="cpu", dtypes: tuple[str, ...] | None = None) -> dict:
     peaks = {dt: statistics.median(r) for dt, r in rates.items()}
     copies = copy_rates(device)
     main = "float32" if "float32" in peaks else next(iter(peaks))
-    return {
+    result = {
         "matmul_flops_per_s": peaks[main],
         "matmul_flops_per_s_best": max(rates[main]),
         "matmul_flops_per_s_by_dtype": peaks,
@@ -109,6 +110,22 @@ def calibrate(device="cpu", dtypes: tuple[str, ...] | None = None) -> dict:
         "threads": torch.get_num_threads() if kind == "cpu" else None,
         "seconds": round(time.perf_counter() - start, 3),
     }
+    _THIS_RUN[kind] = result
+    return result
+
+
+def bandwidth_for(device) -> tuple[float, str]:
+    """(bytes/s, source) that rows compare their bytes moved against: the run's calibration
+    (``mem_bandwidth_bytes_per_s`` of env.json) when this process made it, otherwise measured
+    once here (an isolated child or a resumed run) the same way."""
+    name, _ = _device_of(device)
+    kind = torch.device(name).type
+    if kind not in _THIS_RUN:
+        copies = copy_rates(device)
+        _THIS_RUN[kind] = {"mem_bandwidth_bytes_per_s": statistics.median(copies), "own": True}
+    cal = _THIS_RUN[kind]
+    source = "measured in this process" if cal.get("own") else "env.json calibration"
+    return cal["mem_bandwidth_bytes_per_s"], source
 
 
 def peak_for(calibration: dict | None, dtype: str = "float32") -> float | None:

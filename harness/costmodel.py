@@ -149,11 +149,10 @@ def compulsory_bytes(point: Point) -> float:
     if point.scenario.startswith("attention"):
         inputs, out = attention_io_bytes(point.problem())
         return float((inputs + out) * (3 if point.backward else 1))
-    tokens = point.batch * (1 if point.scenario == "decode" else point.seq_len)
-    weights = block_weight_bytes(point) * (point.layers if point.scenario == "decode" else 1)
-    acts = 2 * tokens * point.d_model * size
-    if point.scenario == "decode" and point.cache != "none":
-        acts += cache_bytes(point)
+    if point.scenario == "decode":  # the decode scenario's own byte model (step_bytes)
+        return float(_decode().decode_step_bytes(point))
+    weights = block_weight_bytes(point)
+    acts = 2 * point.batch * point.seq_len * point.d_model * size
     return float((weights + acts) * (3 if point.backward else 1))
 
 

@@ -12,6 +12,11 @@ cached key never needs re-rotating and the order of the slots does not matter to
 
 ``update(pos, k, v)`` stores the new K/V and returns ``(keys, values, mask)``: what the new
 queries attend to and the mask the core must apply there (bottom-right aligned).
+``write_at(index, k, v, n_keys)`` is the same for one token whose position is a (1,) long tensor
+on the device: the write happens in place at an index read on the device (no host sync), so a
+step captured in a CUDA graph writes wherever the position tensor points when it is replayed.
+The number of keys returned is a Python int: a graph holds one key count (a full cache's grows
+by one per step; a full rolling ring's stays ``window``, so one rolling graph serves every step).
 """
 
 from __future__ import annotations
@@ -67,6 +72,15 @@ class FullCache:
         mask = single_query_mask(self.mask) if k.shape[2] == 1 else self.mask
         return self.k[:, :, :end], self.v[:, :, :end], mask
 
+    def write_at(
+        self, index: Tensor, k: Tensor, v: Tensor, n_keys: int
+    ) -> tuple[Tensor, Tensor, MaskSpec]:
+        """One token's k/v (B, H_kv, 1, D) written at the position held in ``index`` (1,) long;
+        views of the first ``n_keys`` slots (index + 1 of them for a causal step)."""
+        self.k.index_copy_(2, index, k)
+        self.v.index_copy_(2, index, v)
+        return self.k[:, :, :n_keys], self.v[:, :, :n_keys], single_query_mask(self.mask)
+
     def tensors(self) -> list[Tensor]:
         return [self.k, self.v]
 
@@ -120,6 +134,16 @@ class RollingCache:
         self.k.index_copy_(2, slots, k[:, :, n - keep :])
         self.v.index_copy_(2, slots, v[:, :, n - keep :])
         return k, v, self.mask
+
+    def write_at(
+        self, index: Tensor, k: Tensor, v: Tensor, n_keys: int
+    ) -> tuple[Tensor, Tensor, MaskSpec]:
+        """One token at the position held in ``index`` (1,) long: slot ``index % window`` is
+        computed on the device; the ``n_keys`` held slots are all inside the window: no mask."""
+        slot = torch.remainder(index, self.window)
+        self.k.index_copy_(2, slot, k)
+        self.v.index_copy_(2, slot, v)
+        return self.k[:, :, :n_keys], self.v[:, :, :n_keys], MaskSpec()
 
     def tensors(self) -> list[Tensor]:
         return [self.k, self.v]
@@ -239,11 +263,14 @@ class DecoderStack:
             x = block(x, self._core(caches[layer] if caches else None, offset), offset)
         return x
 
-    def _core(self, cache: KVCache | None, pos: int):
+    def _core(self, cache: KVCache | None, pos: int | Tensor, n_keys: int | None = None):
         def core(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
             if cache is None:
                 return self.attend(q, k, v, self.mask)
-            keys, values, mask = cache.update(pos, k, v)
+            if isinstance(pos, Tensor):
+                keys, values, mask = cache.write_at(pos, k, v, n_keys)
+            else:
+                keys, values, mask = cache.update(pos, k, v)
             return self.attend(q, keys, values, mask)
 
         return core
@@ -251,7 +278,8 @@ class DecoderStack:
     def prefill(self, x: Tensor) -> Tensor:
         """Fill the caches from a context x: (B, n, d) at positions 0..n-1 -> (B, n, d)."""
         if self.cache == "none":
-            self.tokens = x.new_zeros(self.batch, self.capacity, x.shape[2])
+            if self.tokens is None:  # kept across prefills: a captured step reads this buffer
+                self.tokens = x.new_zeros(self.batch, self.capacity, x.shape[2])
             self.tokens[:, : x.shape[1]] = x
             return self.forward(x)
         self.caches = self.caches or self.new_caches()
@@ -267,3 +295,20 @@ class DecoderStack:
             self.tokens[:, pos : pos + 1] = x
             return self.forward(self.tokens[:, : pos + 1])[:, -1:]
         return self.forward(x, pos, self.caches)
+
+    def step_keys(self, pos: int) -> int:
+        """Keys (tokens without a cache) the step at ``pos`` attends to."""
+        if self.cache == "rolling":
+            return min(pos + 1, self.caches[0].k.shape[2])
+        return pos + 1
+
+    def static_step(self, x: Tensor, index: Tensor, n_keys: int) -> Tensor:
+        """:meth:`step` on static buffers for CUDA graphs and ``reduce-overhead`` compilation:
+        x (B, 1, d), the position in ``index`` (1,) long on the device, ``n_keys`` =
+        :meth:`step_keys` of that position; every write is in place -> (B, 1, d)."""
+        if self.cache == "none":
+            self.tokens.index_copy_(1, index, x)
+            return self.forward(self.tokens[:, :n_keys])[:, -1:]
+        for layer, block in enumerate(self.blocks):
+            x = block(x, self._core(self.caches[layer], index, n_keys), index)
+        return x

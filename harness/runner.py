@@ -132,7 +132,7 @@ def run_point(point: Point, config: MeasureConfig, device: Device,
 
 def _measure_point(point: Point, impl, config: MeasureConfig, device: Device,
                    ref: ReferenceKernel) -> dict:
-    case = build_case(point, impl, device, config.check)
+    case = build_case(point, impl, device, config.check, config.decode_graph)
     device.synchronize()
     start = time.perf_counter()
     finite = _all_finite(case.run())
@@ -182,7 +182,7 @@ def time_pass(point: Point, config: MeasureConfig, device: Device,
     impl = None if point.mixer != "attention" else registry.get(point.impl)
     try:
         ref = ref or ReferenceKernel(device, point.device)
-        case = build_case(point, impl, device, "none")
+        case = build_case(point, impl, device, "none", config.decode_graph)
         timing, bracket = _timed_pass(case.run, point, config, device, ref)
         record = {"status": "ok", "time_samples_s": list(timing.samples),
                   "calls_per_sample": timing.calls_per_sample, **bracket}

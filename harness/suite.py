@@ -38,6 +38,7 @@ from harness.block import FFNS, MIXERS, NORMS, POSITIONS
 from harness.errors import SuiteError
 from harness.masks import MaskError
 from harness.point import DTYPES, SCENARIOS, Point
+from harness.scenarios.decode_step import GRAPH_MODES
 from harness.timing import TimingConfig
 
 # fmt: off
@@ -69,6 +70,7 @@ MEASURE_KEYS: dict[str, type | tuple[type, ...]] = {
     "target_rel_ci": (int, float), "warmup_calls": int, "min_sample_s": (int, float),
     "check": str, "threads": int, "flush_l2": bool, "isolate": bool,
     "point_timeout_s": (int, float), "passes": int, "order_seed": int,
+    "decode_graph": str,
 }
 # Lower bounds of [measure] numbers: (bound, inclusive). Floats must also be finite.
 _MEASURE_MIN = {"budget_s": (0, False), "min_samples": (1, True), "max_samples": (1, True),
@@ -92,6 +94,7 @@ class MeasureConfig:
     point_timeout_s: float | None = None
     passes: int = 3  # timing passes over the suite, each in its own shuffled order
     order_seed: int = 0  # fixes the pass orders
+    decode_graph: str = "auto"  # how a decode step launches: auto | none | cuda-graph | compile
 
 
 @dataclass(frozen=True)
@@ -357,6 +360,9 @@ def _measure(table: dict, err: _Reporter) -> MeasureConfig:
     check = table.get("check", "auto")
     if check not in ("auto", "full", "rows", "none"):
         err.fail("measure.check", check, "must be auto|full|rows|none")
+    decode_graph = table.get("decode_graph", "auto")
+    if decode_graph not in GRAPH_MODES:
+        err.fail("measure.decode_graph", decode_graph, f"must be one of {list(GRAPH_MODES)}")
     threads = table.get("threads")
     if threads is not None and threads > MAX_THREADS:
         err.fail("measure.threads", threads, f"must be <= {MAX_THREADS}")
@@ -371,4 +377,5 @@ def _measure(table: dict, err: _Reporter) -> MeasureConfig:
         flush_l2=table.get("flush_l2", False),
         isolate=table.get("isolate", False),
         point_timeout_s=table.get("point_timeout_s"),
+        decode_graph=decode_graph,
     )

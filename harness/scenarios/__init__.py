@@ -9,15 +9,20 @@ from harness.scenarios.base import Case, CheckPlan, check_plan
 __all__ = ["Case", "CheckPlan", "build_case", "check_plan"]
 
 
-def build_case(point, impl, device, check: str = "auto") -> Case:
-    """The Case for ``point`` run by ``impl`` (a registry Implementation) on ``device``."""
+def build_case(
+    point, impl, device, check: str = "auto", decode_graph: str = "auto"
+) -> Case:
+    """The Case for ``point`` run by ``impl`` (a registry Implementation) on ``device``;
+    ``decode_graph`` is how a decode step is launched (see :mod:`decode_step`)."""
     base = point.scenario.removesuffix("+backward")
     if base == "attention":
         from harness.scenarios import attention as module
     elif base == "block":
         from harness.scenarios import block as module
     elif base == "decode":
-        from harness.scenarios import decode as module
+        from harness.scenarios import decode
+
+        return decode.build(point, impl, device, check_plan(point, check), decode_graph)
     else:
         raise ValueError(f"unknown scenario {point.scenario!r}")
     return module.build(point, impl, device, check_plan(point, check))

@@ -10,6 +10,12 @@ agreement check walks through ``gen_tokens`` steps deep on a second, fresh set o
 
 Inputs are seeded N(0, 1) token embeddings (B, seq_len + gen_tokens, d_model); outputs are the
 last block's hidden states (no final norm or vocabulary head: they are the same for every cache).
+
+``decode_graph`` (``[measure]``): how the timed step is launched (:mod:`decode_step`): ``auto``
+(a CUDA graph on CUDA, eager on CPU), ``none``, ``cuda-graph`` or ``compile``. Rows name the mode
+used (``decode_graph``) and why a requested one was not (``decode_graph_reason``), the bytes a
+step must move (``step_bytes``: weights, the K/V it reads, the K/V it writes) and the fraction
+of the measured memory bandwidth that reached (``bw_fraction``).
 """
 
 from __future__ import annotations
@@ -21,13 +27,14 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
-from harness import registry
+from harness import calibrate, registry
 from harness.agreement import compare, tolerance
 from harness.block import BlockConfig, build_block
 from harness.kvcache import DecoderStack, analytic_cache_bytes, cache_nbytes, single_query_mask
 from harness.masks import MaskSpec, kept_pairs
 from harness.reference import reference_attention
 from harness.scenarios import block as scenario_block
+from harness.scenarios import decode_step
 from harness.scenarios.base import Case, CheckPlan, check_plan
 from harness.spec import Problem
 
@@ -138,8 +145,9 @@ def make_tokens(point) -> Tensor:
     return torch.randn(shape, generator=gen, device=point.device, dtype=point.torch_dtype)
 
 
-def build(point, impl, device, plan: CheckPlan) -> Case:
-    """Prefill once (untimed), then time the step at position seq_len."""
+def build(point, impl, device, plan: CheckPlan, decode_graph: str = "auto") -> Case:
+    """Prefill once (untimed), then time the step at position seq_len, launched as
+    ``decode_graph`` says (captured or compiled here, outside the timing)."""
     reasons = not_supported(point, impl)
     if reasons:
         raise ValueError("decode: " + "; ".join(reasons))
@@ -148,11 +156,9 @@ def build(point, impl, device, plan: CheckPlan) -> Case:
     n = point.seq_len
     with torch.no_grad():
         stack.prefill(x[:, :n])
-    x_next = x[:, n : n + 1]
-
-    def run() -> Tensor:
-        with torch.no_grad():
-            return stack.step(x_next, n)
+    step = decode_step.launch(stack, x[:, n : n + 1], n, decode_graph, device.kind)
+    run = step.run
+    step_bytes = decode_step_bytes(point)
 
     def check() -> dict:
         return check_decode(stack, run, x, point, plan)
@@ -166,6 +172,7 @@ def build(point, impl, device, plan: CheckPlan) -> Case:
         prefill_s = time.perf_counter() - start
         alloc = device.peak_memory(stack.new_caches)
         return {
+            **_bandwidth_columns(step_bytes, measurement, device),
             "prefill_s": prefill_s,
             "prefill_tokens_per_s": point.batch * n / prefill_s,
             "cache_bytes": cache_nbytes(stack.caches),
@@ -177,8 +184,19 @@ def build(point, impl, device, plan: CheckPlan) -> Case:
         "check": "none",  # the check replaces it with float64 or recompute
         "prefill_mode": "stepwise" if stack.stepwise_prefill else "parallel",
         "step_keys": step_problem(point).n_k,
+        "decode_graph": step.mode,
+        "decode_graph_reason": step.reason,
+        "step_bytes": step_bytes,
     }
     return Case(run=run, tokens=point.batch, check=check, extra=extra, columns=columns)
+
+
+def _bandwidth_columns(step_bytes: int, measurement, device) -> dict:
+    """``bw_fraction``: step_bytes per median step time over the measured memory bandwidth."""
+    if measurement is None:
+        return {}
+    bandwidth, source = calibrate.bandwidth_for(device)
+    return {"bw_fraction": step_bytes / measurement.median / bandwidth, "bw_source": source}
 
 
 def check_decode(stack: DecoderStack, run, x: Tensor, point, plan: CheckPlan) -> dict:
@@ -267,6 +285,25 @@ def _weight_bytes(point) -> int:
     ffn = d * up + up + h * d + d
     pos = cfg.max_len * d if cfg.pos == "learned" else 0
     return (attn + ffn + 4 * d + pos) * _dtype_bytes(point)
+
+
+def decode_step_bytes(point) -> int:
+    """Bytes one generated token's step must move through memory at least: every layer's
+    weights (one row of a learned position table, not all of it), the K/V it reads (the
+    step's keys; without a cache the token embeddings it recomputes from), the new token's K/V
+    it writes, and the hidden state in and out. The roofline floor of a decode step."""
+    cfg, size = block_config(point), _dtype_bytes(point)
+    table = cfg.max_len * cfg.d_model * size if cfg.pos == "learned" else 0
+    weights = _weight_bytes(point) - table + (cfg.d_model * size if table else 0)
+    keys = step_problem(point).n_k
+    kv_row = 2 * point.batch * cfg.n_kv_heads * cfg.head_dim * size  # one position's K and V
+    if point.cache == "none":
+        per_layer = weights
+        inputs = point.batch * keys * cfg.d_model * size  # the embeddings of the whole prefix
+    else:
+        per_layer = weights + kv_row * (keys + 1)  # read the held keys, write the new one
+        inputs = point.batch * cfg.d_model * size
+    return point.layers * per_layer + inputs + point.batch * cfg.d_model * size
 
 
 def _forward_bytes(point, tokens: int, size: int) -> int:

@@ -186,3 +186,63 @@ def test_predicted_peak_covers_the_cache_and_grows_with_context():
     assert dec.predict_decode_peak_bytes(big) > dec.predict_decode_peak_bytes(small)
     rolling = replace(big, cache="rolling", window_left=15, window_right=0, impl="full")
     assert dec.predict_decode_peak_bytes(rolling) > dec.analytic_cache_bytes(rolling)
+
+
+@pytest.mark.parametrize("requested", ["cuda-graph", "compile"])
+def test_graph_modes_on_cpu_fall_back_to_eager_and_say_why(requested):
+    case = build_case(_point(), registry.get("sdpa"), CPU, "none", decode_graph=requested)
+    assert case.columns["decode_graph"] == "none"
+    assert case.columns["decode_graph_reason"] == "unavailable: CUDA graphs need a CUDA device"
+
+
+def test_auto_graph_mode_is_eager_on_cpu_and_a_cuda_graph_on_cuda():
+    from harness.scenarios.decode_step import resolve_mode
+
+    assert resolve_mode("auto", "cpu") == ("none", None)
+    assert resolve_mode("auto", "cuda") == ("cuda-graph", None)
+    assert resolve_mode("compile", "cuda") == ("compile", None)
+    with pytest.raises(ValueError, match="decode_graph"):
+        resolve_mode("graph", "cuda")
+
+
+def test_step_bytes_count_weights_and_the_kv_read_and_written():
+    """One more context token adds exactly one K/V row per layer to read; a full rolling ring
+    reads a constant number; the cost model's compulsory bytes are the same figure."""
+    from harness import costmodel
+
+    kv_row = 2 * 2 * 3 * 10 * 4  # K and V of one position: 2 · B · H_kv · D · 4 bytes
+    grow = dec.decode_step_bytes(_point(n=101)) - dec.decode_step_bytes(_point(n=100))
+    assert grow == 2 * kv_row  # two layers
+    rolling = [dec.decode_step_bytes(_point("full", "rolling", n=n, window=16)) for n in (40, 90)]
+    assert rolling[0] == rolling[1]
+    d, hidden, size = 30, 120, 4  # gelu FFN 4·d, RoPE: no position table
+    weights = (2 * d * d + 2 * d * d + 4 * d) + (d * hidden + hidden + hidden * d + d) + 4 * d
+    point = _point(n=100)
+    expected = 2 * (weights * size + kv_row * (101 + 1)) + 2 * (2 * d * size)
+    assert dec.decode_step_bytes(point) == expected
+    assert costmodel.compulsory_bytes(point) == expected
+
+
+def test_runner_row_names_the_launch_and_the_bandwidth_fraction():
+    config = MeasureConfig(
+        timing=TimingConfig(budget_s=0.05, min_samples=3, warmup_calls=1), decode_graph="cuda-graph"
+    )
+    row = run_point(_point(n=200), config, CPU)
+    assert row["status"] == "ok", row.get("reason")
+    assert row["decode_graph"] == "none" and "unavailable" in row["decode_graph_reason"]
+    assert row["step_bytes"] == dec.decode_step_bytes(_point(n=200))
+    # a measured fraction of the measured bandwidth: positive and physically at most ~1
+    assert 0 < row["bw_fraction"] < 2 and row["bw_source"]
+
+
+def test_suite_measure_decode_graph_is_validated():
+    from harness.errors import SuiteError
+    from harness.suite import parse_suite
+
+    doc = {"name": "d", "scenario": "decode", "implementations": ["sdpa"]}
+    doc["fixed"] = {"causal": True}
+    chosen = parse_suite({**doc, "measure": {"decode_graph": "compile"}}).measure
+    assert chosen.decode_graph == "compile"
+    assert parse_suite(doc).measure.decode_graph == "auto"
+    with pytest.raises(SuiteError, match="decode_graph"):
+        parse_suite({**doc, "measure": {"decode_graph": "graphs"}})

@@ -176,3 +176,54 @@ def test_measured_cache_bytes_equal_the_analytic_formula(cache, kv_heads, window
     stack = _ref_stack(kv_heads, cache, point.mask, 42, layers=3, dtype=torch.float32)
     measured = cache_nbytes(stack.new_caches())
     assert measured == analytic_cache_bytes(point) == 2 * 3 * 2 * (kv_heads or 4) * slots * 6 * 4
+
+
+@pytest.mark.parametrize(
+    "cache, mask, pos, n",
+    [
+        ("full", MaskSpec(causal=True), "rope", 11),
+        ("full", MaskSpec(causal=True, window=(4, 0)), "learned", 11),
+        ("none", MaskSpec(causal=True), "sinusoidal", 11),
+        ("rolling", MaskSpec(causal=True, window=(4, 0)), "rope", 3),  # ring not yet full
+        ("rolling", MaskSpec(causal=True, window=(4, 0)), "rope", 11),
+    ],
+)
+def test_static_step_equals_the_dynamic_step(cache, mask, pos, n):
+    """The graph-safe step (position in a device tensor, caches written with index_copy_)
+    computes what the eager step computes, and leaves the same caches behind."""
+    from harness.scenarios.decode_step import StaticStep
+
+    cfg = BlockConfig(heads=3, head_dim=6, kv_heads=1, causal=True, max_len=20, pos=pos)
+    blocks = [build_block(cfg, i, "cpu", torch.float64).eval() for i in range(2)]
+    stacks = [DecoderStack(blocks, reference_attention, mask, cache, 2, 20) for _ in range(2)]
+    x = torch.randn(2, n + 1, 18, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    with torch.no_grad():
+        for s in stacks:
+            s.prefill(x[:, :n])
+        eager = stacks[0].step(x[:, n:], n)
+        static = StaticStep(stacks[1], x[:, n:], n)()
+    torch.testing.assert_close(static, eager, rtol=0, atol=1e-12)
+    for a, b in zip(stacks[0].caches, stacks[1].caches, strict=True):
+        assert torch.equal(a.k, b.k) and torch.equal(a.v, b.v)
+
+
+def test_one_static_rolling_step_serves_every_position_once_the_ring_is_full():
+    """A full ring always holds ``window`` keys: moving the device-side position alone (what
+    a replayed CUDA graph sees) reproduces consecutive eager steps."""
+    from harness.scenarios.decode_step import StaticStep
+
+    mask = MaskSpec(causal=True, window=(3, 0))
+    cfg = BlockConfig(heads=2, head_dim=8, causal=True, max_len=30)
+    blocks = [build_block(cfg, i, "cpu", torch.float64).eval() for i in range(2)]
+    eager, static = (
+        DecoderStack(blocks, reference_attention, mask, "rolling", 1, 30) for _ in range(2)
+    )
+    x = torch.randn(1, 14, 16, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    with torch.no_grad():
+        eager.prefill(x[:, :8])
+        static.prefill(x[:, :8])
+        step = StaticStep(static, x[:, 8:9], 8)
+        for t in range(8, 14):
+            step.x.copy_(x[:, t : t + 1])
+            step.index.fill_(t)
+            torch.testing.assert_close(step(), eager.step(x[:, t : t + 1], t), rtol=0, atol=1e-12)
