@@ -276,14 +276,14 @@ def add_cli(subparsers) -> None:
 
 
 def cmd_claims(args) -> int:
-    import json
-
     from harness.verdicts import evaluate_all
 
     claims = load_claims(args.claims)
     verdicts = evaluate_all(claims, load_run_rows(args.run_dirs))
     if args.json:
-        print(json.dumps([v.as_dict() for v in verdicts], indent=2, allow_nan=False))
+        from harness.commands import dumps_json
+
+        print(dumps_json([v.as_dict() for v in verdicts]))
     else:
         print(render_text(verdicts))
     return 0
