@@ -160,7 +160,7 @@ def run_history(rows: pd.DataFrame, envs: dict[str, dict]) -> tuple[pd.DataFrame
     """Per suite with two or more runs: each implementation's geometric-mean time over the
     points every run measured ok, run by run (oldest first), and its ratio to the first run."""
     tables, images = [], []
-    if "run_id" not in rows.columns:
+    if not {"run_id", "suite", "point_id"} <= set(rows.columns):
         return pd.DataFrame(), []
     ok = analysis.select(rows, "time_median_s")
     for suite, part in ok.groupby("suite", sort=True):

@@ -251,7 +251,7 @@ def markdown(frame: pd.DataFrame) -> str:
     )
     shown.columns = [str(c).replace("|", "\\|") for c in shown.columns]
     align = ["right" if _numeric_column(shown[c]) else "left" for c in shown.columns]
-    return shown.to_markdown(index=False, tablefmt="github", disable_numparse=True, colalign=align)
+    return shown.to_markdown(index=False, tablefmt="pipe", disable_numparse=True, colalign=align)
 
 
 def _numeric_column(column: pd.Series) -> bool:
