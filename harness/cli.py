@@ -34,13 +34,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
 DEFAULT_SUITE = Path(__file__).resolve().parent.parent / "suites" / "smoke.toml"
 
 
-class UsageError(CliError):
-    """A command-line mistake, already prefixed with the command's name (``attnbench table:``)."""
-
-
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, exit 2 (argparse prints usage + error)
-        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+        # printed as "attnbench: table: ...": one program prefix, then the subcommand
+        command = self.prog.removeprefix("attnbench").strip()
+        where = f"{command}: " if command else ""
+        raise CliError(f"{where}{message} (see {self.prog} --help)")
 
 
 def _command_of(argv: list[str]) -> str | None:
@@ -76,9 +75,6 @@ def main(argv: list[str] | None = None) -> int:
 
             check_same_suite(args.baseline_dir, args.current_dir)
         return int(args.func(args) or 0)
-    except UsageError as exc:
-        print(exc, file=sys.stderr)
-        return exc.exit_code
     except CliError as exc:
         print(f"attnbench: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -124,7 +124,7 @@ def test_usage_errors_have_one_prefix(capsys):
 
     assert main(["table"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("attnbench table: ") and "attnbench: attnbench" not in err
+    assert err.startswith("attnbench: table: ") and "attnbench: attnbench" not in err
     assert len(err.splitlines()) == 1 and "RUN_DIR" in err
 
 
