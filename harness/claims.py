@@ -333,7 +333,6 @@ def add_cli(subparsers) -> None:
 
 
 def cmd_claims(args) -> int:
-    import json
     import sys
 
     from harness.contention import usable_rows
@@ -347,8 +346,9 @@ def cmd_claims(args) -> int:
         print(f"attnbench: warning: {note}", file=sys.stderr)
     verdicts = evaluate_all(claims, rows, load_envs(args.run_dirs))
     if args.json:
-        out = [{**v.as_dict(), "utilization": v.utilization()} for v in verdicts]
-        print(json.dumps(out, indent=2, allow_nan=False))
+        from harness.commands import dumps_json
+
+        print(dumps_json([{**v.as_dict(), "utilization": v.utilization()} for v in verdicts]))
     else:
         print(render_text(verdicts))
     return 0

@@ -8,9 +8,10 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from harness import registry
 from harness.errors import CliError
-from harness.results import ROWS_FILE, ResultsError, RowWriter, iter_rows, load_env, load_rows
+
+# Heavy modules (torch through the registry, pandas through the results loader) are imported
+# inside the commands: ``attnbench --help`` and argument errors stay fast.
 
 SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20,
               "gib": 2**30, "tib": 2**40, "tb": 10**12}
@@ -31,10 +32,18 @@ def parse_size(text: str) -> int:
 
 
 def add_cli(sub) -> None:
+    """Add ``list``, ``run`` and ``table``."""
+    for add in (add_list_cli, add_run_cli, add_table_cli):
+        add(sub)
+
+
+def add_list_cli(sub) -> None:
     p = sub.add_parser("list", help="every implementation, available or not, and why")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_list)
 
+
+def add_run_cli(sub) -> None:
     p = sub.add_parser("run", help="run a suite; rows go to DIR/rows.jsonl")
     p.add_argument("suite", nargs="?", help="suite TOML (default: the bundled smoke suite)")
     p.add_argument("--out", type=Path, help="run directory (default: runs/<suite>-<run id>)")
@@ -57,9 +66,21 @@ def add_cli(sub) -> None:
     add_run_options(p)
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("table", help="comparison table of a run directory")
-    p.add_argument("run_dir", type=Path)
-    p.add_argument("--metric", action="append", help="metric column(s) to show")
+
+def add_table_cli(sub) -> None:
+    p = sub.add_parser("table", help="comparison table of a run directory (text, markdown, CSV)",
+                       description="One line per point shape, one column per implementation; "
+                       "only the point fields that vary are shown. CSV: one line per point, "
+                       "raw units.")
+    p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    p.add_argument("--metric", action="append", metavar="COLUMN",
+                   help="metric column to show (repeatable; default: time_median_s and "
+                   "peak_mem_bytes): any documented numeric row column, e.g. tflops_per_s, "
+                   "rel_err, tokens_per_s")
+    p.add_argument("--format", choices=("text", "markdown", "csv"), default="text", dest="fmt",
+                   help="output format (default: text)")
+    p.add_argument("--baseline", metavar="IMPL",
+                   help="add speedups against this implementation (its time / each time)")
     p.set_defaults(func=cmd_table)
 
 
@@ -68,6 +89,8 @@ def cmd_list(args) -> int:
 
     from rich.console import Console
     from rich.table import Table
+
+    from harness import registry
 
     impls = registry.all_implementations()
     if args.json:
@@ -104,7 +127,10 @@ def _describe(impl) -> dict:
 
 
 def cmd_run(args) -> int:
+    if args.resume and args.out is None:
+        raise CliError("--resume needs --out DIR (the run directory to continue)")
     from harness import env as env_mod
+    from harness.results import ROWS_FILE, RowWriter
     from harness.runner import prepare_run, run_points
     from harness.suite import load_suite
 
@@ -194,6 +220,8 @@ def _make_run_dir(run_dir: Path) -> None:
 
 def _resume_state(run_dir: Path, suite, args) -> tuple[set[str], str | None]:
     """Point ids already measured in ``run_dir`` (empty for a fresh run) and its run id."""
+    from harness.results import ROWS_FILE, ResultsError, iter_rows, load_env
+
     if run_dir.exists() and not run_dir.is_dir():
         raise CliError(f"--out {run_dir}: exists and is not a directory")
     rows_file = run_dir / ROWS_FILE
@@ -237,11 +265,10 @@ def _with_progress(points, enabled: bool, body):
         return body(on_row)
 
 
-DEFAULT_METRICS = ("time_median_s", "peak_mem_bytes")
-
-
-def _print_table(run_dir: Path, metrics: tuple[str, ...] = DEFAULT_METRICS) -> None:
-    from harness.table import render
+def _print_table(run_dir: Path, metrics: tuple[str, ...] | None = None, fmt: str = "text",
+                 baseline: str | None = None) -> None:
+    from harness import table
+    from harness.results import ResultsError, load_rows
 
     try:
         frame = load_rows(run_dir)
@@ -250,17 +277,58 @@ def _print_table(run_dir: Path, metrics: tuple[str, ...] = DEFAULT_METRICS) -> N
     if frame.empty:
         print("(no rows)")
         return
-    print(render(frame, metrics))
+    if baseline is not None and baseline not in set(frame["impl"]):
+        impls = ", ".join(dict.fromkeys(frame["impl"].astype(str)))
+        raise CliError(f"--baseline {baseline}: no rows of it in {run_dir} (has {impls})")
+    print(table.render(frame, metrics or table.DEFAULT_METRICS, fmt, baseline))
 
 
 def cmd_table(args) -> int:
-    if not args.run_dir.exists():
-        raise CliError(f"{args.run_dir}: no such run directory")
-    metrics = tuple(args.metric) if args.metric else ("time_median_s", "peak_mem_bytes")
     from harness.table import METRICS
 
-    unknown = [m for m in metrics if m not in METRICS]
+    if not args.run_dir.exists():
+        raise CliError(f"{args.run_dir}: no such run directory")
+    metrics = tuple(args.metric) if args.metric else None
+    unknown = [m for m in metrics or () if m not in METRICS]
     if unknown:
         raise CliError(f"--metric {unknown[0]}: unknown (one of {', '.join(METRICS)})")
-    _print_table(args.run_dir, metrics)
+    _print_table(args.run_dir, metrics, args.fmt, args.baseline)
     return 0
+
+
+def json_safe(value):
+    """``value`` with every non-finite float (NaN, inf) replaced by None, recursively."""
+    import math
+
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):  # numpy scalars
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def dumps_json(value, indent: int | None = 2) -> str:
+    """Strict JSON (missing numbers as null, never NaN) for ``--json`` outputs."""
+    import json
+
+    return json.dumps(json_safe(value), indent=indent, allow_nan=False)
+
+
+def check_same_suite(baseline_dir: Path, current_dir: Path) -> None:
+    """``compare`` of runs of two different suites is a usage error (every point would be
+    missing from the other run), not a list of regressions."""
+    from harness.results import ResultsError, load_env
+
+    suites = []
+    for run_dir in (baseline_dir, current_dir):
+        try:
+            suites.append(load_env(run_dir).get("suite"))
+        except ResultsError:  # compare itself reports an unusable run
+            return
+    if all(suites) and suites[0] != suites[1]:
+        raise CliError(f"compare: {baseline_dir} is a run of suite {suites[0]!r} and "
+                       f"{current_dir} of {suites[1]!r}; compare two runs of one suite")

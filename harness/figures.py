@@ -11,7 +11,7 @@ import pandas as pd
 
 from harness import analysis, calibrate, costmodel, registry
 from harness.claims import Claim
-from harness.plots import Panel, Series, heatmaps, lines, loglog_panels
+from harness.plots import Panel, Roofs, Series, heatmaps, lines, loglog_panels, roofline
 from harness.point import point_from_row
 from harness.verdicts import crossing, evaluate
 
@@ -19,10 +19,54 @@ OVERS = ("d_model", "heads", "window", "conv_kernel")
 # what each other-variable plot holds fixed: heads at fixed d_model, d_model at fixed heads
 HOLD = {"heads": ("d_model",), "d_model": ("heads",)}
 METRIC_LABELS = {
-    "time_median_s": "median time (s)",
-    "peak_mem_bytes": "peak memory (bytes)",
-    "mixer_time_s": "mixer time (s)",
+    "time_median_s": "median time",
+    "peak_mem_bytes": "peak memory",
+    "mixer_time_s": "mixer time",
 }
+# metric -> (lower, upper) columns of its confidence interval, drawn as a band
+CI_COLUMNS = {"time_median_s": ("time_ci_low_s", "time_ci_high_s")}
+
+
+def display_unit(metric: str, values) -> tuple[str, float]:
+    """(unit, factor) for plotting ``metric``: seconds as ms, bytes as MiB or GiB."""
+    if metric.endswith("_bytes"):
+        top = max((float(v) for v in values), default=0.0)
+        return ("GiB", 2.0**-30) if top >= 2**30 else ("MiB", 2.0**-20)
+    if metric.endswith("_s") and not metric.endswith("per_s"):
+        return "ms", 1e3
+    return "", 1.0
+
+
+def in_units(panels: list[Panel], metric: str) -> tuple[list[Panel], str]:
+    """Panels rescaled to the metric's display unit (values, bands and fits); the axis label."""
+    values = [v for p in panels for s in p.series for v in s.y]
+    unit, k = display_unit(metric, values)
+    for panel in panels:
+        for s in panel.series:
+            s.y = [v * k for v in s.y]
+            s.low = None if s.low is None else [v * k for v in s.low]
+            s.high = None if s.high is None else [v * k for v in s.high]
+            if s.fit:
+                s.fit = {
+                    **s.fit,
+                    "prefactor": s.fit["prefactor"] * k,
+                    "offset": s.fit["offset"] * k,
+                }
+    name = METRIC_LABELS.get(metric, metric)
+    return panels, f"{name} ({unit})" if unit else name
+
+
+def with_band(ok: pd.DataFrame, agg: pd.DataFrame, over: str, metric: str, keys: list[str]):
+    """``agg`` with ``low``/``high`` columns: the median of the rows' CI bounds per point."""
+    if metric not in CI_COLUMNS or not set(CI_COLUMNS[metric]) <= set(ok.columns):
+        return agg
+    bounds = [
+        analysis.aggregate(ok, over, col, keys)[[*keys, "x", "y"]].rename(columns={"y": name})
+        for col, name in zip(CI_COLUMNS[metric], ("low", "high"), strict=True)
+    ]
+    for bound in bounds:
+        agg = agg.merge(bound, on=[*keys, "x"], how="left")
+    return agg
 
 
 def claimed_exponent(impl: str, metric: str, over: str, scenario: str) -> float | None:
@@ -88,7 +132,7 @@ def fit_panels(
     if not len(ok) or ok[over].nunique() < 2:
         return [], []
     keys = analysis.group_keys(ok, over, hold)
-    agg = analysis.aggregate(ok, over, metric, keys)
+    agg = with_band(ok, analysis.aggregate(ok, over, metric, keys), over, metric, keys)
     panel_keys, series_keys = split_keys(agg, keys)
     varies = agg.groupby("impl")[series_keys].nunique() if series_keys else pd.DataFrame()
     owner = {k: str(varies[k].idxmax()) for k in series_keys}
@@ -108,7 +152,8 @@ def fit_panels(
             claimed = claimed_exponent(impl, metric, over, scenario)
             own = {k: v for k, v in extra.items() if owner.get(k) == impl}  # its variant axes
             name = f"{impl} {_label(own)}" if own else impl
-            panel.series.append(Series(name, s["x"], s["y"], fit.as_dict(), claimed))
+            band = (list(s["low"]), list(s["high"])) if "low" in s else (None, None)
+            panel.series.append(Series(name, s["x"], s["y"], fit.as_dict(), claimed, *band))
             slopes = " ".join(f"{v:.2f}" for v in analysis.local_slopes_xy(s["x"], s["y"]))
             records.append(
                 {
@@ -139,12 +184,11 @@ def scaling(rows: pd.DataFrame) -> tuple[pd.DataFrame, list, list, list]:
             panels, recs = fit_panels(part, "seq_len", metric)
             records += [{"scenario": scenario, **r} for r in recs]
             if panels:
+                panels, ylabel = in_units(panels, metric)
                 bucket.append(
                     (
                         f"{metric}-vs-seq_len-{scenario}",
-                        loglog_panels(
-                            panels, "seq_len", METRIC_LABELS[metric], f"{scenario}: {metric}"
-                        ),
+                        loglog_panels(panels, "seq_len", ylabel, f"{scenario}: {ylabel}"),
                     )
                 )
         for over in OVERS:
@@ -153,12 +197,11 @@ def scaling(rows: pd.DataFrame) -> tuple[pd.DataFrame, list, list, list]:
             panels, recs = fit_panels(part, over, "time_median_s", HOLD.get(over, ()))
             records += [{"scenario": scenario, **r} for r in recs]
             if panels:
+                panels, ylabel = in_units(panels, "time_median_s")
                 other_imgs.append(
                     (
                         f"time-vs-{over}-{scenario}",
-                        loglog_panels(
-                            panels, over, "median time (s)", f"{scenario}: time vs {over}"
-                        ),
+                        loglog_panels(panels, over, ylabel, f"{scenario}: time vs {over}"),
                     )
                 )
     return pd.DataFrame(records), time_imgs, mem_imgs, other_imgs
@@ -187,7 +230,8 @@ def heat(rows: pd.DataFrame) -> tuple[pd.DataFrame, list]:
             table = part.pivot_table(
                 index="heads", columns="d_model", values="tokens_per_s", aggfunc="median"
             )
-            if table.shape[0] >= 2 and table.shape[1] >= 2:
+            # only complete grids: runs of unrelated suites leave holes, not heat maps
+            if table.shape[0] >= 2 and table.shape[1] >= 2 and table.notna().all().all():
                 maps.append((title, table))
                 tables.append(
                     table.stack().rename("tokens_per_s").reset_index().assign(group=title)
@@ -199,8 +243,9 @@ def heat(rows: pd.DataFrame) -> tuple[pd.DataFrame, list]:
     ]
 
 
-def flops(rows: pd.DataFrame, envs: dict[str, dict]) -> tuple[pd.DataFrame, list]:
-    """% of the measured matmul peak and of the roofline, per row; figures vs seq_len."""
+def flops(rows: pd.DataFrame, envs: dict[str, dict]) -> tuple[pd.DataFrame, list, list]:
+    """% of the measured matmul peak and of the roofline, per row; figures vs seq_len; the
+    roofline plot (intensity against FLOP/s under the calibrated roofs)."""
     ok = analysis.select(rows, "tflops_per_s")
     recs = []
     for row in ok.to_dict("records"):
@@ -220,10 +265,11 @@ def flops(rows: pd.DataFrame, envs: dict[str, dict]) -> tuple[pd.DataFrame, list
                 "pct_peak": 100 * achieved / peak,
                 "pct_roofline": 100 * achieved / roof,
                 "intensity": intensity,
+                "_roof": (peak, cal.get("mem_bandwidth_bytes_per_s") or 0.0),
             }
         )
     if not recs:
-        return pd.DataFrame(), []
+        return pd.DataFrame(), [], []
     frame = pd.DataFrame(recs)
     table = (
         frame.groupby(["scenario", "impl"], sort=True)
@@ -249,7 +295,29 @@ def flops(rows: pd.DataFrame, envs: dict[str, dict]) -> tuple[pd.DataFrame, list
         if panels
         else []
     )
-    return table, images
+    return table.drop(columns="_roof", errors="ignore"), images, _roofline(frame)
+
+
+def _roofline(frame: pd.DataFrame) -> list:
+    """Achieved TFLOP/s against arithmetic intensity per scenario and impl, under the roofs."""
+    frame = frame[np.isfinite(frame["intensity"]) & (frame["intensity"] > 0)]
+    roofs = [
+        Roofs(peak, bw, f"roof {i + 1}: " if len(set(frame["_roof"])) > 1 else "roof: ")
+        for i, (peak, bw) in enumerate(sorted(set(frame["_roof"])))
+        if peak and bw
+    ]
+    if not len(frame) or not roofs:
+        return []
+    by = ["scenario", "impl"] if frame["scenario"].nunique() > 1 else ["impl"]
+    series = [
+        Series(
+            " ".join(map(str, key if isinstance(key, tuple) else (key,))),
+            part["intensity"],
+            part["tflops_per_s"],
+        )
+        for key, part in frame.groupby(by, sort=True)
+    ]
+    return [("roofline", roofline(series[:20], roofs, "achieved TFLOP/s vs arithmetic intensity"))]
 
 
 def layers(rows: pd.DataFrame) -> tuple[pd.DataFrame, list]:
@@ -305,7 +373,8 @@ def layers(rows: pd.DataFrame) -> tuple[pd.DataFrame, list]:
                 if lo == hi:  # an interior crossing, not a censored bound
                     vlines.append((float(lo), "measured"))
         panels.append(Panel(_label(values), series, vlines))
-    image = loglog_panels(panels, "seq_len", "mixer time (s)", "per-layer cost")
+    panels, ylabel = in_units(panels, "mixer_time_s")
+    image = loglog_panels(panels, "seq_len", ylabel, "per-layer cost")
     return pd.DataFrame(table), [("layers-mixer-time", image)]
 
 

@@ -290,6 +290,8 @@ def cmd_maxlen(args: argparse.Namespace) -> int:
     except RuntimeError as exc:
         raise CliError(f"--device {point.device}: {exc}") from None
     budget = args.budget or default_budget(device)
+    if not args.no_verify and not args.json:
+        print(verification_notice(point, budget, args.multiple, args.time_limit), file=sys.stderr)
     log = None if args.json else (lambda line: print(f"  verify {line}", file=sys.stderr))
     result = find_max_len(
         point,
@@ -302,6 +304,29 @@ def cmd_maxlen(args: argparse.Namespace) -> int:
     )
     print(json.dumps(result.as_dict(), indent=2) if args.json else report(result))
     return 0
+
+
+CPU_FLOPS_GUESS = 5e10  # FLOP/s of one verification call on a CPU (a few cores, fp32)
+CHILD_START_S = 3.0  # a fresh child process: interpreter, torch import, warm-up run
+
+
+def verification_notice(point: Point, budget: int, multiple: int, time_limit: float) -> str:
+    """One line said before verifying: how many isolated runs, at what length, and roughly how
+    long (each run is one call of the point at a length near the predicted maximum)."""
+    from harness.costmodel import useful_flops
+
+    predicted = predicted_max(point, budget, multiple)
+    if not predicted:
+        return "maxlen: nothing fits the model; verifying from the smallest length"
+    runs = max(predicted // multiple, 2).bit_length() + 3  # gallop + bisection, ~log2 steps
+    flops = useful_flops(replace(point, seq_len=predicted)) * (1 + point.backward)
+    per_run = CHILD_START_S + (flops / CPU_FLOPS_GUESS if point.device == "cpu" else 1.0)
+    total = runs * min(per_run, time_limit)
+    slow = " (slow: --no-verify gives the prediction alone)" if total > 60 else ""
+    return (
+        f"maxlen: predicted max seq_len {predicted}; verifying with ~{runs} isolated runs near it,"
+        f" each up to ~{min(per_run, time_limit):.0f} s: ~{total / 60:.1f} min in all{slow}"
+    )
 
 
 def report(result: MaxLenResult) -> str:

@@ -1,11 +1,14 @@
 """``attnbench report RUN_DIR... --out DIR``: one self-contained HTML page (plots embedded as
-base64 PNG, no network resources), ``report.md`` with ``plots/*.png``, and ``tables/*.csv``.
+base64 PNG, no network resources), ``report.md`` with ``plots/*.png``, and ``tables/*.csv``
+(``rows.csv``: every row of every run).
 
-Sections: claims and verdicts; exponent fits (with local slopes); time and memory vs n (fitted
-and claimed slopes drawn); time against the other swept variables; throughput heat maps over
-heads x d_model; FLOP/s as % of the device's measured peak and of the roofline; per-layer costs
-(attention vs recurrent vs conv, measured vs FLOP crossover); agreement errors; row status; the
-environment. Sections without rows say so instead of disappearing.
+Sections: claims and verdicts; per-point results; speedup against a baseline implementation;
+exponent fits (with local slopes); time and memory vs n (CI bands, fitted and claimed slopes);
+absolute TFLOP/s vs n; forward and backward side by side; time against the other swept
+variables; throughput heat maps over heads x d_model; FLOP/s as % of the measured peak and a
+roofline; per-layer costs (attention vs recurrent vs conv); agreement errors; history of one
+suite across runs; row status; the environment. A section with nothing to show is left out;
+the page says which in one line.
 """
 
 from __future__ import annotations
@@ -18,18 +21,27 @@ from pathlib import Path
 import pandas as pd
 
 from harness import figures as data
+from harness import figures_perf as perf
+from harness import table as tables
 from harness.claims import DEFAULT_CLAIMS, load_claims, load_run_rows
+from harness.plots import css_width
 
 CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em auto;max-width:1200px;
- color:#222;padding:0 1em}
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em auto;max-width:1120px;
+ color:#222;padding:0 1em;line-height:1.4}
 h1{font-size:1.6em}h2{border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:2em}
-table{border-collapse:collapse;font-size:12px;margin:.5em 0 1em}
+table{border-collapse:collapse;font-size:13px;margin:.5em 0 1em}
 th,td{border:1px solid #ddd;padding:3px 6px;text-align:left;vertical-align:top}
-th{background:#f3f3f3}td.v-confirmed{background:#d9f2d9}td.v-refuted{background:#f7d4d4}
-td.v-inconclusive{background:#f6efd0}img{max-width:100%;border:1px solid #eee;margin:.5em 0}
-nav a{margin-right:1em}.scroll{overflow-x:auto}.note{color:#666;font-style:italic}
-details{margin:.5em 0}
+th{background:#f3f3f3}
+td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+td.v-confirmed{background:#d9f2d9}td.v-refuted{background:#f7d4d4}
+td.v-inconclusive{background:#f6efd0}
+img{max-width:100%;height:auto;border:1px solid #eee;margin:.5em 0;display:block}
+nav{line-height:1.8}nav a{margin-right:1em;white-space:nowrap}
+.scroll{overflow-x:auto;max-width:100%}.note{color:#666;font-style:italic}
+table.env{table-layout:fixed;width:100%}table.env td{overflow-wrap:anywhere}
+table.env th:first-child{width:12em}
+details{margin:.5em 0}ul.notes{font-size:13px;color:#444}
 """
 
 
@@ -40,14 +52,20 @@ HIDDEN = {"claims": ("text", "source", "kind")}
 
 @dataclass
 class Section:
-    """One report section: a paragraph, tables (also written as CSV) and figures."""
+    """One report section: a paragraph, tables (also written as CSV), figures, note lines."""
 
     key: str
     title: str
     intro: str
     tables: list[tuple[str, pd.DataFrame]] = field(default_factory=list)
     images: list[tuple[str, bytes]] = field(default_factory=list)
-    note: str = ""
+    notes: list[str] = field(default_factory=list)
+    csv_only: list[tuple[str, pd.DataFrame]] = field(default_factory=list)
+    captions: dict[str, str] = field(default_factory=dict)  # table name -> caption
+
+    @property
+    def empty(self) -> bool:
+        return not any(len(t) for _, t in self.tables) and not self.images
 
 
 def _fmt(frame: pd.DataFrame) -> pd.DataFrame:
@@ -62,89 +80,116 @@ def _fmt(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def markdown_table(frame: pd.DataFrame) -> str:
-    """A GitHub-flavoured markdown table (no tabulate dependency)."""
+    """A GitHub-flavoured markdown table, numbers to 4 significant digits
+    (:func:`harness.table.markdown` writes it)."""
+    return tables.markdown(_fmt(frame))
+
+
+def html_table(frame: pd.DataFrame, css_class: str = "") -> str:
+    """An escaped HTML table (verdict cells coloured, numbers right-aligned) that scrolls
+    sideways inside its box when too wide."""
     shown = _fmt(frame)
-    esc = [[str(v).replace("|", "\\|").replace("\n", " ") for v in row] for row in shown.values]
-    head = "| " + " | ".join(str(c) for c in shown.columns) + " |"
-    rule = "|" + "---|" * len(shown.columns)
-    return "\n".join([head, rule, *("| " + " | ".join(r) + " |" for r in esc)])
-
-
-def html_table(frame: pd.DataFrame) -> str:
-    """An escaped HTML table (verdict cells coloured) that scrolls sideways when too wide."""
-    out = _fmt(frame).to_html(index=False, escape=True, border=0)
+    out = shown.to_html(index=False, escape=True, border=0, classes=css_class or None)
     for verdict in ("confirmed", "refuted", "inconclusive"):
         out = out.replace(f"<td>{verdict}</td>", f'<td class="v-{verdict}">{verdict}</td>')
     return f'<div class="scroll">{out}</div>'
 
 
-def sections(rows: pd.DataFrame, envs: dict[str, dict], claims_path: Path | None) -> list[Section]:
-    """Every section of the report, computed from the rows and environments."""
-    out = [_claims_section(rows, claims_path, envs)]
+def sections(
+    rows: pd.DataFrame,
+    envs: dict[str, dict],
+    claims_path: Path | None,
+    baseline: str | None = None,
+) -> list[Section]:
+    """Every section of the report, computed from the rows and environments (some empty)."""
+    out = [_claims_section(rows, claims_path, envs), _results_section(rows)]
+    base = perf.pick_baseline(rows, baseline)
+    if base:
+        speed_table, speed_imgs = perf.speedup(rows, base)
+        out.append(
+            Section(
+                "speedup",
+                f"Speedup vs {base}",
+                f"{base}'s median time / each implementation's at the same point shape "
+                "(above 1: faster). Interval: the two medians' 95% CIs combined "
+                "conservatively. Pick the baseline with report --baseline IMPL.",
+                [("speedup", speed_table)],
+                speed_imgs,
+            )
+        )
     fits, time_imgs, mem_imgs, other_imgs = data.scaling(rows)
-    out.append(
+    out += [
         Section(
             "fits",
             "Exponent fits",
             "Slope of log(metric) against log(variable) over the asymptotic region "
             "(x_lo..x_hi, chosen by harness.analysis), 95% bootstrap interval; "
             "'claimed' is the implementation's declared exponent in n.",
-            [("fits", fits)] if len(fits) else [],
-            note=_empty(fits, "no sweep"),
-        )
-    )
-    out.append(
+            [("fits", fits)],
+        ),
         Section(
             "time",
             "Time vs sequence length",
-            "Markers: median time; solid: fit; dotted: claimed slope through the largest point.",
+            "Markers: median time, bars and band: its 95% CI; solid: fit over the asymptotic "
+            "region; dotted: the claimed exponent with its constant fitted to the same points.",
             images=time_imgs,
-            note="" if time_imgs else "No rows sweep seq_len.",
-        )
-    )
-    out.append(
+        ),
+        Section(
+            "throughput",
+            "Throughput (TFLOP/s) vs sequence length",
+            "Useful FLOPs (from the exact kept-pair count) per second; band from the time CI.",
+            images=perf.throughput(rows),
+        ),
+        Section(
+            "fwdbwd",
+            "Forward and backward side by side",
+            "Median time of the forward scenario (left) and forward+backward (right).",
+            images=perf.forward_backward(rows),
+        ),
         Section(
             "memory",
             "Peak memory vs sequence length",
-            "Peak bytes above the pre-call baseline.",
+            "Peak bytes one call adds above its inputs (MiB or GiB).",
             images=mem_imgs,
-            note="" if mem_imgs else "No rows sweep seq_len with peak memory.",
-        )
-    )
-    out.append(
+        ),
         Section(
             "axes",
             "Time vs other swept variables",
             "d_model, heads, window, conv_kernel: the other exponents of the claims.",
             images=other_imgs,
-            note="" if other_imgs else "No rows sweep another variable.",
-        )
-    )
+        ),
+    ]
     heat_table, heat_imgs = data.heat(rows)
     out.append(
         Section(
             "heatmaps",
             "Throughput over heads x d_model",
-            "tokens/s (higher is better) at fixed n.",
-            [("throughput", heat_table)] if len(heat_table) else [],
+            "tokens/s (higher is better) at fixed n; only complete grids are drawn.",
+            [("throughput", heat_table)],
             heat_imgs,
-            note="" if heat_imgs else "No rows sweep heads and d_model together.",
         )
     )
-    flops_table, flops_imgs = data.flops(rows, envs)
-    out.append(
+    flops_table, flops_imgs, roof_imgs = data.flops(rows, envs)
+    out += [
         Section(
             "flops",
             "FLOP/s as % of device peak",
-            "Useful FLOP/s against the matmul "
-            "peak measured once per run (env.json calibration: best fp32 repeat), and "
-            "against the roofline min(peak, intensity x bandwidth). Above 100% means the "
-            "calibration ran while the machine was busier than during the row.",
-            [("flops", flops_table)] if len(flops_table) else [],
+            "Useful FLOP/s against the matmul peak measured once per run (env.json "
+            "calibration: best fp32 repeat), and against the roofline min(peak, intensity x "
+            "bandwidth). Above 100% means the calibration ran while the machine was busier "
+            "than during the row.",
+            [("flops", flops_table)],
             flops_imgs,
-            note=_empty(flops_table, "no FLOP/s or no calibration"),
-        )
-    )
+        ),
+        Section(
+            "roofline",
+            "Roofline",
+            "Achieved useful TFLOP/s against arithmetic intensity (useful FLOPs per compulsory "
+            "byte moved: inputs read, output written), under the roofs calibrated in env.json "
+            "(measured matmul peak, measured copy bandwidth).",
+            images=roof_imgs,
+        ),
+    ]
     layer_table, layer_imgs = data.layers(rows)
     out.append(
         Section(
@@ -153,26 +198,34 @@ def sections(rows: pd.DataFrame, envs: dict[str, dict], claims_path: Path | None
             "Mixer time alone inside the block. Dashed lines: textbook FLOP crossover "
             "n = d, exact FLOP crossover with an LSTM (4·d, constants counted), "
             "measured crossover.",
-            [("crossover", layer_table)] if len(layer_table) else [],
+            [("crossover", layer_table)],
             layer_imgs,
-            note=_empty(layer_table, "no block rows with mixers"),
         )
     )
-    err_imgs = data.agreement(rows)
     out.append(
         Section(
             "agreement",
             "Agreement with the float64 reference",
             "Max abs and relative Frobenius error of each implementation's output.",
-            images=err_imgs,
-            note="" if err_imgs else "No agreement errors in rows.",
+            images=data.agreement(rows),
+        )
+    )
+    hist_table, hist_imgs = perf.run_history(rows, envs)
+    out.append(
+        Section(
+            "history",
+            "History across runs",
+            "Per suite run more than once: each implementation's geometric-mean time over the "
+            "points every run measured, oldest run first, and its ratio to the first run.",
+            [("history", hist_table)],
+            hist_imgs,
         )
     )
     out.append(
         Section(
             "status",
             "Row status",
-            "Points that did not produce numbers and why.",
+            "Rows per scenario, implementation and status, with the first reason given.",
             [("status", status_table(rows))],
         )
     )
@@ -180,11 +233,38 @@ def sections(rows: pd.DataFrame, envs: dict[str, dict], claims_path: Path | None
         Section(
             "environment",
             "Environment",
-            "env.json of each run.",
+            "env.json of each run (one column per run).",
             [("environment", environment_table(envs))],
         )
     )
     return out
+
+
+def _results_section(rows: pd.DataFrame) -> Section:
+    """Per-point results: the comparison tables of ``attnbench table`` (one per scenario) and
+    every row as CSV."""
+    section = Section(
+        "results",
+        "Results per point",
+        "One line per point shape, one column per implementation (as attnbench table). "
+        "Every row of every run: tables/rows.csv.",
+    )
+    if not len(rows) or "impl" not in rows.columns:
+        return section
+    section.csv_only.append(("rows", rows.drop(columns=["time_samples_s"], errors="ignore")))
+    metrics = [m for m in ("time_median_s", "tflops_per_s", "peak_mem_bytes") if m in rows]
+    for scenario, part in rows.groupby("scenario", sort=True):
+        part = part.reset_index(drop=True)
+        lay = tables.layout(part)
+        if not lay.shown:
+            section.notes.append(f"{scenario}: no ok point")
+            continue
+        for metric in metrics:
+            name = f"results-{scenario}-{metric}".replace("+", "-")
+            section.tables.append((name, tables.cells(part, metric, lay)))
+            section.captions[name] = f"{scenario}: {tables.title(metric)}"
+        section.notes += [f"{scenario}: {n}" for n in tables.notes(part, lay)]
+    return section
 
 
 def status_table(rows: pd.DataFrame) -> pd.DataFrame:
@@ -217,24 +297,19 @@ ENV_KEYS = (
 
 
 def environment_table(envs: dict[str, dict]) -> pd.DataFrame:
-    """One row per run: the env.json fields that matter, and the calibration in readable units."""
-    out = []
+    """One column per run, one row per env.json field that matters (calibration in readable
+    units); fields no run has are left out. Transposed so long values wrap in their cell."""
+    cols = {}
     for run_id, env in envs.items():
         cal = env.get("calibration") or {}
         peak, bw = cal.get("matmul_flops_per_s"), cal.get("mem_bandwidth_bytes_per_s")
-        out.append(
-            {
-                "run_id": run_id,
-                **{k: env.get(k) for k in ENV_KEYS},
-                "matmul_peak_gflops": peak / 1e9 if peak else None,
-                "bandwidth_gb_s": bw / 1e9 if bw else None,
-            }
-        )
-    return pd.DataFrame(out).dropna(axis=1, how="all")
-
-
-def _empty(frame: pd.DataFrame, what: str) -> str:
-    return "" if len(frame) else f"Nothing to show ({what})."
+        cols[run_id] = {
+            **{k: env.get(k) for k in ENV_KEYS},
+            "matmul peak (GFLOP/s)": f"{peak / 1e9:.4g}" if peak else None,
+            "bandwidth (GB/s)": f"{bw / 1e9:.4g}" if bw else None,
+        }
+    frame = pd.DataFrame(cols).dropna(axis=0, how="all")
+    return frame.rename_axis("field").reset_index()
 
 
 def _claims_section(
@@ -250,7 +325,7 @@ def _claims_section(
         "counts over every swept point (docs/claims.md)."
     )
     if claims_path is None or not Path(claims_path).is_file():
-        return Section("claims", "Claims", intro, note=f"No claims file ({claims_path}).")
+        return Section("claims", "Claims", intro)  # no claims file: left out
     table = verdict_table(evaluate_all(load_claims(claims_path), rows, envs))
     texts = table[["claim", "text", "source"]]
     return Section(
@@ -261,41 +336,76 @@ def _claims_section(
     )
 
 
+def _numeric_cells(rendered: str) -> str:
+    """Right-align cells that hold a number (``<td>1.23</td>``, ``<td>2.10x</td>``)."""
+    import re
+
+    return re.sub(
+        r"<td>(-?[0-9][0-9.,e+\-]*(?: ?[x%])?(?: \(!\))?)</td>",
+        r'<td class="num">\1</td>',
+        rendered,
+    )
+
+
 def write(out: Path, secs: list[Section], title: str, runs: list[str]) -> Path:
-    """Write index.html, report.md, tables/*.csv and plots/*.png under ``out``."""
+    """Write index.html, report.md, tables/*.csv and plots/*.png under ``out``; sections
+    with nothing to show are left out (listed in one line)."""
     for sub, pattern in (("tables", "*.csv"), ("plots", "*.png")):  # ours: no stale files
         (out / sub).mkdir(parents=True, exist_ok=True)
         for stale in (out / sub).glob(pattern):
             stale.unlink()
-    nav = " ".join(f'<a href="#{s.key}">{html.escape(s.title)}</a>' for s in secs)
+    shown = [s for s in secs if not s.empty]
+    left_out = [s.title for s in secs if s.empty]
+    nav = " ".join(f'<a href="#{s.key}">{html.escape(s.title)}</a>' for s in shown)
     parts = [
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
-        f"</title><style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>",
+        f"<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+        f"<meta name='viewport' content='width=device-width, initial-scale=1'>"
+        f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>"
+        f"<h1>{html.escape(title)}</h1>",
         f"<p>Runs: {html.escape(', '.join(runs))}</p><nav>{nav}</nav>",
     ]
     md = [f"# {title}", "", f"Runs: {', '.join(runs)}", ""]
-    for s in secs:
+    if left_out:
+        line = "Not shown (nothing to show for these runs): " + ", ".join(left_out) + "."
+        parts.append(f'<p class="note">{html.escape(line)}</p>')
+        md += [f"*{line}*", ""]
+    for s in shown:
         parts.append(
             f'<section id="{s.key}"><h2>{html.escape(s.title)}</h2><p>{html.escape(s.intro)}</p>'
         )
         md += [f"## {s.title}", "", s.intro, ""]
-        if s.note:
-            parts.append(f'<p class="note">{html.escape(s.note)}</p>')
-            md += [f"*{s.note}*", ""]
-        for name, table in s.tables:
+        for name, table in s.csv_only:
             table.to_csv(out / "tables" / f"{name}.csv", index=False)
-            shown = table.drop(columns=list(HIDDEN.get(name, ())))
-            rendered = html_table(shown)
-            if len(shown) > FOLD_ROWS and name != "claims":  # long tables fold (CSV has all)
+            parts.append(f'<p class="note">{len(table)} rows: tables/{name}.csv</p>')
+            md += [f"{len(table)} rows: [tables/{name}.csv](tables/{name}.csv)", ""]
+        for name, table in s.tables:
+            if not len(table):
+                continue
+            table.to_csv(out / "tables" / f"{name}.csv", index=False)
+            visible = table.drop(columns=list(HIDDEN.get(name, ())))
+            css = "env" if name == "environment" else ""
+            rendered = _numeric_cells(html_table(visible, css))
+            caption = s.captions.get(name)
+            if caption:
+                parts.append(f"<h3>{html.escape(caption)}</h3>")
+                md += [f"### {caption}", ""]
+            if len(visible) > FOLD_ROWS and name != "claims":  # long tables fold (CSV has all)
                 rendered = (
-                    f"<details><summary>{name}: {len(shown)} rows</summary>{rendered}</details>"
+                    f"<details><summary>{name}: {len(visible)} rows</summary>{rendered}</details>"
                 )
             parts.append(rendered)
-            md += [markdown_table(shown), "", f"CSV: tables/{name}.csv", ""]
+            md += [markdown_table(visible), "", f"CSV: tables/{name}.csv", ""]
+        if s.notes:
+            items = "".join(f"<li>{html.escape(n)}</li>" for n in s.notes)
+            parts.append(f'<ul class="notes">{items}</ul>')
+            md += [*(f"- {n}" for n in s.notes), ""]
         for name, image in s.images:
             (out / "plots" / f"{name}.png").write_bytes(image)
             b64 = base64.b64encode(image).decode("ascii")
-            parts.append(f'<img alt="{html.escape(name)}" src="data:image/png;base64,{b64}">')
+            parts.append(
+                f'<img alt="{html.escape(name)}" width="{css_width(image)}" '
+                f'src="data:image/png;base64,{b64}">'
+            )
             md += [f"![{name}](plots/{name}.png)", ""]
         parts.append("</section>")
     parts.append("</body></html>")
@@ -310,36 +420,60 @@ def build_report(
     out: Path,
     claims_path: Path | None = DEFAULT_CLAIMS,
     title: str = "attnbench report",
+    baseline: str | None = None,
 ) -> Path:
     """Load the runs, compute every section, write the files; returns the HTML page's path."""
     from harness.results import ResultsError, load_env
 
     rows = load_run_rows(run_dirs)
-    envs = {}
+    envs, runs = {}, []
     for run_dir in run_dirs:
         try:
             env = load_env(run_dir)
         except ResultsError:
             env = {"run_id": Path(run_dir).name, "note": "no env.json"}
         envs[str(env.get("run_id", Path(run_dir).name))] = env
-    runs = [
-        f"{Path(d).name} ({e.get('suite', '?')})"
-        for d, e in zip(run_dirs, envs.values(), strict=False)
-    ]
-    return write(Path(out), sections(rows, envs, claims_path), title, runs)
+        runs.append(f"{Path(run_dir).name} ({env.get('suite', '?')})")
+    if baseline is not None and baseline not in set(rows.get("impl", ())):
+        from harness.errors import CliError
+
+        raise CliError(f"--baseline {baseline}: no rows of it in these runs")
+    return write(Path(out), sections(rows, envs, claims_path, baseline), title, runs)
 
 
 def add_cli(subparsers) -> None:
     """Add ``attnbench report RUN_DIR [RUN_DIR...] --out DIR [--claims FILE]``."""
     p = subparsers.add_parser("report", help="HTML + markdown + CSV report of run directories")
-    p.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
+    p.add_argument(
+        "run_dirs",
+        nargs="+",
+        type=Path,
+        metavar="RUN_DIR",
+        help="run directories; several runs of one suite also get a history section",
+    )
     p.add_argument("--out", type=Path, required=True, help="report directory (created)")
     p.add_argument("--claims", type=Path, default=DEFAULT_CLAIMS, help="claims TOML to judge")
+    p.add_argument(
+        "--baseline",
+        metavar="IMPL",
+        help="speedups against this implementation (default: sdpa, sdpa-flash or "
+        "full, the first with ok rows)",
+    )
+    p.add_argument(
+        "--history",
+        type=Path,
+        nargs="+",
+        metavar="RUN_DIR",
+        default=[],
+        help="earlier runs or baselines of the same suite(s), added to the report "
+        "(history across runs)",
+    )
     p.add_argument("--title", default="attnbench report")
     p.set_defaults(func=cmd_report)
 
 
 def cmd_report(args) -> int:
-    page = build_report(args.run_dirs, args.out, args.claims, args.title)
+    runs = list(dict.fromkeys([*args.history, *args.run_dirs]))  # oldest first, no repeats
+    page = build_report(runs, args.out, args.claims, args.title, args.baseline)
     print(f"report: {page}")
     return 0

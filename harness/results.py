@@ -80,6 +80,23 @@ ROW_COLUMNS: tuple[str, ...] = (
     "check",
     "grad_max_abs_err",
     "grad_rel_err",
+    # documented columns of some devices and scenarios (results/README.md)
+    "calls_per_sample",
+    "peak_reserved_bytes",
+    "nvml_peak_bytes",
+    "nvml_status",
+    "attn_share",
+    "mixer_time_s",
+    "mixer_share",
+    "prefill_s",
+    "prefill_tokens_per_s",
+    "prefill_mode",
+    "cache_bytes",
+    "cache_alloc_bytes",
+    "cache_bytes_analytic",
+    "step_keys",
+    "recompute_max_abs_err",
+    "timed_step_max_abs_err",
 )
 
 

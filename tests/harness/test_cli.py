@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from harness.results import load_env, load_rows
 from tests.conftest import CORE_IMPLEMENTATIONS
@@ -77,3 +80,139 @@ def test_table_of_a_missing_directory_is_one_line(tmp_path):
     result = cli("table", str(tmp_path / "nope"))
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "Traceback" not in result.stderr
+
+
+# --- papercuts: fast help, one-line usage errors, quiet pipes, strict JSON -------------------
+
+
+def test_help_imports_nothing_heavy_and_is_fast():
+    code = (
+        "import sys, time, contextlib, io\n"
+        "t = time.perf_counter()\n"
+        "from harness.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+        "    try:\n"
+        "        main(['--help'])\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "print(round(time.perf_counter() - t, 3), 'table' in out.getvalue(),\n"
+        "      sorted(m for m in ('torch', 'matplotlib', 'pandas', 'numpy') if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    seconds, listed, heavy = result.stdout.split(" ", 2)
+    assert listed == "True" and heavy.strip() == "[]", result.stdout
+    assert float(seconds) < 1.0
+
+
+def test_subcommand_help_loads_only_its_module():
+    from harness.cli import build_parser
+
+    code = (
+        "import sys\nfrom harness.cli import build_parser\n"
+        "try:\n    build_parser('table').parse_args(['table', '--help'])\n"
+        "except SystemExit:\n    pass\n"
+        "print('torch' in sys.modules, 'matplotlib' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.stdout.strip().endswith("False False"), result.stdout
+    for name in ("table", "report", "compare", "baseline", "claims", "maxlen", "merge", "run"):
+        assert name in build_parser(name)._subparsers._group_actions[0].choices
+
+
+def test_usage_errors_have_one_prefix(capsys):
+    from harness.cli import main
+
+    assert main(["table"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("attnbench: table: ") and "attnbench: attnbench" not in err
+    assert len(err.splitlines()) == 1 and "RUN_DIR" in err
+
+
+def test_resume_without_out_is_a_usage_error(capsys):
+    from harness.cli import main
+
+    assert main(["run", "--resume", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--resume needs --out" in err
+
+
+def _small_run(path: Path, suite: str, impls=("sdpa", "full")) -> Path:
+    from harness.point import Point
+    from harness.results import RowWriter, write_env
+
+    writer = RowWriter(path)
+    for impl in impls:
+        for n in (64, 128):
+            writer.write({**Point(impl, seq_len=n).columns(), "run_id": path.name,
+                          "suite": suite, "status": "ok", "time_median_s": 1e-3 * n,
+                          "peak_mem_bytes": 1024.0 * n, "max_abs_err": float("nan")})
+    write_env(path, {"run_id": path.name, "suite": suite})
+    return path
+
+
+def test_table_into_a_closed_pipe_exits_quietly(tmp_path, monkeypatch, capsys):
+    from harness.cli import main
+
+    run = _small_run(tmp_path / "run", "tiny")
+
+    class ClosedPipe(io.StringIO):
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def fileno(self):
+            raise io.UnsupportedOperation("no fd")
+
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    assert main(["table", str(run)]) == 141
+    assert capsys.readouterr().err == ""
+
+
+def test_table_formats_baseline_and_metrics_from_the_cli(tmp_path, capsys):
+    from harness.cli import main
+
+    run = _small_run(tmp_path / "run", "tiny")
+    assert main(["table", str(run), "--format", "csv", "--baseline", "sdpa",
+                 "--metric", "rel_err", "--metric", "time_median_s"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("impl,seq_len,status") and "speedup_vs_sdpa" in lines[0]
+    assert len(lines) == 5
+    assert main(["table", str(run), "--baseline", "nope"]) == 2
+    assert "--baseline nope" in capsys.readouterr().err
+
+
+def test_compare_of_two_suites_is_a_usage_error(tmp_path, capsys):
+    from harness.cli import main
+
+    a = _small_run(tmp_path / "a", "smoke")
+    b = _small_run(tmp_path / "b", "sparse-cpu", impls=("local",))
+    assert main(["compare", str(a), str(b)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "'smoke'" in err and "'sparse-cpu'" in err
+
+
+def test_claims_json_is_strict_json_with_nan_rows(tmp_path):
+    run = _small_run(tmp_path / "run", "tiny")
+    result = cli("claims", str(run), "--json")
+    assert result.returncode == 0, result.stderr
+    verdicts = json.loads(result.stdout, parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
+    assert verdicts and all(v["verdict"] in {"confirmed", "refuted", "inconclusive"}
+                            for v in verdicts)
+
+
+def test_json_guard_turns_nan_into_null():
+    import numpy as np
+
+    from harness.commands import dumps_json
+
+    text = dumps_json({"a": float("nan"), "b": [np.float64("inf"), 1.5], "c": np.int64(3)})
+    assert json.loads(text) == {"a": None, "b": [None, 1.5], "c": 3}
+
+
+def test_maxlen_says_up_front_how_long_verification_takes():
+    from harness.maxlen import verification_notice
+    from harness.point import Point
+
+    slow = verification_notice(Point("sdpa"), 256 * 2**20, 64, 120.0)
+    fast = verification_notice(Point("full", causal=True), 256 * 2**20, 64, 120.0)
+    assert "isolated runs" in slow and "min in all" in slow and "--no-verify" in slow
+    assert "--no-verify" not in fast

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import base64
 import re
+import shutil
+import subprocess
 
 import numpy as np
 import pandas as pd
@@ -16,17 +19,22 @@ from harness.results import RowWriter, write_env
 
 SECTIONS = (
     "claims",
+    "results",
+    "speedup",
     "fits",
     "time",
+    "throughput",
     "memory",
     "axes",
     "heatmaps",
     "flops",
+    "roofline",
     "layers",
     "agreement",
     "status",
     "environment",
 )
+ABSENT = ("fwdbwd", "history")  # one run, no backward rows: left out, said in one line
 CALIBRATION = {"matmul_flops_per_s": 1.5e11, "mem_bandwidth_bytes_per_s": 3e10}
 
 
@@ -40,6 +48,8 @@ def row(point: Point, seconds: float, mem: float, **extra) -> dict:
         "status": "ok",
         "reason": None,
         "time_median_s": float(np.median(samples)),
+        "time_ci_low_s": float(np.median(samples)) * 0.97,
+        "time_ci_high_s": float(np.median(samples)) * 1.03,
         "time_samples_s": samples,
         "tokens_per_s": point.seq_len / seconds,
         "useful_flops": flops,
@@ -108,7 +118,9 @@ def test_html_page_has_every_section_and_is_self_contained(built):
     images = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', text)
     assert len(images) >= 7
     assert 'class="v-confirmed"' in text and 'class="v-refuted"' in text
-    assert "Nothing to show" not in text  # every section had rows here
+    for key in ABSENT:
+        assert f'<section id="{key}">' not in text
+    assert text.count("Not shown (nothing to show") == 1
 
 
 def test_markdown_and_csv_tables(built):
@@ -116,7 +128,7 @@ def test_markdown_and_csv_tables(built):
     out = base / "out"
     md = (out / "report.md").read_text()
     assert md.startswith("# attnbench report")
-    assert "| claim | verdict |" in md
+    assert re.search(r"\| claim +\| verdict +\|", md)
     assert (
         "![time_median_s-vs-seq_len-attention](plots/time_median_s-vs-seq_len-attention.png)" in md
     )
@@ -139,7 +151,10 @@ def test_markdown_and_csv_tables(built):
 
 def test_markdown_table_escapes_and_formats():
     table = report.markdown_table(pd.DataFrame({"a": [1.234567, None], "b": ["x|y", "z"]}))
-    assert table.splitlines() == ["| a | b |", "|---|---|", "| 1.235 | x\\|y |", "|  | z |"]
+    lines = table.splitlines()
+    assert [c.strip() for c in lines[0].strip("|").split("|")] == ["a", "b"]
+    assert re.fullmatch(r"\| +1\.235 \| x\\\|y +\|", lines[2]), lines[2]
+    assert re.fullmatch(r"\| +\| z +\|", lines[3]), lines[3]
 
 
 def test_report_without_claims_or_env_and_bad_dirs(tmp_path):
@@ -148,9 +163,146 @@ def test_report_without_claims_or_env_and_bad_dirs(tmp_path):
         writer.write(r)
     page = report.build_report([tmp_path / "run"], tmp_path / "out", claims_path=None)
     text = page.read_text()
-    assert "No claims file" in text and "no env.json" in text
+    assert '<section id="claims">' not in text and "no env.json" in text
     parser = argparse.ArgumentParser()
     report.add_cli(parser.add_subparsers())
     args = parser.parse_args(["report", str(tmp_path / "missing"), "--out", str(tmp_path / "o")])
     with pytest.raises(CliError, match="no such results file"):
         args.func(args)
+
+
+# --- readability: plot resolution and units, styles, complete grids, more sections ----------
+
+
+def test_plots_are_high_resolution_and_shown_at_their_size(built):
+    from harness.plots import png_size
+
+    _, page = built
+    images = re.findall(
+        r'<img alt="[^"]*" width="(\d+)" src="data:image/png;base64,([^"]+)"', page.read_text()
+    )
+    assert len(images) >= 8
+    for width, b64 in images:
+        pixels = png_size(base64.b64decode(b64))[0]
+        assert pixels / (int(width) / 96) >= 150  # dpi at the size shown
+        assert int(width) <= 1100  # fits the page column: no horizontal scrolling
+
+
+def test_units_styles_and_claimed_slope():
+    from harness import figures, plots
+
+    assert figures.display_unit("peak_mem_bytes", [3 * 2**30]) == ("GiB", 2.0**-30)
+    assert figures.display_unit("peak_mem_bytes", [5e6])[0] == "MiB"
+    assert figures.display_unit("time_median_s", [0.2]) == ("ms", 1e3)
+    styles = plots.Styles()
+    drawn = {tuple(sorted(map(str, styles(f"impl{i}").values()))) for i in range(20)}
+    assert len(drawn) == 20  # overlapping series stay distinguishable
+    x = np.array([256.0, 512, 1024, 2048])
+    y = 3e-9 * x**2 * np.array([1.0, 1.0, 1.0, 1.3])  # a noisy last point
+    fit = {"exponent": 2.0, "prefactor": 3e-9, "offset": 0.0, "x_lo": 256.0, "x_hi": 2048.0}
+    line = plots.claimed_line(plots.Series("full", x, y, fit, 2.0), x)
+    residual = np.log(y / line)
+    assert abs(residual.mean()) < 1e-12  # through the fitted constant, not the last point
+    assert abs(residual[-1]) < np.log(1.3)
+
+
+def test_heat_maps_need_complete_grids():
+    from harness import figures
+
+    rows = pd.DataFrame(synthetic_rows())
+    full_grid, images = figures.heat(rows)
+    assert images and len(full_grid)
+    holes = rows.drop(
+        rows[(rows["impl"] == "sdpa") & (rows["heads"] == 2) & (rows["head_dim"] == 128)].index
+    )
+    assert figures.heat(holes)[1] == []  # unrelated runs: no half-empty grid
+
+
+def two_runs(base) -> list:
+    dirs = []
+    for i, slow in enumerate((1.0, 1.5)):
+        writer = RowWriter(base / f"run{i}")
+        for n in (256, 512, 1024):
+            for scenario in ("attention", "attention+backward"):
+                for impl, k in (("sdpa", 1.0), ("full", 2.0)):
+                    t = slow * k * 1e-9 * n**2 * (2.5 if "backward" in scenario else 1)
+                    r = row(
+                        Point(impl, scenario=scenario, seq_len=n),
+                        t,
+                        1e3 * n,
+                        run_id=f"r{i}",
+                        suite="s",
+                    )
+                    writer.write({**r, "point_id": Point(impl, scenario, seq_len=n).point_id})
+        write_env(
+            base / f"run{i}",
+            {
+                "run_id": f"r{i}",
+                "suite": "s",
+                "started_utc": f"2026-01-0{i + 1}T00:00:00+00:00",
+                "git_sha": f"{i}abcdef0",
+                "calibration": CALIBRATION,
+            },
+        )
+        dirs.append(base / f"run{i}")
+    return dirs
+
+
+def test_history_forward_backward_and_chosen_baseline(tmp_path):
+    page = report.build_report(
+        two_runs(tmp_path), tmp_path / "out", claims_path=None, baseline="full"
+    )
+    text = page.read_text()
+    for key in ("history", "fwdbwd", "speedup", "throughput", "roofline", "results"):
+        assert f'<section id="{key}">' in text, key
+    assert "Speedup vs full" in text
+    history = pd.read_csv(tmp_path / "out" / "tables" / "history.csv")
+    second = history[history["run_id"] == "r1"].set_index("impl")["vs_first_run"]
+    assert second.to_numpy() == pytest.approx([1.5, 1.5], rel=0.05)
+    speed = pd.read_csv(tmp_path / "out" / "tables" / "speedup.csv")
+    assert speed.loc[speed["impl"] == "sdpa", "speedup"].to_numpy() == pytest.approx(2, rel=0.1)
+    rows_csv = pd.read_csv(tmp_path / "out" / "tables" / "rows.csv")
+    assert len(rows_csv) == 24 and "time_samples_s" not in rows_csv.columns
+    with pytest.raises(CliError, match="--baseline nope"):
+        report.build_report(two_runs(tmp_path), tmp_path / "o2", None, baseline="nope")
+
+
+def _chromium() -> str | None:
+    return next(
+        filter(
+            None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome", "chrome"))
+        ),
+        None,
+    )
+
+
+@pytest.mark.skipif(_chromium() is None, reason="no chromium binary on PATH")
+@pytest.mark.parametrize("width", [1280, 900])
+def test_page_has_no_horizontal_overflow_in_a_real_browser(built, tmp_path, width):
+    _, page = built
+    probe = tmp_path / "probe.html"
+    script = (
+        "<script>window.addEventListener('load', () => { document.body.setAttribute("
+        "'data-overflow', document.documentElement.scrollWidth - window.innerWidth); });"
+        "</script></body>"
+    )
+    probe.write_text(page.read_text().replace("</body>", script))
+    result = subprocess.run(
+        [
+            _chromium(),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            f"--window-size={width},900",
+            "--virtual-time-budget=3000",
+            "--dump-dom",
+            probe.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    found = re.search(r'data-overflow="(-?\d+)"', result.stdout)
+    assert found, result.stderr[-500:]
+    assert int(found.group(1)) <= 0, f"page is {found.group(1)} px wider than the window"

@@ -1,0 +1,145 @@
+"""``attnbench table``: one line per point shape at any suite shape, markdown and CSV, speedups,
+every documented metric."""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from harness import table
+from harness.point import Point
+from harness.results import ROW_COLUMNS
+
+README = Path(__file__).resolve().parents[2] / "results" / "README.md"
+SPARSE_IMPLS = {  # a sparse-cpu-like suite: [[variant]] fields owned by one implementation each
+    "local": {},
+    "dilated": {"dilation": 2},
+    "longformer": {"global_tokens": 16},
+    "bigbird": {"block_size": 64, "window_left": 3, "random_blocks": 2, "global_tokens": 64},
+    "sdpa-flash": {"window_left": None, "window_right": None},
+}
+
+
+def _row(point: Point, status: str = "ok", seconds: float = 1e-3, **extra) -> dict:
+    ok = status == "ok"
+    return {
+        **point.columns(),
+        "status": status,
+        "reason": None if ok else "unavailable: needs a CUDA GPU",
+        "time_median_s": seconds if ok else None,
+        "peak_mem_bytes": 2.0**20 * point.seq_len / 512 if ok else None,
+        "rel_err": 1e-7 if ok else None,
+        "agree": True if ok else None,
+        **extra,
+    }
+
+
+def sparse_rows() -> pd.DataFrame:
+    rows = []
+    for n in (512, 1024, 2048):
+        for i, (impl, fields) in enumerate(SPARSE_IMPLS.items()):
+            base = {"causal": True, "window_left": 255, "window_right": 0, "seq_len": n}
+            rows.append(_row(Point(impl, **{**base, **fields}), seconds=(i + 1) * 1e-3 * n / 512))
+        rows.append(_row(Point("xformers", causal=True, seq_len=n), status="skipped"))
+    return pd.DataFrame(rows)
+
+
+def decode_rows() -> pd.DataFrame:
+    rows = []
+    for n in (128, 256):
+        for cache in ("none", "full"):
+            for kv in (4, 1):
+                rows.append(
+                    _row(Point("sdpa", "decode", heads=4, kv_heads=kv, cache=cache, seq_len=n))
+                )
+            rows.append(_row(Point("full", "decode", heads=4, cache=cache, seq_len=n)))
+        rows.append(
+            _row(
+                Point(
+                    "local",
+                    "decode",
+                    heads=4,
+                    cache="rolling",
+                    window_left=255,
+                    window_right=0,
+                    seq_len=n,
+                )
+            )
+        )
+    return pd.DataFrame(rows)
+
+
+def test_variant_suite_has_one_line_per_shape_and_no_skipped_column():
+    frame = sparse_rows()
+    text = table.render(frame, ("time_median_s",))
+    tables = text.split("\n\n")
+    first = tables[0].splitlines()
+    assert first[0] == "median time (ms)"
+    assert first[1].split() == ["seq_len", *SPARSE_IMPLS]  # title not repeated as a header
+    assert [line.split()[0] for line in first[2:]] == ["512", "1024", "2048"]
+    assert "xformers" not in first[1]
+    assert "skipped" not in tables[0]
+    notes = tables[-1]
+    assert "dilated: dilation=2" in notes and "sdpa-flash: window=none" in notes
+    skipped = [line for line in notes.splitlines() if "not shown" in line]
+    assert len(skipped) == 1 and "3 points" in skipped[0] and "xformers" in skipped[0]
+    assert "needs a CUDA GPU" in skipped[0]
+    assert len(text.splitlines()) < 12  # was hundreds of lines of empty index rows
+
+
+def test_decode_suite_rows_are_the_fields_that_vary_within_an_implementation():
+    frame = decode_rows()
+    lay = table.layout(frame)
+    assert set(lay.rows) == {"kv_heads", "cache", "seq_len"}
+    assert lay.variants == {"local": "window=255,0"}
+    assert lay.rows[-1] == "seq_len"
+    cells = table.cells(frame, "time_median_s", lay)
+    assert len(cells) == 14  # 7 shapes (sdpa 4, full 2, local 1) at each of 2 lengths
+    filled = (cells[lay.shown] != "").sum(axis=1)
+    assert (filled >= 1).all()  # no empty line (the old pivot's cartesian product)
+
+
+def test_markdown_csv_and_speedup():
+    frame = sparse_rows()
+    md = table.render(frame, ("time_median_s",), "markdown", baseline="local")
+    assert "### median time (ms)" in md and "### speedup vs local" in md
+    body = [line for line in md.splitlines() if line.startswith("|")]
+    assert body[0].replace(" ", "").startswith("|seq_len|local|dilated|")
+    speed = md.split("### speedup vs local")[1]
+    # dilated is 2x slower than local at every n in sparse_rows
+    assert speed.count("0.50x") == 3 and "local |" not in speed.splitlines()[2]
+    csv = pd.read_csv(io.StringIO(table.render(frame, ("time_median_s",), "csv", "local")))
+    assert len(csv) == len(frame)  # one line per point, skipped ones included
+    assert {"impl", "seq_len", "dilation", "status", "time_median_s"} <= set(csv.columns)
+    dilated = csv[csv["impl"] == "dilated"]
+    assert dilated["speedup_vs_local"].to_numpy() == pytest.approx([0.5] * 3)
+    assert csv.loc[csv["impl"] == "xformers", "speedup_vs_local"].isna().all()
+
+
+def test_every_documented_metric_is_accepted_and_formatted():
+    documented = set()
+    for line in README.read_text().splitlines():
+        if line.startswith("| `"):
+            documented |= set(re.findall(r"`([a-z0-9_]+)`", line.split("|")[1]))
+    assert documented <= set(ROW_COLUMNS), documented - set(ROW_COLUMNS)
+    numeric = {c for c in documented if table.unit_of(c) is not None}
+    assert {"rel_err", "tflops_per_s", "tokens_per_s", "time_ci_low_s", "cache_bytes"} <= numeric
+    assert "time_samples_s" not in table.METRICS and "seq_len" not in table.METRICS
+    assert numeric <= set(table.METRICS)
+    frame = sparse_rows()
+    assert table.render(frame, ("rel_err",)).splitlines()[0] == "relative error vs float64"
+    assert table.title("peak_mem_bytes") == "peak memory (MiB)"
+    assert table.fmt_value("time_median_s", 0.0123) == "12.3"
+    assert table.fmt_value("peak_mem_bytes", 3 * 2**30) == "3,072"
+
+
+def test_markdown_writer_escapes_and_aligns():
+    out = table.markdown(pd.DataFrame({"a": ["1.5", None], "b": ["x|y", "z"]}))
+    lines = out.splitlines()
+    rule = lines[1].strip("|").split("|")
+    assert rule[0].endswith(":") and rule[1].startswith(":")  # numbers right, text left
+    assert "x\\|y" in out and "None" not in out
