@@ -97,6 +97,25 @@ ROW_COLUMNS: tuple[str, ...] = (
     "step_keys",
     "recompute_max_abs_err",
     "timed_step_max_abs_err",
+    "decode_graph",
+    "decode_graph_reason",
+    "step_bytes",
+    "bw_fraction",
+    "bw_source",
+    # timing passes and contention
+    "passes",
+    "pass_samples",
+    "pass_medians_s",
+    "pass_calls_per_sample",
+    "pass_ref_kernel_s",
+    "pass_contended",
+    "pass_errors",
+    "ref_kernel_s",
+    "contended",
+    "contention",
+    "other_cpu_cores",
+    "cpu_steal_frac",
+    "load_avg_1m",
 )
 
 
