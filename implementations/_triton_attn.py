@@ -183,6 +183,119 @@ def attention_forward(
     return out, lse
 
 
+def attention_backward(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    lse: Tensor,
+    dout: Tensor,
+    mask: MaskSpec,
+    scale: float,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """FlashAttention-2 backward over the forward's iteration space: three launches (delta,
+    dK/dV, dQ). Shapes as :func:`attention_forward`; returns (dq, dk, dv) in the inputs' dtype."""
+    from implementations import _triton_bwd as kern
+
+    q, k, v, dout = (_last_dim_unit(t) for t in (q, k, v, dout))
+    b, h, n_q, d = q.shape
+    n_k = k.shape[2]
+    dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
+    if b * h == 0 or n_q == 0 or n_k == 0:
+        return dq.zero_(), dk.zero_(), dv.zero_()
+    key = _tune_key(mask, n_q, n_k, d, q.dtype)
+    common = dict(D=d, BLOCK_D=_block_d(d), PRECISION=_precision(q.dtype, q.device))
+    delta = torch.empty((b * h, n_q), dtype=torch.float32, device=q.device)
+    kern.delta_kernel[(triton.cdiv(n_q, 64), b * h)](
+        out,
+        dout,
+        delta,
+        *out.stride()[:3],
+        *dout.stride()[:3],
+        h,
+        n_q,
+        D=d,
+        BLOCK_D=common["BLOCK_D"],
+        BLOCK=64,
+    )
+    head = (q, k, v, dout)
+    strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *dout.stride()[:3])
+    tail = (h, n_q, n_k, n_k - n_q)
+    sc = (scale * LOG2E, scale, key[1], key[0])
+    if mask.block_size is None:
+        plan, slots, kslots = _band_tables(mask, n_q, n_k, str(q.device))
+        grid = lambda m: (triton.cdiv(plan.max_keys, m["BLOCK_N"]), b * h, len(plan.key_slots))
+        kern.band_dkdv[grid](
+            *head,
+            dk,
+            dv,
+            lse,
+            delta,
+            kslots,
+            *strides,
+            *dk.stride()[:3],
+            *tail,
+            plan.g,
+            plan.hg,
+            plan.big,
+            plan.n_global_rows,
+            *sc,
+            **common,
+        )
+        grid = lambda m: (triton.cdiv(plan.max_rows, m["BLOCK_M"]), b * h, len(plan.slots))
+        kern.band_dq[grid](
+            *head,
+            dq,
+            lse,
+            delta,
+            slots,
+            *strides,
+            *dq.stride()[:3],
+            *tail,
+            plan.g,
+            plan.hg,
+            min(plan.g, n_k),
+            *sc,
+            **common,
+        )
+    else:
+        bp = _block_tables(mask, n_q, n_k, str(q.device))
+        hg = 0 if mask.causal else 2 * (n_q + n_k) + 2
+        tile = dict(TILE=block_tile(mask.block_size), **common)
+        t_tables = (bp.t_pos, bp.t_starts, bp.t_mids, bp.t_ends, bp.t_cols, bp.t_order)
+        kern.blocks_dkdv[(bp.t_pos.numel(), b * h)](
+            *head,
+            dk,
+            dv,
+            lse,
+            delta,
+            *t_tables,
+            *strides,
+            *dk.stride()[:3],
+            *tail,
+            mask.block_size,
+            hg,
+            *sc,
+            **tile,
+        )
+        tables = (bp.q_pos, bp.starts, bp.mids, bp.ends, bp.cols, bp.order)
+        kern.blocks_dq[(bp.q_pos.numel(), b * h)](
+            *head,
+            dq,
+            lse,
+            delta,
+            *tables,
+            *strides,
+            *dq.stride()[:3],
+            *tail,
+            mask.block_size,
+            hg,
+            *sc,
+            **tile,
+        )
+    return dq, dk, dv
+
+
 def executed_pairs(mask: MaskSpec, n_q: int, n_k: int, head_dim: int, dtype: torch.dtype) -> int:
     """Pairs the forward kernel computes per (batch, head) at its block granularity: the block
     sizes the autotuner chose for this shape in this process, else the first config's."""
@@ -230,8 +343,6 @@ class _TritonAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout: Tensor):
-        from implementations._triton_bwd import attention_backward
-
         q, k, v, out, lse = ctx.saved_tensors
         dq, dk, dv = attention_backward(q, k, v, out, lse, dout, ctx.mask, ctx.scale)
         return dq, dk, dv, None, None

@@ -15,9 +15,9 @@ import torch
 pytest.importorskip("triton")
 
 from harness import registry
-from harness.agreement import compare
+from harness.agreement import compare, compare_grads
 from harness.masks import MaskSpec, kept_pairs
-from harness.reference import reference_attention
+from harness.reference import reference_attention, reference_grads
 from harness.spec import Problem
 from implementations import _triton_attn
 from implementations._triton_plan import band_executed_pairs, band_plan
@@ -77,6 +77,43 @@ def test_forward_bf16(spec_id):
     mask = SPECS[spec_id]
     q, k, v = (t.to(DEVICE) for t in make_qkv(2, 3, 97, 97, 64, dtype=torch.bfloat16, seed=8))
     _check(_triton_attn.triton_attention(q, k, v, mask), q, k, v, mask, torch.bfloat16)
+
+
+GRAD_CASES = [  # (spec id, shape): each backward iteration space, uneven lengths both ways
+    ("full", (1, 2, 45, 70, 59)),
+    ("causal", (1, 2, 70, 45, 64)),
+    ("causal-wide-40-0", (1, 2, 97, 97, 59)),
+    ("window-7-3", (1, 2, 45, 70, 59)),
+    ("dilated-3-uneven", (1, 2, 70, 70, 64)),
+    ("longformer-causal", (1, 2, 70, 45, 59)),
+    ("longformer-dilated", (1, 2, 45, 70, 64)),
+    ("bigbird-causal", (1, 2, 70, 70, 59)),
+    ("bigbird-32", (1, 2, 45, 70, 64)),
+]
+
+
+@pytest.mark.parametrize(
+    "spec_id,shape", [pytest.param(s, sh, id=f"{s}-{sh[2]}x{sh[3]}") for s, sh in GRAD_CASES]
+)
+def test_gradients_fp32(spec_id, shape):
+    mask = SPECS[spec_id]
+    q, k, v = (t.to(DEVICE).requires_grad_(True) for t in make_qkv(*shape, seed=10))
+    g = torch.randn(q.shape, generator=torch.Generator().manual_seed(11)).to(DEVICE)
+    grads = torch.autograd.grad(_triton_attn.triton_attention(q, k, v, mask), (q, k, v), g)
+    result = compare_grads(grads, reference_grads(q, k, v, g, mask), torch.float32)
+    assert result["grad_agree"], result
+
+
+def test_gradients_bf16_dilated_longformer():
+    mask = MaskSpec(causal=True, window=(9, 0), dilation=2, global_tokens=3)
+    q, k, v = (
+        t.to(DEVICE).requires_grad_(True)
+        for t in make_qkv(1, 2, 64, 64, 64, dtype=torch.bfloat16, seed=12)
+    )
+    g = torch.randn(q.shape, generator=torch.Generator().manual_seed(13)).to(DEVICE, q.dtype)
+    grads = torch.autograd.grad(_triton_attn.triton_attention(q, k, v, mask), (q, k, v), g)
+    result = compare_grads(grads, reference_grads(q, k, v, g, mask), torch.bfloat16)
+    assert result["grad_agree"], result
 
 
 def test_strided_inputs_and_empty_rows():
