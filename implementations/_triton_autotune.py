@@ -30,6 +30,8 @@ def fwd_configs(blocks: bool = True) -> list[triton.Config]:
         return [triton.Config(kw, num_warps=4, num_stages=1)]
     if not blocks:  # block-list kernels: the tile is the layout block, tune the pipeline only
         return [triton.Config({}, num_warps=w, num_stages=s) for w in (4, 8) for s in (2, 3)]
+    # the last one fits fp32 inputs at D = 128-256 in shared memory; configs that run out of
+    # resources are dropped by the autotuner
     shapes = [
         (128, 64, 4, 3),
         (128, 64, 8, 3),
@@ -37,6 +39,7 @@ def fwd_configs(blocks: bool = True) -> list[triton.Config]:
         (64, 64, 4, 3),
         (64, 64, 4, 4),
         (128, 32, 4, 4),
+        (64, 32, 4, 2),
     ]
     return [
         triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
@@ -52,7 +55,7 @@ def bwd_configs(blocks: bool = True) -> list[triton.Config]:
         return [triton.Config(kw, num_warps=4, num_stages=1)]
     if not blocks:
         return [triton.Config({}, num_warps=w, num_stages=s) for w in (4, 8) for s in (2, 3)]
-    shapes = [(64, 128, 8, 2), (32, 128, 4, 3), (64, 64, 4, 3), (32, 64, 4, 2)]
+    shapes = [(64, 128, 8, 2), (32, 128, 4, 3), (64, 64, 4, 3), (32, 64, 4, 2), (16, 32, 4, 2)]
     return [
         triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
         for m, n, w, s in shapes
@@ -63,7 +66,7 @@ def dq_configs() -> list[triton.Config]:
     """dQ configs: BLOCK_M query rows per program x BLOCK_N keys per step."""
     if interpreted():
         return fwd_configs()
-    shapes = [(128, 64, 8, 2), (64, 64, 4, 3), (128, 32, 4, 3), (64, 32, 4, 2)]
+    shapes = [(128, 64, 8, 2), (64, 64, 4, 3), (128, 32, 4, 3), (64, 32, 4, 2), (32, 32, 4, 2)]
     return [
         triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
         for m, n, w, s in shapes

@@ -13,7 +13,7 @@ import triton
 import triton.language as tl
 
 from implementations._triton_autotune import bwd_configs, dq_configs, fwd_configs
-from implementations._triton_fwd import band_ranges, keep_mask, mma
+from implementations._triton_fwd import band_ranges, keep_mask, load_rows, mma
 
 
 @triton.jit
@@ -41,11 +41,8 @@ def _dq_step(dq, q, do, lse, delta, p, row_ok, k_base, v_base, skn, svn, kr, kst
     j = kr + kstep * c
     dd = tl.arange(0, BLOCK_D)
     col_ok = c < c_end
-    ld = dd[None, :] < D
-    if MASKED:
-        ld = ld & col_ok[:, None]
-    k = tl.load(k_base + j[:, None] * skn + dd[None, :], mask=ld, other=0.0)
-    v = tl.load(v_base + j[:, None] * svn + dd[None, :], mask=ld, other=0.0)
+    k = load_rows(k_base + j[:, None] * skn + dd[None, :], col_ok, D, BLOCK_D, MASKED)
+    v = load_rows(v_base + j[:, None] * svn + dd[None, :], col_ok, D, BLOCK_D, MASKED)
     pr = tl.math.exp2(mma(q, tl.trans(k), None, PRECISION) * sc2 - lse[:, None])
     if MASKED:
         pr = tl.where(keep_mask(p, j, row_ok, col_ok, lo, hi, g, hg), pr, 0.0)
@@ -63,9 +60,8 @@ def _dkdv_step(dk, dv, k, v, j, col_ok, q_base, do_base, lse_base, delta_base, s
     p = rq + stepq * a
     i = p - off
     dd = tl.arange(0, BLOCK_D)
-    ld = row_ok[:, None] & (dd[None, :] < D)
-    q = tl.load(q_base + i[:, None] * sqn + dd[None, :], mask=ld, other=0.0)
-    do = tl.load(do_base + i[:, None] * sdn + dd[None, :], mask=ld, other=0.0)
+    q = load_rows(q_base + i[:, None] * sqn + dd[None, :], row_ok, D, BLOCK_D, True)
+    do = load_rows(do_base + i[:, None] * sdn + dd[None, :], row_ok, D, BLOCK_D, True)
     lse = tl.load(lse_base + i, mask=row_ok, other=float("inf"))
     delta = tl.load(delta_base + i, mask=row_ok, other=0.0)
     pt = tl.math.exp2(mma(k, tl.trans(q), None, PRECISION) * sc2 - lse[None, :])  # (keys, rows)

@@ -15,7 +15,7 @@ import triton.language as tl
 
 from implementations._triton_autotune import fwd_configs
 
-NEG = -1.0e30
+NEG: tl.constexpr = tl.constexpr(-1.0e30)  # finite "minus infinity": no inf - inf
 
 
 @triton.jit
@@ -32,13 +32,33 @@ def band_ranges(x0, x1, lo_rel, hi_rel, lo_bound, hi_bound, BLOCK: tl.constexpr)
 
 
 @triton.jit
+def load_rows(ptrs, ok, D: tl.constexpr, BLOCK_D: tl.constexpr, USE_OK: tl.constexpr):
+    """Load a (rows, BLOCK_D) tile, rows masked by ``ok`` when USE_OK. The head-dim mask is
+    emitted only when D is padded: a mask that varies along the contiguous dim would turn the
+    vectorized loads into scalar ones."""
+    dd = tl.arange(0, BLOCK_D)
+    if USE_OK:
+        if BLOCK_D == D:
+            x = tl.load(ptrs, mask=ok[:, None], other=0.0)
+        else:
+            x = tl.load(ptrs, mask=ok[:, None] & (dd[None, :] < D), other=0.0)
+    else:
+        if BLOCK_D == D:  # noqa: SIM108 (a constexpr branch, one load compiled)
+            x = tl.load(ptrs)
+        else:
+            x = tl.load(ptrs, mask=dd[None, :] < D, other=0.0)
+    return x
+
+
+@triton.jit
 def mma(a, b, acc, PRECISION: tl.constexpr):
     """``a @ b (+ acc)`` in fp32. PRECISION "upcast": operands cast to fp32 first (the
     interpreter's bf16 ``tl.dot`` is wrong; compiled kernels never take this branch)."""
     if PRECISION == "upcast":
-        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+        out = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
     else:
-        return tl.dot(a, b, acc, input_precision=PRECISION)
+        out = tl.dot(a, b, acc, input_precision=PRECISION)
+    return out
 
 
 @triton.jit
@@ -82,21 +102,19 @@ def _fwd_step(
     j = kr + kstep * c
     dd = tl.arange(0, BLOCK_D)
     col_ok = c < c_end
-    ld = dd[None, :] < D
-    if MASKED:
-        ld = ld & col_ok[:, None]
-    k = tl.load(k_base + j[:, None] * skn + dd[None, :], mask=ld, other=0.0)
+    k = load_rows(k_base + j[:, None] * skn + dd[None, :], col_ok, D, BLOCK_D, MASKED)
     s = mma(q, tl.trans(k), None, PRECISION) * sc2
     if MASKED:
         keep = keep_mask(p, j, row_ok, col_ok, lo, hi, g, hg)
         s = tl.where(keep, s, NEG)
-    m_new = tl.maximum(m_i, tl.max(s, 1))
-    pr = tl.math.exp2(s - m_new[:, None])
-    if MASKED:
-        pr = tl.where(keep, pr, 0.0)
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        pr = tl.where(keep, tl.math.exp2(s - m_new[:, None]), 0.0)  # all-masked rows: 0, not 1
+    else:
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        pr = tl.math.exp2(s - m_new[:, None])
     alpha = tl.math.exp2(m_i - m_new)
     l_i = l_i * alpha + tl.sum(pr, 1)
-    v = tl.load(v_base + j[:, None] * svn + dd[None, :], mask=ld, other=0.0)
+    v = load_rows(v_base + j[:, None] * svn + dd[None, :], col_ok, D, BLOCK_D, MASKED)
     acc = mma(pr.to(v.dtype), v, acc * alpha[:, None], PRECISION)
     return acc, l_i, m_new
 
