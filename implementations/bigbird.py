@@ -6,6 +6,10 @@ block, and global blocks (``global_tokens`` whole blocks) that attend to and are
 everything. Each query block is one tile whose keys are the blocks of its layout row (runs of
 adjacent blocks stay views, others are gathered), so the executed pairs are exactly the
 layout's blocks: O(n·b·(2w + 1 + r + g/b)). Causal drops future blocks and masks the diagonal.
+
+On CUDA (fp32/fp16/bf16) the fused Triton kernels of :mod:`implementations._triton_attn` run
+the same layout as CSR lists of key blocks per query block (one launch; the transposed lists
+for dK/dV); CPU and float64 keep the tile path.
 """
 
 from __future__ import annotations
@@ -20,6 +24,14 @@ from harness.registry import register
 from harness.spec import AttnFn, Capabilities, Cost, Problem
 from implementations._tilekernel import plan_workspace_bytes, tile_attention
 from implementations._tiles import Plan, bigbird_plan
+from implementations._triton_attn import (
+    executed_pairs,
+    fused_reasons,
+    fused_workspace_bytes,
+    prepare_tables,
+    triton_attention,
+    use_triton,
+)
 
 DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16, torch.float64})
 
@@ -31,20 +43,28 @@ def _device_plan(spec: MaskSpec, n_q: int, n_k: int, dtype: torch.dtype, device:
 
 def _prepare(problem: Problem) -> AttnFn:
     """Build the block layout and tiles outside the timed call."""
+    if use_triton(problem.device, problem.dtype, problem.head_dim):
+        mask = problem.mask
+        prepare_tables(problem)
+        return lambda q, k, v: triton_attention(q, k, v, mask)
     plan = _device_plan(problem.mask, problem.n_q, problem.n_k, problem.dtype, problem.device)
     return lambda q, k, v: tile_attention(q, k, v, plan)
 
 
 def _reasons(p: Problem) -> list[str]:
-    return [] if p.mask.block_size is not None else ["bigbird needs block_size"]
+    return fused_reasons(p) if p.mask.block_size is not None else ["bigbird needs block_size"]
 
 
 def _workspace(p: Problem) -> int:
+    if use_triton(p.device, p.dtype, p.head_dim):
+        return fused_workspace_bytes(p)
     plan = bigbird_plan(p.mask, p.n_q, p.n_k, p.dtype)
     return plan_workspace_bytes(plan, p)
 
 
 def _executed(p: Problem) -> int:
+    if use_triton(p.device, p.dtype, p.head_dim):
+        return executed_pairs(p.mask, p.n_q, p.n_k, p.head_dim, p.dtype)
     return bigbird_plan(p.mask, p.n_q, p.n_k, p.dtype).executed_pairs
 
 
@@ -65,5 +85,7 @@ def bigbird_attention(
     """q: (B, H, n_q, D), k/v: (B, H, n_k, D) -> (B, H, n_q, D); needs ``mask.block_size``."""
     if mask.block_size is None:
         raise ValueError("bigbird needs mask.block_size")
+    if use_triton(q.device, q.dtype, q.shape[-1]):
+        return triton_attention(q, k, v, mask, scale)
     plan = _device_plan(mask, q.shape[-2], k.shape[-2], q.dtype, str(q.device))
     return tile_attention(q, k, v, plan, scale)

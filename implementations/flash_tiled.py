@@ -8,6 +8,10 @@ exact up to floating-point reassociation.
 
 Backward (Dao 2023, Alg. 2): saves only the output and the per-row log-sum-exp, recomputes each
 tile's probabilities, and accumulates dQ, dK, dV tile by tile: again O(n) memory.
+
+That is the CPU path. On CUDA (fp32/fp16/bf16, D <= 256) the same algorithm runs as fused
+Triton kernels (:mod:`implementations._triton_attn`): one launch for the forward, the causal
+triangle's interior blocks without mask arithmetic, FlashAttention-2's backward.
 """
 
 from __future__ import annotations
@@ -20,6 +24,13 @@ from torch import Tensor
 from harness.masks import MaskSpec
 from harness.registry import register
 from harness.spec import Capabilities, Cost, Problem
+from implementations._triton_attn import (
+    executed_pairs,
+    fused_reasons,
+    fused_workspace_bytes,
+    triton_attention,
+    use_triton,
+)
 
 BLOCK_Q = 256
 BLOCK_K = 512
@@ -130,16 +141,31 @@ class _FlashTiled(torch.autograd.Function):
 
 def _workspace_bytes(p: Problem) -> int:
     """A few fp32 (BLOCK_Q, BLOCK_K) tiles plus O(n) row state and fp32 grads."""
+    if use_triton(p.device, p.dtype, p.head_dim):
+        return fused_workspace_bytes(p)
     tile = p.batch * p.heads * BLOCK_Q * BLOCK_K * 4
     rows = p.batch * p.heads * p.n_q * 4 * (p.head_dim + 3)
     return 4 * tile + rows * (3 if p.backward else 1)
+
+
+def _executed(p: Problem) -> int:
+    """Block-granular pairs: the fused kernel's blocks on CUDA, the PyTorch tiles on CPU."""
+    if use_triton(p.device, p.dtype, p.head_dim):
+        return executed_pairs(p.mask, p.n_q, p.n_k, p.head_dim, p.dtype)
+    return sum((qe - qs) * (ke - ks) for qs, qe, ks, ke, _ in _tiles(p.n_q, p.n_k, p.mask.causal))
 
 
 @register(
     "flash-tiled",
     family="flash",
     caps=Capabilities(mask_features={"causal"}),
-    cost=Cost(time_exponent=2, memory_exponent=1, memory_model=_workspace_bytes),
+    cost=Cost(
+        time_exponent=2,
+        memory_exponent=1,
+        memory_model=_workspace_bytes,
+        executed_pairs=_executed,
+    ),
+    extra_reasons=fused_reasons,
     description="tiled online-softmax FlashAttention in plain PyTorch (exact, O(n) memory)",
 )
 def flash_tiled(
@@ -147,4 +173,6 @@ def flash_tiled(
 ) -> Tensor:
     """q: (B, H, n_q, D), k/v: (B, H, n_k, D) -> (B, H, n_q, D); causal bottom-right aligned."""
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    if use_triton(q.device, q.dtype, q.shape[-1]):
+        return triton_attention(q, k, v, MaskSpec(causal=mask.causal), scale)
     return _FlashTiled.apply(q, k, v, mask.causal, scale)

@@ -1,6 +1,10 @@
 """``local``, ``dilated``, ``longformer``: sliding-window attention that computes only the band.
 
-All three run the tile kernel of :mod:`implementations._tilekernel` over the band plan of
+On CUDA (fp32/fp16/bf16, D <= 256) all three run the fused Triton kernels of
+:mod:`implementations._triton_attn`: one launch per call, the band computed arithmetically per
+query block (dilation: each residue class's rows and keys loaded with stride d, no
+permutation), forward and backward fused. On CPU, and for float64, they run the tile kernel
+of :mod:`implementations._tilekernel` over the band plan of
 :func:`implementations._tiles.window_plan`: query blocks of 64 rows each attend to the key span
 ``[first - left, last + right]`` of the block (a view, no copy), so a causal window of w keys
 costs ``64 + w - 1`` executed keys per query: time and memory O(n·w), never O(n²).
@@ -25,6 +29,14 @@ from harness.registry import register
 from harness.spec import AttnFn, Capabilities, Cost, Problem
 from implementations._tilekernel import plan_workspace_bytes, tile_attention
 from implementations._tiles import BAND_BLOCK, Plan, window_plan
+from implementations._triton_attn import (
+    executed_pairs,
+    fused_reasons,
+    fused_workspace_bytes,
+    prepare_tables,
+    triton_attention,
+    use_triton,
+)
 
 DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16, torch.float64})
 
@@ -48,22 +60,32 @@ def banded_attention(
     q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, scale: float | None = None
 ) -> Tensor:
     """q: (B, H, n_q, D), k/v: (B, H, n_k, D) -> (B, H, n_q, D), band tiles only."""
+    if use_triton(q.device, q.dtype, q.shape[-1]):
+        return triton_attention(q, k, v, mask, scale)
     plan = _device_plan(mask, q.shape[-2], k.shape[-2], q.dtype, str(q.device))
     return tile_attention(q, k, v, plan, scale)
 
 
 def _prepare(problem: Problem) -> AttnFn:
     """Build (and move) the plan outside the timed call."""
+    mask = problem.mask
+    if use_triton(problem.device, problem.dtype, problem.head_dim):
+        prepare_tables(problem)  # index tables built and cached here, not in the call
+        return lambda q, k, v: triton_attention(q, k, v, mask)
     plan = _device_plan(problem.mask, problem.n_q, problem.n_k, problem.dtype, problem.device)
     return lambda q, k, v: tile_attention(q, k, v, plan)
 
 
 def _workspace(p: Problem) -> int:
+    if use_triton(p.device, p.dtype, p.head_dim):
+        return fused_workspace_bytes(p)
     plan = _plan(p.mask, p.n_q, p.n_k, p.dtype, p.device)
     return plan_workspace_bytes(plan, p)
 
 
 def _executed(p: Problem) -> int:
+    if use_triton(p.device, p.dtype, p.head_dim):
+        return executed_pairs(p.mask, p.n_q, p.n_k, p.head_dim, p.dtype)
     return _plan(p.mask, p.n_q, p.n_k, p.dtype, p.device).executed_pairs
 
 
@@ -88,5 +110,6 @@ for _name, (_features, _description) in _VARIANTS.items():
         caps=Capabilities(dtypes=DTYPES, mask_features=_features),
         cost=_COST,
         description=_description,
+        extra_reasons=fused_reasons,
         prepare=_prepare,
     )(banded_attention)

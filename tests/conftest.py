@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
+
+# Without a GPU the fused Triton kernels run in Triton's NumPy interpreter. The flag is read
+# when a kernel is defined, so it is set here, before any test imports the kernel modules.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 # The implementations issue 2 names: every test over the core set uses this list.
 CORE_IMPLEMENTATIONS = [
