@@ -124,12 +124,13 @@ def _measure_point(point: Point, impl, config: MeasureConfig, device: Device) ->
     out.update(_throughput(point, case.tokens, timing.median))
     nonfinite = out.pop("nonfinite", False) or not finite  # NaN/inf even with check = none
     out.pop("grad_agree", None)
+    mismatch = out.pop("mismatch_reason", None)  # which bound the agreement rule broke
     if nonfinite:
         out["status"], out["reason"] = "mismatch", "non-finite values (NaN/inf) in the output"
     elif out.get("agree") is False:
         out["status"] = "mismatch"
-        out["reason"] = (f"max_abs_err {out.get('max_abs_err')} beyond tolerance "
-                         f"{out.get('tolerance')}")
+        out["reason"] = mismatch or (f"max_abs_err {out.get('max_abs_err')} beyond tolerance "
+                                     f"{out.get('tolerance')}")
     else:
         out["status"], out["reason"] = "ok", None
     return out
