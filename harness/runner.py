@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from harness import costmodel, registry
-from harness.device import Device, get_device
+from harness.device import Device, clock_columns, get_device
 from harness.point import Point
 from harness.results import RowWriter, write_env
 from harness.scenarios import build_case
@@ -107,6 +107,7 @@ def run_point(point: Point, config: MeasureConfig, device: Device,
 
 
 def _measure_point(point: Point, impl, config: MeasureConfig, device: Device) -> dict:
+    clock_start = device.clock()  # SM clock and throttle reasons around the point (GPU)
     case = build_case(point, impl, device, config.check)
     device.synchronize()
     start = time.perf_counter()
@@ -122,6 +123,7 @@ def _measure_point(point: Point, impl, config: MeasureConfig, device: Device) ->
     out["first_call_s"] = first_call_s
     out.update(case.extra(timing, partial(measure, device=device, config=_side_timing(config))))
     out.update(_throughput(point, case.tokens, timing.median))
+    out.update(clock_columns(clock_start, device.clock()))
     nonfinite = out.pop("nonfinite", False) or not finite  # NaN/inf even with check = none
     out.pop("grad_agree", None)
     mismatch = out.pop("mismatch_reason", None)  # which bound the agreement rule broke
