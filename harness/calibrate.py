@@ -96,7 +96,7 @@ def clock_under_load(device, calls: int = 10) -> dict:
     from harness.nvml import decode_reasons
 
     n = MATMUL_N["cuda"]
-    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    a = torch.randn(n, n, device=getattr(device, "torch_device", "cuda"), dtype=torch.bfloat16)
     out = torch.empty_like(a)
     device.synchronize()
     for _ in range(calls):

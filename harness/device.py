@@ -225,8 +225,9 @@ class CudaDevice(Device):
         base = torch.cuda.memory_allocated(self.torch_device)
         base_reserved = torch.cuda.memory_reserved(self.torch_device)
         sampler = nvml.UsedMemorySampler(self.index)
+        wanted = nvml.MIN_SAMPLES if sampler.reason is None else 0  # no NVML: one call
         with sampler:
-            calls = nvml.run_until_sampled(fn, sampler.count, self.synchronize)
+            calls = nvml.run_until_sampled(fn, sampler.count, self.synchronize, wanted)
         peak = torch.cuda.max_memory_allocated(self.torch_device) - base
         reserved = torch.cuda.max_memory_reserved(self.torch_device) - base_reserved
         if sampler.reason is not None:

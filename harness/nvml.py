@@ -7,6 +7,7 @@ the thin ``pynvml`` wrappers around them degrade to ``"unavailable: <reason>"``,
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -34,8 +35,10 @@ THROTTLING = frozenset(
 )
 
 
+@functools.lru_cache(maxsize=1)
 def unavailable_reason() -> str | None:
-    """None when NVML initializes here, else ``"unavailable: NVML (<error>)"``."""
+    """None when NVML initializes here, else ``"unavailable: NVML (<error>)"`` (once per
+    process: the runner asks twice per point)."""
     try:
         import pynvml
 

@@ -3,6 +3,9 @@ sampled is null with a reason, never "ok" with 0; throttling is told apart from 
 
 from __future__ import annotations
 
+import pytest
+import torch
+
 from harness.device import CpuDevice
 from harness.nvml import (
     MIN_SAMPLES,
@@ -80,3 +83,36 @@ def test_cpu_rows_say_why_clocks_are_missing():
     cols = clock_columns(device.clock(), device.clock())
     assert cols["sm_clock_start_mhz"] is None and cols["throttled"] is None
     assert cols["clock_status"].startswith("unavailable: ")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_peak_memory_nvml_is_believable_or_null_with_a_reason():
+    from harness.device import get_device
+
+    device = get_device("cuda")
+    n = 4096
+    q, k, v = (torch.randn(1, 16, n, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+
+    def eager():  # materializes the (1, 16, n, n) scores: > 512 MiB
+        return torch.softmax((q @ k.transpose(-2, -1)).float(), -1).to(q.dtype) @ v
+
+    reading = device.peak_memory(eager)
+    x = reading.extra
+    assert reading.peak_bytes >= 16 * n * n * 4 and x["peak_reserved_bytes"] >= reading.peak_bytes
+    if x["nvml_status"] == "ok":
+        assert x["nvml_peak_bytes"] >= 0.5 * x["peak_reserved_bytes"]
+        assert x["nvml_samples"] >= MIN_SAMPLES
+    else:
+        assert x["nvml_peak_bytes"] is None and x["nvml_status"].startswith("unavailable: ")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_clock_columns_come_from_nvml_or_say_why():
+    from harness.device import get_device
+
+    device = get_device("cuda")
+    cols = clock_columns(device.clock(), device.clock())
+    if cols["clock_status"] == "ok":
+        assert cols["sm_clock_start_mhz"] > 0 and isinstance(cols["throttled"], bool)
+    else:
+        assert cols["clock_status"].startswith("unavailable: ") and cols["throttled"] is None

@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 import pytest
+import torch
 
 from harness.device import CpuDevice, Device
 from harness.timing import L2_FLUSHED, Measurement, TimingConfig, measure, median_ci
@@ -128,3 +129,15 @@ def test_calls_too_short_to_time_one_by_one_are_batched_and_warm():
 def test_cpu_rows_say_l2_does_not_apply():
     m = measure(lambda: None, CpuDevice(), TimingConfig(budget_s=0.02, min_samples=3))
     assert m.columns()["l2"] == "n/a (cpu)"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_flush_per_call_times_one_call_per_event_pair():
+    from harness.device import get_device
+
+    a = torch.randn(2048, 2048, device="cuda")
+    config = TimingConfig(budget_s=0.2, min_samples=5)
+    flushed = measure(lambda: a @ a, get_device("cuda", flush_l2=True), config)
+    warm = measure(lambda: a @ a, get_device("cuda", flush_l2=False), config)
+    assert flushed.l2 == L2_FLUSHED and flushed.calls_per_sample == 1
+    assert warm.l2 == "warm"
