@@ -4,7 +4,8 @@ The attention rule is FlashAttention's test rule. An output agrees when, against
 reference on the same inputs and mask, both its max abs error and its relative (Frobenius)
 error are at most ``k × naive + ε``, where ``naive`` is the same error of a naive
 implementation in the same dtype (:func:`harness.reference.naive_attention`), and ``k`` and
-``ε`` come from the table below. NaN/inf never agrees. A fixed ``atol``/``rtol`` cannot be the
+``ε`` come from the table below (ε: one ulp of the dtype, at the largest reference value for
+the absolute error). NaN/inf never agrees. A fixed ``atol``/``rtol`` cannot be the
 gate: attention outputs shrink as n grows (a row averages many values), so at n = 16k an
 output scaled by 0.5 sits inside any atol that bf16 rounding needs at n = 1k.
 
@@ -25,7 +26,11 @@ from torch import Tensor
 class Tolerance:
     """Per-dtype bounds.
 
-    ``k`` and ``eps_abs``/``eps_rel``: the naive-relative rule (``err <= k·naive + eps``).
+    Naive-relative rule: ``max_abs <= k·naive_max_abs + eps·max|ref|`` and
+    ``rel <= k·naive_rel + eps``. ``eps`` is the dtype's machine epsilon (one ulp at 1): the
+    absolute ε is one ulp of the largest reference value, FlashAttention's ``fwd_atol`` idea.
+    It covers outputs rounded one ulp differently from the naive ones where the naive error is
+    itself tiny (small problems, a max over few elements); every bug error is far above it.
     ``atol``/``rtol``: the fixed rule for callers without a naive computation.
     ``grad_rel``: relative Frobenius error allowed for dq, dk, dv.
     """
@@ -33,20 +38,18 @@ class Tolerance:
     atol: float
     rtol: float
     grad_rel: float
+    eps: float
     k: float = 2.0
-    eps_abs: float = 0.0
-    eps_rel: float = 0.0
 
 
 # One table for the whole harness (tests use it too). fp16/bf16 fixed bounds follow their unit
-# roundoff (2^-11, 2^-8) times a small growth factor for the softmax-weighted sums. The ε of the
-# naive-relative rule only covers the case where the naive error happens to be ~0 (tiny or
-# degenerate problems): it is a few units of roundoff, far below any error a bug produces.
+# roundoff (2^-11, 2^-8) times a small growth factor for the softmax-weighted sums; eps is
+# torch.finfo(dtype).eps.
 TOLERANCES: dict[torch.dtype, Tolerance] = {
-    torch.float64: Tolerance(atol=1e-9, rtol=1e-9, grad_rel=1e-9, eps_abs=1e-12, eps_rel=1e-12),
-    torch.float32: Tolerance(atol=1e-4, rtol=1e-4, grad_rel=1e-4, eps_abs=1e-6, eps_rel=1e-6),
-    torch.float16: Tolerance(atol=5e-3, rtol=5e-3, grad_rel=1e-2, eps_abs=1e-4, eps_rel=1e-4),
-    torch.bfloat16: Tolerance(atol=3e-2, rtol=3e-2, grad_rel=5e-2, eps_abs=1e-3, eps_rel=1e-3),
+    torch.float64: Tolerance(atol=1e-9, rtol=1e-9, grad_rel=1e-9, eps=2.0**-52),
+    torch.float32: Tolerance(atol=1e-4, rtol=1e-4, grad_rel=1e-4, eps=2.0**-23),
+    torch.float16: Tolerance(atol=5e-3, rtol=5e-3, grad_rel=1e-2, eps=2.0**-10),
+    torch.bfloat16: Tolerance(atol=3e-2, rtol=3e-2, grad_rel=5e-2, eps=2.0**-7),
 }
 
 
@@ -78,7 +81,8 @@ def compare(out: Tensor, ref: Tensor, dtype: torch.dtype, naive: Tensor | None =
     """
     naive_abs, naive_rel = errors(naive, ref) if naive is not None else (None, None)
     if naive_abs is not None and naive_rel is not None:
-        return judge(errors(out, ref), (naive_abs, naive_rel), dtype)
+        scale = float(ref.abs().max()) if ref.numel() else 0.0
+        return judge(errors(out, ref), (naive_abs, naive_rel), dtype, scale)
     # no naive error scale (none given, or the naive computation overflowed): the fixed rule
     tol = tolerance(dtype)
     max_abs, rel = errors(out, ref)
@@ -97,17 +101,21 @@ def compare(out: Tensor, ref: Tensor, dtype: torch.dtype, naive: Tensor | None =
 
 
 def judge(
-    err: tuple[float | None, float | None], naive: tuple[float, float], dtype: torch.dtype
+    err: tuple[float | None, float | None],
+    naive: tuple[float, float],
+    dtype: torch.dtype,
+    ref_scale: float,
 ) -> dict:
     """The naive-relative rule on precomputed errors (pure; ``None`` errors mean NaN/inf).
 
-    ``err`` and ``naive`` are (max abs error, relative Frobenius error) against float64.
+    ``err`` and ``naive`` are (max abs error, relative Frobenius error) against float64;
+    ``ref_scale`` is max|ref| (the absolute ε is one ulp there).
     """
     tol = tolerance(dtype)
     max_abs, rel = err
     naive_abs, naive_rel = naive
-    bound_abs = tol.k * naive_abs + tol.eps_abs
-    bound_rel = tol.k * naive_rel + tol.eps_rel
+    bound_abs = tol.k * naive_abs + tol.eps * ref_scale
+    bound_rel = tol.k * naive_rel + tol.eps
     finite = max_abs is not None and rel is not None
     failed = []
     if finite and max_abs > bound_abs:
@@ -122,8 +130,7 @@ def judge(
         "tolerance": bound_abs,
         "rel_tolerance": bound_rel,
         "agree": finite and not failed,
-        "agree_rule": f"err <= {tol.k:g}*naive + eps (eps abs {tol.eps_abs:g}, "
-        f"rel {tol.eps_rel:g})",
+        "agree_rule": f"err <= {tol.k:g}*naive + eps (eps {tol.eps:.3g}, abs: x max|ref|)",
         "nonfinite": not finite,
     }
     if failed:

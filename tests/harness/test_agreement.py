@@ -130,14 +130,20 @@ def test_nonfinite_output_never_agrees():
 
 def test_rule_bounds_both_errors():
     tol = TOLERANCES[torch.bfloat16]
-    naive = (1e-2, 1e-3)
-    within = judge((tol.k * 1e-2, tol.k * 1e-3), naive, torch.bfloat16)
+    naive, scale = (1e-2, 1e-3), 0.5
+    eps_abs = tol.eps * scale
+    within = judge((tol.k * 1e-2 + eps_abs, tol.k * 1e-3 + tol.eps), naive, torch.bfloat16, scale)
     assert within["agree"] is True
-    abs_only = judge((tol.k * 1e-2 + 2 * tol.eps_abs, 1e-3), naive, torch.bfloat16)
-    rel_only = judge((1e-2, tol.k * 1e-3 + 2 * tol.eps_rel), naive, torch.bfloat16)
+    abs_only = judge((tol.k * 1e-2 + 2 * eps_abs, 1e-3), naive, torch.bfloat16, scale)
+    rel_only = judge((1e-2, tol.k * 1e-3 + 2 * tol.eps), naive, torch.bfloat16, scale)
     assert abs_only["agree"] is False and "max_abs_err" in abs_only["mismatch_reason"]
     assert rel_only["agree"] is False and "rel_err" in rel_only["mismatch_reason"]
-    assert judge((None, None), naive, torch.bfloat16)["agree"] is False
+    assert judge((None, None), naive, torch.bfloat16, scale)["agree"] is False
+
+
+def test_eps_is_the_dtype_ulp():
+    for dtype, tol in TOLERANCES.items():
+        assert tol.eps == torch.finfo(dtype).eps and tol.k == 2
 
 
 @pytest.mark.parametrize("n", [4097, 8192, 16384, 65536, 65537])
