@@ -86,6 +86,32 @@ def measure_bandwidth(device="cpu", nbytes: int | None = None, budget_s: float =
     return statistics.median(copy_rates(device, nbytes, budget_s))
 
 
+def clock_under_load(device, calls: int = 10) -> dict:
+    """The SM clock read while GEMMs are in flight (an idle GPU reports its idle clock, e.g.
+    345 MHz on an H100): ``calls`` square GEMMs are enqueued, then the clock is read, then the
+    device is synchronized. Devices without a clock say why."""
+    if isinstance(device, str | torch.device) or device.kind != "cuda":
+        kind = torch.device(device).type if isinstance(device, str | torch.device) else device.kind
+        return {"sm_clock_under_load_mhz": None,
+                "clock_under_load_status": f"unavailable: no GPU clock on a {kind} device"}
+    from harness.nvml import decode_reasons
+
+    n = MATMUL_N["cuda"]
+    a = torch.randn(n, n, device=getattr(device, "torch_device", "cuda"), dtype=torch.bfloat16)
+    out = torch.empty_like(a)
+    device.synchronize()
+    for _ in range(calls):
+        torch.matmul(a, a, out=out)
+    reading = device.clock()  # the GEMMs are still running: this is the clock under load
+    device.synchronize()
+    return {
+        "sm_clock_under_load_mhz": reading.sm_clock_mhz,
+        "throttle_reasons_under_load": None if reading.reasons_mask is None
+        else ",".join(decode_reasons(reading.reasons_mask)),
+        "clock_under_load_status": reading.status,
+    }
+
+
 def calibrate(device="cpu", dtypes: tuple[str, ...] | None = None) -> dict:
     """The ``calibration`` entry of env.json: fp32 matmul peak and copy bandwidth (medians, and
     the best repeat: a large gap between the two means the machine was busy), plus on CUDA the
@@ -108,6 +134,7 @@ def calibrate(device="cpu", dtypes: tuple[str, ...] | None = None) -> dict:
         "matmul_n": MATMUL_N.get(kind, 4096),
         "copy_bytes": COPY_BYTES.get(kind, 256 * 2**20),
         "threads": torch.get_num_threads() if kind == "cpu" else None,
+        **clock_under_load(device),
         "seconds": round(time.perf_counter() - start, 3),
     }
     _THIS_RUN[kind] = result

@@ -1,6 +1,7 @@
 """Everything device-specific lives here: synchronization, sample timers, L2 flush, peak memory
-(CUDA allocator + NVML sampling on GPUs; torch.profiler allocation events on CPU) and device
-facts. The rest of the harness talks to a :class:`Device` and never to ``torch.cuda``/NVML.
+(CUDA allocator + NVML sampling on GPUs; torch.profiler allocation events on CPU), clocks and
+device facts. The rest of the harness talks to a :class:`Device` and never to ``torch.cuda`` or
+NVML (whose wrappers and pure decision rules are in :mod:`harness.nvml`).
 
 GPU-only figures degrade to ``None`` plus an ``"unavailable: <reason>"`` string, never to 0.
 """
@@ -12,14 +13,15 @@ import ctypes
 import os
 import platform
 import sys
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
+from harness import nvml
 from harness.errors import DeviceUnavailable
+from harness.nvml import clock_columns  # noqa: F401  (the runner's per-point clock columns)
 
 
 @dataclass(frozen=True)
@@ -31,20 +33,12 @@ class MemoryReading:
     extra: dict = field(default_factory=dict)  # e.g. reserved bytes, NVML figures or reasons
 
 
-def _nvml_unavailable_reason() -> str | None:
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        return None
-    except Exception as exc:  # NVMLError_LibraryNotFound on machines without the driver
-        return f"unavailable: NVML ({type(exc).__name__}: {exc})"
-
-
 class Device:
     """Base class: a device the runner times and measures on."""
 
     kind = "cpu"
+    flush_l2 = False  # whether flush_cache() really evicts a cache between timed calls
+    warm_l2 = "warm"  # the ``l2`` column when calls are timed without a flush before each
 
     def synchronize(self) -> None: ...
 
@@ -53,6 +47,10 @@ class Device:
         raise NotImplementedError
 
     def flush_cache(self) -> None: ...
+
+    def clock(self) -> nvml.ClockReading:
+        """SM clock and throttle reasons now (None + reason where the device has none)."""
+        return nvml.ClockReading(None, None, f"unavailable: no GPU clock on a {self.kind} device")
 
     def peak_memory(self, fn: Callable[[], object]) -> MemoryReading:
         raise NotImplementedError
@@ -71,6 +69,7 @@ class CpuDevice(Device):
     """Timing with ``perf_counter``; peak memory from the profiler's allocation events."""
 
     kind = "cpu"
+    warm_l2 = "n/a (cpu)"  # no cache flush on CPU: caches stay as the previous call left them
 
     def time_calls(self, fn: Callable[[], object], calls: int) -> float:
         start = time.perf_counter()
@@ -106,7 +105,7 @@ class CpuDevice(Device):
             "device_name": self.name(),
             "threads": torch.get_num_threads(),
             "cpu_count": os.cpu_count(),
-            "nvml": _nvml_unavailable_reason() or "available",
+            "nvml": nvml.unavailable_reason() or "available",
             "cuda": "unavailable: torch.cuda.is_available() is False",
         }
 
@@ -200,7 +199,8 @@ class CudaDevice(Device):
         self._flush_buffer.zero_()
 
     def time_calls(self, fn: Callable[[], object], calls: int) -> float:
-        self.flush_cache()
+        """One CUDA event pair around ``calls`` calls; the caller decides about flushing (a
+        flush enqueued just before is not timed: the start event is recorded after it)."""
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         for _ in range(calls):
@@ -209,23 +209,32 @@ class CudaDevice(Device):
         end.synchronize()
         return start.elapsed_time(end) / 1e3
 
+    def clock(self) -> nvml.ClockReading:
+        return nvml.read_clock(self.index)
+
     def peak_memory(self, fn: Callable[[], object]) -> MemoryReading:
+        """Allocator peak of one call; NVML's peak over that call repeated until sampled.
+
+        ``empty_cache`` first, so the call's memory must come from the driver (NVML cannot see
+        blocks the allocator already holds); NVML is then cross-checked against the
+        allocator's reserved peak (:func:`harness.nvml.nvml_verdict`).
+        """
         self.synchronize()
+        torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(self.torch_device)
         base = torch.cuda.memory_allocated(self.torch_device)
         base_reserved = torch.cuda.memory_reserved(self.torch_device)
-        sampler = _NvmlSampler(self.index)
+        sampler = nvml.UsedMemorySampler(self.index)
+        wanted = nvml.MIN_SAMPLES if sampler.reason is None else 0  # no NVML: one call
         with sampler:
-            result = fn()
-            self.synchronize()
+            calls = nvml.run_until_sampled(fn, sampler.count, self.synchronize, wanted)
         peak = torch.cuda.max_memory_allocated(self.torch_device) - base
-        extra = {
-            "peak_reserved_bytes": torch.cuda.max_memory_reserved(self.torch_device)
-            - base_reserved,
-            **sampler.reading(),
-        }
-        del result
-        return MemoryReading(peak, "cuda-allocator", extra)
+        reserved = torch.cuda.max_memory_reserved(self.torch_device) - base_reserved
+        if sampler.reason is not None:
+            found = {"nvml_peak_bytes": None, "nvml_status": sampler.reason}
+        else:
+            found = nvml.nvml_verdict(sampler.samples, sampler.base or 0, reserved, calls)
+        return MemoryReading(peak, "cuda-allocator", {"peak_reserved_bytes": reserved, **found})
 
     def free_memory_bytes(self) -> int:
         free, _total = torch.cuda.mem_get_info(self.torch_device)
@@ -249,73 +258,8 @@ class CudaDevice(Device):
             "sm_count": props.multi_processor_count,
             "threads": torch.get_num_threads(),
         }
-        info.update(_nvml_device_info(self.index))
+        info.update(nvml.device_info(self.index))
         return info
-
-
-class _NvmlSampler:
-    """Samples NVML's device used-memory every ~1 ms while a call runs (driver-level view)."""
-
-    def __init__(self, index: int, period_s: float = 0.001):
-        self.index, self.period_s = index, period_s
-        self.samples: list[int] = []
-        self.reason = _nvml_unavailable_reason()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def __enter__(self) -> _NvmlSampler:
-        if self.reason is None:
-            import pynvml
-
-            self._handle = pynvml.nvmlDeviceGetHandleByIndex(self.index)
-            self._base = pynvml.nvmlDeviceGetMemoryInfo(self._handle).used
-            self._thread = threading.Thread(target=self._loop, daemon=True)
-            self._thread.start()
-        return self
-
-    def _loop(self) -> None:
-        import pynvml
-
-        while not self._stop.is_set():
-            self.samples.append(pynvml.nvmlDeviceGetMemoryInfo(self._handle).used)
-            time.sleep(self.period_s)
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-
-    def reading(self) -> dict:
-        if self.reason is not None:
-            return {"nvml_peak_bytes": None, "nvml_status": self.reason}
-        if not self.samples:
-            return {
-                "nvml_peak_bytes": None,
-                "nvml_status": "unavailable: call ended before a sample",
-            }
-        return {
-            "nvml_peak_bytes": max(self.samples) - self._base,
-            "nvml_status": "ok",
-            "nvml_samples": len(self.samples),
-        }
-
-
-def _nvml_device_info(index: int) -> dict:
-    reason = _nvml_unavailable_reason()
-    if reason is not None:
-        return {"nvml": reason}
-    import pynvml
-
-    handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-    info = {"nvml": "available", "driver": pynvml.nvmlSystemGetDriverVersion()}
-    try:
-        info["sm_clock_mhz"] = pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)
-        info["max_sm_clock_mhz"] = pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM)
-        info["throttle_reasons"] = pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle)
-        info["power_limit_w"] = pynvml.nvmlDeviceGetPowerManagementLimit(handle) / 1e3
-    except Exception as exc:  # some fields are not supported on every board
-        info["nvml_partial"] = str(exc)
-    return info
 
 
 def resolve_device_name(requested: str) -> str:

@@ -71,6 +71,11 @@ def collect(
         "torch": torch.__version__,
         "torch_cuda": torch.version.cuda,
         "mkl": torch.backends.mkl.is_available(),
+        # fp32 CUDA rows (and the fp32 calibration GEMM) run on TF32 tensor cores when these
+        # allow it: ~10 mantissa bits instead of 23, and several times the fp32 FLOP/s
+        "tf32_cuda_matmul": torch.backends.cuda.matmul.allow_tf32,
+        "tf32_cudnn": torch.backends.cudnn.allow_tf32,
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
         "fingerprint": fingerprint(info),
         # a contended machine explains noisy timings: record the 1/5/15-minute load at the start
         "loadavg_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,

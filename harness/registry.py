@@ -7,6 +7,11 @@ A plug-in registers data plus one function::
     def local_attention(q, k, v, mask, scale=None): ...   # q: (B, H, n_q, D) -> (B, H, n_q, D)
 
 An entry point names a module (registration happens at import) or a zero-argument callable.
+
+Calling an :class:`Implementation` directly checks the same capabilities the runner checks and
+raises :class:`NotSupportedError` instead of silently computing another mask. Optional backends
+register a ``probe``: one tiny real call per device type, run once per process; availability
+comes from that call, not from whether a module imports.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import torch
 from torch import Tensor
 
 from harness.masks import MaskSpec
@@ -26,6 +32,7 @@ ENTRY_POINT_GROUP = "attnbench.implementations"
 BUILTIN_PACKAGE = "implementations"
 
 CoreFn = Callable[..., Tensor]  # (q, k, v, mask, scale=None) -> out
+ProbeFn = Callable[[str], object]  # (device type) -> anything; raises when the backend is broken
 
 
 class UnknownImplementation(KeyError):
@@ -33,6 +40,64 @@ class UnknownImplementation(KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+class NotSupportedError(ValueError):
+    """A direct call that is outside the implementation's declared capabilities."""
+
+
+def machine_device_types() -> list[str]:
+    """Device types this process can run on, preferred first (``cuda`` when visible)."""
+    return ["cuda", "cpu"] if torch.cuda.is_available() else ["cpu"]
+
+
+def problem_of(q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec) -> Problem:
+    """The :class:`Problem` of a direct call. q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D)."""
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError(
+            f"q, k, v must be (B, H, N, D), got {tuple(q.shape)}, {tuple(k.shape)}, "
+            f"{tuple(v.shape)}"
+        )
+    grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    return Problem(
+        batch=q.shape[0], heads=q.shape[1], n_q=q.shape[-2], n_k=k.shape[-2],
+        head_dim=q.shape[-1], dtype=q.dtype, device=q.device.type, mask=mask, backward=grad,
+        kv_heads=None if k.shape[1] == q.shape[1] else k.shape[1],
+    )
+
+
+def tiny_qkv(device_type: str, dtype: torch.dtype, head_dim: int = 64) -> tuple[Tensor, ...]:
+    """Small seeded (1, 2, 16, head_dim) q, k, v for availability probes."""
+    gen = torch.Generator().manual_seed(0)
+    return tuple(
+        torch.randn(1, 2, 16, head_dim, generator=gen).to(device_type, dtype) for _ in range(3)
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}".strip()[:300]
+
+
+# (name, probe, device type) -> reason; holding the probe itself keeps keys from being reused
+_PROBES: dict[tuple[str, ProbeFn, str], str | None] = {}
+
+
+def _probe_reason(name: str, probe: ProbeFn, device_type: str) -> str | None:
+    """Run ``probe`` once per process and device type; its exception's first line, or None."""
+    key = (name, probe, device_type)
+    if key not in _PROBES:
+        try:
+            result = probe(device_type)
+            if isinstance(result, Tensor):
+                result.float().sum().item()  # wait for the device: async kernel errors surface
+            _PROBES[key] = None
+        except Exception as exc:  # a broken backend fails in many ways; the reason says which
+            _PROBES[key] = f"probe on {device_type}: {_first_line(exc)}"
+    return _PROBES[key]
+
+
+_REASON_CACHE_MAX = 1024
 
 
 @dataclass(frozen=True)
@@ -48,6 +113,11 @@ class Implementation:
     availability: Callable[[], str | None] = field(default=lambda: None, repr=False)
     extra_reasons: Callable[[Problem], list[str]] | None = field(default=None, repr=False)
     prepare_fn: Callable[[Problem], AttnFn] | None = field(default=None, repr=False)
+    probe: ProbeFn | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        # direct calls repeat the same shapes: their support check is looked up, not redone
+        object.__setattr__(self, "_reasons_cache", {})
 
     def __call__(
         self,
@@ -57,19 +127,50 @@ class Implementation:
         mask: MaskSpec | None = None,
         scale: float | None = None,
     ) -> Tensor:
-        """q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D) -> (B, H, n_q, D); scale 1/sqrt(D) default."""
-        return self.fn(q, k, v, mask if mask is not None else MaskSpec(), scale=scale)
+        """q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D) -> (B, H, n_q, D); scale 1/sqrt(D) default.
 
-    def unavailable_reason(self) -> str | None:
-        """Why this implementation cannot run on this machine at all (None = it can)."""
+        Raises :class:`NotSupportedError` when the call is outside the declared capabilities
+        (the same check the runner makes before a point runs).
+        """
+        mask = mask if mask is not None else MaskSpec()
+        grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+        # a plain tuple key: building and hashing a Problem on every call costs more than this
+        key = (q.shape, k.shape, v.shape, q.dtype, q.device.type, mask, grad)
+        cache: dict = self._reasons_cache  # type: ignore[attr-defined]
+        reasons = cache.get(key)
+        if reasons is None:
+            if len(cache) >= _REASON_CACHE_MAX:
+                cache.clear()
+            reasons = cache[key] = self.not_supported(problem_of(q, k, v, mask))
+        if reasons:
+            raise NotSupportedError(f"{self.name} cannot run this call: {'; '.join(reasons)}")
+        return self.fn(q, k, v, mask, scale=scale)
+
+    def unavailable_reason(self, device_type: str | None = None) -> str | None:
+        """Why this implementation cannot run here at all (None = it can).
+
+        ``device_type`` (``cpu``/``cuda``): probe that device; None: this machine's preferred
+        device among the declared ones, or a reason when it has none of them.
+        """
         try:
-            return self.availability()
+            reason = self.availability()
         except Exception as exc:  # an optional backend's import can fail in many ways
-            return f"{type(exc).__name__}: {exc}"
+            return _first_line(exc)
+        if reason:
+            return reason
+        if device_type is None:
+            usable = [d for d in machine_device_types() if d in self.caps.devices]
+            if not usable:
+                return (f"runs on {', '.join(sorted(self.caps.devices))} only; this machine "
+                        f"has {' and '.join(machine_device_types())}")
+            device_type = usable[0]
+        if self.probe is None or device_type not in self.caps.devices:
+            return None  # an undeclared device is a capability reason, not an availability one
+        return _probe_reason(self.name, self.probe, device_type)
 
     def not_supported(self, problem: Problem) -> list[str]:
         """Readable reasons why ``problem`` cannot run here; empty when it can."""
-        reason = self.unavailable_reason()
+        reason = self.unavailable_reason(problem.device_type)
         if reason:
             return [f"unavailable: {reason}"]
         out = self.caps.reasons(problem)
@@ -100,8 +201,13 @@ def register(
     availability: Callable[[], str | None] | None = None,
     extra_reasons: Callable[[Problem], list[str]] | None = None,
     prepare: Callable[[Problem], AttnFn] | None = None,
+    probe: ProbeFn | None = None,
 ) -> Callable[[CoreFn], CoreFn]:
-    """Decorator that registers ``fn`` under ``name``; returns ``fn`` unchanged."""
+    """Decorator that registers ``fn`` under ``name``; returns ``fn`` unchanged.
+
+    ``probe(device_type)`` makes one tiny real call (see :func:`tiny_qkv`) and raises when the
+    backend cannot run there; it is run once per process and device type.
+    """
 
     def decorate(fn: CoreFn) -> CoreFn:
         if name in _REGISTRY and _REGISTRY[name].fn is not fn:
@@ -117,6 +223,7 @@ def register(
             availability=availability or (lambda: None),
             extra_reasons=extra_reasons,
             prepare_fn=prepare,
+            probe=probe,
         )
         return fn
 

@@ -33,7 +33,7 @@ import torch
 
 from harness import costmodel, passes, registry
 from harness.contention import Interval
-from harness.device import Device, get_device
+from harness.device import Device, clock_columns, get_device
 from harness.point import Point
 from harness.refkernel import ReferenceKernel, summarize
 from harness.results import RowWriter, iter_rows, write_env
@@ -132,6 +132,7 @@ def run_point(point: Point, config: MeasureConfig, device: Device,
 
 def _measure_point(point: Point, impl, config: MeasureConfig, device: Device,
                    ref: ReferenceKernel) -> dict:
+    clock_start = device.clock()  # SM clock and throttle reasons around the point (GPU)
     case = build_case(point, impl, device, config.check, config.decode_graph)
     device.synchronize()
     start = time.perf_counter()
@@ -148,14 +149,16 @@ def _measure_point(point: Point, impl, config: MeasureConfig, device: Device,
     out["first_call_s"] = first_call_s
     out.update(case.extra(timing, partial(measure, device=device, config=_side_timing(config))))
     out.update(_throughput(point, case.tokens, timing.median))
+    out.update(clock_columns(clock_start, device.clock()))
     nonfinite = out.pop("nonfinite", False) or not finite  # NaN/inf even with check = none
     out.pop("grad_agree", None)
+    mismatch = out.pop("mismatch_reason", None)  # which bound the agreement rule broke
     if nonfinite:
         out["status"], out["reason"] = "mismatch", "non-finite values (NaN/inf) in the output"
     elif out.get("agree") is False:
         out["status"] = "mismatch"
-        out["reason"] = (f"max_abs_err {out.get('max_abs_err')} beyond tolerance "
-                         f"{out.get('tolerance')}")
+        out["reason"] = mismatch or (f"max_abs_err {out.get('max_abs_err')} beyond tolerance "
+                                     f"{out.get('tolerance')}")
     else:
         out["status"], out["reason"] = "ok", None
     return out

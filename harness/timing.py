@@ -3,6 +3,9 @@ or the time budget ends. Raw per-call samples are kept; statistics are computed 
 
 Like ``triton.testing.do_bench`` the budget is in time, not counts; like
 ``torch.utils.benchmark`` a sample times enough back-to-back calls to dwarf timer overhead.
+With an L2 flush (CUDA ``flush_l2``), every call is flushed and timed with its own event pair,
+as ``do_bench`` does: batching calls would time all but the first with a warm L2. Calls too
+short for one event pair each are batched, and the row says L2 was warm (``l2`` column).
 """
 
 from __future__ import annotations
@@ -16,6 +19,11 @@ import numpy as np
 from scipy import stats
 
 from harness.device import Device
+
+# Below this a single call is within a few event-timer resolutions (~0.5 us) and launch gaps:
+# such calls are batched unflushed instead, and their rows say ``l2 = warm``.
+MIN_FLUSHED_CALL_S = 1e-5
+L2_FLUSHED = "flushed-per-call"
 
 
 @dataclass(frozen=True)
@@ -52,6 +60,7 @@ class Measurement:
     samples: tuple[float, ...]
     calls_per_sample: int
     first_call_s: float
+    l2: str = "warm"  # flushed-per-call | warm | n/a (cpu): the cache state the samples saw
 
     @property
     def median(self) -> float:
@@ -82,6 +91,7 @@ class Measurement:
             "calls_per_sample": self.calls_per_sample,
             "time_samples_s": list(self.samples),
             "first_call_s": self.first_call_s,
+            "l2": self.l2,
         }
 
 
@@ -97,10 +107,14 @@ def measure(
     first_call_s = time.perf_counter() - start  # compilation, autotuning, first allocations
     warm = [device.time_calls(fn, 1) for _ in range(config.warmup_calls)]
     estimate = min(warm) if warm else first_call_s
-    calls = max(1, math.ceil(config.min_sample_s / max(estimate, 1e-9)))
+    per_call_flush = device.flush_l2 and estimate >= MIN_FLUSHED_CALL_S
+    batched = max(1, math.ceil(config.min_sample_s / max(estimate, 1e-9)))
+    calls = 1 if per_call_flush else batched
     samples: list[float] = []
     deadline = time.perf_counter() + config.budget_s
     while len(samples) < config.max_samples:
+        if per_call_flush:
+            device.flush_cache()  # enqueued before the call's own start event: not timed
         samples.append(device.time_calls(fn, calls) / calls)
         if len(samples) < config.min_samples:
             continue
@@ -108,7 +122,8 @@ def measure(
             break
         if len(samples) >= 6 and _rel_halfwidth(samples) <= config.target_rel_ci:
             break
-    return Measurement(tuple(samples), calls, first_call_s)
+    l2 = L2_FLUSHED if per_call_flush else device.warm_l2
+    return Measurement(tuple(samples), calls, first_call_s, l2)
 
 
 def _rel_halfwidth(samples: list[float]) -> float:

@@ -7,25 +7,25 @@ Layout: flash-attn takes (B, N, H, D); we transpose from (B, H, N, D).
 
 from __future__ import annotations
 
-import importlib
 import math
 
 import torch
 from torch import Tensor
 
 from harness.masks import MaskSpec
-from harness.registry import register
+from harness.registry import register, tiny_qkv
 from harness.spec import Capabilities, Cost
 
 
 def _availability() -> str | None:
     if not torch.cuda.is_available():
         return "needs a CUDA GPU (flash-attn has no CPU path); install with the `gpu` extra"
-    try:
-        importlib.import_module("flash_attn")
-    except Exception as exc:
-        return f"flash_attn not importable ({type(exc).__name__}: {exc}); install the `gpu` extra"
     return None
+
+
+def _probe(device_type: str) -> Tensor:
+    """One tiny real call: the import, the compiled extension and a kernel for this GPU."""
+    return flash_attn_attention(*tiny_qkv(device_type, torch.float16), MaskSpec(causal=True))
 
 
 @register(
@@ -41,6 +41,7 @@ def _availability() -> str | None:
     cost=Cost(time_exponent=2, memory_exponent=1),
     description="flash_attn.flash_attn_func (FlashAttention-2, CUDA)",
     availability=_availability,
+    probe=_probe,
 )
 def flash_attn_attention(
     q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, scale: float | None = None

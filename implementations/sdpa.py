@@ -2,7 +2,9 @@
 
 Causal with ``n_q == n_k`` uses ``is_causal=True`` (fused kernels); with ``n_q != n_k`` it uses
 ``causal_lower_right`` so the alignment matches :mod:`harness.masks` (plain ``is_causal`` is
-top-left there). Backends that cannot run a problem say why before it runs.
+top-left there). Backends that cannot run a problem say why before it runs; the pinned
+backends' availability comes from one tiny real call per device type (a backend compiled out of
+this torch build, or without a kernel for this GPU, fails that call).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 
 from harness.masks import MaskSpec
-from harness.registry import register
+from harness.registry import register, tiny_qkv
 from harness.spec import Capabilities, Cost, Problem
 
 # We handle n_q > n_k ourselves (empty rows -> zeros), so this warning is noise.
@@ -52,6 +54,18 @@ def _pinned(backend: SDPBackend):
     run.__name__ = f"sdpa_{backend.name.lower()}"
     run.__doc__ = f"SDPA pinned to {backend.name}. q: (B, H, n_q, D) -> (B, H, n_q, D)."
     return run
+
+
+def _probe(backend: SDPBackend):
+    """A tiny real call of the pinned backend on a device type (half precision on CUDA, where
+    the fused kernels need it)."""
+    pinned = _pinned(backend)
+
+    def probe(device_type: str) -> Tensor:
+        dtype = torch.float16 if device_type == "cuda" else torch.float32
+        return pinned(*tiny_qkv(device_type, dtype), MaskSpec(causal=True))
+
+    return probe
 
 
 def _cuda_fused_reasons(name: str, max_head_dim: int):
@@ -103,6 +117,7 @@ register(
     cost=Cost(time_exponent=2, memory_exponent=1),
     description="SDPA FLASH_ATTENTION backend (CPU flash kernel or CUDA FlashAttention-2)",
     extra_reasons=_cuda_fused_reasons("FLASH_ATTENTION", 256),
+    probe=_probe(SDPBackend.FLASH_ATTENTION),
 )(_pinned(SDPBackend.FLASH_ATTENTION))
 
 register(
@@ -111,6 +126,7 @@ register(
     caps=Capabilities(devices={"cuda"}, mask_features=_CAUSAL, grouped_kv=True),
     cost=Cost(time_exponent=2, memory_exponent=1),
     description="SDPA EFFICIENT_ATTENTION backend (xformers/CUTLASS kernel; CUDA only)",
+    probe=_probe(SDPBackend.EFFICIENT_ATTENTION),
 )(_pinned(SDPBackend.EFFICIENT_ATTENTION))
 
 register(
@@ -120,4 +136,5 @@ register(
     cost=Cost(time_exponent=2, memory_exponent=1),
     description="SDPA CUDNN_ATTENTION backend (cuDNN fused attention; CUDA only)",
     extra_reasons=_cuda_fused_reasons("CUDNN_ATTENTION", 128),
+    probe=_probe(SDPBackend.CUDNN_ATTENTION),
 )(_pinned(SDPBackend.CUDNN_ATTENTION))

@@ -6,25 +6,26 @@ why it is unavailable. Layout: xformers takes (B, N, H, D); we transpose from (B
 
 from __future__ import annotations
 
-import importlib
 import math
 
 import torch
 from torch import Tensor
 
 from harness.masks import MaskSpec
-from harness.registry import register
+from harness.registry import register, tiny_qkv
 from harness.spec import Capabilities, Cost
 
 
 def _availability() -> str | None:
     if not torch.cuda.is_available():
         return "needs a CUDA GPU (xformers has no CPU operator); install with the `gpu` extra"
-    try:
-        importlib.import_module("xformers.ops")
-    except Exception as exc:  # ImportError, or OSError from a CUDA-mismatched _C library
-        return f"xformers not importable ({type(exc).__name__}: {exc}); install the `gpu` extra"
     return None
+
+
+def _probe(device_type: str) -> Tensor:
+    """One tiny real call: a wheel that imports but whose operators do not load fails here
+    (\"No operator found for memory_efficient_attention_forward\")."""
+    return xformers_attention(*tiny_qkv(device_type, torch.float16), MaskSpec(causal=True))
 
 
 def _bias(mask: MaskSpec, n_q: int, n_k: int):
@@ -49,6 +50,7 @@ def _bias(mask: MaskSpec, n_q: int, n_k: int):
     cost=Cost(time_exponent=2, memory_exponent=1),
     description="xformers.ops.memory_efficient_attention (CUDA)",
     availability=_availability,
+    probe=_probe,
 )
 def xformers_attention(
     q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, scale: float | None = None

@@ -60,19 +60,36 @@ def check_attention(
     """Agreement columns of one prepared call against the float64 reference (same mask)."""
     if plan.mode == "none":
         return {"agree": None}
-    mask = point.mask
     with torch.no_grad():
         out = attn(q, k, v)
-        rows = None if plan.mode == "full" else sample_rows(point.n_q, seed=point.seed)
-        ref = reference_attention(q, k, v, mask, rows=rows)
-        naive = naive_attention(q, k, v, mask, rows=rows)
-    picked = out if rows is None else out[..., rows.to(out.device), :]
-    result = compare(picked, ref, point.torch_dtype)
-    result["naive_err"] = float((naive.double() - ref).abs().max())
+    rows, ref, naive = checked_rows(q, k, v, point, plan)
+    result = judge_rows(out, rows, ref, naive, point.torch_dtype)
     if plan.grads and grad_out is not None:
         grads = torch.autograd.grad(attn(q, k, v), (q, k, v), grad_out)
         result.update(
-            compare_grads(grads, reference_grads(q, k, v, grad_out, mask), point.torch_dtype)
+            compare_grads(grads, reference_grads(q, k, v, grad_out, point.mask), point.torch_dtype)
         )
         result["agree"] = result["agree"] and result["grad_agree"]
     return result
+
+
+def checked_rows(
+    q: Tensor, k: Tensor, v: Tensor, point, plan: CheckPlan
+) -> tuple[Tensor | None, Tensor, Tensor]:
+    """(rows, reference, naive) for the rows ``plan`` checks: rows is None for a full check,
+    else the sampled query rows (1-D long); reference is float64 and naive is the same math in
+    the inputs' dtype, both (B, H, len(rows) or n_q, D), on the inputs' device."""
+    rows = None if plan.mode == "full" else sample_rows(point.n_q, seed=point.seed)
+    with torch.no_grad():
+        ref = reference_attention(q, k, v, point.mask, rows=rows)
+        naive = naive_attention(q, k, v, point.mask, rows=rows)
+    return rows, ref, naive
+
+
+def judge_rows(
+    out: Tensor, rows: Tensor | None, ref: Tensor, naive: Tensor, dtype: torch.dtype
+) -> dict:
+    """Agreement columns of a full output ``out`` (B, H, n_q, D) at ``rows`` (None = all):
+    judged against the naive same-dtype error of the same rows (k * naive + eps)."""
+    picked = out if rows is None else out[..., rows.to(out.device), :]
+    return compare(picked, ref, dtype, naive=naive)

@@ -6,9 +6,10 @@ import time
 
 import numpy as np
 import pytest
+import torch
 
-from harness.device import CpuDevice
-from harness.timing import Measurement, TimingConfig, measure, median_ci
+from harness.device import CpuDevice, Device
+from harness.timing import L2_FLUSHED, Measurement, TimingConfig, measure, median_ci
 
 
 def test_median_ci_covers_the_true_median_about_95_percent_of_the_time():
@@ -71,3 +72,72 @@ def test_first_call_is_kept_out_of_the_samples():
 def test_bad_configs_are_rejected(kwargs):
     with pytest.raises(ValueError):
         TimingConfig(**kwargs)
+
+
+class FlushCountingDevice(Device):
+    """A CUDA-like device on the CPU: perf_counter timing, and a flush that is counted and
+    marks the cache cold; each timed call records whether it ran after a flush."""
+
+    kind = "cuda"
+
+    def __init__(self, flush_l2: bool):
+        self.flush_l2 = flush_l2
+        self.flushes = 0
+        self.cold = False
+        self.calls_cold: list[bool] = []  # one entry per timed call: was L2 flushed before it?
+
+    def flush_cache(self) -> None:
+        if self.flush_l2:
+            self.flushes += 1
+            self.cold = True
+
+    def time_calls(self, fn, calls: int) -> float:
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+            self.calls_cold.append(self.cold)
+            self.cold = False
+        return time.perf_counter() - start
+
+
+def _sleep_50us():
+    time.sleep(5e-5)  # far above MIN_FLUSHED_CALL_S
+
+
+def test_l2_flush_is_per_call_with_its_own_timer():
+    device = FlushCountingDevice(flush_l2=True)
+    m = measure(_sleep_50us, device, TimingConfig(budget_s=0.05, min_samples=5, warmup_calls=1))
+    assert m.l2 == L2_FLUSHED and m.calls_per_sample == 1
+    timed = device.calls_cold[1:]  # the warm-up call comes first, unflushed
+    assert len(timed) == len(m.samples) == device.flushes
+    assert all(timed)  # every timed call ran right after its own flush
+    assert m.columns()["l2"] == "flushed-per-call"
+
+
+def test_without_flushing_calls_are_batched_and_the_row_says_warm():
+    device = FlushCountingDevice(flush_l2=False)
+    m = measure(_sleep_50us, device, TimingConfig(budget_s=0.05, min_samples=3, warmup_calls=1))
+    assert m.l2 == "warm" and m.calls_per_sample > 1 and device.flushes == 0
+
+
+def test_calls_too_short_to_time_one_by_one_are_batched_and_warm():
+    device = FlushCountingDevice(flush_l2=True)
+    m = measure(lambda: None, device, TimingConfig(budget_s=0.05, min_samples=3, warmup_calls=1))
+    assert m.l2 == "warm" and m.calls_per_sample > 1 and device.flushes == 0
+
+
+def test_cpu_rows_say_l2_does_not_apply():
+    m = measure(lambda: None, CpuDevice(), TimingConfig(budget_s=0.02, min_samples=3))
+    assert m.columns()["l2"] == "n/a (cpu)"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_flush_per_call_times_one_call_per_event_pair():
+    from harness.device import get_device
+
+    a = torch.randn(2048, 2048, device="cuda")
+    config = TimingConfig(budget_s=0.2, min_samples=5)
+    flushed = measure(lambda: a @ a, get_device("cuda", flush_l2=True), config)
+    warm = measure(lambda: a @ a, get_device("cuda", flush_l2=False), config)
+    assert flushed.l2 == L2_FLUSHED and flushed.calls_per_sample == 1
+    assert warm.l2 == "warm"

@@ -1,0 +1,124 @@
+"""Direct calls check capabilities; availability comes from a real (probe) call."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness import registry
+from harness.agreement import compare
+from harness.masks import MaskSpec
+from harness.reference import naive_attention, reference_attention
+from harness.registry import Implementation, NotSupportedError
+from harness.spec import Capabilities, Cost
+from tests.conftest import make_qkv
+
+WINDOWED = MaskSpec(causal=True, window=(15, 0))
+
+
+@pytest.mark.parametrize("name", ["sdpa", "sdpa-flash", "flash-tiled"])
+def test_direct_call_with_an_unsupported_mask_raises_naming_the_feature(name):
+    q, k, v = make_qkv(1, 2, 64, 64, 16, seed=1)
+    with pytest.raises(NotSupportedError, match=rf"{name} .*mask features \['window'\]"):
+        registry.get(name)(q, k, v, WINDOWED)
+    assert issubclass(NotSupportedError, ValueError)
+
+
+@pytest.mark.parametrize("name", ["sdpa", "sdpa-flash", "flash-tiled", "local"])
+def test_supported_direct_calls_still_agree(name):
+    mask = WINDOWED if name == "local" else MaskSpec(causal=True)
+    q, k, v = make_qkv(1, 2, 97, 97, 59, seed=2)
+    out = registry.get(name)(q, k, v, mask)
+    ref = reference_attention(q, k, v, mask)
+    assert compare(out, ref, torch.float32, naive=naive_attention(q, k, v, mask))["agree"]
+
+
+def test_internal_prepared_calls_do_not_go_through_the_check():
+    # the runner checks support once per point, then times impl.prepare(problem): no re-check
+    impl = registry.get("sdpa")
+    q, k, v = make_qkv(1, 1, 8, 8, 8, seed=3)
+    from harness.spec import Problem
+
+    attn = impl.prepare(Problem(1, 1, 8, 8, 8, mask=MaskSpec(causal=True)))
+    assert torch.equal(attn(q, k, v), impl.fn(q, k, v, MaskSpec(causal=True)))
+
+
+def _scratch(calls: list, **caps) -> Implementation:
+    def reasons(problem):
+        calls.append(problem)
+        return []
+
+    return Implementation(
+        name="scratch", family="test", caps=Capabilities(**caps), cost=Cost(2, 2),
+        fn=lambda q, k, v, mask, scale=None: q, extra_reasons=reasons,
+    )
+
+
+def test_the_check_is_cached_per_problem():
+    calls: list = []
+    impl = _scratch(calls)
+    q, k, v = make_qkv(1, 2, 16, 16, 8, seed=4)
+    for _ in range(5):
+        impl(q, k, v, MaskSpec(causal=True))
+    assert len(calls) == 1
+    impl(q[:, :, :8], k, v, MaskSpec(causal=True))  # a new shape is checked again
+    assert len(calls) == 2
+
+
+def test_backward_and_dtype_and_grouped_kv_are_checked():
+    impl = _scratch([], backward=False, dtypes={torch.float32})
+    q, k, v = make_qkv(1, 2, 16, 16, 8, seed=5, requires_grad=True)
+    with pytest.raises(NotSupportedError, match="no backward pass"):
+        impl(q, k, v)
+    with torch.no_grad():
+        impl(q, k, v)  # forward only: fine
+        with pytest.raises(NotSupportedError, match="dtype float64"):
+            impl(q.double(), k.double(), v.double())
+        with pytest.raises(NotSupportedError, match="grouped"):
+            impl(q, k[:, :1], v[:, :1])
+
+
+def _probed(probe, devices=("cpu", "cuda")) -> Implementation:
+    return Implementation(
+        name=f"probed-{id(probe)}", family="test", caps=Capabilities(devices=set(devices)),
+        cost=Cost(2, 2), fn=lambda q, k, v, mask, scale=None: q, probe=probe,
+    )
+
+
+def test_availability_comes_from_the_probe_and_is_cached():
+    seen: list[str] = []
+
+    def broken(device_type: str):
+        seen.append(device_type)
+        raise NotImplementedError(
+            "No operator found for `memory_efficient_attention_forward` with inputs:\n  query"
+        )
+
+    impl = _probed(broken)
+    reason = impl.unavailable_reason("cpu")
+    assert reason == (
+        "probe on cpu: NotImplementedError: No operator found for "
+        "`memory_efficient_attention_forward` with inputs:"
+    )
+    assert impl.unavailable_reason("cpu") == reason and seen == ["cpu"]  # once per process
+    q, k, v = make_qkv(1, 1, 8, 8, 8, seed=6)
+    with pytest.raises(NotSupportedError, match="No operator found"):
+        impl(q, k, v)
+    from harness.spec import Problem
+
+    assert impl.not_supported(Problem(1, 1, 8, 8, 8)) == [f"unavailable: {reason}"]
+
+
+def test_a_working_probe_means_available():
+    impl = _probed(lambda d: torch.ones(2, device=d))
+    assert impl.unavailable_reason("cpu") is None
+
+
+def test_cuda_only_backend_on_a_machine_without_cuda():
+    impl = _probed(lambda d: torch.ones(2, device=d), devices=("cuda",))
+    if torch.cuda.is_available():
+        assert impl.unavailable_reason() is None
+    else:
+        assert "runs on cuda only" in impl.unavailable_reason()
+        # asked for a CPU point, the capability check (device) says it, not availability
+        assert impl.unavailable_reason("cpu") is None
