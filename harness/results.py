@@ -116,6 +116,18 @@ ROW_COLUMNS: tuple[str, ...] = (
     "other_cpu_cores",
     "cpu_steal_frac",
     "load_avg_1m",
+    # agreement rule, L2 state and GPU clocks
+    "naive_rel_err",
+    "rel_tolerance",
+    "agree_rule",
+    "l2",
+    "nvml_calls",
+    "nvml_samples",
+    "sm_clock_start_mhz",
+    "sm_clock_end_mhz",
+    "throttle_reasons",
+    "throttled",
+    "clock_status",
 )
 
 
