@@ -12,11 +12,13 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from harness.passes import split_samples
 from harness.point import POINT_FIELDS
 from harness.powerfit import (
     MODELS,
     SIGMA_FLOOR,
     Fit,
+    fit_region,
     asymptotic_start,
     choose_region,
     fit_rows,
@@ -90,7 +92,9 @@ def fit_exponent(
     xr, yr, lx = xs[start:], ys[start:], np.log(xs[start:])
     k = len(xr)
     s2 = None if sigma2 is None else sigma2[start:]
-    w = np.ones(k) if s2 is None else 1.0 / s2
+    # weights 1/(σ_i² + τ²): a precise point must not dominate data that wobble more than
+    # their error bars say (drift between timing passes, shape-dependent kernel choices)
+    w = np.ones(k) if s2 is None else fit_region(lx, yr, s2, chosen).w
     noise, method = np.zeros((n_boot, k)), "residuals"
     if ratios is not None:
         noise, method = sample_power * np.log(ratios[:, start:]), "samples+residuals"
@@ -205,6 +209,22 @@ def _ci_sigma(df: pd.DataFrame) -> pd.Series:
         return (np.log(hi) - np.log(lo)) / (2 * 1.96)
 
 
+def _pass_samples(df: pd.DataFrame) -> pd.Series | None:
+    """Each row's ``time_samples_s`` cut into its timing passes (``pass_samples``): a list of
+    per-pass lists, one pass when the row has no pass counts; None without samples."""
+    if "time_samples_s" not in df.columns:
+        return None
+    counts = df["pass_samples"] if "pass_samples" in df.columns else pd.Series(None, df.index)
+
+    def split(samples, count) -> list | None:
+        if not isinstance(samples, list):
+            return None
+        count = count if isinstance(count, list) else None
+        return [g.tolist() for g in split_samples(samples, count)]
+
+    return pd.Series([split(s, c) for s, c in zip(df["time_samples_s"], counts)], df.index)
+
+
 def aggregate(df: pd.DataFrame, over: str, metric: str, keys: Sequence[str]) -> pd.DataFrame:
     """One row per (keys, over): median metric, pooled ``samples`` (duplicate runs merge)."""
     frame = (
@@ -212,16 +232,16 @@ def aggregate(df: pd.DataFrame, over: str, metric: str, keys: Sequence[str]) -> 
         .assign(
             x=pd.to_numeric(df[over], errors="coerce"),
             y=pd.to_numeric(df[metric], errors="coerce"),
-            samples=df["time_samples_s"] if "time_samples_s" in df.columns else None,
+            samples=_pass_samples(df),
             sigma=_ci_sigma(df) if metric in TIME_METRICS else np.nan,
         )
         .dropna(subset=["x", "y"])
     )
     frame = frame[frame["x"] > 0]
 
-    def pool(series: pd.Series) -> list | None:
+    def pool(series: pd.Series) -> list | None:  # duplicate runs: their passes side by side
         lists = [s for s in series if isinstance(s, list)]
-        return [v for s in lists for v in s] if len(lists) == len(series) else None
+        return [p for s in lists for p in s] if len(lists) == len(series) else None
 
     grouped = frame.groupby([*keys, "x"], sort=True, dropna=False)
     out = grouped.agg(

@@ -46,6 +46,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from scipy import stats
 
+from harness.passes import hierarchical_bootstrap, point_estimate
+
 MODELS = ("power", "power+const", "auto")
 ALPHA_DROP = 0.01  # a leading point is dropped when it is this unlikely under the fit above it
 ALPHA_CONST = 0.05  # ``auto`` adds the constant when the F-test's p-value is below this
@@ -146,7 +148,7 @@ class _RegionFit:
     dof: int
 
 
-def _fit_region(lx, y, sigma2, model) -> _RegionFit:
+def fit_region(lx, y, sigma2, model) -> _RegionFit:
     """Weighted fit of one region; the weights' extra scatter τ² re-estimated once."""
     k, q = lx.size, n_params(model)
     w = np.ones(k) if sigma2 is None else 1.0 / sigma2
@@ -176,8 +178,8 @@ def constant_p_value(lx, y, sigma2) -> float:
     k = lx.size
     if k < 4:
         return 1.0
-    plain = _fit_region(lx, y, sigma2, "power")
-    const = _fit_region(lx, y, sigma2, "power+const")
+    plain = fit_region(lx, y, sigma2, "power")
+    const = fit_region(lx, y, sigma2, "power+const")
     if const.c <= 0:
         return 1.0
     # weights of the measured noise only: the extra scatter τ² of the plain fit would absorb
@@ -192,7 +194,7 @@ def constant_p_value(lx, y, sigma2) -> float:
 def _leading_point_off(lx, y, sigma2, model, start) -> bool:
     """Is point ``start`` outside the prediction interval of the fit over the points above it?"""
     rest = slice(start + 1, None)
-    fit = _fit_region(lx[rest], y[rest], None if sigma2 is None else sigma2[rest], model)
+    fit = fit_region(lx[rest], y[rest], None if sigma2 is None else sigma2[rest], model)
     if fit.dof < 1:
         return False
     with np.errstate(all="ignore"):
@@ -251,14 +253,37 @@ def asymptotic_start(
 
 
 def sample_medians(samples: Sequence, n_boot: int, rng: np.random.Generator) -> np.ndarray | None:
-    """(B, k) bootstrap medians of each point's raw samples, relative to the point's median,
-    or None if any point lacks two finite samples."""
+    """(B, k) bootstrap replicates of each point's time estimate, relative to the estimate, or
+    None if any point lacks two finite samples.
+
+    A point's samples are either one flat list of per-call times (bootstrap of their median),
+    or a list of timing passes, each a list of per-call times (hierarchical bootstrap of the
+    median of pass medians: passes drawn with replacement, then calls within each pass). The
+    pass structure matters: calls within a pass share that pass's machine state, so pooling
+    them claims a precision that the drift between passes does not allow."""
     cols = []
     for s in samples:
-        arr = np.asarray(s if s is not None else [], float)
-        arr = arr[np.isfinite(arr)]
-        if arr.size < 2:
+        groups = _as_passes(s)
+        if groups is None:
             return None
-        idx = rng.integers(0, arr.size, size=(n_boot, arr.size))
-        cols.append(np.median(arr[idx], axis=1) / np.median(arr))
+        if len(groups) == 1:
+            arr = groups[0]
+            idx = rng.integers(0, arr.size, size=(n_boot, arr.size))
+            cols.append(np.median(arr[idx], axis=1) / np.median(arr))
+        else:
+            seed = int(rng.integers(0, 2**31))
+            reps = hierarchical_bootstrap(groups, "median", resamples=n_boot, seed=seed)
+            cols.append(reps / point_estimate(groups, "median"))
     return np.stack(cols, axis=1)
+
+
+def _as_passes(s) -> list[np.ndarray] | None:
+    """A point's samples as a list of finite per-pass arrays (None: fewer than 2 samples)."""
+    nested = s is not None and len(s) > 0 and isinstance(s[0], list | tuple | np.ndarray)
+    raw = s if nested else [s if s is not None else []]
+    groups = [np.asarray(g, float) for g in raw]
+    groups = [g[np.isfinite(g)] for g in groups]
+    groups = [g for g in groups if g.size]
+    if sum(g.size for g in groups) < 2:
+        return None
+    return groups if all(g.size >= 1 for g in groups) else None
