@@ -18,9 +18,9 @@ from harness.powerfit import (
     MODELS,
     SIGMA_FLOOR,
     Fit,
-    fit_region,
     asymptotic_start,
     choose_region,
+    fit_region,
     fit_rows,
     local_slopes_xy,
     n_params,
@@ -222,7 +222,8 @@ def _pass_samples(df: pd.DataFrame) -> pd.Series | None:
         count = count if isinstance(count, list) else None
         return [g.tolist() for g in split_samples(samples, count)]
 
-    return pd.Series([split(s, c) for s, c in zip(df["time_samples_s"], counts)], df.index)
+    pairs = zip(df["time_samples_s"], counts, strict=True)
+    return pd.Series([split(s, c) for s, c in pairs], df.index)
 
 
 def aggregate(df: pd.DataFrame, over: str, metric: str, keys: Sequence[str]) -> pd.DataFrame:
