@@ -20,7 +20,8 @@ Usage::
 
 On a shared machine another process's load inflates whichever points it overlaps; with several
 runs (``--repeat`` or several ``--run-dir``) each point keeps its fastest run's row.
-``--direct R`` calls :func:`harness.runner.run_point` on the suite's points round-robin R times
+``--direct R`` calls :func:`harness.execute.runner.run_point` on the suite's points round-robin R
+times
 (agreement check off, short timing budget), so a burst of load hits every point alike.
 
 Exit status 1 when a target of the ``--impl`` core (default sdpa) is missed.
@@ -38,13 +39,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from harness.device import get_device
-from harness.point import point_from_row
+from harness.execute.runner import run_point
+from harness.measure.device import get_device
+from harness.measure.timing import TimingConfig
 from harness.results import load_rows
-from harness.runner import run_point
 from harness.scenarios.decode import decode_flops_per_token
-from harness.suite import MeasureConfig, load_suite
-from harness.timing import TimingConfig
+from harness.sweep.point import point_from_row
+from harness.sweep.suite import MeasureConfig, load_suite
 
 ROOT = Path(__file__).resolve().parent.parent
 SUITE = ROOT / "suites" / "decode-cpu.toml"

@@ -24,14 +24,15 @@ import sys
 
 import torch
 
-from harness import calibrate, env, registry
-from harness.device import get_device
+from harness import registry
 from harness.masks import MaskSpec
-from harness.point import Point
+from harness.measure import calibrate, env
+from harness.measure.device import get_device
+from harness.measure.timing import TimingConfig, measure
 from harness.registry import NotSupportedError
 from harness.scenarios.attention import check_attention, make_inputs
 from harness.scenarios.base import check_plan
-from harness.timing import TimingConfig, measure
+from harness.sweep.point import Point
 
 
 def _qkv(n: int, dtype=torch.bfloat16, heads: int = 16, d: int = 64):

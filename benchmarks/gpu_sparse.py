@@ -10,7 +10,7 @@ n = 4096/8192/16384, D = 64/128, causal and not, forward and forward+backward.
 
 Times: ``triton.testing.do_bench`` medians. TFLOP/s useful = 4·B·H·D·kept pairs / time
 (forward+backward: 3.5x the forward's FLOPs). ``agree``: each output on 256 sampled query rows
-of (batch 0, heads 0-1) against the float64 reference (``harness.agreement`` tolerance).
+of (batch 0, heads 0-1) against the float64 reference (``harness.oracle.agreement`` tolerance).
 
 Run: ``python benchmarks/gpu_sparse.py --out gpu_sparse.csv [--sizes 4096 16384 65536 131072]``
 """
@@ -25,10 +25,10 @@ import pandas as pd
 import torch
 
 from harness import registry
-from harness.agreement import compare
 from harness.masks import MaskSpec, kept_pairs, mask_rows
-from harness.reference import reference_attention
-from harness.report import markdown_table
+from harness.oracle.agreement import compare
+from harness.oracle.reference import reference_attention
+from harness.render.report import markdown_table
 from harness.spec import Problem
 
 B, H, D = 4, 16, 64

@@ -7,8 +7,9 @@ least 8x faster than dense causal ``sdpa-flash`` and at least as fast as ``flex-
 ``dilated`` (d=2) within 2x of ``local``; ``longformer`` (16 globals) within 1.5x; the fitted
 exponent of ``masked-dense`` ~2.
 
-Timing is the harness's adaptive median (:func:`harness.timing.measure`), memory the harness's
-CPU peak (torch.profiler allocator events, :meth:`harness.device.CpuDevice.peak_memory`).
+Timing is the harness's adaptive median (:func:`harness.measure.timing.measure`), memory the
+harness's
+CPU peak (torch.profiler allocator events, :meth:`harness.measure.device.CpuDevice.peak_memory`).
 Run: ``python benchmarks/sparse_targets.py [--sizes 2048 4096 8192 16384] [--budget 1.0]``.
 On a machine shared with other jobs the wall clock is not this process's: ``--threads 1
 --cpu-clock`` times by process CPU time instead (ratios and exponents, not 2-thread speed).
@@ -26,11 +27,11 @@ import numpy as np
 import torch
 
 from harness import registry
-from harness.calibrate import measure_matmul_peak
-from harness.device import get_device
 from harness.masks import MaskSpec, kept_pairs
+from harness.measure.calibrate import measure_matmul_peak
+from harness.measure.device import get_device
+from harness.measure.timing import TimingConfig, measure
 from harness.spec import Problem
-from harness.timing import TimingConfig, measure
 
 B, H, D = 1, 8, 64
 WINDOW = (255, 0)

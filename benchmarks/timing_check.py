@@ -15,9 +15,9 @@ import torch
 import torch.utils.benchmark as tub
 
 from harness import registry
-from harness.device import CpuDevice
 from harness.masks import MaskSpec
-from harness.timing import TimingConfig, measure
+from harness.measure.device import CpuDevice
+from harness.measure.timing import TimingConfig, measure
 
 
 def main() -> int:

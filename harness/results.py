@@ -135,15 +135,23 @@ class ResultsError(ValueError):
     """An unusable results directory or file."""
 
 
-def _clean(value):
-    """JSON-safe scalars: NaN/inf -> None, numpy scalars -> Python."""
-    if hasattr(value, "item") and not isinstance(value, (list, tuple, dict)):
+def json_safe(value):
+    """``value`` with every non-finite float (NaN, inf) as None and numpy scalars as Python
+    numbers, at any depth of dicts, lists and tuples: what strict JSON can hold."""
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, str | bytes):  # numpy scalars
         value = value.item()
     if isinstance(value, float) and not math.isfinite(value):
         return None
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
     return value
+
+
+def dumps_json(value, indent: int | None = 2) -> str:
+    """Strict JSON (missing numbers as null, never NaN) for ``--json`` outputs."""
+    return json.dumps(json_safe(value), indent=indent, allow_nan=False)
 
 
 class RowWriter:
@@ -163,7 +171,7 @@ class RowWriter:
                     fh.write(b"\n")
 
     def write(self, row: dict) -> None:
-        line = json.dumps({k: _clean(v) for k, v in row.items()}, allow_nan=False)
+        line = json.dumps(json_safe(row), allow_nan=False)
         with self.path.open("a", encoding="utf-8") as fh:
             fh.write(line + "\n")
             fh.flush()

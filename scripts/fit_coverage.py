@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "harne
 
 from test_fitrule import EXPONENTS, GRIDS, NOISE, OVERHEADS, synthetic
 
-from harness.analysis import fit_exponent
+from harness.analysis.fits import fit_exponent
 
 
 def main(model: str = "auto", reps: int = 100) -> None:

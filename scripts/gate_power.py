@@ -25,8 +25,8 @@ import sys
 import time
 from pathlib import Path
 
-from harness.baseline import find_baseline, run_suite
-from harness.compare import compare_runs
+from harness.compare.baseline import find_baseline, run_suite
+from harness.compare.runs import compare_runs
 from harness.results import load_env, load_rows
 
 HERE = Path(__file__).resolve().parent

@@ -16,8 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness import costmodel
-from harness.suite import load_suite
+from harness.cost import costmodel
+from harness.sweep.suite import load_suite
 
 
 def estimate(path: str, rate: float) -> tuple[int, float, float, float]:

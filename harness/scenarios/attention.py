@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from harness.agreement import compare, compare_grads
-from harness.reference import naive_attention, reference_attention, reference_grads
+from harness.oracle.agreement import compare, compare_grads
+from harness.oracle.reference import naive_attention, reference_attention, reference_grads
 from harness.scenarios.base import Case, CheckPlan, sample_rows
 from harness.spec import AttnFn
 

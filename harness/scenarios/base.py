@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from harness.timing import Measurement
+from harness.measure.timing import Measurement
 
 # Full float64 checks above this many (query, key) pairs cost more than the point itself;
 # beyond it we check sampled query rows (forward) and say so in the `check` column.

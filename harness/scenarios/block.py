@@ -11,9 +11,9 @@ import copy
 import torch
 from torch import Tensor
 
-from harness.agreement import compare, compare_grads
-from harness.block import BlockConfig, TransformerBlock, build_block
-from harness.reference import reference_attention
+from harness.model.transformer import BlockConfig, TransformerBlock, build_block
+from harness.oracle.agreement import compare, compare_grads
+from harness.oracle.reference import reference_attention
 from harness.scenarios.base import Case, CheckPlan
 
 

@@ -27,19 +27,25 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
-from harness import calibrate, registry
-from harness.agreement import compare, tolerance
-from harness.block import BlockConfig, build_block
-from harness.kvcache import DecoderStack, analytic_cache_bytes, cache_nbytes, single_query_mask
+from harness import registry
 from harness.masks import MaskSpec, kept_pairs
-from harness.reference import reference_attention
+from harness.measure import calibrate
+from harness.model.kvcache import (
+    DecoderStack,
+    analytic_cache_bytes,
+    cache_nbytes,
+    single_query_mask,
+)
+from harness.model.transformer import BlockConfig, build_block
+from harness.oracle.agreement import compare, tolerance
+from harness.oracle.reference import reference_attention
 from harness.scenarios import block as scenario_block
 from harness.scenarios import decode_step
 from harness.scenarios.base import Case, CheckPlan, check_plan
 from harness.spec import Problem
 
 MODEL_MASK_FEATURES = frozenset({"causal", "window"})
-REFERENCE_CHUNK = 256  # query rows per chunk of harness.reference (its default)
+REFERENCE_CHUNK = 256  # query rows per chunk of harness.oracle.reference (its default)
 
 
 def _problem(point, n_q: int, n_k: int, mask: MaskSpec) -> Problem:

@@ -5,7 +5,8 @@ An eager step of a small-batch decoder is launch-bound on a GPU: ~120 kernels pe
 layers, each a few microseconds of launch for a few microseconds of work, so the O(n) KV-cache
 read that the scenario exists to show hides under a constant. A CUDA graph launches the whole
 step at once. Capturing needs static buffers: :class:`StaticStep` keeps the token and its
-position in device memory, and :meth:`harness.kvcache.DecoderStack.static_step` writes the caches
+position in device memory, and :meth:`harness.model.kvcache.DecoderStack.static_step` writes the
+caches
 in place at that position with ``index_copy_`` (no Python int that changes per step is baked
 into the graph). A graph holds one key count: the timed step repeats position ``seq_len``, so one
 capture serves all of its replays.
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from harness.kvcache import DecoderStack
+from harness.model.kvcache import DecoderStack
 
 GRAPH_MODES = ("auto", "none", "cuda-graph", "compile")
 NO_CUDA = "unavailable: CUDA graphs need a CUDA device"

@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from harness import registry
-from harness.agreement import tolerance
-from harness.point import Point
-from harness.reference import reference_attention
+from harness.oracle.agreement import tolerance
+from harness.oracle.reference import reference_attention
+from harness.sweep.point import Point
 
 DEVICE = os.environ.get("ATTNBENCH_BENCH_DEVICE", "cpu")
 SEQ_LENS = (256, 1024)

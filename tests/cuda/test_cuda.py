@@ -12,16 +12,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import costmodel, registry
-from harness.agreement import tolerance
-from harness.device import get_device
+from harness import registry
+from harness.cost import costmodel
+from harness.execute.runner import run_point, run_points
 from harness.masks import MaskSpec
-from harness.point import Point
+from harness.measure.device import get_device
+from harness.measure.timing import TimingConfig, measure
+from harness.oracle.agreement import tolerance
 from harness.results import RowWriter, load_rows
-from harness.runner import run_point, run_points
 from harness.scenarios import build_case
-from harness.suite import MeasureConfig
-from harness.timing import TimingConfig, measure
+from harness.sweep.point import Point
+from harness.sweep.suite import MeasureConfig
 
 pytestmark = [
     pytest.mark.cuda,

@@ -13,11 +13,11 @@ import pytest
 import torch
 
 from harness import registry
-from harness.agreement import TOLERANCES, compare, judge
 from harness.masks import MaskSpec
-from harness.point import Point
+from harness.oracle.agreement import TOLERANCES, compare, judge
 from harness.scenarios.attention import check_attention, checked_rows, judge_rows, make_inputs
 from harness.scenarios.base import boundary_rows, check_plan, sample_rows
+from harness.sweep.point import Point
 
 N, D = 16384, 32
 WINDOW = (255, 0)  # a causal sliding window of 256 keys

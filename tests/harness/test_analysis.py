@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.analysis import (
+from harness.analysis.fits import (
     asymptotic_start,
     covarying,
     fit_exponent,
@@ -14,7 +14,7 @@ from harness.analysis import (
     local_slopes,
     local_slopes_xy,
 )
-from harness.point import Point
+from harness.sweep.point import Point
 
 X = np.array([256, 512, 1024, 2048, 4096, 8192], dtype=float)
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.baseline import find_baseline, fingerprint, list_baselines, save_baseline, slug
-from harness.compare import main
-from harness.point import Point
+from harness.compare.baseline import find_baseline, fingerprint, list_baselines, save_baseline, slug
+from harness.compare.runs import main
 from harness.results import ENV_FILE, ROWS_FILE, ResultsError, RowWriter, load_rows, write_env
+from harness.sweep.point import Point
 
 ENV = {
     "run_id": "r1",

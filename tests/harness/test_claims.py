@@ -10,11 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness import claims as cl
+from harness.analysis import claims as cl
+from harness.analysis.verdicts import evaluate, judge
 from harness.errors import CliError
-from harness.point import Point
 from harness.results import RowWriter, write_env
-from harness.verdicts import evaluate, judge
+from harness.sweep.point import Point
 
 NS = (512, 1024, 2048, 4096)
 

@@ -162,8 +162,8 @@ def test_resume_without_out_is_a_usage_error(capsys):
 
 
 def _small_run(path: Path, suite: str, impls=("sdpa", "full")) -> Path:
-    from harness.point import Point
     from harness.results import RowWriter, write_env
+    from harness.sweep.point import Point
 
     writer = RowWriter(path)
     for impl in impls:
@@ -227,15 +227,15 @@ def test_claims_json_is_strict_json_with_nan_rows(tmp_path):
 def test_json_guard_turns_nan_into_null():
     import numpy as np
 
-    from harness.commands import dumps_json
+    from harness.results import dumps_json
 
     text = dumps_json({"a": float("nan"), "b": [np.float64("inf"), 1.5], "c": np.int64(3)})
     assert json.loads(text) == {"a": None, "b": [None, 1.5], "c": 3}
 
 
 def test_maxlen_says_up_front_how_long_verification_takes():
-    from harness.maxlen import verification_notice
-    from harness.point import Point
+    from harness.execute.maxlen import verification_notice
+    from harness.sweep.point import Point
 
     slow = verification_notice(Point("sdpa"), 256 * 2**20, 64, 120.0)
     fast = verification_notice(Point("full", causal=True), 256 * 2**20, 64, 120.0)

@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.compare import CompareOptions, compare_runs, main, markdown
-from harness.point import Point
-from harness.regression import Check, parse_checks, time_change, time_scatter
+from harness.compare.regression import Check, parse_checks, time_change, time_scatter
+from harness.compare.runs import CompareOptions, compare_runs, main, markdown
 from harness.results import ROWS_FILE, RowWriter, write_env
+from harness.sweep.point import Point
 
 POINTS = [
     Point(impl=impl, seq_len=n, heads=4, head_dim=32, causal=causal)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness import costmodel as cm
-from harness.block import BlockConfig, build_block
-from harness.point import Point
+from harness.cost import costmodel as cm
+from harness.model.transformer import BlockConfig, build_block
+from harness.sweep.point import Point
 
 
 def tiny(**kw) -> Point:
@@ -149,7 +149,7 @@ def test_every_scenario_has_positive_models(scenario):
 
 
 def test_calibration_measures_positive_rates_and_picks_the_dtype_peak():
-    from harness import calibrate
+    from harness.measure import calibrate
 
     rates = calibrate.matmul_rates("cpu", "float32", n=128, budget_s=0.05)
     assert len(rates) >= 3 and all(r > 0 for r in rates)

@@ -9,14 +9,14 @@ import pytest
 import torch
 
 from harness import registry
-from harness.device import get_device
-from harness.kvcache import FullCache
-from harness.point import Point
-from harness.runner import run_point
+from harness.execute.runner import run_point
+from harness.measure.device import get_device
+from harness.measure.timing import TimingConfig
+from harness.model.kvcache import FullCache
 from harness.scenarios import build_case
 from harness.scenarios import decode as dec
-from harness.suite import MeasureConfig
-from harness.timing import TimingConfig
+from harness.sweep.point import Point
+from harness.sweep.suite import MeasureConfig
 
 CPU = get_device("cpu", False)
 
@@ -208,7 +208,7 @@ def test_auto_graph_mode_is_eager_on_cpu_and_a_cuda_graph_on_cuda():
 def test_step_bytes_count_weights_and_the_kv_read_and_written():
     """One more context token adds exactly one K/V row per layer to read; a full rolling ring
     reads a constant number; the cost model's compulsory bytes are the same figure."""
-    from harness import costmodel
+    from harness.cost import costmodel
 
     kv_row = 2 * 2 * 3 * 10 * 4  # K and V of one position: 2 · B · H_kv · D · 4 bytes
     grow = dec.decode_step_bytes(_point(n=101)) - dec.decode_step_bytes(_point(n=100))
@@ -237,7 +237,7 @@ def test_runner_row_names_the_launch_and_the_bandwidth_fraction():
 
 def test_suite_measure_decode_graph_is_validated():
     from harness.errors import SuiteError
-    from harness.suite import parse_suite
+    from harness.sweep.suite import parse_suite
 
     doc = {"name": "d", "scenario": "decode", "implementations": ["sdpa"]}
     doc["fixed"] = {"causal": True}

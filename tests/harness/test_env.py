@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from harness import calibrate, env
-from harness.device import CpuDevice
+from harness.measure import calibrate, env
+from harness.measure.device import CpuDevice
 
 
 def test_tf32_flags_are_recorded_as_set():

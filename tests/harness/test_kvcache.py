@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.block import BlockConfig, build_block
-from harness.kvcache import (
+from harness.masks import MaskSpec
+from harness.model.kvcache import (
     DecoderStack,
     FullCache,
     RollingCache,
@@ -14,9 +14,9 @@ from harness.kvcache import (
     cache_nbytes,
     single_query_mask,
 )
-from harness.masks import MaskSpec
-from harness.point import Point
-from harness.reference import reference_attention, repeat_kv
+from harness.model.transformer import BlockConfig, build_block
+from harness.oracle.reference import reference_attention, repeat_kv
+from harness.sweep.point import Point
 
 
 def _kv(batch: int, kv_heads: int, n: int, head_dim: int, seed: int):

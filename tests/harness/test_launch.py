@@ -13,7 +13,7 @@ import torch
 
 from harness.cli import main
 from harness.results import ROWS_FILE, iter_rows, load_env, write_env
-from harness.suite import load_suite
+from harness.sweep.suite import load_suite
 from tests.harness.test_shard import SUITE_48
 
 

@@ -8,10 +8,10 @@ from dataclasses import asdict, replace
 import pytest
 
 from harness.cli import main
-from harness.costmodel import predict_peak_bytes
-from harness.isolate import capped_run_task, run_isolated
-from harness.maxlen import find_max_len, largest_fitting, predicted_max
-from harness.point import Point
+from harness.cost.costmodel import predict_peak_bytes
+from harness.execute.isolate import capped_run_task, run_isolated
+from harness.execute.maxlen import find_max_len, largest_fitting, predicted_max
+from harness.sweep.point import Point
 
 
 class Counted:
@@ -77,7 +77,7 @@ def test_verified_max_brackets_the_boundary_next_to_the_prediction():
 
 def test_a_too_slow_boundary_is_reported_as_a_lower_bound(monkeypatch):
     """Runs beyond some length time out: the climb reports the largest that finished."""
-    from harness import maxlen
+    from harness.execute import maxlen
 
     def fake_run(point, budget, multiple, time_limit_s, threads):
         if point.seq_len >= 5000:

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from harness import registry
-from harness.device import CpuDevice, profiler_peak_bytes, rss_hwm_peak_bytes
 from harness.masks import MaskSpec
+from harness.measure.device import CpuDevice, profiler_peak_bytes, rss_hwm_peak_bytes
 from tests.conftest import make_qkv
 
 MiB = 2**20

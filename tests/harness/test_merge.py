@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from harness.cli import main
-from harness.merge import merge_runs
+from harness.distributed.merge import merge_runs
+from harness.distributed.shard import shard_done
 from harness.results import ENV_FILE, ROWS_FILE, iter_rows, load_env, write_env
-from harness.shard import shard_done
 
 # 8 points: sdpa at n = 32 and 64 is measured; xformers and flash-attn (CUDA only) are skipped.
 SUITE = """

@@ -10,14 +10,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness import contention, passes
-from harness.compare import CompareOptions, compare_runs
-from harness.point import Point
-from harness.regression import parse_checks
+from harness.compare.regression import parse_checks
+from harness.compare.runs import CompareOptions, compare_runs, summary
+from harness.execute.runner import PASSES_FILE, run_points
+from harness.measure import contention, passes
+from harness.measure.timing import TimingConfig
 from harness.results import RowWriter, load_rows, write_env
-from harness.runner import PASSES_FILE, run_points
-from harness.suite import MeasureConfig, parse_suite
-from harness.timing import TimingConfig
+from harness.sweep.point import Point
+from harness.sweep.suite import MeasureConfig, parse_suite
 
 POINTS = [Point(impl="sdpa", seq_len=n, heads=2, head_dim=16) for n in range(16, 16 + 12)]
 
@@ -181,7 +181,7 @@ def test_normalized_time_forgives_a_uniformly_slower_machine(tmp_path: Path) -> 
     normalized = compare_runs(base, slower, CompareOptions())
     assert absolute.exit_code == 1 and absolute.time_basis == "absolute"
     assert normalized.exit_code == 0 and normalized.time_basis == "normalized"
-    assert "time / ref_kernel_s" in __import__("harness.compare").compare.summary(normalized)
+    assert "time / ref_kernel_s" in summary(normalized)
 
 
 def test_normalized_time_catches_one_slower_implementation(tmp_path: Path) -> None:

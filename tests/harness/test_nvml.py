@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.device import CpuDevice
-from harness.nvml import (
+from harness.measure.device import CpuDevice
+from harness.measure.nvml import (
     MIN_SAMPLES,
     REASON_BITS,
     ClockReading,
@@ -87,7 +87,7 @@ def test_cpu_rows_say_why_clocks_are_missing():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_peak_memory_nvml_is_believable_or_null_with_a_reason():
-    from harness.device import get_device
+    from harness.measure.device import get_device
 
     device = get_device("cuda")
     n = 4096
@@ -108,7 +108,7 @@ def test_cuda_peak_memory_nvml_is_believable_or_null_with_a_reason():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_clock_columns_come_from_nvml_or_say_why():
-    from harness.device import get_device
+    from harness.measure.device import get_device
 
     device = get_device("cuda")
     cols = clock_columns(device.clock(), device.clock())

@@ -7,7 +7,7 @@ import math
 import torch
 
 from harness.masks import MaskSpec, dense_mask
-from harness.reference import naive_attention, reference_attention, reference_grads
+from harness.oracle.reference import naive_attention, reference_attention, reference_grads
 from tests.conftest import make_qkv
 
 

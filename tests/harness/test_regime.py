@@ -10,11 +10,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness import claims as cl
-from harness import costmodel, regime
-from harness.point import Point
-from harness.results import RowWriter, write_env
-from harness.verdicts import evaluate, json_safe
+from harness.analysis import claims as cl
+from harness.analysis import regime
+from harness.analysis.verdicts import evaluate
+from harness.cost import costmodel
+from harness.results import RowWriter, json_safe, write_env
+from harness.sweep.point import Point
 
 D_MODELS = (256, 512, 1024, 2048, 4096)
 

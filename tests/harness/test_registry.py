@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from harness import registry
-from harness.agreement import compare
 from harness.masks import MaskSpec
-from harness.reference import naive_attention, reference_attention
+from harness.oracle.agreement import compare
+from harness.oracle.reference import naive_attention, reference_attention
 from harness.registry import Implementation, NotSupportedError
 from harness.spec import Capabilities, Cost
 from tests.conftest import make_qkv

@@ -12,10 +12,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness import report
 from harness.errors import CliError
-from harness.point import Point
+from harness.render import report
 from harness.results import RowWriter, write_env
+from harness.sweep.point import Point
 
 SECTIONS = (
     "claims",
@@ -175,7 +175,7 @@ def test_report_without_claims_or_env_and_bad_dirs(tmp_path):
 
 
 def test_plots_are_high_resolution_and_shown_at_their_size(built):
-    from harness.plots import png_size
+    from harness.render.plots import png_size
 
     _, page = built
     images = re.findall(
@@ -189,7 +189,7 @@ def test_plots_are_high_resolution_and_shown_at_their_size(built):
 
 
 def test_units_styles_and_claimed_slope():
-    from harness import figures, plots
+    from harness.render import figures, plots
 
     assert figures.display_unit("peak_mem_bytes", [3 * 2**30]) == ("GiB", 2.0**-30)
     assert figures.display_unit("peak_mem_bytes", [5e6])[0] == "MiB"
@@ -207,7 +207,7 @@ def test_units_styles_and_claimed_slope():
 
 
 def test_heat_maps_need_complete_grids():
-    from harness import figures
+    from harness.render import figures
 
     rows = pd.DataFrame(synthetic_rows())
     full_grid, images = figures.heat(rows)

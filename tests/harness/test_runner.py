@@ -6,13 +6,13 @@ import pytest
 import torch
 
 from harness import registry
-from harness.device import CpuDevice
-from harness.point import Point
+from harness.execute.runner import run_point
+from harness.measure.device import CpuDevice
+from harness.measure.timing import TimingConfig
 from harness.registry import register
-from harness.runner import run_point
 from harness.spec import Capabilities, Cost
-from harness.suite import MeasureConfig
-from harness.timing import TimingConfig
+from harness.sweep.point import Point
+from harness.sweep.suite import MeasureConfig
 
 FAST = MeasureConfig(timing=TimingConfig(budget_s=0.05, min_samples=3, warmup_calls=1))
 REQUIRED = (

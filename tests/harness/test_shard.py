@@ -11,10 +11,7 @@ import pytest
 import torch
 
 from harness.cli import main
-from harness.masks import kept_pairs
-from harness.point import Point
-from harness.results import ENV_FILE, iter_rows, load_env
-from harness.shard import (
+from harness.distributed.shard import (
     ShardSpec,
     approx_pairs,
     parse_shard,
@@ -22,7 +19,10 @@ from harness.shard import (
     predicted_seconds,
     select_shard,
 )
-from harness.suite import load_suite
+from harness.masks import kept_pairs
+from harness.results import ENV_FILE, iter_rows, load_env
+from harness.sweep.point import Point
+from harness.sweep.suite import load_suite
 
 # 48 points: 12 tiny sdpa points are measured; the other 36 are outside their implementation's
 # declared capabilities on CPU and become "skipped" rows at once (real rows, fast tests).

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from harness import registry
 from harness.errors import SuiteError
-from harness.suite import AXES, MAX_POINTS, MEASURE_KEYS, TOP_KEYS, load_suite, parse_suite
+from harness.sweep.suite import AXES, MAX_POINTS, MEASURE_KEYS, TOP_KEYS, load_suite, parse_suite
 
 BASE = {"name": "t", "scenario": "attention", "implementations": ["full"]}
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness import table
-from harness.point import Point
+from harness.render import markdown, table
 from harness.results import ROW_COLUMNS
+from harness.sweep.point import Point
 
 README = Path(__file__).resolve().parents[2] / "results" / "README.md"
 SPARSE_IMPLS = {  # a sparse-cpu-like suite: [[variant]] fields owned by one implementation each
@@ -138,7 +138,7 @@ def test_every_documented_metric_is_accepted_and_formatted():
 
 
 def test_markdown_writer_escapes_and_aligns():
-    out = table.markdown(pd.DataFrame({"a": ["1.5", None], "b": ["x|y", "z"]}))
+    out = markdown.table(pd.DataFrame({"a": ["1.5", None], "b": ["x|y", "z"]}))
     lines = out.splitlines()
     rule = lines[1].strip("|").split("|")
     assert rule[0].endswith(":") and rule[1].startswith(":")  # numbers right, text left

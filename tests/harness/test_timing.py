@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from harness.device import CpuDevice, Device
-from harness.timing import L2_FLUSHED, Measurement, TimingConfig, measure, median_ci
+from harness.measure.device import CpuDevice, Device
+from harness.measure.timing import L2_FLUSHED, Measurement, TimingConfig, measure, median_ci
 
 
 def test_median_ci_covers_the_true_median_about_95_percent_of_the_time():
@@ -133,7 +133,7 @@ def test_cpu_rows_say_l2_does_not_apply():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_flush_per_call_times_one_call_per_event_pair():
-    from harness.device import get_device
+    from harness.measure.device import get_device
 
     a = torch.randn(2048, 2048, device="cuda")
     config = TimingConfig(budget_s=0.2, min_samples=5)

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from harness import registry
-from harness.agreement import compare, compare_grads, tolerance
 from harness.masks import MaskSpec
-from harness.reference import reference_attention, reference_grads
+from harness.oracle.agreement import compare, compare_grads, tolerance
+from harness.oracle.reference import reference_attention, reference_grads
 from harness.spec import Problem
 from tests.conftest import CORE_IMPLEMENTATIONS, make_qkv
 

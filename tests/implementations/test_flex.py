@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from harness import registry
 from harness.masks import MaskSpec, dense_mask, kept_pairs
-from harness.reference import reference_attention
+from harness.oracle.reference import reference_attention
 from harness.spec import Problem
 from implementations import flex
 from implementations.flex import BLOCK, block_counts, mask_mod_for

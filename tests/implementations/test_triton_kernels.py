@@ -15,9 +15,9 @@ import torch
 pytest.importorskip("triton")
 
 from harness import registry
-from harness.agreement import compare, compare_grads
 from harness.masks import MaskSpec, kept_pairs
-from harness.reference import reference_attention, reference_grads
+from harness.oracle.agreement import compare, compare_grads
+from harness.oracle.reference import reference_attention, reference_grads
 from harness.spec import Problem
 from implementations import _triton_attn
 from implementations._triton_plan import band_executed_pairs, band_plan

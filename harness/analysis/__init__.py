@@ -1,0 +1,1 @@
+"""From rows to conclusions: frames, exponent fits, claims and their verdicts."""

@@ -1,0 +1,355 @@
+"""Claims: statements from the literature, checked against result rows.
+
+A claims file (TOML) holds ``[[claim]]`` entries. Common keys: ``id``, ``source``, ``text``,
+``metric`` (a row column), ``over`` (the swept variable, or the derived ``window`` = keys per
+query), and row filters ``impl``, ``scenario``, ``where = {column = value}``, ``range = [lo, hi]``
+(of ``over``), ``hold = [fields]`` (kept fixed per fit, e.g. d_model in a heads sweep). Forms:
+
+- exponent: ``expect_exponent`` and ``tolerance`` (``bound = "both" | "upper" | "lower"``,
+  ``model = "power" | "power+const"``, ``min_points``): the fitted slope's interval against
+  ``[e - t, e + t]`` (or its upper/lower side).
+- ratio: ``baseline`` (impl; ``baseline_where`` for other filters), ``expect_ratio_min`` and/or
+  ``expect_ratio_max``, ``ratio = "impl/baseline" | "baseline/impl"``: metric ratios at matched
+  points; measured = their geometric mean, interval = the envelope of the per-point intervals
+  (so "2-4x at n = 1k..8k" must hold at every n in the range).
+- crossover: ``baseline``, ``expect_crossover_min``/``_max``, ``relative_to`` (a column, e.g.
+  ``d_model``): the largest ``over`` up to which ``impl`` is cheaper than the baseline, in
+  units of ``relative_to``; censored at the sweep's ends.
+
+Regime keys (all optional; docs/claims.md): ``concerns = "work" | "device" | "both"`` (default:
+both for an exponent of a timed metric, else device), ``work = "flops" | "bytes"`` (the
+analytic count a work verdict fits), ``saturation`` (default 0.5: time verdicts use only rows
+at >= that fraction of their bound) and ``saturation_rule = "roofline" | "peak"``; ``min_x``
+(a lower bound on ``over`` that the claim states, e.g. where its asymptotics start).
+
+:mod:`harness.analysis.verdicts` judges each claim; this module parses the file and holds the CLI.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from harness import SUITES_DIR
+from harness.analysis import fits as analysis
+from harness.errors import CliError
+
+DEFAULT_CLAIMS = SUITES_DIR / "claims.toml"
+VERDICTS = ("confirmed", "refuted", "inconclusive")
+BOUNDS = ("both", "upper", "lower")
+RATIOS = ("impl/baseline", "baseline/impl")
+CONCERNS = ("work", "device", "both")
+SATURATION = 0.5  # default: time verdicts only over rows at >= 50 % of their bound
+TIMED_METRICS = ("time_median_s", "mixer_time_s", "tokens_per_s", "tflops_per_s")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One ``[[claim]]`` entry; ``kind`` is derived from which expectation keys are set."""
+
+    id: str
+    metric: str
+    over: str
+    source: str = ""
+    text: str = ""
+    impl: str | None = None
+    scenario: str | None = None
+    where: dict = field(default_factory=dict)
+    hold: tuple[str, ...] = ()
+    range: tuple[float, float] | None = None
+    expect_exponent: float | None = None
+    tolerance: float = 0.2
+    bound: str = "both"
+    model: str = "power"
+    min_points: int | None = None
+    baseline: str | None = None
+    baseline_where: dict | None = None
+    ratio: str = "impl/baseline"
+    expect_ratio_min: float | None = None
+    expect_ratio_max: float | None = None
+    expect_crossover_min: float | None = None
+    expect_crossover_max: float | None = None
+    relative_to: str | None = None
+    min_x: float | None = None
+    concerns: str | None = None
+    work: str = "flops"
+    saturation: float = SATURATION
+    saturation_rule: str = "roofline"
+
+    @property
+    def aspects(self) -> tuple[str, ...]:
+        """What the claim is judged on: ``("device",)``, ``("work",)`` or both. By default an
+        exponent of a timed metric is a complexity claim, judged on both."""
+        concerns = self.concerns
+        if concerns is None:
+            timed = self.metric in TIMED_METRICS
+            concerns = "both" if self.kind == "exponent" and timed else "device"
+        return {"both": ("work", "device"), "work": ("work",), "device": ("device",)}[concerns]
+
+    @property
+    def kind(self) -> str:
+        if self.expect_exponent is not None:
+            return "exponent"
+        if self.expect_crossover_min is not None or self.expect_crossover_max is not None:
+            return "crossover"
+        return "ratio"
+
+    @property
+    def band(self) -> tuple[float, float]:
+        """The interval a measurement must lie in to confirm the claim."""
+        inf = float("inf")
+        if self.kind == "exponent":
+            e, t = self.expect_exponent, self.tolerance
+            return (
+                -inf if self.bound == "upper" else e - t,
+                inf if self.bound == "lower" else e + t,
+            )
+        lo, hi = (
+            (self.expect_ratio_min, self.expect_ratio_max)
+            if self.kind == "ratio"
+            else (self.expect_crossover_min, self.expect_crossover_max)
+        )
+        return (-inf if lo is None else lo, inf if hi is None else hi)
+
+    def expected(self) -> str:
+        if self.kind == "exponent":
+            sign = {"both": "±", "upper": "≤ +", "lower": "≥ -"}[self.bound]
+            return f"{self.expect_exponent:g} {sign}{self.tolerance:g}"
+        lo, hi = self.band
+        return f"[{lo:g}, {hi:g}]" + (f" x {self.relative_to}" if self.relative_to else "")
+
+
+# --- parsing -------------------------------------------------------------------------------
+
+_TYPES: dict[str, tuple[type, ...]] = {
+    "id": (str,),
+    "metric": (str,),
+    "over": (str,),
+    "source": (str,),
+    "text": (str,),
+    "impl": (str,),
+    "scenario": (str,),
+    "where": (dict,),
+    "hold": (list,),
+    "range": (list,),
+    "expect_exponent": (int, float),
+    "tolerance": (int, float),
+    "bound": (str,),
+    "model": (str,),
+    "min_points": (int,),
+    "baseline": (str,),
+    "baseline_where": (dict,),
+    "ratio": (str,),
+    "expect_ratio_min": (int, float),
+    "expect_ratio_max": (int, float),
+    "expect_crossover_min": (int, float),
+    "expect_crossover_max": (int, float),
+    "relative_to": (str,),
+    "min_x": (int, float),
+    "concerns": (str,),
+    "work": (str,),
+    "saturation": (int, float),
+    "saturation_rule": (str,),
+}
+_CHOICES = {
+    "bound": BOUNDS,
+    "model": analysis.MODELS,
+    "ratio": RATIOS,
+    "concerns": CONCERNS,
+    "work": ("flops", "bytes"),
+    "saturation_rule": ("roofline", "peak"),
+}
+
+
+class ClaimsError(CliError):
+    """A claims file that cannot be used: names the file, the claim, the key and the value."""
+
+
+def load_claims(path: str | Path) -> list[Claim]:
+    """Read and validate a claims TOML file."""
+    path = Path(path)
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ClaimsError(f"{path}: claims file not found") from None
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ClaimsError(f"{path}: cannot read claims: {exc}") from None
+    return parse_claims(doc, str(path))
+
+
+def parse_claims(doc: dict, where: str = "<claims>") -> list[Claim]:
+    """Validate a parsed claims document; one readable line per problem (the first found)."""
+    extra = set(doc) - {"claim", "description"}
+    if extra:
+        key = sorted(extra)[0]
+        raise ClaimsError(
+            f"{where}: {key} = {doc[key]!r}: unknown key (allowed: claim, description)"
+        )
+    entries = doc.get("claim")
+    if (
+        not isinstance(entries, list)
+        or not entries
+        or not all(isinstance(e, dict) for e in entries)
+    ):
+        raise ClaimsError(f"{where}: claim: needs one or more [[claim]] tables")
+    claims, seen = [], set()
+    for index, entry in enumerate(entries):
+        claim = _parse_one(entry, f"{where}: claim[{index}]")
+        if claim.id in seen:
+            raise ClaimsError(f"{where}: claim[{index}].id = {claim.id!r}: duplicate id")
+        seen.add(claim.id)
+        claims.append(claim)
+    return claims
+
+
+def _parse_one(entry: dict, at: str) -> Claim:
+    if isinstance(entry.get("id"), str):
+        at = f"{at} ({entry['id']})"
+
+    def fail(key: str, problem: str):
+        raise ClaimsError(f"{at}.{key} = {entry.get(key)!r}: {problem}")
+
+    for key, value in entry.items():
+        if key not in _TYPES:
+            fail(key, f"unknown key (allowed: {', '.join(sorted(_TYPES))})")
+        if isinstance(value, bool) or not isinstance(value, _TYPES[key]):
+            fail(key, f"must be {' or '.join(t.__name__ for t in _TYPES[key])}")
+        if key in _CHOICES and value not in _CHOICES[key]:
+            fail(key, f"must be one of {list(_CHOICES[key])}")
+    for key in ("id", "metric", "over"):
+        if key not in entry:
+            fail(key, "required key missing")
+    values = dict(entry)
+    if "range" in values:
+        rng = values["range"]
+        if len(rng) != 2 or not all(isinstance(v, int | float) for v in rng) or rng[0] > rng[1]:
+            fail("range", "must be [low, high] numbers with low <= high")
+        values["range"] = (float(rng[0]), float(rng[1]))
+    for key in ("where", "baseline_where"):
+        bad = [k for k, v in values.get(key, {}).items() if not isinstance(v, str | int | float)]
+        if bad:
+            fail(key, f"{bad[0]}: filter values must be strings, numbers or booleans")
+    if values.get("min_points", 2) < 2:
+        fail("min_points", "must be >= 2")
+    if "hold" in values:
+        if not all(isinstance(v, str) for v in values["hold"]):
+            fail("hold", "must be a list of column names")
+        values["hold"] = tuple(values["hold"])
+    forms = [
+        any(k in entry for k in keys)
+        for keys in (
+            ("expect_exponent",),
+            ("expect_ratio_min", "expect_ratio_max"),
+            ("expect_crossover_min", "expect_crossover_max"),
+        )
+    ]
+    if sum(forms) != 1:
+        fail(
+            "id",
+            "set exactly one of expect_exponent, expect_ratio_min/max, expect_crossover_min/max",
+        )
+    if not forms[0] and "baseline" not in entry:
+        fail("baseline", "ratio and crossover claims need a baseline implementation")
+    if forms[2] and "relative_to" not in entry:
+        fail("relative_to", "crossover claims need relative_to (e.g. d_model)")
+    if values.get("tolerance", 0.2) <= 0:
+        fail("tolerance", "must be > 0")
+    if not 0 <= values.get("saturation", SATURATION) < 1:
+        fail("saturation", "must be a fraction in [0, 1) (0 = judge time at any utilization)")
+    if "concerns" in values and values["concerns"] != "device" and not forms[0]:
+        fail("concerns", "work verdicts are for exponent claims only")
+    if "min_x" in values:
+        values["min_x"] = float(values["min_x"])
+    return Claim(**values)
+
+
+# --- command line --------------------------------------------------------------------------
+
+
+def load_run_rows(run_dirs) -> pd.DataFrame:
+    """Rows of several run directories; a bad directory becomes a one-line CliError."""
+    from harness.results import ResultsError, load_runs
+
+    try:
+        return load_runs(run_dirs)
+    except ResultsError as exc:
+        raise CliError(str(exc)) from None
+
+
+def format_value(value: float | None) -> str:
+    return "n/a" if value is None or not np.isfinite(value) else f"{value:.3g}"
+
+
+def render_text(verdicts: list) -> str:
+    """A plain-text verdict list: one headline per claim, the reason indented below it."""
+    width = max((len(v.claim) for v in verdicts), default=5)
+    lines = []
+    for v in verdicts:
+        interval = f"[{format_value(v.ci_low)}, {format_value(v.ci_high)}]"
+        aspect = "work" if v.aspect == "work" else "time" if v.metric in TIMED_METRICS else ""
+        lines.append(
+            f"{v.claim:<{width}}  {v.verdict:<12}  measured {format_value(v.measured):>7} "
+            f"{interval:<18} expected {v.expected}  {v.utilization()}"
+            + (f"  [{aspect}]" if aspect else "")
+        )
+        lines.append(f"{'':<{width}}  {v.group + ': ' if v.group else ''}{v.reason}")
+        if v.work_verdict is not None:
+            lines.append(
+                f"{'':<{width}}  work: {v.work_verdict}, exponent "
+                f"{format_value(v.work_measured)} ({v.work_reason})"
+            )
+    counts = {k: sum(v.verdict == k for v in verdicts) for k in VERDICTS}
+    lines.append(", ".join(f"{n} {k}" for k, n in counts.items()))
+    work = {k: sum(v.work_verdict == k for v in verdicts) for k in VERDICTS}
+    if any(work.values()):
+        lines.append("work: " + ", ".join(f"{n} {k}" for k, n in work.items()))
+    return "\n".join(lines)
+
+
+def add_cli(subparsers) -> None:
+    """Add ``attnbench claims RUN_DIR [RUN_DIR...] [--claims FILE] [--json]``."""
+    p = subparsers.add_parser("claims", help="verdicts on the claims file from run directories")
+    p.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
+    p.add_argument(
+        "--claims",
+        type=Path,
+        default=DEFAULT_CLAIMS,
+        help=f"claims TOML (default: {DEFAULT_CLAIMS.name} in suites/)",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="a JSON list: claim, verdict, measured, ci_low, ci_high, ...",
+    )
+    p.add_argument(
+        "--allow-contended",
+        action="store_true",
+        help="use rows measured under contention for verdicts (left out by default)",
+    )
+    p.set_defaults(func=cmd_claims)
+
+
+def cmd_claims(args) -> int:
+    import sys
+
+    from harness.analysis.regime import load_envs
+    from harness.analysis.verdicts import evaluate_all
+    from harness.measure.contention import usable_rows
+
+    claims = load_claims(args.claims)
+    # rows measured under contention give no confirmed/refuted verdict unless asked
+    rows, note = usable_rows(load_run_rows(args.run_dirs), args.allow_contended)
+    if note:
+        print(f"attnbench: warning: {note}", file=sys.stderr)
+    verdicts = evaluate_all(claims, rows, load_envs(args.run_dirs))
+    if args.json:
+        from harness.results import dumps_json
+
+        print(dumps_json([{**v.as_dict(), "utilization": v.utilization()} for v in verdicts]))
+    else:
+        print(render_text(verdicts))
+    return 0

@@ -1,0 +1,1 @@
+"""A run against a baseline: thresholds, noise, findings and the committed baselines."""

@@ -1,0 +1,1 @@
+"""Analytic cost models: FLOPs, bytes moved and memory of every scenario (decode included)."""

@@ -1,0 +1,1 @@
+"""Running a suite across processes and machines (ray, Slurm), and merging the shards."""

@@ -1,0 +1,246 @@
+"""Deterministic shards of a suite: ``attnbench run SUITE --shard K/N``.
+
+The partition depends only on the *set* of points and the suite's ``[measure]`` budget (both
+fixed by the suite file's fingerprint), never on their order in the file, the machine or what
+is installed on it, so every worker of a cluster computes the same shards on its own.
+
+Balancing rule (longest-processing-time first, Graham 1969): predict each point's wall time
+(:func:`predicted_seconds`), sort by (predicted time descending, point_id), and give each point
+to the shard with the least predicted load so far (ties: the lowest shard number). The busiest
+shard then exceeds the mean load by at most one point's predicted time.
+
+Each shard is a normal run directory whose ``env.json`` carries a ``shard`` entry: ``k``, ``n``,
+this shard's point ids and the whole suite's point ids, which ``attnbench merge`` checks against.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import re
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from harness import registry
+from harness.cost import costmodel
+from harness.errors import CliError
+from harness.results import ENV_FILE, ROWS_FILE, ResultsError, iter_rows, load_env, write_env
+from harness.sweep.point import Point
+from harness.sweep.suite import Suite
+
+RULE = "lpt-predicted-seconds-v1"  # recorded in env.json: shards of different rules never mix
+# Nominal throughput (FLOP/s) of the attention call on each device kind. Only the ratio of one
+# point's time to another's matters for balancing, so an order of magnitude is enough.
+NOMINAL_FLOPS = {"cpu": 1e11, "cuda": 1e14}
+POINT_OVERHEAD_S = 0.5  # inputs, reference check, memory pass, bookkeeping of a small point
+UNTIMED_CALLS = 6  # first call, warm-up, agreement check, memory pass
+MIN_TIMED_CALLS = 5
+SKIPPED_S = 0.01  # a point outside the implementation's declared capabilities: one row, no run
+
+
+@dataclass(frozen=True)
+class ShardSpec:
+    """Shard ``k`` of ``n`` (1-based)."""
+
+    k: int
+    n: int
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.k <= self.n:
+            raise ValueError(f"shard {self.k}/{self.n}: need 1 <= K <= N")
+
+    def __str__(self) -> str:
+        return f"{self.k}/{self.n}"
+
+    @property
+    def dirname(self) -> str:
+        return f"shard-{self.k}-of-{self.n}"
+
+
+def parse_shard(text: str) -> ShardSpec:
+    """``"2/4"`` -> ShardSpec(2, 4); an argparse ``type``."""
+    match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"not a shard: {text!r} (K/N, e.g. 1/4)")
+    try:
+        return ShardSpec(int(match.group(1)), int(match.group(2)))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def approx_pairs(point: Point) -> float:
+    """Kept (query, key) pairs of one head in O(n_q) time: exact for causal, windows and
+    dilation, approximate for global tokens and block-sparse layouts. (The exact count,
+    :func:`harness.masks.kept_pairs`, takes minutes at n = 64k; balancing needs no precision.)"""
+    mask, n_q, n_k = point.mask, point.n_q, point.seq_len
+    p = np.arange(n_k - n_q, n_k, dtype=np.int64)  # absolute query positions
+    if mask.block_size is not None:  # count key blocks per query block, in whole blocks
+        b = mask.block_size
+        blocks = _row_counts(
+            np.arange(-(-n_k // b)), -(-n_k // b), mask.left, mask.right, 1, mask.causal
+        )
+        per_row = b * np.minimum(blocks + mask.random_blocks, -(-n_k // b))[p // b]
+    else:
+        per_row = _row_counts(p, n_k, mask.left, mask.right, mask.dilation, mask.causal)
+    extra = mask.global_tokens * n_q  # global columns (rows of global queries are ~ n_k each)
+    return float(np.minimum(per_row, n_k).sum() + extra)
+
+
+def _row_counts(
+    p: np.ndarray, n_k: int, left: int | None, right: int | None, d: int, causal: bool
+) -> np.ndarray:
+    """Keys j in [0, n_k) with -left·d <= j - p <= right·d, (j - p) % d == 0, causal j <= p."""
+    lo = np.zeros_like(p) if left is None else np.maximum(p - left * d, 0)
+    hi = np.full_like(p, n_k - 1) if right is None else np.minimum(p + right * d, n_k - 1)
+    if causal:
+        hi = np.minimum(hi, p)
+    first = -((p - lo) // d)  # smallest multiple-of-d offset >= lo - p
+    last = (hi - p) // d
+    return np.maximum(last - first + 1, 0)
+
+
+def estimated_flops(point: Point) -> float:
+    """Useful FLOPs of a point's work, from :func:`approx_pairs` and the cost model's dense
+    layers (see :mod:`harness.cost.costmodel` for the conventions). Decode: prefill + all steps."""
+    core = 4.0 * point.batch * point.heads * point.head_dim * approx_pairs(point)
+    if point.scenario.startswith("attention"):
+        return core * (1 + costmodel.BACKWARD_FACTOR if point.backward else 1)
+    linear = costmodel.linear_flops_per_token(point) * point.batch * point.seq_len
+    if point.scenario.startswith("block"):
+        core = core if point.mixer == "attention" else 0.0
+        return (linear + core) * (3 if point.backward else 1)
+    causal_core = 2.0 * point.batch * point.heads * point.head_dim * point.seq_len**2
+    step = costmodel.linear_flops_per_token(point) * point.batch
+    step_core = 4.0 * point.batch * point.heads * point.head_dim * point.seq_len
+    if point.cache == "none":  # every step recomputes the prefix
+        step, step_core = linear, causal_core
+    return point.layers * (linear + causal_core + point.gen_tokens * (step + step_core))
+
+
+def declared_unsupported(point: Point) -> bool:
+    """True when the implementation's *declared* capabilities exclude the point (the runner
+    skips it at once). Declared data is the same on every machine running this harness
+    version; availability (what is installed here) is not, so it is deliberately ignored."""
+    if point.mixer != "attention":
+        return False
+    try:
+        impl = registry.get(point.impl)
+    except registry.UnknownImplementation:
+        return False
+    return bool(impl.caps.reasons(point.problem()))
+
+
+@lru_cache(maxsize=65536)
+def predicted_seconds(point: Point, budget_s: float = 2.0) -> float:
+    """Predicted wall time of one point: a fixed overhead, the untimed calls, and the timing
+    loop (at least MIN_TIMED_CALLS calls, at most about ``budget_s``); SKIPPED_S for a point
+    the implementation declares unsupported. A pure function of the point and the harness
+    version (not of the machine or what is installed), so every worker computes the same."""
+    if declared_unsupported(point):
+        return SKIPPED_S
+    device = point.device.split(":", 1)[0]
+    call_s = estimated_flops(point) / NOMINAL_FLOPS.get(device, NOMINAL_FLOPS["cpu"])
+    timed = max(min(budget_s, 50 * call_s), MIN_TIMED_CALLS * call_s)
+    return POINT_OVERHEAD_S + UNTIMED_CALLS * call_s + timed
+
+
+def partition(
+    points: tuple[Point, ...] | list[Point], n: int, budget_s: float = 2.0
+) -> list[list[Point]]:
+    """Split ``points`` into ``n`` shards balanced by predicted time (see the module docstring).
+    Within a shard, points keep their order in ``points`` (the suite's order)."""
+    if n < 1:
+        raise ValueError("need at least one shard")
+    order = {p.point_id: i for i, p in enumerate(points)}
+    ranked = sorted(points, key=lambda p: (-predicted_seconds(p, budget_s), p.point_id))
+    heap = [(0.0, k) for k in range(n)]  # (predicted load, shard index)
+    shards: list[list[Point]] = [[] for _ in range(n)]
+    for point in ranked:
+        load, k = heapq.heappop(heap)
+        shards[k].append(point)
+        heapq.heappush(heap, (load + predicted_seconds(point, budget_s), k))
+    return [sorted(s, key=lambda p: order[p.point_id]) for s in shards]
+
+
+def select_shard(
+    points: tuple[Point, ...] | list[Point], k: int, n: int, budget_s: float = 2.0
+) -> list[Point]:
+    """The points of shard ``k`` of ``n`` (1-based)."""
+    spec = ShardSpec(k, n)
+    return partition(points, spec.n, budget_s)[spec.k - 1]
+
+
+def restrict(suite: Suite, spec: ShardSpec | None) -> Suite:
+    """The suite with only shard ``spec``'s points (same name and fingerprint); None: all."""
+    if spec is None:
+        return suite
+    points = select_shard(suite.points, spec.k, spec.n, suite.measure.timing.budget_s)
+    return replace(suite, points=tuple(points))
+
+
+def from_args(suite: Suite, args) -> Suite:
+    """``attnbench run`` without a launcher: the suite restricted to ``--shard K/N``, if given."""
+    if getattr(args, "shards", None) is not None:
+        raise CliError("--shards N needs --launcher ray|slurm (one shard here: --shard K/N)")
+    return restrict(suite, getattr(args, "shard", None))
+
+
+def shard_entry(suite: Suite, spec: ShardSpec) -> dict:
+    """The ``shard`` entry of a shard's env.json."""
+    mine = restrict(suite, spec).points
+    return {
+        "k": spec.k,
+        "n": spec.n,
+        "rule": RULE,
+        "point_ids": [p.point_id for p in mine],
+        "suite_point_ids": sorted(p.point_id for p in suite.points),
+    }
+
+
+def stamp(run_dir: Path, suite: Suite, spec: ShardSpec | None, resumed: bool) -> None:
+    """Record shard ``spec`` of the whole ``suite`` in ``run_dir/env.json``; refuse to resume a
+    directory that holds another shard or an unsharded run (``spec`` None: refuse a shard)."""
+    try:
+        env = load_env(run_dir)
+    except ResultsError as exc:
+        raise CliError(str(exc)) from None
+    old = env.get("shard")
+    if spec is None:
+        if resumed and old:
+            raise CliError(
+                f"{run_dir} holds shard {old.get('k')}/{old.get('n')}; "
+                f"add --shard {old.get('k')}/{old.get('n')} to resume it"
+            )
+        return
+    entry = shard_entry(suite, spec)
+    if resumed and not old:
+        raise CliError(f"{run_dir} holds an unsharded run, not shard {spec}; choose another --out")
+    if old and (old.get("k"), old.get("n"), old.get("rule")) != (spec.k, spec.n, RULE):
+        raise CliError(
+            f"{run_dir} holds shard {old.get('k')}/{old.get('n')} "
+            f"({old.get('rule')}), not {spec} ({RULE}); choose another --out"
+        )
+    if old != entry:
+        write_env(run_dir, {**env, "shard": entry})
+
+
+def shard_done(run_dir: Path, suite_fingerprint: str | None = None) -> bool:
+    """True when ``run_dir`` is a shard (of the suite file with ``suite_fingerprint``, when
+    given) whose every point has a row: a launcher does not submit it again."""
+    if not (run_dir / ENV_FILE).is_file():
+        return False
+    try:
+        env = load_env(run_dir)
+    except ResultsError:
+        return False
+    entry = env.get("shard") or {}
+    if suite_fingerprint is not None and env.get("suite_fingerprint") != suite_fingerprint:
+        return False  # another suite file: resubmit; the shard's resume check then refuses
+    if "point_ids" not in entry:
+        return False
+    rows = run_dir / ROWS_FILE
+    have = {r.get("point_id") for r in iter_rows(rows)} if rows.is_file() else set()
+    return set(entry["point_ids"]) <= have

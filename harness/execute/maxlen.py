@@ -1,0 +1,371 @@
+"""``attnbench maxlen IMPL``: the largest sequence length that fits a memory budget.
+
+Two answers, side by side: the *predicted* maximum from the analytic model
+(:func:`harness.cost.costmodel.predict_peak_bytes`, the same figure the runner skips points by) and
+the *verified* maximum, found by running the point once per candidate length in a child process
+whose memory is capped at the budget (CPU: ``RLIMIT_DATA`` over the child's baseline after a
+small warm-up run; CUDA: the allocator's per-process memory fraction). The search starts at the
+prediction, gallops outward until it brackets the boundary, then bisects to ``--multiple``.
+
+A candidate that runs out of memory, is killed, or crashes does not fit. One that exceeds
+``--time-limit`` is *unknown*; the search treats it as not fitting and the report says so, since
+the verified figure is then a lower bound set by time, not by memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+
+from harness.errors import CliError, SuiteError
+from harness.sweep.point import DTYPES, SCENARIOS, Point
+
+SEARCH_CAP = 2**34  # no sequence length beyond this is searched (the prediction stops here)
+
+
+@dataclass
+class MaxLenResult:
+    """Predicted and verified maximum sequence lengths of one point shape under ``budget``."""
+
+    point: Point
+    budget: int
+    multiple: int
+    predicted: int  # 0 = not even ``multiple`` fits the model
+    verified: int | None = None  # None = not verified (--no-verify)
+    first_failing: int | None = None  # smallest length seen not to fit (None = none seen)
+    runs: dict[int, dict] = field(default_factory=dict)  # length -> child outcome
+    time_limited: bool = False  # a run hit --time-limit: ``verified`` is a lower bound
+
+    def as_dict(self) -> dict:
+        return {
+            "point": asdict(self.point),
+            "budget_bytes": self.budget,
+            "multiple": self.multiple,
+            "predicted_max_seq_len": self.predicted,
+            "verified_max_seq_len": self.verified,
+            "first_failing_seq_len": self.first_failing,
+            "time_limited": self.time_limited,
+            "runs": {str(n): r for n, r in sorted(self.runs.items())},
+        }
+
+
+def largest_fitting(
+    fits: Callable[[int], bool], start: int, multiple: int, cap: int = SEARCH_CAP
+) -> tuple[int, int | None]:
+    """Largest multiple of ``multiple`` n <= ``cap`` with ``fits(n)``, for a ``fits`` that is
+    true up to some length and false beyond. Gallops from ``start`` (steps doubling from
+    ~1/16 of it), then bisects. Returns (largest fitting length or 0, smallest failing or None).
+    """
+    top = cap // multiple * multiple
+    n = min(max(start // multiple * multiple, multiple), top)
+    step = max(n // 16 // multiple * multiple, multiple)
+    if fits(n):
+        lo, hi = n, None
+        while hi is None:
+            if lo == top:
+                return lo, None
+            candidate = min(lo + step, top)
+            if fits(candidate):
+                lo, step = candidate, step * 2
+            else:
+                hi = candidate
+    else:
+        lo, hi = 0, n
+        while lo == 0:
+            candidate = max(hi - step, multiple)
+            if candidate == hi:
+                return 0, hi
+            if fits(candidate):
+                lo = candidate
+            else:
+                hi, step = candidate, step * 2
+    while hi - lo > multiple:
+        mid = (lo + hi) // 2 // multiple * multiple
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo, hi
+
+
+def predicted_max(point: Point, budget: int, multiple: int) -> int:
+    """Largest multiple of ``multiple`` whose predicted peak memory is within ``budget``."""
+    from harness.cost.costmodel import predict_peak_bytes
+
+    def fits(n: int) -> bool:
+        try:
+            return predict_peak_bytes(replace(point, seq_len=n)) <= budget
+        except Exception as exc:  # a gap in the model: say so at the command line
+            raise CliError(f"no memory prediction for {point.label()}: {exc}") from None
+
+    return largest_fitting(fits, multiple, multiple)[0]
+
+
+def find_max_len(
+    point: Point,
+    budget: int,
+    *,
+    multiple: int = 64,
+    verify: bool = True,
+    time_limit_s: float | None = 300.0,
+    threads: int | None = None,
+    log: Callable[[str], None] | None = None,
+) -> MaxLenResult:
+    """Predict, then (``verify``) confirm by bisection over isolated, memory-capped runs.
+
+    If a run exceeds ``time_limit_s`` the memory boundary is out of reach in that time: the
+    search then climbs by doubling from below (runs cost ~n^2, so the climb costs about as much
+    as its last run) and reports the largest length that completed, marked ``time_limited``.
+    """
+    result = MaxLenResult(point, budget, multiple, predicted_max(point, budget, multiple))
+    if not verify:
+        return result
+
+    def attempt(n: int) -> str:
+        if n not in result.runs:
+            result.runs[n] = _verify_run(
+                replace(point, seq_len=n), budget, multiple, time_limit_s, threads
+            )
+            if log is not None:
+                record = result.runs[n]
+                log(
+                    f"n={n}: {record['status']} "
+                    + (record.get("reason") or f"in {record.get('seconds', 0):.2f} s")
+                )
+        return result.runs[n]["status"]
+
+    def fits(n: int) -> bool:
+        status = attempt(n)
+        if status == "timeout":
+            raise _TooSlow(n)
+        return status == "ok"
+
+    try:
+        result.verified, result.first_failing = largest_fitting(fits, result.predicted, multiple)
+    except _TooSlow as slow:
+        result.time_limited = True
+        done = [n for n, r in result.runs.items() if r["status"] == "ok" and n < slow.n]
+        n, failing = max(done, default=0), slow.n
+        while (step := max(2 * n, multiple) // multiple * multiple) < failing:
+            if attempt(step) != "ok":
+                failing = step
+                break
+            n = step
+        result.verified, result.first_failing = n, failing
+    return result
+
+
+class _TooSlow(Exception):
+    def __init__(self, n: int):
+        super().__init__(n)
+        self.n = n
+
+
+def _verify_run(
+    point: Point, budget: int, multiple: int, time_limit_s: float | None, threads: int | None
+) -> dict:
+    """One capped child run of ``point``: its outcome record (status, reason, seconds, peak)."""
+    from harness.execute.isolate import capped_run_task, run_isolated
+
+    payload = {"point": asdict(point), "budget": budget, "warmup_len": multiple, "threads": threads}
+    outcome = run_isolated(capped_run_task, payload, time_limit_s)
+    record = outcome.result or {"status": outcome.status, "reason": outcome.reason}
+    record["wall_s"] = round(outcome.seconds, 3)
+    return record
+
+
+# --- command line ----------------------------------------------------------------------------
+
+
+def add_cli(sub) -> None:
+    from harness.cli.commands import parse_size
+
+    p = sub.add_parser(
+        "maxlen",
+        help="largest seq_len that fits a memory budget "
+        "(predicted, then verified in capped child processes)",
+    )
+    p.add_argument("impl", metavar="IMPL", help="implementation name (see `attnbench list`)")
+    p.add_argument("--scenario", choices=SCENARIOS, default="attention")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or auto (default: cpu)")
+    p.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
+    for name in (
+        "batch",
+        "heads",
+        "kv-heads",
+        "head-dim",
+        "dilation",
+        "global-tokens",
+        "block-size",
+        "layers",
+    ):
+        p.add_argument(f"--{name}", type=int, help="point field (see suite files)")
+    p.add_argument("--causal", action="store_true")
+    p.add_argument(
+        "--window",
+        type=int,
+        nargs=2,
+        metavar=("LEFT", "RIGHT"),
+        help="window sides (-1 = unbounded)",
+    )
+    for name in ("norm", "ffn", "pos", "cache"):
+        p.add_argument(f"--{name}", help="block/decode point field")
+    p.add_argument(
+        "--budget", type=parse_size, help="memory budget, e.g. 2GiB (default: 80%% of free memory)"
+    )
+    p.add_argument("--multiple", type=int, default=64, help="length granularity (default 64)")
+    p.add_argument(
+        "--time-limit",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="per verification run; slower runs count as unverified (default 120)",
+    )
+    p.add_argument("--threads", type=int, help="CPU threads in the verification runs")
+    p.add_argument("--no-verify", action="store_true", help="prediction only")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_maxlen)
+
+
+def build_point(args: argparse.Namespace) -> Point:
+    """The point the arguments describe, validated exactly like a suite's ``[fixed]`` table."""
+    from harness.sweep.suite import parse_suite
+
+    fixed = {"dtype": args.dtype, "causal": args.causal, "seq_len": args.multiple}
+    for name in (
+        "batch",
+        "heads",
+        "kv_heads",
+        "head_dim",
+        "dilation",
+        "global_tokens",
+        "block_size",
+        "layers",
+        "norm",
+        "ffn",
+        "pos",
+        "cache",
+    ):
+        if getattr(args, name) is not None:
+            fixed[name] = getattr(args, name)
+    if args.window is not None:
+        fixed["window"] = list(args.window)
+    doc = {
+        "name": "maxlen",
+        "scenario": args.scenario,
+        "implementations": [args.impl],
+        "device": args.device,
+        "fixed": fixed,
+    }
+    try:
+        (point,) = parse_suite(doc, "maxlen").points
+    except SuiteError as exc:
+        message = str(exc).replace("fixed.", "--").replace("implementations = ", "IMPL = ")
+        raise CliError(message) from None
+    return point
+
+
+def cmd_maxlen(args: argparse.Namespace) -> int:
+    for flag, value in (
+        ("--multiple", args.multiple),
+        ("--time-limit", args.time_limit),
+        ("--threads", args.threads),
+    ):
+        if value is not None and not 0 < value < float("inf"):
+            raise CliError(f"{flag} {value}: must be > 0")
+    point = build_point(args)
+    from harness import registry
+    from harness.execute.runner import default_budget
+    from harness.measure.device import get_device
+
+    if point.mixer == "attention":
+        reasons = registry.get(point.impl).not_supported(point.problem())
+        if reasons:
+            raise CliError(f"{point.impl} cannot run this point: {'; '.join(reasons)}")
+    try:
+        device = get_device(point.device)
+    except RuntimeError as exc:
+        raise CliError(f"--device {point.device}: {exc}") from None
+    budget = args.budget or default_budget(device)
+    if not args.no_verify and not args.json:
+        print(verification_notice(point, budget, args.multiple, args.time_limit), file=sys.stderr)
+    log = None if args.json else (lambda line: print(f"  verify {line}", file=sys.stderr))
+    result = find_max_len(
+        point,
+        budget,
+        multiple=args.multiple,
+        verify=not args.no_verify,
+        time_limit_s=args.time_limit,
+        threads=args.threads,
+        log=log,
+    )
+    print(json.dumps(result.as_dict(), indent=2) if args.json else report(result))
+    return 0
+
+
+CPU_FLOPS_GUESS = 5e10  # FLOP/s of one verification call on a CPU (a few cores, fp32)
+CHILD_START_S = 3.0  # a fresh child process: interpreter, torch import, warm-up run
+
+
+def verification_notice(point: Point, budget: int, multiple: int, time_limit: float) -> str:
+    """One line said before verifying: how many isolated runs, at what length, and roughly how
+    long (each run is one call of the point at a length near the predicted maximum)."""
+    from harness.cost.costmodel import useful_flops
+
+    predicted = predicted_max(point, budget, multiple)
+    if not predicted:
+        return "maxlen: nothing fits the model; verifying from the smallest length"
+    runs = max(predicted // multiple, 2).bit_length() + 3  # gallop + bisection, ~log2 steps
+    flops = useful_flops(replace(point, seq_len=predicted)) * (1 + point.backward)
+    per_run = CHILD_START_S + (flops / CPU_FLOPS_GUESS if point.device == "cpu" else 1.0)
+    total = runs * min(per_run, time_limit)
+    slow = " (slow: --no-verify gives the prediction alone)" if total > 60 else ""
+    return (
+        f"maxlen: predicted max seq_len {predicted}; verifying with ~{runs} isolated runs near it,"
+        f" each up to ~{min(per_run, time_limit):.0f} s: ~{total / 60:.1f} min in all{slow}"
+    )
+
+
+def report(result: MaxLenResult) -> str:
+    """Human-readable summary: predicted vs verified maximum and why the next length fails."""
+    from harness.cost.costmodel import predict_peak_bytes
+
+    p, gib = result.point, 2**30
+    lines = [
+        f"{p.impl} {p.scenario} B={p.batch} H={p.heads} D={p.head_dim} {p.dtype} "
+        f"{p.mask.describe()} on {p.device}, budget {result.budget / gib:.3f} GiB "
+        f"({result.budget} B), lengths in multiples of {result.multiple}"
+    ]
+    if result.predicted:
+        peak = predict_peak_bytes(replace(p, seq_len=result.predicted))
+        lines.append(
+            f"  predicted max seq_len: {result.predicted} (predicted peak {peak / gib:.3f} GiB)"
+        )
+    else:
+        lines.append(f"  predicted max seq_len: none (even {result.multiple} is over budget)")
+    if result.verified is None:
+        return "\n".join(lines)
+    ok = result.runs.get(result.verified, {})
+    lines.append(
+        f"  verified  max seq_len: {result.verified or 'none'}"
+        + (
+            f" (ran in {ok.get('seconds', 0):.2f} s, measured peak "
+            f"{(ok.get('peak_bytes') or 0) / gib:.3f} GiB)"
+            if ok
+            else ""
+        )
+    )
+    failing = result.runs.get(result.first_failing or -1)
+    if failing:
+        lines.append(f"  seq_len {result.first_failing}: {failing['status']}: {failing['reason']}")
+    if result.time_limited:
+        lines.append("  (runs hit --time-limit: the verified figure is a lower bound set by time)")
+        over = [n for n, r in result.runs.items() if r["status"] not in ("ok", "timeout")]
+        if over:
+            n = min(over)
+            lines.append(f"  seq_len {n} did not fit: {result.runs[n]['reason']}")
+    lines.append(f"  {len(result.runs)} isolated verification runs")
+    return "\n".join(lines)

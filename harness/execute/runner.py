@@ -1,0 +1,405 @@
+"""The runner: the only place that touches devices. Each point becomes one row, appended and
+fsynced as soon as its last pass finishes; a failing point becomes a row with a status and
+reason, and the sweep goes on.
+
+Points run in ``passes`` (``[measure] passes``, default 3), each pass in its own order shuffled
+by ``order_seed`` (:mod:`harness.measure.passes`), so a neighbour's burst or slow drift lands on
+many
+points as disagreement between passes instead of on one point as bias.
+
+First pass, per point: support check -> memory-budget check -> build the Case (set-up untimed)
+-> first call (compile/allocation, reported as ``first_call_s``) -> agreement check -> peak
+memory of one call -> a timing pass -> scenario extras (e.g. attention share of block time).
+Later passes: build the Case again and time it (memory and agreement are measured once).
+A timing pass is bracketed by the reference kernel (:mod:`harness.measure.refkernel`) and by the
+contention readings of :mod:`harness.measure.contention`.
+
+Every finished pass is appended to ``passes.jsonl`` beside ``rows.jsonl`` before the next one
+starts, so a crash loses no finished pass: ``--resume`` reads it back and runs only the passes
+that are missing; ``rows.jsonl`` keeps one final row per point.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+
+import torch
+
+from harness import registry
+from harness.cost import costmodel
+from harness.measure import passes
+from harness.measure.contention import Interval
+from harness.measure.device import Device, clock_columns, get_device
+from harness.measure.refkernel import ReferenceKernel, summarize
+from harness.measure.timing import measure
+from harness.results import RowWriter, iter_rows, write_env
+from harness.scenarios import build_case
+from harness.sweep.point import Point
+from harness.sweep.suite import MeasureConfig, Suite
+
+PASSES_FILE = "passes.jsonl"
+# per-pass fields kept in passes.jsonl and combined into the row by passes.combine
+PASS_FIELDS = ("time_samples_s", "calls_per_sample", "ref_kernel_s", "contended", "contention",
+               "other_cpu_cores", "cpu_steal_frac", "load_avg_1m", "gpu_other_processes",
+               "gpu_throttle_reasons", "gpu_contention_status")
+
+MIXER_FAMILIES = {"lstm": "recurrent", "conv": "convolution"}
+
+
+@dataclass
+class RunSummary:
+    run_dir: Path
+    counts: dict[str, int] = field(default_factory=dict)
+    skipped_existing: int = 0
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:500]
+
+
+def _is_oom(exc: BaseException) -> bool:
+    if isinstance(exc, torch.OutOfMemoryError | MemoryError):
+        return True
+    return isinstance(exc, RuntimeError) and (
+        "can't allocate memory" in str(exc) or "out of memory" in str(exc).lower())
+
+
+def point_row(point: Point) -> dict:
+    """The identity columns of a point's row (no measurement yet)."""
+    impl_family = MIXER_FAMILIES.get(point.impl)
+    if impl_family is None:
+        try:
+            impl_family = registry.get(point.impl).family
+        except KeyError:
+            impl_family = None
+    return {**point.columns(), "family": impl_family,
+            "threads": torch.get_num_threads() if point.device == "cpu" else None}
+
+
+def support_reasons(point: Point, impl) -> list[str]:
+    """Why ``impl`` cannot run ``point`` here (empty = it can); decode adds its own rules."""
+    if point.scenario == "decode":
+        from harness.scenarios import decode
+
+        return decode.not_supported(point, impl)
+    return impl.not_supported(point.problem())
+
+
+def run_point(point: Point, config: MeasureConfig, device: Device,
+              mem_budget: int | None = None, ref: ReferenceKernel | None = None) -> dict:
+    """Measure one point (its first pass); every failure is returned as the row's status,
+    never raised. ``ref``: the reference kernel to bracket the timing with (one is made when
+    None)."""
+    row = point_row(point)
+    row["device_name"] = device.name()
+    impl = None if point.mixer != "attention" else registry.get(point.impl)
+    if impl is not None:
+        try:
+            reasons = support_reasons(point, impl)
+        except Exception as exc:  # a plug-in's own support check failing is this point's error
+            return {**row, "status": "error", "reason": f"support check: {_first_line(exc)}"}
+        if reasons:
+            return {**row, "status": "skipped", "reason": "; ".join(reasons)}
+    try:
+        predicted = costmodel.predict_peak_bytes(point)
+    except Exception as exc:  # a model gap must not stop the sweep; the row says so
+        predicted, row["prediction_error"] = None, _first_line(exc)
+    row["predicted_mem_bytes"] = predicted
+    if mem_budget is not None and predicted is not None and predicted > mem_budget:
+        return {**row, "status": "skipped",
+                "reason": f"predicted peak {predicted / 2**20:.0f} MiB > budget "
+                          f"{mem_budget / 2**20:.0f} MiB"}
+    try:
+        ref = ref or ReferenceKernel(device, point.device)
+        row.update(_measure_point(point, impl, config, device, ref))
+    except Exception as exc:
+        row.update(status="oom" if _is_oom(exc) else "error", reason=_first_line(exc))
+    finally:
+        gc.collect()
+        if device.kind == "cuda":
+            torch.cuda.empty_cache()
+    return row
+
+
+def _measure_point(point: Point, impl, config: MeasureConfig, device: Device,
+                   ref: ReferenceKernel) -> dict:
+    clock_start = device.clock()  # SM clock and throttle reasons around the point (GPU)
+    case = build_case(point, impl, device, config.check, config.decode_graph)
+    device.synchronize()
+    start = time.perf_counter()
+    finite = _all_finite(case.run())
+    device.synchronize()
+    first_call_s = time.perf_counter() - start
+    out = dict(case.columns)
+    out.update(case.check())
+    memory = device.peak_memory(case.run)
+    out.update(peak_mem_bytes=memory.peak_bytes, mem_method=memory.method, **memory.extra)
+    timing, bracket = _timed_pass(case.run, point, config, device, ref)
+    out.update(timing.columns())
+    out.update(bracket)
+    out["first_call_s"] = first_call_s
+    out.update(case.extra(timing, partial(measure, device=device, config=_side_timing(config))))
+    out.update(_throughput(point, case.tokens, timing.median))
+    out.update(clock_columns(clock_start, device.clock()))
+    nonfinite = out.pop("nonfinite", False) or not finite  # NaN/inf even with check = none
+    out.pop("grad_agree", None)
+    mismatch = out.pop("mismatch_reason", None)  # which bound the agreement rule broke
+    if nonfinite:
+        out["status"], out["reason"] = "mismatch", "non-finite values (NaN/inf) in the output"
+    elif out.get("agree") is False:
+        out["status"] = "mismatch"
+        out["reason"] = mismatch or (f"max_abs_err {out.get('max_abs_err')} beyond tolerance "
+                                     f"{out.get('tolerance')}")
+    else:
+        out["status"], out["reason"] = "ok", None
+    return out
+
+
+def _timed_pass(run: Callable[[], object], point: Point, config: MeasureConfig, device: Device,
+                ref: ReferenceKernel):
+    """One timing of ``run`` between two reference-kernel timings, with the contention
+    readings of the timed interval; returns (Measurement, columns of the bracket)."""
+    before = ref.samples()
+    threads = torch.get_num_threads() if device.kind == "cpu" else 1
+    interval = Interval(threads, getattr(device, "index", None) if device.kind == "cuda" else None)
+    interval.start()
+    timing = measure(run, device, config.timing)
+    readings = interval.columns()
+    after = ref.samples()
+    return timing, {"ref_kernel_s": summarize(before, after), **readings}
+
+
+def time_pass(point: Point, config: MeasureConfig, device: Device,
+              ref: ReferenceKernel | None = None) -> dict:
+    """A later pass of an ``ok`` point: build its Case again and time it (no memory or
+    agreement). Returns the pass record; a failure is its ``status``/``reason``, not raised."""
+    impl = None if point.mixer != "attention" else registry.get(point.impl)
+    try:
+        ref = ref or ReferenceKernel(device, point.device)
+        case = build_case(point, impl, device, "none", config.decode_graph)
+        timing, bracket = _timed_pass(case.run, point, config, device, ref)
+        record = {"status": "ok", "time_samples_s": list(timing.samples),
+                  "calls_per_sample": timing.calls_per_sample, **bracket}
+    except Exception as exc:
+        record = {"status": "oom" if _is_oom(exc) else "error", "reason": _first_line(exc)}
+    finally:
+        gc.collect()
+        if device.kind == "cuda":
+            torch.cuda.empty_cache()
+    return record
+
+
+def _all_finite(result) -> bool:
+    """False when a returned float tensor (or one in a returned tuple/list) has NaN or inf."""
+    if isinstance(result, torch.Tensor):
+        return not result.is_floating_point() or bool(torch.isfinite(result).all())
+    if isinstance(result, tuple | list):
+        return all(_all_finite(r) for r in result)
+    return True
+
+
+def _side_timing(config: MeasureConfig):
+    """Half the budget for secondary timings (the mixer alone inside a block)."""
+    from dataclasses import replace
+
+    return replace(config.timing, budget_s=config.timing.budget_s / 2)
+
+
+def _throughput(point: Point, tokens: int, median_s: float) -> dict:
+    useful = costmodel.useful_flops(point)
+    return {
+        "tokens_per_s": tokens / median_s,
+        "useful_flops": useful,
+        "executed_flops": costmodel.executed_flops(point),
+        "tflops_per_s": useful / median_s / 1e12 if useful else None,
+    }
+
+
+def _devices(points: Iterable[Point], flush_l2: bool) -> dict[str, Device]:
+    return {kind: get_device(kind, flush_l2) for kind in sorted({p.device for p in points})}
+
+
+class PassLog:
+    """``passes.jsonl``: one line per finished pass of a point (the first pass's line holds the
+    whole first-pass row), appended and fsynced, so no finished pass is lost to a crash."""
+
+    def __init__(self, run_dir: Path):
+        self.path = Path(run_dir) / PASSES_FILE
+        if self.path.is_file() and self.path.stat().st_size:  # a line cut by a kill: end it
+            with self.path.open("rb+") as fh:
+                fh.seek(-1, os.SEEK_END)
+                if fh.read(1) != b"\n":
+                    fh.write(b"\n")
+
+    def write(self, point_id: str, index: int, record: dict, row: dict | None = None) -> None:
+        entry = {"point_id": point_id, "pass": index, "record": record}
+        if row is not None:
+            entry["row"] = row
+        line = json.dumps(entry, default=str)
+        with self.path.open("a", encoding="utf-8") as fh:
+            fh.write(line + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def read(self, point_ids: set[str]) -> dict[str, tuple[dict | None, dict[int, dict]]]:
+        """point_id -> (first-pass row, {pass index: record}) for ``point_ids``."""
+        out: dict[str, tuple[dict | None, dict[int, dict]]] = {}
+        if not self.path.is_file():
+            return out
+        for entry in iter_rows(self.path):
+            pid = entry.get("point_id")
+            if pid not in point_ids or not isinstance(entry.get("record"), dict):
+                continue
+            row, records = out.get(pid, (None, {}))
+            records[int(entry.get("pass", 0))] = entry["record"]
+            out[pid] = (entry.get("row", row), records)
+        return out
+
+
+def pass_record(row: dict) -> dict:
+    """The per-pass fields of a first-pass row."""
+    return {"pass": 0, "status": row.get("status"),
+            **{k: row[k] for k in PASS_FIELDS if k in row}}
+
+
+def final_row(first: dict, records: dict[int, dict]) -> dict:
+    """The point's row: its first-pass row with time and contention columns from every pass."""
+    row = dict(first)
+    if row.get("status") != "ok":
+        return row
+    ordered = [{"pass": k, **records[k]} for k in sorted(records)]
+    old_median = row.get("time_median_s")
+    row.update(passes.combine(ordered, seed=int(str(row.get("point_id") or "0")[:8], 16)
+                              if row.get("point_id") else 0))
+    row.update(_combined_contention(ordered))
+    new_median = row.get("time_median_s")
+    if old_median and new_median:  # throughput follows the combined median
+        for key in ("tokens_per_s", "tflops_per_s"):
+            if row.get(key) is not None:
+                row[key] = row[key] * old_median / new_median
+    return row
+
+
+def _combined_contention(records: list[dict]) -> dict:
+    timed = [r for r in records if r.get("time_samples_s")]
+    flagged = [r for r in timed if r.get("contended")]
+    out: dict = {"contended": bool(flagged), "pass_contended": [bool(r.get("contended"))
+                                                                for r in timed]}
+    shown = flagged or timed[:1]
+    out["contention"] = "; ".join(f"pass {r['pass'] + 1}: {r.get('contention')}" for r in shown)
+    for key in ("other_cpu_cores", "cpu_steal_frac", "load_avg_1m", "gpu_other_processes"):
+        values = [r[key] for r in timed if isinstance(r.get(key), int | float)]
+        if values:
+            out[key] = max(values)
+    return out
+
+
+@dataclass
+class _PointState:
+    first: dict | None = None
+    records: dict[int, dict] = field(default_factory=dict)
+
+
+def run_points(
+    points: list[Point],
+    writer: RowWriter,
+    config: MeasureConfig,
+    *,
+    run_id: str,
+    suite_name: str,
+    mem_budget: int | None = None,
+    executor: Callable[..., dict] | None = None,
+    on_row: Callable[[dict], None] | None = None,
+) -> dict[str, int]:
+    """Run ``points`` in ``config.passes`` shuffled passes, writing each point's row when its
+    last pass finishes; returns status counts. Passes already in ``passes.jsonl`` (a resumed
+    run) are not run again.
+
+    ``executor(point)`` replaces :func:`run_point` and ``executor(point, pass_index=k)``
+    :func:`time_pass` (e.g. to run each in a child process)."""
+    devices = _devices(points, config.flush_l2) if executor is None else {}
+    refs: dict[str, ReferenceKernel] = {}
+    log = PassLog(writer.path.parent)
+    restored = log.read({p.point_id for p in points})
+    state = {p.point_id: _PointState(*restored.get(p.point_id, (None, {}))) for p in points}
+    counts: dict[str, int] = {}
+    total = max(config.passes, 1)
+
+    def finish(point: Point) -> None:
+        st = state[point.point_id]
+        row = final_row(st.first, st.records)
+        row.update(run_id=run_id, suite=suite_name)
+        writer.write(row)
+        counts[row["status"]] = counts.get(row["status"], 0) + 1
+        if on_row is not None:
+            on_row(row)
+
+    for k, order in enumerate(passes.pass_orders(len(points), total, config.order_seed)):
+        for index in order:
+            point, st = points[index], state[points[index].point_id]
+            if k > 0 and (st.first or {}).get("status") != "ok":
+                continue  # skipped or failed in its first pass: its row is written already
+            if k == 0 and st.first is None:
+                st.first = _first_pass(point, config, executor, devices, refs, mem_budget)
+                st.first["point_id"] = st.first.get("point_id") or point.point_id
+                st.records[0] = pass_record(st.first)
+                log.write(point.point_id, 0, st.records[0], st.first)
+            elif k not in st.records:
+                record = _later_pass(point, config, executor, devices, refs, k)
+                st.records[k] = {"pass": k, **record}
+                log.write(point.point_id, k, st.records[k])
+            if k == total - 1 or st.first.get("status") != "ok":
+                finish(point)
+    return counts
+
+
+def _ref(point: Point, device: Device, refs: dict[str, ReferenceKernel]) -> ReferenceKernel:
+    if point.device not in refs:
+        refs[point.device] = ReferenceKernel(device, point.device)
+    return refs[point.device]
+
+
+def _first_pass(point, config, executor, devices, refs, mem_budget) -> dict:
+    if executor is not None:
+        return executor(point)
+    device = devices[point.device]
+    budget = mem_budget if mem_budget is not None else default_budget(device)
+    return run_point(point, config, device, budget, _ref(point, device, refs))
+
+
+def _later_pass(point, config, executor, devices, refs, index: int) -> dict:
+    if executor is not None:
+        return executor(point, pass_index=index)
+    device = devices[point.device]
+    return time_pass(point, config, device, _ref(point, device, refs))
+
+
+def default_budget(device: Device) -> int:
+    """A safe fraction of what the device has free: 80% of free memory."""
+    return int(device.free_memory_bytes() * 0.8)
+
+
+def prepare_run(suite: Suite, run_dir: Path, run_id: str) -> dict:
+    """Write env.json (with the device calibration) for a new run; returns it."""
+    from harness.measure import calibrate, env
+
+    if suite.measure.threads:
+        torch.set_num_threads(suite.measure.threads)
+    kinds = sorted({p.device for p in suite.points}) or ["cpu"]
+    device = get_device(kinds[0], suite.measure.flush_l2)
+    info = env.collect(device, suite.name, suite.path, suite.fingerprint, run_id)
+    info["calibration"] = calibrate.calibrate(device)
+    write_env(run_dir, info)
+    return info

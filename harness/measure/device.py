@@ -1,0 +1,284 @@
+"""Everything device-specific lives here: synchronization, sample timers, L2 flush, peak memory
+(CUDA allocator + NVML sampling on GPUs; torch.profiler allocation events on CPU), clocks and
+device facts. The rest of the harness talks to a :class:`Device` and never to ``torch.cuda`` or
+NVML (whose wrappers and pure decision rules are in :mod:`harness.measure.nvml`).
+
+GPU-only figures degrade to ``None`` plus an ``"unavailable: <reason>"`` string, never to 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from harness.errors import DeviceUnavailable
+from harness.measure import nvml
+from harness.measure.nvml import clock_columns  # noqa: F401  (the runner's per-point clock columns)
+
+
+@dataclass(frozen=True)
+class MemoryReading:
+    """Peak bytes one call added above the pre-call baseline, and how that was measured."""
+
+    peak_bytes: int | None
+    method: str
+    extra: dict = field(default_factory=dict)  # e.g. reserved bytes, NVML figures or reasons
+
+
+class Device:
+    """Base class: a device the runner times and measures on."""
+
+    kind = "cpu"
+    flush_l2 = False  # whether flush_cache() really evicts a cache between timed calls
+    warm_l2 = "warm"  # the ``l2`` column when calls are timed without a flush before each
+
+    def synchronize(self) -> None: ...
+
+    def time_calls(self, fn: Callable[[], object], calls: int) -> float:
+        """Seconds for ``calls`` back-to-back calls of ``fn`` (device work included)."""
+        raise NotImplementedError
+
+    def flush_cache(self) -> None: ...
+
+    def clock(self) -> nvml.ClockReading:
+        """SM clock and throttle reasons now (None + reason where the device has none)."""
+        return nvml.ClockReading(None, None, f"unavailable: no GPU clock on a {self.kind} device")
+
+    def peak_memory(self, fn: Callable[[], object]) -> MemoryReading:
+        raise NotImplementedError
+
+    def free_memory_bytes(self) -> int:
+        raise NotImplementedError
+
+    def name(self) -> str:
+        raise NotImplementedError
+
+    def info(self) -> dict:
+        raise NotImplementedError
+
+
+class CpuDevice(Device):
+    """Timing with ``perf_counter``; peak memory from the profiler's allocation events."""
+
+    kind = "cpu"
+    warm_l2 = "n/a (cpu)"  # no cache flush on CPU: caches stay as the previous call left them
+
+    def time_calls(self, fn: Callable[[], object], calls: int) -> float:
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        return time.perf_counter() - start
+
+    def peak_memory(self, fn: Callable[[], object]) -> MemoryReading:
+        try:
+            return MemoryReading(profiler_peak_bytes(fn), "torch-profiler")
+        except Exception as exc:  # the events API is private; fall back to the RSS high-water mark
+            reading = rss_hwm_peak_bytes(fn)
+            return MemoryReading(reading, "rss-hwm", {"profiler_error": str(exc)})
+
+    def free_memory_bytes(self) -> int:
+        with open("/proc/meminfo") as fh:
+            info = dict(line.split(":", 1) for line in fh)
+        return int(info["MemAvailable"].split()[0]) * 1024
+
+    def name(self) -> str:
+        try:
+            with open("/proc/cpuinfo") as fh:
+                for line in fh:
+                    if line.startswith("model name"):
+                        return line.split(":", 1)[1].strip()
+        except OSError:
+            pass
+        return platform.processor() or platform.machine()
+
+    def info(self) -> dict:
+        return {
+            "device": "cpu",
+            "device_name": self.name(),
+            "threads": torch.get_num_threads(),
+            "cpu_count": os.cpu_count(),
+            "nvml": nvml.unavailable_reason() or "available",
+            "cuda": "unavailable: torch.cuda.is_available() is False",
+        }
+
+
+def profiler_peak_bytes(fn: Callable[[], object]) -> int:
+    """Peak of the running sum of CPU allocator events while ``fn`` runs (exact, byte level).
+
+    Uses ``torch.profiler`` with ``profile_memory=True``; the per-event list is only reachable
+    through ``prof.profiler.kineto_results`` (the public ``events()`` reports zeros on CPU).
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    with (
+        _native_stderr_silenced(),
+        profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof,
+    ):
+        result = fn()
+    del result
+    events = prof.profiler.kineto_results.events()
+    deltas = sorted((e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]")
+    running = peak = 0
+    for _, nbytes in deltas:
+        running += nbytes
+        peak = max(peak, running)
+    return peak
+
+
+@contextlib.contextmanager
+def _native_stderr_silenced():
+    """Kineto prints start/stop lines straight to fd 2 on every profile; hide them."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def rss_hwm_peak_bytes(fn: Callable[[], object]) -> int | None:
+    """Process RSS high-water mark above the current RSS (Linux; ~1 MiB accuracy).
+
+    ``malloc_trim`` first returns freed heap pages to the OS, so re-used resident pages do not
+    hide the call's allocations; writing 5 to clear_refs resets VmHWM to the current RSS.
+    """
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+    except OSError:
+        return None
+    base = _proc_status_bytes("VmRSS")
+    result = fn()
+    peak = _proc_status_bytes("VmHWM")
+    del result
+    return max(peak - base, 0)
+
+
+def _proc_status_bytes(key: str) -> int:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    raise OSError(f"{key} not in /proc/self/status")
+
+
+class CudaDevice(Device):
+    """CUDA events for timing, allocator peak stats, NVML used-memory sampling in a thread."""
+
+    kind = "cuda"
+
+    def __init__(self, index: int = 0, flush_l2: bool = False):
+        self.index = index
+        self.torch_device = torch.device("cuda", index)
+        self.flush_l2 = flush_l2
+        self._flush_buffer: torch.Tensor | None = None
+
+    def synchronize(self) -> None:
+        torch.cuda.synchronize(self.torch_device)
+
+    def flush_cache(self) -> None:
+        if not self.flush_l2:
+            return
+        if self._flush_buffer is None:  # larger than any current L2 (H100: 50 MB)
+            self._flush_buffer = torch.empty(
+                256 * 2**20, dtype=torch.uint8, device=self.torch_device
+            )
+        self._flush_buffer.zero_()
+
+    def time_calls(self, fn: Callable[[], object], calls: int) -> float:
+        """One CUDA event pair around ``calls`` calls; the caller decides about flushing (a
+        flush enqueued just before is not timed: the start event is recorded after it)."""
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+
+    def clock(self) -> nvml.ClockReading:
+        return nvml.read_clock(self.index)
+
+    def peak_memory(self, fn: Callable[[], object]) -> MemoryReading:
+        """Allocator peak of one call; NVML's peak over that call repeated until sampled.
+
+        ``empty_cache`` first, so the call's memory must come from the driver (NVML cannot see
+        blocks the allocator already holds); NVML is then cross-checked against the
+        allocator's reserved peak (:func:`harness.measure.nvml.nvml_verdict`).
+        """
+        self.synchronize()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(self.torch_device)
+        base = torch.cuda.memory_allocated(self.torch_device)
+        base_reserved = torch.cuda.memory_reserved(self.torch_device)
+        sampler = nvml.UsedMemorySampler(self.index)
+        wanted = nvml.MIN_SAMPLES if sampler.reason is None else 0  # no NVML: one call
+        with sampler:
+            calls = nvml.run_until_sampled(fn, sampler.count, self.synchronize, wanted)
+        peak = torch.cuda.max_memory_allocated(self.torch_device) - base
+        reserved = torch.cuda.max_memory_reserved(self.torch_device) - base_reserved
+        if sampler.reason is not None:
+            found = {"nvml_peak_bytes": None, "nvml_status": sampler.reason}
+        else:
+            found = nvml.nvml_verdict(sampler.samples, sampler.base or 0, reserved, calls)
+        return MemoryReading(peak, "cuda-allocator", {"peak_reserved_bytes": reserved, **found})
+
+    def free_memory_bytes(self) -> int:
+        free, _total = torch.cuda.mem_get_info(self.torch_device)
+        return (
+            free
+            + torch.cuda.memory_reserved(self.torch_device)
+            - torch.cuda.memory_allocated(self.torch_device)
+        )
+
+    def name(self) -> str:
+        return torch.cuda.get_device_name(self.torch_device)
+
+    def info(self) -> dict:
+        props = torch.cuda.get_device_properties(self.torch_device)
+        info = {
+            "device": "cuda",
+            "device_name": props.name,
+            "cuda": torch.version.cuda,
+            "capability": f"{props.major}.{props.minor}",
+            "total_memory_bytes": props.total_memory,
+            "sm_count": props.multi_processor_count,
+            "threads": torch.get_num_threads(),
+        }
+        info.update(nvml.device_info(self.index))
+        return info
+
+
+def resolve_device_name(requested: str) -> str:
+    """``auto`` -> ``cuda`` when a GPU is visible, else ``cpu``; others unchanged."""
+    if requested == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return requested
+
+
+def get_device(kind: str, flush_l2: bool = False) -> Device:
+    """The Device for ``cpu`` / ``cuda`` / ``cuda:N``; DeviceUnavailable if unusable here."""
+    if kind == "cpu":
+        return CpuDevice()
+    if kind.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise DeviceUnavailable(
+                f"device {kind!r} unavailable: torch.cuda.is_available() is "
+                f'False (torch {torch.__version__}); use a CPU suite or device = "auto"'
+            )
+        index = int(kind.split(":", 1)[1]) if ":" in kind else 0
+        return CudaDevice(index, flush_l2=flush_l2)
+    raise DeviceUnavailable(f"unknown device {kind!r} (cpu, cuda, cuda:N, auto)")

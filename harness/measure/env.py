@@ -1,0 +1,84 @@
+"""The environment a run was measured in (``env.json``) and its device fingerprint."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+import re
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import torch
+
+import harness
+from harness.measure.device import Device
+
+
+def git_state(cwd: Path | None = None) -> dict:
+    """Commit sha and dirty flag of the checkout the harness runs from (None if not a repo)."""
+    cwd = cwd or harness.PROJECT_DIR
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout
+        return {"git_sha": sha, "git_dirty": bool(dirty.strip())}
+    except (OSError, subprocess.SubprocessError):
+        return {"git_sha": None, "git_dirty": None}
+
+
+def fingerprint(info: dict) -> str:
+    """Filesystem-safe id of the device numbers are comparable on, e.g. ``cpu-amd-epyc-t2``."""
+    name = re.sub(r"[^a-z0-9]+", "-", str(info.get("device_name", "unknown")).lower()).strip("-")
+    name = re.sub(r"-(processor|cpu|with-radeon-graphics)$", "", name)[:40]
+    threads = f"-t{info['threads']}" if info.get("device") == "cpu" else ""
+    return f"{info.get('device', 'cpu')}-{name}{threads}"
+
+
+def new_run_id() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
+
+
+def collect(
+    device: Device, suite_name: str, suite_path: str, suite_fingerprint: str, run_id: str
+) -> dict:
+    """Everything needed to interpret (and refuse to mix) this run's numbers."""
+    info = device.info()
+    return {
+        "run_id": run_id,
+        "suite": suite_name,
+        "suite_path": suite_path,
+        "suite_fingerprint": suite_fingerprint,
+        "started_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "harness_version": harness.__version__,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "mkl": torch.backends.mkl.is_available(),
+        # fp32 CUDA rows (and the fp32 calibration GEMM) run on TF32 tensor cores when these
+        # allow it: ~10 mantissa bits instead of 23, and several times the fp32 FLOP/s
+        "tf32_cuda_matmul": torch.backends.cuda.matmul.allow_tf32,
+        "tf32_cudnn": torch.backends.cudnn.allow_tf32,
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "fingerprint": fingerprint(info),
+        # a contended machine explains noisy timings: record the 1/5/15-minute load at the start
+        "loadavg_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        **info,
+        **git_state(),
+    }

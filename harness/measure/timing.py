@@ -1,0 +1,132 @@
+"""Adaptive timing: warm up, then sample until the median's confidence interval is tight enough
+or the time budget ends. Raw per-call samples are kept; statistics are computed from them.
+
+Like ``triton.testing.do_bench`` the budget is in time, not counts; like
+``torch.utils.benchmark`` a sample times enough back-to-back calls to dwarf timer overhead.
+With an L2 flush (CUDA ``flush_l2``), every call is flushed and timed with its own event pair,
+as ``do_bench`` does: batching calls would time all but the first with a warm L2. Calls too
+short for one event pair each are batched, and the row says L2 was warm (``l2`` column).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from harness.measure.device import Device
+
+# Below this a single call is within a few event-timer resolutions (~0.5 us) and launch gaps:
+# such calls are batched unflushed instead, and their rows say ``l2 = warm``.
+MIN_FLUSHED_CALL_S = 1e-5
+L2_FLUSHED = "flushed-per-call"
+
+
+@dataclass(frozen=True)
+class TimingConfig:
+    """How long and how precisely to time one point."""
+
+    budget_s: float = 2.0  # stop sampling after this much wall time (after warm-up)
+    min_samples: int = 5
+    max_samples: int = 1000
+    target_rel_ci: float = 0.02  # stop when the median's 95% CI half-width / median is below
+    warmup_calls: int = 2  # after the first (compile/allocation) call
+    min_sample_s: float = 2e-3  # calls per sample are batched up to at least this long
+
+    def __post_init__(self) -> None:
+        if self.budget_s <= 0 or self.min_samples < 1 or self.max_samples < self.min_samples:
+            raise ValueError("timing needs budget_s > 0 and 1 <= min_samples <= max_samples")
+
+
+def median_ci(samples: np.ndarray, confidence: float = 0.95) -> tuple[float, float]:
+    """Distribution-free CI of the median from binomial order statistics."""
+    x = np.sort(np.asarray(samples, dtype=float))
+    n = len(x)
+    if n < 6:
+        return float(x[0]), float(x[-1])
+    lo = int(stats.binom.ppf((1 - confidence) / 2, n, 0.5))
+    hi = n - 1 - lo
+    return float(x[max(lo - 1, 0)]), float(x[min(hi + 1, n - 1)])
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Raw per-call times (seconds) of one point, with statistics derived from them."""
+
+    samples: tuple[float, ...]
+    calls_per_sample: int
+    first_call_s: float
+    l2: str = "warm"  # flushed-per-call | warm | n/a (cpu): the cache state the samples saw
+
+    @property
+    def median(self) -> float:
+        return float(np.median(self.samples))
+
+    @property
+    def iqr(self) -> float:
+        q1, q3 = np.percentile(self.samples, [25, 75])
+        return float(q3 - q1)
+
+    @property
+    def ci(self) -> tuple[float, float]:
+        return median_ci(np.array(self.samples))
+
+    @property
+    def rel_ci_halfwidth(self) -> float:
+        lo, hi = self.ci
+        return (hi - lo) / 2 / self.median if self.median > 0 else math.inf
+
+    def columns(self) -> dict:
+        lo, hi = self.ci
+        return {
+            "time_median_s": self.median,
+            "time_iqr_s": self.iqr,
+            "time_ci_low_s": lo,
+            "time_ci_high_s": hi,
+            "samples": len(self.samples),
+            "calls_per_sample": self.calls_per_sample,
+            "time_samples_s": list(self.samples),
+            "first_call_s": self.first_call_s,
+            "l2": self.l2,
+        }
+
+
+def measure(
+    fn: Callable[[], object], device: Device, config: TimingConfig | None = None
+) -> Measurement:
+    """Time ``fn`` (a zero-argument callable; set-up already done) on ``device``."""
+    config = config or TimingConfig()
+    device.synchronize()
+    start = time.perf_counter()
+    fn()
+    device.synchronize()
+    first_call_s = time.perf_counter() - start  # compilation, autotuning, first allocations
+    warm = [device.time_calls(fn, 1) for _ in range(config.warmup_calls)]
+    estimate = min(warm) if warm else first_call_s
+    per_call_flush = device.flush_l2 and estimate >= MIN_FLUSHED_CALL_S
+    batched = max(1, math.ceil(config.min_sample_s / max(estimate, 1e-9)))
+    calls = 1 if per_call_flush else batched
+    samples: list[float] = []
+    deadline = time.perf_counter() + config.budget_s
+    while len(samples) < config.max_samples:
+        if per_call_flush:
+            device.flush_cache()  # enqueued before the call's own start event: not timed
+        samples.append(device.time_calls(fn, calls) / calls)
+        if len(samples) < config.min_samples:
+            continue
+        if time.perf_counter() > deadline:
+            break
+        if len(samples) >= 6 and _rel_halfwidth(samples) <= config.target_rel_ci:
+            break
+    l2 = L2_FLUSHED if per_call_flush else device.warm_l2
+    return Measurement(tuple(samples), calls, first_call_s, l2)
+
+
+def _rel_halfwidth(samples: list[float]) -> float:
+    lo, hi = median_ci(np.array(samples))
+    med = float(np.median(samples))
+    return (hi - lo) / 2 / med if med > 0 else math.inf

@@ -1,0 +1,1 @@
+"""The modules the scenarios build: the transformer block and the KV caches."""

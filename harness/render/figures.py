@@ -1,0 +1,406 @@
+"""Result rows -> the report's figures (PNG bytes, via :mod:`harness.render.plots`) and the tables
+beside them: scaling fits and log-log plots, throughput heat maps, FLOP/s against the measured
+peak and the roofline, per-layer mixer costs with crossovers, agreement errors."""
+
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+import pandas as pd
+
+from harness import registry
+from harness.analysis import fits as analysis
+from harness.analysis.claims import Claim
+from harness.analysis.verdicts import crossing, evaluate
+from harness.cost import costmodel
+from harness.measure import calibrate
+from harness.render.plots import Panel, Roofs, Series, heatmaps, lines, loglog_panels, roofline
+from harness.sweep.point import point_from_row
+
+OVERS = ("d_model", "heads", "window", "conv_kernel")
+# what each other-variable plot holds fixed: heads at fixed d_model, d_model at fixed heads
+HOLD = {"heads": ("d_model",), "d_model": ("heads",)}
+METRIC_LABELS = {
+    "time_median_s": "median time",
+    "peak_mem_bytes": "peak memory",
+    "mixer_time_s": "mixer time",
+}
+# metric -> (lower, upper) columns of its confidence interval, drawn as a band
+CI_COLUMNS = {"time_median_s": ("time_ci_low_s", "time_ci_high_s")}
+
+
+def display_unit(metric: str, values) -> tuple[str, float]:
+    """(unit, factor) for plotting ``metric``: seconds as ms, bytes as MiB or GiB."""
+    if metric.endswith("_bytes"):
+        top = max((float(v) for v in values), default=0.0)
+        return ("GiB", 2.0**-30) if top >= 2**30 else ("MiB", 2.0**-20)
+    if metric.endswith("_s") and not metric.endswith("per_s"):
+        return "ms", 1e3
+    return "", 1.0
+
+
+def in_units(panels: list[Panel], metric: str) -> tuple[list[Panel], str]:
+    """Panels rescaled to the metric's display unit (values, bands and fits); the axis label."""
+    values = [v for p in panels for s in p.series for v in s.y]
+    unit, k = display_unit(metric, values)
+    for panel in panels:
+        for s in panel.series:
+            s.y = [v * k for v in s.y]
+            s.low = None if s.low is None else [v * k for v in s.low]
+            s.high = None if s.high is None else [v * k for v in s.high]
+            if s.fit:
+                s.fit = {
+                    **s.fit,
+                    "prefactor": s.fit["prefactor"] * k,
+                    "offset": s.fit["offset"] * k,
+                }
+    name = METRIC_LABELS.get(metric, metric)
+    return panels, f"{name} ({unit})" if unit else name
+
+
+def with_band(ok: pd.DataFrame, agg: pd.DataFrame, over: str, metric: str, keys: list[str]):
+    """``agg`` with ``low``/``high`` columns: the median of the rows' CI bounds per point."""
+    if metric not in CI_COLUMNS or not set(CI_COLUMNS[metric]) <= set(ok.columns):
+        return agg
+    bounds = [
+        analysis.aggregate(ok, over, col, keys)[[*keys, "x", "y"]].rename(columns={"y": name})
+        for col, name in zip(CI_COLUMNS[metric], ("low", "high"), strict=True)
+    ]
+    for bound in bounds:
+        agg = agg.merge(bound, on=[*keys, "x"], how="left")
+    return agg
+
+
+def claimed_exponent(impl: str, metric: str, over: str, scenario: str) -> float | None:
+    """The exponent in n an attention implementation declares (registry ``cost``), for time or
+    memory of the attention scenarios (a block or decode step is not a pure power of n)."""
+    if over != "seq_len" or not scenario.startswith("attention"):
+        return None
+    try:
+        cost = registry.get(impl).cost
+    except KeyError:
+        return None
+    return cost.memory_exponent if metric == "peak_mem_bytes" else cost.time_exponent
+
+
+def model_for(metric: str) -> str:
+    """Peak memory above the baseline has a fixed workspace: fit it with a constant term."""
+    return "power+const" if metric == "peak_mem_bytes" else "power"
+
+
+def _split(frame: pd.DataFrame, keys: list[str]):
+    """(values, part) per combination of ``keys`` (None/NaN grouped as "-"); one group if none."""
+    if not keys:
+        yield {}, frame
+        return
+    for values, part in frame.assign(**analysis._keys(frame[keys])).groupby(keys, sort=True):
+        yield dict(zip(keys, values if isinstance(values, tuple) else (values,), strict=True)), part
+
+
+def _label(values: dict, width: int = 70) -> str:
+    """Readable group label: derived duplicates dropped (head_dim beside heads and d_model,
+    window sides beside the window), wrapped to ``width`` characters."""
+    shown = dict(values)
+    if {"heads", "d_model"} <= set(shown):
+        shown.pop("head_dim", None)
+    if "window" in shown:
+        shown.pop("window_left", None), shown.pop("window_right", None)
+    text = ", ".join(f"{k}={_num(v)}" for k, v in shown.items()) or "all rows"
+    return textwrap.fill(text, width)
+
+
+def _num(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def split_keys(agg: pd.DataFrame, keys: list[str]) -> tuple[list[str], list[str]]:
+    """(panel keys, series keys): a field only one impl varies (local's window, conv's kernel)
+    labels series; a field several impls vary splits panels; one fixed per impl is dropped."""
+    panel, series = [], []
+    for k in keys:
+        if k == "impl":
+            continue
+        varying = (agg.groupby("impl")[k].nunique() > 1).sum()
+        (series if varying == 1 else panel if varying > 1 else []).append(k)
+    return panel, series
+
+
+def fit_panels(
+    df: pd.DataFrame, over: str, metric: str, hold: tuple[str, ...] = ()
+) -> tuple[list[Panel], list[dict]]:
+    """Panels (one per combination of the fields several impls vary) with a series per impl
+    (and impl-specific variant), its fit and claimed slope, plus one fits-table record each."""
+    ok = analysis.select(analysis.with_derived(df), metric)
+    if not len(ok) or ok[over].nunique() < 2:
+        return [], []
+    keys = analysis.group_keys(ok, over, hold)
+    agg = with_band(ok, analysis.aggregate(ok, over, metric, keys), over, metric, keys)
+    panel_keys, series_keys = split_keys(agg, keys)
+    varies = agg.groupby("impl")[series_keys].nunique() if series_keys else pd.DataFrame()
+    owner = {k: str(varies[k].idxmax()) for k in series_keys}
+    power = analysis.TIME_METRICS.get(metric)
+    scenario = str(ok["scenario"].iloc[0])
+    panels, records = [], []
+    for values, part in analysis._groups(agg, panel_keys):
+        panel = Panel(_label(values))
+        for extra, s in analysis._groups(part, ["impl", *series_keys]):
+            if len(s) < 2:
+                continue
+            impl = str(extra.pop("impl"))
+            samples = list(s["samples"]) if power is not None else None
+            fit = analysis.fit_exponent(
+                s["x"], s["y"], samples, sample_power=power or 1.0, model=model_for(metric)
+            )
+            claimed = claimed_exponent(impl, metric, over, scenario)
+            own = {k: v for k, v in extra.items() if owner.get(k) == impl}  # its variant axes
+            name = f"{impl} {_label(own)}" if own else impl
+            band = (list(s["low"]), list(s["high"])) if "low" in s else (None, None)
+            panel.series.append(Series(name, s["x"], s["y"], fit.as_dict(), claimed, *band))
+            slopes = " ".join(f"{v:.2f}" for v in analysis.local_slopes_xy(s["x"], s["y"]))
+            records.append(
+                {
+                    "impl": impl,
+                    "group": _label({**values, **extra}, width=1000),
+                    "metric": metric,
+                    "over": over,
+                    "model": fit.model,
+                    "exponent": fit.exponent,
+                    "ci_low": fit.ci_low,
+                    "ci_high": fit.ci_high,
+                    "claimed": claimed,
+                    "region": f"{fit.x_lo:g}..{fit.x_hi:g}",
+                    "n_points": f"{fit.n_points}/{fit.n_total}",
+                    "local_slopes": slopes,
+                }
+            )
+        if panel.series:
+            panels.append(panel)
+    return panels, records
+
+
+def scaling(rows: pd.DataFrame) -> tuple[pd.DataFrame, list, list, list]:
+    """Fits table plus time-vs-n, memory-vs-n and other-variable figures, per scenario."""
+    records, time_imgs, mem_imgs, other_imgs = [], [], [], []
+    for scenario, part in rows.groupby("scenario", sort=True):
+        for metric, bucket in (("time_median_s", time_imgs), ("peak_mem_bytes", mem_imgs)):
+            panels, recs = fit_panels(part, "seq_len", metric)
+            records += [{"scenario": scenario, **r} for r in recs]
+            if panels:
+                panels, ylabel = in_units(panels, metric)
+                bucket.append(
+                    (
+                        f"{metric}-vs-seq_len-{scenario}",
+                        loglog_panels(panels, "seq_len", ylabel, f"{scenario}: {ylabel}"),
+                    )
+                )
+        for over in OVERS:
+            if over not in part.columns and over != "window":
+                continue
+            panels, recs = fit_panels(part, over, "time_median_s", HOLD.get(over, ()))
+            records += [{"scenario": scenario, **r} for r in recs]
+            if panels:
+                panels, ylabel = in_units(panels, "time_median_s")
+                other_imgs.append(
+                    (
+                        f"time-vs-{over}-{scenario}",
+                        loglog_panels(panels, over, ylabel, f"{scenario}: time vs {over}"),
+                    )
+                )
+    return pd.DataFrame(records), time_imgs, mem_imgs, other_imgs
+
+
+def _series_by(ok: pd.DataFrame, metric: str, label_keys: list[str]) -> list[Series]:
+    """Series over seq_len, one per combination of ``label_keys`` (the impl first)."""
+    agg = analysis.aggregate(ok, "seq_len", metric, label_keys)
+    out = []
+    for values, part in analysis._groups(agg, label_keys):
+        name = " ".join(str(v) if k == "impl" else f"{k}={v}" for k, v in values.items())
+        out.append(Series(name, part["x"], part["y"]))
+    return out
+
+
+def heat(rows: pd.DataFrame) -> tuple[pd.DataFrame, list]:
+    """tokens/s heat maps over heads x d_model, one per impl and other varying fields."""
+    ok = analysis.select(rows, "tokens_per_s")
+    if not len(ok) or ok["heads"].nunique() < 2 or ok["d_model"].nunique() < 2:
+        return pd.DataFrame(), []
+    maps, tables = [], []
+    for scenario, srows in ok.groupby("scenario", sort=True):
+        keys = analysis.group_keys(srows, "heads", covary=("head_dim", "d_model", "point_id"))
+        for values, part in _split(srows, keys):
+            title = _label({"scenario": scenario, **values}, width=48)
+            table = part.pivot_table(
+                index="heads", columns="d_model", values="tokens_per_s", aggfunc="median"
+            )
+            # only complete grids: runs of unrelated suites leave holes, not heat maps
+            if table.shape[0] >= 2 and table.shape[1] >= 2 and table.notna().all().all():
+                maps.append((title, table))
+                tables.append(
+                    table.stack().rename("tokens_per_s").reset_index().assign(group=title)
+                )
+    if not maps:
+        return pd.DataFrame(), []
+    return pd.concat(tables, ignore_index=True), [
+        ("throughput-heads-x-d_model", heatmaps(maps, "tokens/s"))
+    ]
+
+
+def flops(rows: pd.DataFrame, envs: dict[str, dict]) -> tuple[pd.DataFrame, list, list]:
+    """% of the measured matmul peak and of the roofline, per row; figures vs seq_len; the
+    roofline plot (intensity against FLOP/s under the calibrated roofs)."""
+    ok = analysis.select(rows, "tflops_per_s")
+    recs = []
+    for row in ok.to_dict("records"):
+        cal = (envs.get(str(row.get("run_id"))) or {}).get("calibration")
+        peak = calibrate.peak_for(cal, str(row.get("dtype", "float32")))
+        if not peak:
+            continue
+        achieved = row["tflops_per_s"] * 1e12
+        try:
+            intensity = row["useful_flops"] / costmodel.compulsory_bytes(point_from_row(row))
+        except Exception:  # a point the cost model cannot rebuild: leave the roofline out
+            intensity = float("nan")
+        roof = min(peak, intensity * cal.get("mem_bandwidth_bytes_per_s", float("inf")))
+        recs.append(
+            {
+                **row,
+                "pct_peak": 100 * achieved / peak,
+                "pct_roofline": 100 * achieved / roof,
+                "intensity": intensity,
+                "_roof": (peak, cal.get("mem_bandwidth_bytes_per_s") or 0.0),
+            }
+        )
+    if not recs:
+        return pd.DataFrame(), [], []
+    frame = pd.DataFrame(recs)
+    table = (
+        frame.groupby(["scenario", "impl"], sort=True)
+        .agg(
+            rows=("pct_peak", "size"),
+            median_pct_peak=("pct_peak", "median"),
+            max_pct_peak=("pct_peak", "max"),
+            max_pct_roofline=("pct_roofline", "max"),
+            median_flops_per_byte=("intensity", "median"),
+        )
+        .reset_index()
+    )
+    panels = []
+    for scenario, part in frame.groupby("scenario", sort=True):
+        if part["seq_len"].nunique() >= 2:
+            keys = analysis.group_keys(part, "seq_len")
+            swept = [s for s in _series_by(part, "pct_peak", keys) if len(s.x) >= 2]
+            for s in swept:
+                s.label = textwrap.shorten(s.label, 60, placeholder="...")
+            panels.append(Panel(str(scenario), swept[:10]))
+    images = (
+        [("flops-pct-peak", lines(panels, "seq_len", "% of measured matmul peak"))]
+        if panels
+        else []
+    )
+    return table.drop(columns="_roof", errors="ignore"), images, _roofline(frame)
+
+
+def _roofline(frame: pd.DataFrame) -> list:
+    """Achieved TFLOP/s against arithmetic intensity per scenario and impl, under the roofs."""
+    frame = frame[np.isfinite(frame["intensity"]) & (frame["intensity"] > 0)]
+    roofs = [
+        Roofs(peak, bw, f"roof {i + 1}: " if len(set(frame["_roof"])) > 1 else "roof: ")
+        for i, (peak, bw) in enumerate(sorted(set(frame["_roof"])))
+        if peak and bw
+    ]
+    if not len(frame) or not roofs:
+        return []
+    by = ["scenario", "impl"] if frame["scenario"].nunique() > 1 else ["impl"]
+    series = [
+        Series(
+            " ".join(map(str, key if isinstance(key, tuple) else (key,))),
+            part["intensity"],
+            part["tflops_per_s"],
+        )
+        for key, part in frame.groupby(by, sort=True)
+    ]
+    return [("roofline", roofline(series[:20], roofs, "achieved TFLOP/s vs arithmetic intensity"))]
+
+
+def layers(rows: pd.DataFrame) -> tuple[pd.DataFrame, list]:
+    """Mixer time vs n per d_model (attention, LSTM, conv) with FLOP and measured crossovers."""
+    ok = analysis.select(rows, "mixer_time_s")
+    if not len(ok) or not ok["mixer"].isin(["lstm", "conv"]).any():
+        return pd.DataFrame(), []
+    table, panels = [], []
+    for impl in sorted(ok.loc[ok["mixer"] == "attention", "impl"].unique()):
+        for base in ("lstm", "conv"):
+            claim = Claim(
+                id=f"{impl}-vs-{base}",
+                metric="mixer_time_s",
+                over="seq_len",
+                impl=impl,
+                baseline=base,
+                relative_to="d_model",
+                expect_crossover_min=1.0,
+            )
+            for g in evaluate(claim, ok).groups:
+                table.append(
+                    {
+                        "attention": impl,
+                        "baseline": base,
+                        "group": g["group"],
+                        "crossover_n_over_d": g["measured"],
+                        "ci_low": g["ci_low"],
+                        "ci_high": g["ci_high"],
+                        "cheaper_below_d": g["verdict"],
+                        "detail": g["reason"],
+                    }
+                )
+    skip = ("impl", "conv_kernel", "mixer")
+    keys = [k for k in analysis.group_keys(ok, "seq_len") if k not in skip]
+    for values, part in _split(ok, keys):
+        d = float(part["d_model"].iloc[0])
+        agg = analysis.aggregate(part, "seq_len", "mixer_time_s", ["impl", "conv_kernel"])
+        series = [
+            Series(f"conv k={k}" if impl == "conv" else str(impl), s["x"], s["y"])
+            for (impl, k), s in agg.groupby(["impl", "conv_kernel"], sort=True)
+            if impl == "conv" or k == part.loc[part["impl"] == impl, "conv_kernel"].min()
+        ]
+        vlines = [(d, "n = d"), (costmodel.flop_crossover(int(d), "lstm"), "FLOPs: 4d (LSTM)")]
+        att = [s for s in series if not s.label.startswith(("lstm", "conv"))]
+        lstm = [s for s in series if s.label.startswith("lstm")]
+        if att and lstm:
+            a = pd.Series(list(att[0].y), index=list(att[0].x))
+            b = pd.Series(list(lstm[0].y), index=list(lstm[0].x))
+            both = a.index.intersection(b.index).sort_values()
+            if len(both) >= 2:
+                lr = np.log(a[both].to_numpy() / b[both].to_numpy())
+                (lo,), (hi,) = crossing(both.to_numpy(float), lr)
+                if lo == hi:  # an interior crossing, not a censored bound
+                    vlines.append((float(lo), "measured"))
+        panels.append(Panel(_label(values), series, vlines))
+    panels, ylabel = in_units(panels, "mixer_time_s")
+    image = loglog_panels(panels, "seq_len", ylabel, "per-layer cost")
+    return pd.DataFrame(table), [("layers-mixer-time", image)]
+
+
+def agreement(rows: pd.DataFrame) -> list:
+    """Max abs and relative error vs seq_len per scenario (one figure per scenario)."""
+    images = []
+    for scenario, part in rows.groupby("scenario", sort=True):
+        part = part[part["status"].isin(["ok", "mismatch"])] if "status" in part else part
+        if "max_abs_err" not in part or part["seq_len"].nunique() < 2:
+            continue
+        panels = []
+        for metric in ("max_abs_err", "rel_err"):
+            sub = part[pd.to_numeric(part[metric], errors="coerce") > 0]
+            if len(sub):
+                keys = analysis.group_keys(sub.assign(status="ok"), "seq_len")
+                panels.append(
+                    Panel(
+                        f"{scenario}: {metric}",
+                        _series_by(sub.assign(status="ok"), metric, keys)[:10],
+                    )
+                )
+        if panels:
+            images.append(
+                (f"agreement-{scenario}", lines(panels, "seq_len", "error vs float64", log_y=True))
+            )
+    return images

@@ -1,0 +1,1 @@
+"""What to run: a suite file parsed into plain-data Points, and shards of it."""
