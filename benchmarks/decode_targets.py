@@ -1,4 +1,4 @@
-"""Issue 4's decode targets, measured through the harness on this machine.
+"""The decode targets (a KV-cached step is O(n), no cache O(n²)), measured through the harness.
 
 Runs ``suites/decode-cpu.toml`` with ``attnbench run`` (or reads an existing run directory) and
 fits log-log slopes of per-token time and cache bytes over the context length n:

@@ -1,4 +1,4 @@
-"""Issue 3's targets for the sparse families on this CPU, measured in one run.
+"""The sparse families' targets on this CPU (O(n·w) time and memory), measured in one run.
 
 Problem: B=1, H=8, D=64, float32, causal sliding window of 256 keys = (255, 0), n = 2k..16k.
 Targets: ``local`` time and peak-memory exponents in n <= 1.15; ``local`` at the largest n at

@@ -12,7 +12,7 @@ Each run is compared with the baseline (``attnbench baseline find``) under every
 ``ci`` is evaluated as ``.ci/run`` does it: a failure counts only when it reproduces with the
 next run of the same condition given as ``--confirm``. Rates are printed per gate and
 condition: honest runs that fail are false alarms, slowed runs that pass are misses.
-Targets (issue "numbers that survive a shared machine"): 0/5 false alarms, 5/5 detections.
+Targets: 0/5 false alarms, 5/5 detections.
 """
 
 from __future__ import annotations

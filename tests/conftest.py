@@ -12,7 +12,7 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-# The implementations issue 2 names: every test over the core set uses this list.
+# The core implementations: every test over the core set uses this list.
 CORE_IMPLEMENTATIONS = [
     "full",
     "sdpa",
