@@ -22,7 +22,8 @@ analytic count a work verdict fits), ``saturation`` (default 0.5: time verdicts 
 at >= that fraction of their bound) and ``saturation_rule = "roofline" | "peak"``; ``min_x``
 (a lower bound on ``over`` that the claim states, e.g. where its asymptotics start).
 
-:mod:`harness.analysis.verdicts` judges each claim; this module parses the file and holds the CLI.
+This module is the :class:`Claim` type and the parsing of the file, once;
+:mod:`harness.analysis.verdicts` judges each claim.
 """
 
 from __future__ import annotations
@@ -31,11 +32,8 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
-
 from harness import SUITES_DIR
-from harness.analysis import fits as analysis
+from harness.analysis.powerfit import MODELS
 from harness.errors import CliError
 
 DEFAULT_CLAIMS = SUITES_DIR / "claims.toml"
@@ -157,7 +155,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
 }
 _CHOICES = {
     "bound": BOUNDS,
-    "model": analysis.MODELS,
+    "model": MODELS,
     "ratio": RATIOS,
     "concerns": CONCERNS,
     "work": ("flops", "bytes"),
@@ -266,90 +264,3 @@ def _parse_one(entry: dict, at: str) -> Claim:
         values["min_x"] = float(values["min_x"])
     return Claim(**values)
 
-
-# --- command line --------------------------------------------------------------------------
-
-
-def load_run_rows(run_dirs) -> pd.DataFrame:
-    """Rows of several run directories; a bad directory becomes a one-line CliError."""
-    from harness.results import ResultsError, load_runs
-
-    try:
-        return load_runs(run_dirs)
-    except ResultsError as exc:
-        raise CliError(str(exc)) from None
-
-
-def format_value(value: float | None) -> str:
-    return "n/a" if value is None or not np.isfinite(value) else f"{value:.3g}"
-
-
-def render_text(verdicts: list) -> str:
-    """A plain-text verdict list: one headline per claim, the reason indented below it."""
-    width = max((len(v.claim) for v in verdicts), default=5)
-    lines = []
-    for v in verdicts:
-        interval = f"[{format_value(v.ci_low)}, {format_value(v.ci_high)}]"
-        aspect = "work" if v.aspect == "work" else "time" if v.metric in TIMED_METRICS else ""
-        lines.append(
-            f"{v.claim:<{width}}  {v.verdict:<12}  measured {format_value(v.measured):>7} "
-            f"{interval:<18} expected {v.expected}  {v.utilization()}"
-            + (f"  [{aspect}]" if aspect else "")
-        )
-        lines.append(f"{'':<{width}}  {v.group + ': ' if v.group else ''}{v.reason}")
-        if v.work_verdict is not None:
-            lines.append(
-                f"{'':<{width}}  work: {v.work_verdict}, exponent "
-                f"{format_value(v.work_measured)} ({v.work_reason})"
-            )
-    counts = {k: sum(v.verdict == k for v in verdicts) for k in VERDICTS}
-    lines.append(", ".join(f"{n} {k}" for k, n in counts.items()))
-    work = {k: sum(v.work_verdict == k for v in verdicts) for k in VERDICTS}
-    if any(work.values()):
-        lines.append("work: " + ", ".join(f"{n} {k}" for k, n in work.items()))
-    return "\n".join(lines)
-
-
-def add_cli(subparsers) -> None:
-    """Add ``attnbench claims RUN_DIR [RUN_DIR...] [--claims FILE] [--json]``."""
-    p = subparsers.add_parser("claims", help="verdicts on the claims file from run directories")
-    p.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
-    p.add_argument(
-        "--claims",
-        type=Path,
-        default=DEFAULT_CLAIMS,
-        help=f"claims TOML (default: {DEFAULT_CLAIMS.name} in suites/)",
-    )
-    p.add_argument(
-        "--json",
-        action="store_true",
-        help="a JSON list: claim, verdict, measured, ci_low, ci_high, ...",
-    )
-    p.add_argument(
-        "--allow-contended",
-        action="store_true",
-        help="use rows measured under contention for verdicts (left out by default)",
-    )
-    p.set_defaults(func=cmd_claims)
-
-
-def cmd_claims(args) -> int:
-    import sys
-
-    from harness.analysis.regime import load_envs
-    from harness.analysis.verdicts import evaluate_all
-    from harness.measure.contention import usable_rows
-
-    claims = load_claims(args.claims)
-    # rows measured under contention give no confirmed/refuted verdict unless asked
-    rows, note = usable_rows(load_run_rows(args.run_dirs), args.allow_contended)
-    if note:
-        print(f"attnbench: warning: {note}", file=sys.stderr)
-    verdicts = evaluate_all(claims, rows, load_envs(args.run_dirs))
-    if args.json:
-        from harness.results import dumps_json
-
-        print(dumps_json([{**v.as_dict(), "utilization": v.utilization()} for v in verdicts]))
-    else:
-        print(render_text(verdicts))
-    return 0

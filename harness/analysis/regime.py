@@ -111,18 +111,3 @@ def pct_range(lo: float | None, hi: float | None) -> str:
     fmt = (lambda v: f"{v:.2g}") if b < 10 else (lambda v: f"{v:.0f}")
     return f"{fmt(a)}%" if fmt(a) == fmt(b) else f"{fmt(a)}–{fmt(b)}%"
 
-
-def load_envs(run_dirs) -> dict[str, dict]:
-    """run_id -> env.json for run directories (a directory without env.json is left out)."""
-    from pathlib import Path
-
-    from harness.results import ResultsError, load_env
-
-    envs = {}
-    for run_dir in run_dirs:
-        try:
-            env = load_env(run_dir)
-        except ResultsError:
-            continue
-        envs[str(env.get("run_id", Path(run_dir).name))] = env
-    return envs

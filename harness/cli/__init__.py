@@ -27,7 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "harness.cli.commands:add_table_cli",
         "comparison table of a run directory (text, markdown, CSV)",
     ),
-    "claims": ("harness.analysis.claims", "verdicts on the claims file from run directories"),
+    "claims": ("harness.cli.claims", "verdicts on the claims file from run directories"),
     "report": ("harness.render.report", "HTML + markdown + CSV report of run directories"),
     "compare": ("harness.compare.runs", "regression check: baseline run vs current run"),
     "baseline": ("harness.compare.runs", "save or find committed baselines"),

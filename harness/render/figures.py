@@ -10,9 +10,8 @@ import numpy as np
 import pandas as pd
 
 from harness import registry
-from harness.analysis import fits as analysis
-from harness.analysis.claims import Claim
-from harness.analysis.verdicts import crossing, evaluate
+from harness.analysis import fits, frames, powerfit
+from harness.analysis.ratios import crossing, crossovers
 from harness.cost import costmodel
 from harness.measure import calibrate
 from harness.render.plots import Panel, Roofs, Series, heatmaps, lines, loglog_panels, roofline
@@ -64,7 +63,7 @@ def with_band(ok: pd.DataFrame, agg: pd.DataFrame, over: str, metric: str, keys:
     if metric not in CI_COLUMNS or not set(CI_COLUMNS[metric]) <= set(ok.columns):
         return agg
     bounds = [
-        analysis.aggregate(ok, over, col, keys)[[*keys, "x", "y"]].rename(columns={"y": name})
+        frames.aggregate(ok, over, col, keys)[[*keys, "x", "y"]].rename(columns={"y": name})
         for col, name in zip(CI_COLUMNS[metric], ("low", "high"), strict=True)
     ]
     for bound in bounds:
@@ -94,7 +93,7 @@ def _split(frame: pd.DataFrame, keys: list[str]):
     if not keys:
         yield {}, frame
         return
-    for values, part in frame.assign(**analysis._keys(frame[keys])).groupby(keys, sort=True):
+    for values, part in frame.assign(**frames.groupable(frame[keys])).groupby(keys, sort=True):
         yield dict(zip(keys, values if isinstance(values, tuple) else (values,), strict=True)), part
 
 
@@ -131,25 +130,25 @@ def fit_panels(
 ) -> tuple[list[Panel], list[dict]]:
     """Panels (one per combination of the fields several impls vary) with a series per impl
     (and impl-specific variant), its fit and claimed slope, plus one fits-table record each."""
-    ok = analysis.select(analysis.with_derived(df), metric)
+    ok = frames.select(frames.with_derived(df), metric)
     if not len(ok) or ok[over].nunique() < 2:
         return [], []
-    keys = analysis.group_keys(ok, over, hold)
-    agg = with_band(ok, analysis.aggregate(ok, over, metric, keys), over, metric, keys)
+    keys = frames.group_keys(ok, over, hold)
+    agg = with_band(ok, frames.aggregate(ok, over, metric, keys), over, metric, keys)
     panel_keys, series_keys = split_keys(agg, keys)
     varies = agg.groupby("impl")[series_keys].nunique() if series_keys else pd.DataFrame()
     owner = {k: str(varies[k].idxmax()) for k in series_keys}
-    power = analysis.TIME_METRICS.get(metric)
+    power = frames.TIME_METRICS.get(metric)
     scenario = str(ok["scenario"].iloc[0])
     panels, records = [], []
-    for values, part in analysis._groups(agg, panel_keys):
+    for values, part in frames.iter_groups(agg, panel_keys):
         panel = Panel(_label(values))
-        for extra, s in analysis._groups(part, ["impl", *series_keys]):
+        for extra, s in frames.iter_groups(part, ["impl", *series_keys]):
             if len(s) < 2:
                 continue
             impl = str(extra.pop("impl"))
             samples = list(s["samples"]) if power is not None else None
-            fit = analysis.fit_exponent(
+            fit = fits.fit_exponent(
                 s["x"], s["y"], samples, sample_power=power or 1.0, model=model_for(metric)
             )
             claimed = claimed_exponent(impl, metric, over, scenario)
@@ -157,7 +156,7 @@ def fit_panels(
             name = f"{impl} {_label(own)}" if own else impl
             band = (list(s["low"]), list(s["high"])) if "low" in s else (None, None)
             panel.series.append(Series(name, s["x"], s["y"], fit.as_dict(), claimed, *band))
-            slopes = " ".join(f"{v:.2f}" for v in analysis.local_slopes_xy(s["x"], s["y"]))
+            slopes = " ".join(f"{v:.2f}" for v in powerfit.local_slopes_xy(s["x"], s["y"]))
             records.append(
                 {
                     "impl": impl,
@@ -212,9 +211,9 @@ def scaling(rows: pd.DataFrame) -> tuple[pd.DataFrame, list, list, list]:
 
 def _series_by(ok: pd.DataFrame, metric: str, label_keys: list[str]) -> list[Series]:
     """Series over seq_len, one per combination of ``label_keys`` (the impl first)."""
-    agg = analysis.aggregate(ok, "seq_len", metric, label_keys)
+    agg = frames.aggregate(ok, "seq_len", metric, label_keys)
     out = []
-    for values, part in analysis._groups(agg, label_keys):
+    for values, part in frames.iter_groups(agg, label_keys):
         name = " ".join(str(v) if k == "impl" else f"{k}={v}" for k, v in values.items())
         out.append(Series(name, part["x"], part["y"]))
     return out
@@ -222,12 +221,12 @@ def _series_by(ok: pd.DataFrame, metric: str, label_keys: list[str]) -> list[Ser
 
 def heat(rows: pd.DataFrame) -> tuple[pd.DataFrame, list]:
     """tokens/s heat maps over heads x d_model, one per impl and other varying fields."""
-    ok = analysis.select(rows, "tokens_per_s")
+    ok = frames.select(rows, "tokens_per_s")
     if not len(ok) or ok["heads"].nunique() < 2 or ok["d_model"].nunique() < 2:
         return pd.DataFrame(), []
     maps, tables = [], []
     for scenario, srows in ok.groupby("scenario", sort=True):
-        keys = analysis.group_keys(srows, "heads", covary=("head_dim", "d_model", "point_id"))
+        keys = frames.group_keys(srows, "heads", covary=("head_dim", "d_model", "point_id"))
         for values, part in _split(srows, keys):
             title = _label({"scenario": scenario, **values}, width=48)
             table = part.pivot_table(
@@ -249,7 +248,7 @@ def heat(rows: pd.DataFrame) -> tuple[pd.DataFrame, list]:
 def flops(rows: pd.DataFrame, envs: dict[str, dict]) -> tuple[pd.DataFrame, list, list]:
     """% of the measured matmul peak and of the roofline, per row; figures vs seq_len; the
     roofline plot (intensity against FLOP/s under the calibrated roofs)."""
-    ok = analysis.select(rows, "tflops_per_s")
+    ok = frames.select(rows, "tflops_per_s")
     recs = []
     for row in ok.to_dict("records"):
         cal = (envs.get(str(row.get("run_id"))) or {}).get("calibration")
@@ -288,7 +287,7 @@ def flops(rows: pd.DataFrame, envs: dict[str, dict]) -> tuple[pd.DataFrame, list
     panels = []
     for scenario, part in frame.groupby("scenario", sort=True):
         if part["seq_len"].nunique() >= 2:
-            keys = analysis.group_keys(part, "seq_len")
+            keys = frames.group_keys(part, "seq_len")
             swept = [s for s in _series_by(part, "pct_peak", keys) if len(s.x) >= 2]
             for s in swept:
                 s.label = textwrap.shorten(s.label, 60, placeholder="...")
@@ -325,22 +324,17 @@ def _roofline(frame: pd.DataFrame) -> list:
 
 def layers(rows: pd.DataFrame) -> tuple[pd.DataFrame, list]:
     """Mixer time vs n per d_model (attention, LSTM, conv) with FLOP and measured crossovers."""
-    ok = analysis.select(rows, "mixer_time_s")
+    ok = frames.select(rows, "mixer_time_s")
     if not len(ok) or not ok["mixer"].isin(["lstm", "conv"]).any():
         return pd.DataFrame(), []
     table, panels = [], []
     for impl in sorted(ok.loc[ok["mixer"] == "attention", "impl"].unique()):
         for base in ("lstm", "conv"):
-            claim = Claim(
-                id=f"{impl}-vs-{base}",
-                metric="mixer_time_s",
-                over="seq_len",
-                impl=impl,
-                baseline=base,
-                relative_to="d_model",
-                expect_crossover_min=1.0,
+            found = crossovers(
+                ok, impl, base, metric="mixer_time_s", over="seq_len", relative_to="d_model",
+                expect_min=1.0,
             )
-            for g in evaluate(claim, ok).groups:
+            for g in found:
                 table.append(
                     {
                         "attention": impl,
@@ -354,10 +348,10 @@ def layers(rows: pd.DataFrame) -> tuple[pd.DataFrame, list]:
                     }
                 )
     skip = ("impl", "conv_kernel", "mixer")
-    keys = [k for k in analysis.group_keys(ok, "seq_len") if k not in skip]
+    keys = [k for k in frames.group_keys(ok, "seq_len") if k not in skip]
     for values, part in _split(ok, keys):
         d = float(part["d_model"].iloc[0])
-        agg = analysis.aggregate(part, "seq_len", "mixer_time_s", ["impl", "conv_kernel"])
+        agg = frames.aggregate(part, "seq_len", "mixer_time_s", ["impl", "conv_kernel"])
         series = [
             Series(f"conv k={k}" if impl == "conv" else str(impl), s["x"], s["y"])
             for (impl, k), s in agg.groupby(["impl", "conv_kernel"], sort=True)
@@ -392,7 +386,7 @@ def agreement(rows: pd.DataFrame) -> list:
         for metric in ("max_abs_err", "rel_err"):
             sub = part[pd.to_numeric(part[metric], errors="coerce") > 0]
             if len(sub):
-                keys = analysis.group_keys(sub.assign(status="ok"), "seq_len")
+                keys = frames.group_keys(sub.assign(status="ok"), "seq_len")
                 panels.append(
                     Panel(
                         f"{scenario}: {metric}",

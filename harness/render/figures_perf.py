@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from harness.analysis import fits as analysis
+from harness.analysis import frames
 from harness.render import table
 from harness.render.plots import Panel, Series, history, lines
 
@@ -89,7 +89,7 @@ def _by(frame: pd.DataFrame, keys: list[str]):
 def _series_over_n(part: pd.DataFrame, metric: str, keys: list[str], k: float = 1.0):
     """A series over seq_len per combination of ``keys`` (impl first), median over repeats,
     with the band the time CI implies for a rate (``metric`` x time / CI bound)."""
-    agg = analysis.aggregate(part, "seq_len", metric, keys)
+    agg = frames.aggregate(part, "seq_len", metric, keys)
     scaled = part.assign(
         _lo=pd.to_numeric(part[metric])
         * pd.to_numeric(part["time_median_s"])
@@ -99,10 +99,10 @@ def _series_over_n(part: pd.DataFrame, metric: str, keys: list[str], k: float = 
         / pd.to_numeric(part.get("time_ci_low_s", part["time_median_s"])),
     )
     for name, col in (("low", "_lo"), ("high", "_hi")):
-        bound = analysis.aggregate(scaled, "seq_len", col, keys)[[*keys, "x", "y"]]
+        bound = frames.aggregate(scaled, "seq_len", col, keys)[[*keys, "x", "y"]]
         agg = agg.merge(bound.rename(columns={"y": name}), on=[*keys, "x"], how="left")
     out = []
-    for values, s in analysis._groups(agg, keys):
+    for values, s in frames.iter_groups(agg, keys):
         label = " ".join(str(v) if key == "impl" else f"{key}={v}" for key, v in values.items())
         out.append(Series(label, s["x"], s["y"] * k, None, None, s["low"] * k, s["high"] * k))
     return out
@@ -110,12 +110,12 @@ def _series_over_n(part: pd.DataFrame, metric: str, keys: list[str], k: float = 
 
 def throughput(rows: pd.DataFrame) -> list:
     """Absolute useful TFLOP/s against seq_len, a panel per scenario (CI bands from time)."""
-    ok = analysis.select(rows, "tflops_per_s")
+    ok = frames.select(rows, "tflops_per_s")
     panels = []
     for scenario, part in ok.groupby("scenario", sort=True):
         if part["seq_len"].nunique() < 2:
             continue
-        keys = analysis.group_keys(part, "seq_len")
+        keys = frames.group_keys(part, "seq_len")
         series = [s for s in _series_over_n(part, "tflops_per_s", keys) if len(s.x) >= 2]
         if series:
             panels.append(Panel(str(scenario), series[:10]))
@@ -129,17 +129,17 @@ BACKWARD = "+backward"
 
 def forward_backward(rows: pd.DataFrame) -> list:
     """Forward and forward+backward time against seq_len, side by side, per scenario pair."""
-    ok = analysis.select(rows, "time_median_s")
+    ok = frames.select(rows, "time_median_s")
     images = []
     for fwd in sorted(s for s in set(ok["scenario"]) if not s.endswith(BACKWARD)):
         bwd = fwd + BACKWARD
         pair = ok[ok["scenario"].isin([fwd, bwd])]
         if bwd not in set(pair["scenario"]) or pair["seq_len"].nunique() < 2:
             continue
-        keys = [k for k in analysis.group_keys(pair, "seq_len") if k != "scenario"]
+        keys = [k for k in frames.group_keys(pair, "seq_len") if k != "scenario"]
         panel_keys = [k for k in keys if k != "impl"]
         panels = []
-        for values, part in _by(pair.assign(**analysis._keys(pair[panel_keys])), panel_keys):
+        for values, part in _by(pair.assign(**frames.groupable(pair[panel_keys])), panel_keys):
             extra = ", ".join(f"{k}={v}" for k, v in values.items())
             for scenario in (fwd, bwd):
                 side = part[part["scenario"] == scenario]
@@ -163,7 +163,7 @@ def run_history(rows: pd.DataFrame, envs: dict[str, dict]) -> tuple[pd.DataFrame
     tables, images = [], []
     if not {"run_id", "suite", "point_id"} <= set(rows.columns):
         return pd.DataFrame(), []
-    ok = analysis.select(rows, "time_median_s")
+    ok = frames.select(rows, "time_median_s")
     for suite, part in ok.groupby("suite", sort=True):
         runs = sorted(set(part["run_id"]), key=lambda r: str(envs.get(r, {}).get("started_utc")))
         if len(runs) < 2:

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.analysis.claims import DEFAULT_CLAIMS, load_claims, load_run_rows
+from harness.analysis.claims import DEFAULT_CLAIMS, load_claims
+from harness.analysis.runs import load_run_rows
 from harness.render import figures as data
 from harness.render import figures_perf as perf
 from harness.render import markdown

@@ -6,14 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.analysis.fits import (
-    asymptotic_start,
-    covarying,
-    fit_exponent,
-    fit_exponents,
-    local_slopes,
-    local_slopes_xy,
-)
+from harness.analysis.fits import fit_exponent, fit_exponents, local_slopes
+from harness.analysis.frames import covarying
+from harness.analysis.powerfit import asymptotic_start, local_slopes_xy
 from harness.sweep.point import Point
 
 X = np.array([256, 512, 1024, 2048, 4096, 8192], dtype=float)

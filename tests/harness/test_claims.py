@@ -11,7 +11,9 @@ import pandas as pd
 import pytest
 
 from harness.analysis import claims as cl
-from harness.analysis.verdicts import evaluate, judge
+from harness.analysis.judging import judge
+from harness.analysis.verdicts import evaluate
+from harness.cli import claims as claims_cli
 from harness.errors import CliError
 from harness.results import RowWriter, write_env
 from harness.sweep.point import Point
@@ -224,7 +226,7 @@ def test_crossover_claims(cross_at, expected):
 
 def run_cli(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
-    cl.add_cli(parser.add_subparsers())
+    claims_cli.add_cli(parser.add_subparsers())
     args = parser.parse_args(argv)
     return args.func(args)
 

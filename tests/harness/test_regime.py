@@ -13,6 +13,7 @@ import pytest
 from harness.analysis import claims as cl
 from harness.analysis import regime
 from harness.analysis.verdicts import evaluate
+from harness.cli import claims as claims_cli
 from harness.cost import costmodel
 from harness.results import RowWriter, json_safe, write_env
 from harness.sweep.point import Point
@@ -164,7 +165,7 @@ def test_json_output_has_null_for_missing_numbers(tmp_path, capsys):
         "expect_exponent = 1.0\n"
     )
     parser = argparse.ArgumentParser()
-    cl.add_cli(parser.add_subparsers())
+    claims_cli.add_cli(parser.add_subparsers())
     args = parser.parse_args(["claims", str(tmp_path / "run"), "--claims", str(claims_file),
                               "--json"])
     assert args.func(args) == 0

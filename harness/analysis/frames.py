@@ -1,0 +1,149 @@
+"""Result rows as the fits see them: which rows, which groups, one aggregated point per x.
+
+The DataFrame side of the analysis: derived variables (``window``, ``d_model``), the ok rows
+of a metric, the point fields that tell fits apart, and the aggregation of duplicate rows into
+one point per (group, x) with the raw samples (per timing pass) and the interval-derived
+uncertainty that :mod:`harness.analysis.fits` feeds to the fit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import pandas as pd
+
+from harness.measure.passes import split_samples
+from harness.sweep.point import POINT_FIELDS
+
+SHAPE_FIELDS = ("heads", "head_dim", "d_model")
+SHAPE_PARTNER = {"heads": "d_model", "head_dim": "d_model", "d_model": "head_dim"}
+KEY_FIELDS: tuple[str, ...] = (*POINT_FIELDS, "d_model")
+# metric -> power of time it scales with; their bootstrap resamples time_samples_s
+TIME_METRICS = {"time_median_s": 1.0, "tokens_per_s": -1.0, "tflops_per_s": -1.0}
+MISSING = "-"  # group-key stand-in for None/NaN (pandas cannot group or merge on them reliably)
+
+
+def with_derived(df: pd.DataFrame) -> pd.DataFrame:
+    """Add derived variables one may fit against: ``window`` = keys per query (left+right+1)."""
+    out = df.copy()
+    if "window_left" in out.columns and "window_right" in out.columns:
+        left = pd.to_numeric(out["window_left"], errors="coerce")
+        right = pd.to_numeric(out["window_right"], errors="coerce")
+        out["window"] = (left.fillna(0) + right.fillna(0) + 1).where(left.notna() | right.notna())
+    if "d_model" not in out.columns and {"heads", "head_dim"} <= set(out.columns):
+        out["d_model"] = out["heads"] * out["head_dim"]
+    return out
+
+
+def covarying(over: str, hold: Sequence[str] = ()) -> set[str]:
+    """Fields that change with ``over`` by construction (d_model = heads·head_dim) or derivation."""
+    out = {"point_id", "q_len"} if over == "seq_len" else {"point_id"}
+    if over == "window":
+        out |= {"window_left", "window_right"}
+    if over in {"window_left", "window_right"}:
+        out.add("window")
+    if over in SHAPE_FIELDS:  # d_model = heads·head_dim: the shape field not held co-varies
+        free = [f for f in SHAPE_FIELDS if f != over and f not in hold]
+        out |= {SHAPE_PARTNER[over]} if len(free) == 2 else set(free)
+    return out
+
+
+def group_keys(
+    df: pd.DataFrame, over: str, hold: Sequence[str] = (), covary: Sequence[str] | None = None
+) -> list[str]:
+    """Point fields that tell fits apart: those that vary in ``df`` (plus ``hold``), minus ``over``
+    and the fields that co-vary with it; ``impl`` is always kept (it labels the fit)."""
+    skip = covarying(over, hold) if covary is None else set(covary)
+    keys = []
+    for c in (*KEY_FIELDS, "window"):
+        if c not in df.columns or c == over or c in skip or c in keys:
+            continue
+        if c == "impl" or c in hold or groupable(df[[c]])[c].nunique() > 1:
+            keys.append(c)
+    return keys
+
+
+def groupable(df: pd.DataFrame) -> pd.DataFrame:
+    """Key columns with None/NaN replaced by :data:`MISSING`, so groupby and merge see them."""
+    return df.astype(object).where(df.notna(), MISSING)
+
+
+def select(df: pd.DataFrame, metric: str, where: dict | None = None) -> pd.DataFrame:
+    """Rows with status ok, a positive finite ``metric`` and ``column == value`` for ``where``."""
+    if metric not in df.columns:
+        return df.iloc[0:0]
+    keep = pd.to_numeric(df[metric], errors="coerce").gt(0)
+    if "status" in df.columns:
+        keep &= df["status"].eq("ok")
+    for col, value in (where or {}).items():
+        if col not in df.columns:
+            return df.iloc[0:0]
+        keep &= groupable(df[[col]])[col].eq(MISSING if value is None else value)
+    return df[keep]
+
+
+def _ci_sigma(df: pd.DataFrame) -> pd.Series:
+    """Standard error of log(time) from each row's stored 95 % median interval (NaN if none)."""
+    if not {"time_ci_low_s", "time_ci_high_s"} <= set(df.columns):
+        return pd.Series(np.nan, index=df.index)
+    lo = pd.to_numeric(df["time_ci_low_s"], errors="coerce")
+    hi = pd.to_numeric(df["time_ci_high_s"], errors="coerce")
+    with np.errstate(all="ignore"):
+        return (np.log(hi) - np.log(lo)) / (2 * 1.96)
+
+
+def _pass_samples(df: pd.DataFrame) -> pd.Series | None:
+    """Each row's ``time_samples_s`` (seconds) cut into its timing passes (``pass_samples``): a
+    list of per-pass lists, one pass when the row has no pass counts; None without samples."""
+    if "time_samples_s" not in df.columns:
+        return None
+    counts = df["pass_samples"] if "pass_samples" in df.columns else pd.Series(None, df.index)
+
+    def split(samples, count) -> list | None:
+        if not isinstance(samples, list):
+            return None
+        count = count if isinstance(count, list) else None
+        return [g.tolist() for g in split_samples(samples, count)]
+
+    pairs = zip(df["time_samples_s"], counts, strict=True)
+    return pd.Series([split(s, c) for s, c in pairs], df.index)
+
+
+def aggregate(df: pd.DataFrame, over: str, metric: str, keys: Sequence[str]) -> pd.DataFrame:
+    """One row per (keys, over): the ``keys``, ``x`` (the value of ``over``), ``y`` (median
+    ``metric``), ``samples`` (per-pass sample lists of every duplicate row, pooled; None when a
+    row has none), ``sigma`` (median standard error of log y from the stored intervals, NaN
+    when unknown) and ``rows`` (how many rows were merged)."""
+    frame = (
+        groupable(df[list(keys)])
+        .assign(
+            x=pd.to_numeric(df[over], errors="coerce"),
+            y=pd.to_numeric(df[metric], errors="coerce"),
+            samples=_pass_samples(df),
+            sigma=_ci_sigma(df) if metric in TIME_METRICS else np.nan,
+        )
+        .dropna(subset=["x", "y"])
+    )
+    frame = frame[frame["x"] > 0]
+
+    def pool(series: pd.Series) -> list | None:  # duplicate runs: their passes side by side
+        lists = [s for s in series if isinstance(s, list)]
+        return [p for s in lists for p in s] if len(lists) == len(series) else None
+
+    grouped = frame.groupby([*keys, "x"], sort=True, dropna=False)
+    out = grouped.agg(
+        y=("y", "median"), samples=("samples", pool), sigma=("sigma", "median"), rows=("y", "size")
+    )
+    return out.reset_index()
+
+
+def iter_groups(agg: pd.DataFrame, keys: Sequence[str]) -> Iterator[tuple[dict, pd.DataFrame]]:
+    """(``{key: value}``, the group's rows sorted by ``x``) for each group of ``keys`` in an
+    aggregated frame (:func:`aggregate`); one group of every row when ``keys`` is empty."""
+    if not keys:
+        yield {}, agg.sort_values("x")
+        return
+    for values, part in agg.groupby(list(keys), sort=True, dropna=False):
+        values = values if isinstance(values, tuple) else (values,)
+        yield dict(zip(keys, values, strict=True)), part.sort_values("x")

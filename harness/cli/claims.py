@@ -1,0 +1,52 @@
+"""``attnbench claims RUN_DIR [RUN_DIR...] [--claims FILE] [--json] [--allow-contended]``:
+the verdict on every claim of a claims file from the rows of run directories."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from harness.analysis.claims import DEFAULT_CLAIMS, load_claims
+from harness.analysis.runs import load_envs, load_run_rows
+from harness.analysis.verdict_text import render_text
+from harness.analysis.verdicts import evaluate_all
+from harness.measure.contention import usable_rows
+from harness.results import dumps_json
+
+
+def add_cli(subparsers) -> None:
+    """Add ``attnbench claims RUN_DIR [RUN_DIR...] [--claims FILE] [--json]``."""
+    p = subparsers.add_parser("claims", help="verdicts on the claims file from run directories")
+    p.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
+    p.add_argument(
+        "--claims",
+        type=Path,
+        default=DEFAULT_CLAIMS,
+        help=f"claims TOML (default: {DEFAULT_CLAIMS.name} in suites/)",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="a JSON list: claim, verdict, measured, ci_low, ci_high, ...",
+    )
+    p.add_argument(
+        "--allow-contended",
+        action="store_true",
+        help="use rows measured under contention for verdicts (left out by default)",
+    )
+    p.set_defaults(func=cmd_claims)
+
+
+def cmd_claims(args) -> int:
+    """Load the claims and the rows, judge, print the verdicts (text or ``--json``); exit 0."""
+    claims = load_claims(args.claims)
+    # rows measured under contention give no confirmed/refuted verdict unless asked
+    rows, note = usable_rows(load_run_rows(args.run_dirs), args.allow_contended)
+    if note:
+        print(f"attnbench: warning: {note}", file=sys.stderr)
+    verdicts = evaluate_all(claims, rows, load_envs(args.run_dirs))
+    if args.json:
+        print(dumps_json([{**v.as_dict(), "utilization": v.utilization()} for v in verdicts]))
+    else:
+        print(render_text(verdicts))
+    return 0
