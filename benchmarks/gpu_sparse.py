@@ -28,7 +28,7 @@ from harness import registry
 from harness.masks import MaskSpec, kept_pairs, mask_rows
 from harness.oracle.agreement import compare
 from harness.oracle.reference import reference_attention
-from harness.render.report import markdown_table
+from harness.render.page import markdown_table
 from harness.spec import Problem
 
 B, H, D = 4, 16, 64

@@ -56,3 +56,36 @@ def ratio(value: float | None, missing: str = MISSING) -> str:
 def percent(fraction: float | None, missing: str = MISSING) -> str:
     """A fraction as a whole percentage: ``0.423`` -> ``42%``."""
     return missing if is_missing(fraction) else f"{100 * fraction:.0f}%"
+
+
+def exact(value, missing: str = MISSING) -> str:
+    """A value as written, not rounded (an axis value such as ``seq_len`` or a window side):
+    integral floats without the decimal point (``512.0`` -> ``512``), anything else as ``str``."""
+    if is_missing(value):
+        return missing
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def readable(value: float | None, digits: int = 3, missing: str = MISSING) -> str:
+    """``digits`` significant digits below 1000, whole numbers with thousands separators from
+    1000 up (no exponent): ``0.0456``, ``12.3``, ``3,072``."""
+    if is_missing(value):
+        return missing
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.{digits}g}"
+
+
+def fixed(
+    value: float | None, decimals: int = 2, grouped: bool = False, missing: str = MISSING
+) -> str:
+    """``decimals`` digits after the point (``1.95`` -> ``1.95``, ``0`` decimals -> ``2``);
+    ``grouped`` adds thousands separators (``12,345``)."""
+    if is_missing(value):
+        return missing
+    return f"{value:,.{decimals}f}" if grouped else f"{value:.{decimals}f}"
+
+
+def scientific(value: float | None, digits: int = 1, missing: str = MISSING) -> str:
+    """Mantissa with ``digits`` decimals and a power of ten: ``1.2e-07``."""
+    return missing if is_missing(value) else f"{value:.{digits}e}"

@@ -28,7 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "comparison table of a run directory (text, markdown, CSV)",
     ),
     "claims": ("harness.cli.claims", "verdicts on the claims file from run directories"),
-    "report": ("harness.render.report", "HTML + markdown + CSV report of run directories"),
+    "report": ("harness.cli.report", "HTML + markdown + CSV report of run directories"),
     "compare": ("harness.compare.runs", "regression check: baseline run vs current run"),
     "baseline": ("harness.compare.runs", "save or find committed baselines"),
     "maxlen": ("harness.execute.maxlen", "largest seq_len that fits a memory budget"),

@@ -1,6 +1,7 @@
 """Result rows -> the report's figures (PNG bytes, via :mod:`harness.render.plots`) and the tables
-beside them: scaling fits and log-log plots, throughput heat maps, FLOP/s against the measured
-peak and the roofline, per-layer mixer costs with crossovers, agreement errors."""
+beside them: scaling fits and log-log plots, throughput heat maps, per-layer mixer costs with
+crossovers, agreement errors. (FLOP/s against the peak and the roofline:
+:mod:`harness.render.figures_roofline`.)"""
 
 from __future__ import annotations
 
@@ -9,83 +10,25 @@ import textwrap
 import numpy as np
 import pandas as pd
 
-from harness import registry
+from harness import fmt
 from harness.analysis import fits, frames, powerfit
 from harness.analysis.ratios import crossing, crossovers
 from harness.cost import costmodel
-from harness.measure import calibrate
-from harness.render.plots import Panel, Roofs, Series, heatmaps, lines, loglog_panels, roofline
-from harness.sweep.point import point_from_row
+from harness.render.draw import Panel, Series
+from harness.render.panels import (
+    LABEL_DIGITS,
+    claimed_exponent,
+    in_units,
+    model_for,
+    series_by,
+    split_keys,
+    with_band,
+)
+from harness.render.plots import heatmaps, lines, loglog_panels
 
 OVERS = ("d_model", "heads", "window", "conv_kernel")
 # what each other-variable plot holds fixed: heads at fixed d_model, d_model at fixed heads
 HOLD = {"heads": ("d_model",), "d_model": ("heads",)}
-METRIC_LABELS = {
-    "time_median_s": "median time",
-    "peak_mem_bytes": "peak memory",
-    "mixer_time_s": "mixer time",
-}
-# metric -> (lower, upper) columns of its confidence interval, drawn as a band
-CI_COLUMNS = {"time_median_s": ("time_ci_low_s", "time_ci_high_s")}
-
-
-def display_unit(metric: str, values) -> tuple[str, float]:
-    """(unit, factor) for plotting ``metric``: seconds as ms, bytes as MiB or GiB."""
-    if metric.endswith("_bytes"):
-        top = max((float(v) for v in values), default=0.0)
-        return ("GiB", 2.0**-30) if top >= 2**30 else ("MiB", 2.0**-20)
-    if metric.endswith("_s") and not metric.endswith("per_s"):
-        return "ms", 1e3
-    return "", 1.0
-
-
-def in_units(panels: list[Panel], metric: str) -> tuple[list[Panel], str]:
-    """Panels rescaled to the metric's display unit (values, bands and fits); the axis label."""
-    values = [v for p in panels for s in p.series for v in s.y]
-    unit, k = display_unit(metric, values)
-    for panel in panels:
-        for s in panel.series:
-            s.y = [v * k for v in s.y]
-            s.low = None if s.low is None else [v * k for v in s.low]
-            s.high = None if s.high is None else [v * k for v in s.high]
-            if s.fit:
-                s.fit = {
-                    **s.fit,
-                    "prefactor": s.fit["prefactor"] * k,
-                    "offset": s.fit["offset"] * k,
-                }
-    name = METRIC_LABELS.get(metric, metric)
-    return panels, f"{name} ({unit})" if unit else name
-
-
-def with_band(ok: pd.DataFrame, agg: pd.DataFrame, over: str, metric: str, keys: list[str]):
-    """``agg`` with ``low``/``high`` columns: the median of the rows' CI bounds per point."""
-    if metric not in CI_COLUMNS or not set(CI_COLUMNS[metric]) <= set(ok.columns):
-        return agg
-    bounds = [
-        frames.aggregate(ok, over, col, keys)[[*keys, "x", "y"]].rename(columns={"y": name})
-        for col, name in zip(CI_COLUMNS[metric], ("low", "high"), strict=True)
-    ]
-    for bound in bounds:
-        agg = agg.merge(bound, on=[*keys, "x"], how="left")
-    return agg
-
-
-def claimed_exponent(impl: str, metric: str, over: str, scenario: str) -> float | None:
-    """The exponent in n an attention implementation declares (registry ``cost``), for time or
-    memory of the attention scenarios (a block or decode step is not a pure power of n)."""
-    if over != "seq_len" or not scenario.startswith("attention"):
-        return None
-    try:
-        cost = registry.get(impl).cost
-    except KeyError:
-        return None
-    return cost.memory_exponent if metric == "peak_mem_bytes" else cost.time_exponent
-
-
-def model_for(metric: str) -> str:
-    """Peak memory above the baseline has a fixed workspace: fit it with a constant term."""
-    return "power+const" if metric == "peak_mem_bytes" else "power"
 
 
 def _split(frame: pd.DataFrame, keys: list[str]):
@@ -110,19 +53,8 @@ def _label(values: dict, width: int = 70) -> str:
 
 
 def _num(value) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
-
-
-def split_keys(agg: pd.DataFrame, keys: list[str]) -> tuple[list[str], list[str]]:
-    """(panel keys, series keys): a field only one impl varies (local's window, conv's kernel)
-    labels series; a field several impls vary splits panels; one fixed per impl is dropped."""
-    panel, series = [], []
-    for k in keys:
-        if k == "impl":
-            continue
-        varying = (agg.groupby("impl")[k].nunique() > 1).sum()
-        (series if varying == 1 else panel if varying > 1 else []).append(k)
-    return panel, series
+    """A number in a label or the fits table (as "%g" writes it)."""
+    return fmt.number(value, LABEL_DIGITS)
 
 
 def fit_panels(
@@ -156,7 +88,7 @@ def fit_panels(
             name = f"{impl} {_label(own)}" if own else impl
             band = (list(s["low"]), list(s["high"])) if "low" in s else (None, None)
             panel.series.append(Series(name, s["x"], s["y"], fit.as_dict(), claimed, *band))
-            slopes = " ".join(f"{v:.2f}" for v in powerfit.local_slopes_xy(s["x"], s["y"]))
+            slopes = " ".join(fmt.fixed(v, 2) for v in powerfit.local_slopes_xy(s["x"], s["y"]))
             records.append(
                 {
                     "impl": impl,
@@ -168,7 +100,7 @@ def fit_panels(
                     "ci_low": fit.ci_low,
                     "ci_high": fit.ci_high,
                     "claimed": claimed,
-                    "region": f"{fit.x_lo:g}..{fit.x_hi:g}",
+                    "region": f"{_num(fit.x_lo)}..{_num(fit.x_hi)}",
                     "n_points": f"{fit.n_points}/{fit.n_total}",
                     "local_slopes": slopes,
                 }
@@ -209,16 +141,6 @@ def scaling(rows: pd.DataFrame) -> tuple[pd.DataFrame, list, list, list]:
     return pd.DataFrame(records), time_imgs, mem_imgs, other_imgs
 
 
-def _series_by(ok: pd.DataFrame, metric: str, label_keys: list[str]) -> list[Series]:
-    """Series over seq_len, one per combination of ``label_keys`` (the impl first)."""
-    agg = frames.aggregate(ok, "seq_len", metric, label_keys)
-    out = []
-    for values, part in frames.iter_groups(agg, label_keys):
-        name = " ".join(str(v) if k == "impl" else f"{k}={v}" for k, v in values.items())
-        out.append(Series(name, part["x"], part["y"]))
-    return out
-
-
 def heat(rows: pd.DataFrame) -> tuple[pd.DataFrame, list]:
     """tokens/s heat maps over heads x d_model, one per impl and other varying fields."""
     ok = frames.select(rows, "tokens_per_s")
@@ -243,83 +165,6 @@ def heat(rows: pd.DataFrame) -> tuple[pd.DataFrame, list]:
     return pd.concat(tables, ignore_index=True), [
         ("throughput-heads-x-d_model", heatmaps(maps, "tokens/s"))
     ]
-
-
-def flops(rows: pd.DataFrame, envs: dict[str, dict]) -> tuple[pd.DataFrame, list, list]:
-    """% of the measured matmul peak and of the roofline, per row; figures vs seq_len; the
-    roofline plot (intensity against FLOP/s under the calibrated roofs)."""
-    ok = frames.select(rows, "tflops_per_s")
-    recs = []
-    for row in ok.to_dict("records"):
-        cal = (envs.get(str(row.get("run_id"))) or {}).get("calibration")
-        peak = calibrate.peak_for(cal, str(row.get("dtype", "float32")))
-        if not peak:
-            continue
-        achieved = row["tflops_per_s"] * 1e12
-        try:
-            intensity = row["useful_flops"] / costmodel.compulsory_bytes(point_from_row(row))
-        except Exception:  # a point the cost model cannot rebuild: leave the roofline out
-            intensity = float("nan")
-        roof = min(peak, intensity * cal.get("mem_bandwidth_bytes_per_s", float("inf")))
-        recs.append(
-            {
-                **row,
-                "pct_peak": 100 * achieved / peak,
-                "pct_roofline": 100 * achieved / roof,
-                "intensity": intensity,
-                "_roof": (peak, cal.get("mem_bandwidth_bytes_per_s") or 0.0),
-            }
-        )
-    if not recs:
-        return pd.DataFrame(), [], []
-    frame = pd.DataFrame(recs)
-    table = (
-        frame.groupby(["scenario", "impl"], sort=True)
-        .agg(
-            rows=("pct_peak", "size"),
-            median_pct_peak=("pct_peak", "median"),
-            max_pct_peak=("pct_peak", "max"),
-            max_pct_roofline=("pct_roofline", "max"),
-            median_flops_per_byte=("intensity", "median"),
-        )
-        .reset_index()
-    )
-    panels = []
-    for scenario, part in frame.groupby("scenario", sort=True):
-        if part["seq_len"].nunique() >= 2:
-            keys = frames.group_keys(part, "seq_len")
-            swept = [s for s in _series_by(part, "pct_peak", keys) if len(s.x) >= 2]
-            for s in swept:
-                s.label = textwrap.shorten(s.label, 60, placeholder="...")
-            panels.append(Panel(str(scenario), swept[:10]))
-    images = (
-        [("flops-pct-peak", lines(panels, "seq_len", "% of measured matmul peak"))]
-        if panels
-        else []
-    )
-    return table.drop(columns="_roof", errors="ignore"), images, _roofline(frame)
-
-
-def _roofline(frame: pd.DataFrame) -> list:
-    """Achieved TFLOP/s against arithmetic intensity per scenario and impl, under the roofs."""
-    frame = frame[np.isfinite(frame["intensity"]) & (frame["intensity"] > 0)]
-    roofs = [
-        Roofs(peak, bw, f"roof {i + 1}: " if len(set(frame["_roof"])) > 1 else "roof: ")
-        for i, (peak, bw) in enumerate(sorted(set(frame["_roof"])))
-        if peak and bw
-    ]
-    if not len(frame) or not roofs:
-        return []
-    by = ["scenario", "impl"] if frame["scenario"].nunique() > 1 else ["impl"]
-    series = [
-        Series(
-            " ".join(map(str, key if isinstance(key, tuple) else (key,))),
-            part["intensity"],
-            part["tflops_per_s"],
-        )
-        for key, part in frame.groupby(by, sort=True)
-    ]
-    return [("roofline", roofline(series[:20], roofs, "achieved TFLOP/s vs arithmetic intensity"))]
 
 
 def layers(rows: pd.DataFrame) -> tuple[pd.DataFrame, list]:
@@ -390,7 +235,7 @@ def agreement(rows: pd.DataFrame) -> list:
                 panels.append(
                     Panel(
                         f"{scenario}: {metric}",
-                        _series_by(sub.assign(status="ok"), metric, keys)[:10],
+                        series_by(sub.assign(status="ok"), metric, keys)[:10],
                     )
                 )
         if panels:

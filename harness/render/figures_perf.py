@@ -1,5 +1,5 @@
-"""Result rows -> the report's performance views (PNG bytes via :mod:`harness.render.plots`, and the
-tables beside them): speedup against a baseline implementation, absolute TFLOP/s against n,
+"""Result rows -> the report's performance views (PNG bytes via :mod:`harness.render.plots`, and
+the tables beside them): speedup against a baseline implementation, absolute TFLOP/s against n,
 forward and backward side by side, and one suite's history across runs."""
 
 from __future__ import annotations
@@ -7,9 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from harness import fmt
 from harness.analysis import frames
-from harness.render import table
-from harness.render.plots import Panel, Series, history, lines
+from harness.render import pivot
+from harness.render.draw import Panel, Series
+from harness.render.panels import LABEL_DIGITS, series_label
+from harness.render.plots import history, lines
 
 BASELINE_PREFERENCE = ("sdpa", "sdpa-flash", "full")  # the default speedup yardstick
 
@@ -22,7 +25,7 @@ def pick_baseline(rows: pd.DataFrame, asked: str | None) -> str | None:
     return next((b for b in BASELINE_PREFERENCE if b in ok), None)
 
 
-def _x_split(lay: table.Layout) -> tuple[list[str], str | None]:
+def _x_split(lay: pivot.Layout) -> tuple[list[str], str | None]:
     """(panel axes, x axis): seq_len is the x axis when it varies."""
     if "seq_len" in lay.rows:
         return [r for r in lay.rows if r != "seq_len"], "seq_len"
@@ -37,12 +40,12 @@ def speedup(rows: pd.DataFrame, baseline: str) -> tuple[pd.DataFrame, list]:
         part = part.reset_index(drop=True)
         if baseline not in set(part.loc[part["status"].eq("ok"), "impl"]):
             continue
-        lay = table.layout(part)
-        med = table.time_pivot(part, lay, "time_median_s")
+        lay = pivot.layout(part)
+        med = pivot.time_pivot(part, lay, "time_median_s")
         if med is None or baseline not in med.columns or med.shape[1] < 2:
             continue
-        low = table.time_pivot(part, lay, "time_ci_low_s")
-        high = table.time_pivot(part, lay, "time_ci_high_s")
+        low = pivot.time_pivot(part, lay, "time_ci_low_s")
+        high = pivot.time_pivot(part, lay, "time_ci_high_s")
         ratio = med.rdiv(med[baseline], axis=0).drop(columns=baseline)
         long = ratio.stack().rename("speedup").reset_index().drop(columns="_all", errors="ignore")
         if low is not None and high is not None:
@@ -103,8 +106,8 @@ def _series_over_n(part: pd.DataFrame, metric: str, keys: list[str], k: float = 
         agg = agg.merge(bound.rename(columns={"y": name}), on=[*keys, "x"], how="left")
     out = []
     for values, s in frames.iter_groups(agg, keys):
-        label = " ".join(str(v) if key == "impl" else f"{key}={v}" for key, v in values.items())
-        out.append(Series(label, s["x"], s["y"] * k, None, None, s["low"] * k, s["high"] * k))
+        band = (s["low"] * k, s["high"] * k)
+        out.append(Series(series_label(values), s["x"], s["y"] * k, None, None, *band))
     return out
 
 
@@ -140,7 +143,7 @@ def forward_backward(rows: pd.DataFrame) -> list:
         panel_keys = [k for k in keys if k != "impl"]
         panels = []
         for values, part in _by(pair.assign(**frames.groupable(pair[panel_keys])), panel_keys):
-            extra = ", ".join(f"{k}={v}" for k, v in values.items())
+            extra = ", ".join(f"{k}={fmt.number(v, LABEL_DIGITS)}" for k, v in values.items())
             for scenario in (fwd, bwd):
                 side = part[part["scenario"] == scenario]
                 series = _series_over_n(side, "time_median_s", ["impl"], k=1e3) if len(side) else []

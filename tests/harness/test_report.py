@@ -12,8 +12,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from harness.cli import report as report_cli
 from harness.errors import CliError
-from harness.render import report
+from harness.render import page, report
 from harness.results import RowWriter, write_env
 from harness.sweep.point import Point
 
@@ -150,7 +151,7 @@ def test_markdown_and_csv_tables(built):
 
 
 def test_markdown_table_escapes_and_formats():
-    table = report.markdown_table(pd.DataFrame({"a": [1.234567, None], "b": ["x|y", "z"]}))
+    table = page.markdown_table(pd.DataFrame({"a": [1.234567, None], "b": ["x|y", "z"]}))
     lines = table.splitlines()
     assert [c.strip() for c in lines[0].strip("|").split("|")] == ["a", "b"]
     assert re.fullmatch(r"\| +1\.235 \| x\\\|y +\|", lines[2]), lines[2]
@@ -165,7 +166,7 @@ def test_report_without_claims_or_env_and_bad_dirs(tmp_path):
     text = page.read_text()
     assert '<section id="claims">' not in text and "no env.json" in text
     parser = argparse.ArgumentParser()
-    report.add_cli(parser.add_subparsers())
+    report_cli.add_cli(parser.add_subparsers())
     args = parser.parse_args(["report", str(tmp_path / "missing"), "--out", str(tmp_path / "o")])
     with pytest.raises(CliError, match="no such results file"):
         args.func(args)
@@ -175,7 +176,7 @@ def test_report_without_claims_or_env_and_bad_dirs(tmp_path):
 
 
 def test_plots_are_high_resolution_and_shown_at_their_size(built):
-    from harness.render.plots import png_size
+    from harness.render.draw import png_size
 
     _, page = built
     images = re.findall(
@@ -189,18 +190,18 @@ def test_plots_are_high_resolution_and_shown_at_their_size(built):
 
 
 def test_units_styles_and_claimed_slope():
-    from harness.render import figures, plots
+    from harness.render import draw, panels, plots
 
-    assert figures.display_unit("peak_mem_bytes", [3 * 2**30]) == ("GiB", 2.0**-30)
-    assert figures.display_unit("peak_mem_bytes", [5e6])[0] == "MiB"
-    assert figures.display_unit("time_median_s", [0.2]) == ("ms", 1e3)
-    styles = plots.Styles()
+    assert panels.display_unit("peak_mem_bytes", [3 * 2**30]) == ("GiB", 2.0**-30)
+    assert panels.display_unit("peak_mem_bytes", [5e6])[0] == "MiB"
+    assert panels.display_unit("time_median_s", [0.2]) == ("ms", 1e3)
+    styles = draw.Styles()
     drawn = {tuple(sorted(map(str, styles(f"impl{i}").values()))) for i in range(20)}
     assert len(drawn) == 20  # overlapping series stay distinguishable
     x = np.array([256.0, 512, 1024, 2048])
     y = 3e-9 * x**2 * np.array([1.0, 1.0, 1.0, 1.3])  # a noisy last point
     fit = {"exponent": 2.0, "prefactor": 3e-9, "offset": 0.0, "x_lo": 256.0, "x_hi": 2048.0}
-    line = plots.claimed_line(plots.Series("full", x, y, fit, 2.0), x)
+    line = plots.claimed_line(draw.Series("full", x, y, fit, 2.0), x)
     residual = np.log(y / line)
     assert abs(residual.mean()) < 1e-12  # through the fitted constant, not the last point
     assert abs(residual[-1]) < np.log(1.3)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.render import markdown, table
+from harness.render import markdown, pivot, table
 from harness.results import ROW_COLUMNS
 from harness.sweep.point import Point
 
@@ -93,7 +93,7 @@ def test_variant_suite_has_one_line_per_shape_and_no_skipped_column():
 
 def test_decode_suite_rows_are_the_fields_that_vary_within_an_implementation():
     frame = decode_rows()
-    lay = table.layout(frame)
+    lay = pivot.layout(frame)
     assert set(lay.rows) == {"kv_heads", "cache", "seq_len"}
     assert lay.variants == {"local": "window=255,0"}
     assert lay.rows[-1] == "seq_len"

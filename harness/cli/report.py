@@ -1,0 +1,48 @@
+"""``attnbench report RUN_DIR [RUN_DIR...] --out DIR``: arguments only; the report is built by
+:func:`harness.render.report.build_report`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.analysis.claims import DEFAULT_CLAIMS
+from harness.render.report import build_report
+
+
+def add_cli(subparsers) -> None:
+    """Add ``attnbench report RUN_DIR [RUN_DIR...] --out DIR [--claims FILE]``."""
+    p = subparsers.add_parser("report", help="HTML + markdown + CSV report of run directories")
+    p.add_argument(
+        "run_dirs",
+        nargs="+",
+        type=Path,
+        metavar="RUN_DIR",
+        help="run directories; several runs of one suite also get a history section",
+    )
+    p.add_argument("--out", type=Path, required=True, help="report directory (created)")
+    p.add_argument("--claims", type=Path, default=DEFAULT_CLAIMS, help="claims TOML to judge")
+    p.add_argument(
+        "--baseline",
+        metavar="IMPL",
+        help="speedups against this implementation (default: sdpa, sdpa-flash or "
+        "full, the first with ok rows)",
+    )
+    p.add_argument(
+        "--history",
+        type=Path,
+        nargs="+",
+        metavar="RUN_DIR",
+        default=[],
+        help="earlier runs or baselines of the same suite(s), added to the report "
+        "(history across runs)",
+    )
+    p.add_argument("--title", default="attnbench report")
+    p.set_defaults(func=cmd_report)
+
+
+def cmd_report(args) -> int:
+    """Build the report of ``args.history`` then ``args.run_dirs``; print the page's path."""
+    runs = list(dict.fromkeys([*args.history, *args.run_dirs]))  # oldest first, no repeats
+    page = build_report(runs, args.out, args.claims, args.title, args.baseline)
+    print(f"report: {page}")
+    return 0

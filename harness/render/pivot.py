@@ -1,0 +1,135 @@
+"""How a run's points are laid out in a comparison table: one line per point shape, one column
+per implementation.
+
+The row axes are the point fields that vary *within* some implementation (``seq_len``,
+``causal``, a decode suite's ``cache``); fields that differ only *between* implementations (a
+suite's ``[[variant]]`` blocks: ``dilated`` at ``dilation = 2``) are said once, in a legend under
+the table. An implementation with no ok point (unavailable here) gets no column: one line under
+the table counts those points and says why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from harness import fmt
+from harness.sweep.point import POINT_FIELDS
+
+
+@dataclass
+class Layout:
+    """How a frame's points are laid out: row axes, per-implementation variant labels, the
+    implementations shown as columns and the points left out (no ok point in their column)."""
+
+    rows: list[str]
+    variants: dict[str, str]
+    shown: list[str]
+    hidden: pd.DataFrame
+
+
+def axis_values(frame: pd.DataFrame) -> pd.DataFrame:
+    """The point fields as display values: the two window sides merged into ``window``
+    ("255,0"; "-" unbounded), missing values "-". Same index as ``frame``."""
+    out = {}
+    for name in POINT_FIELDS:
+        if name == "impl" or name not in frame.columns:
+            continue
+        if name == "window_left":
+            right = frame.get("window_right", pd.Series(None, index=frame.index, dtype=object))
+            out["window"] = [
+                "none"
+                if fmt.is_missing(lo) and fmt.is_missing(hi)
+                else f"{fmt.exact(lo)},{fmt.exact(hi)}"
+                for lo, hi in zip(frame[name], right, strict=True)
+            ]
+        elif name != "window_right":
+            out[name] = [fmt.exact(v) for v in frame[name]]
+    return pd.DataFrame(out, index=frame.index)
+
+
+def layout(frame: pd.DataFrame) -> Layout:
+    """Row axes, variant legend and shown/hidden implementations of ``frame`` (rows)."""
+    axes = axis_values(frame)
+    varying = [c for c in axes.columns if axes[c].nunique() > 1]
+    per_impl = axes[varying].groupby(frame["impl"]).nunique() if varying else pd.DataFrame()
+    rows = [c for c in varying if (per_impl[c] > 1).any()]
+    between = [c for c in varying if c not in rows]
+    ok = frame["status"].eq("ok").groupby(frame["impl"]).any()
+    shown = [impl for impl in _impl_order(frame) if ok.get(impl, False)]
+    variants = {}
+    for impl in shown:
+        part = axes.loc[frame["impl"] == impl, between]
+        common = {c: axes[c].mode().iloc[0] for c in between}
+        own = {c: part[c].iloc[0] for c in between if part[c].iloc[0] != common[c]}
+        if own:
+            variants[impl] = ", ".join(f"{k}={v}" for k, v in own.items())
+    if "seq_len" in rows:  # scaling reads down a column: seq_len varies fastest
+        rows = [c for c in rows if c != "seq_len"] + ["seq_len"]
+    return Layout(rows, variants, shown, frame[~frame["impl"].isin(shown)])
+
+
+def _impl_order(frame: pd.DataFrame) -> list[str]:
+    return list(dict.fromkeys(frame["impl"].astype(str)))
+
+
+def sort_key(column: pd.Series) -> pd.Series:
+    """Numbers in numeric order, then text (``-`` first)."""
+    numbers = pd.to_numeric(column.replace(fmt.MISSING, "-inf"), errors="coerce")
+    return numbers if numbers.notna().all() else column.astype(str)
+
+
+def time_pivot(frame: pd.DataFrame, lay: Layout, column: str) -> pd.DataFrame | None:
+    """Median of a numeric column over the ok points: index = row axes (``_all`` when there are
+    none), columns = implementations. None when no ok point has the column."""
+    if column not in frame.columns:
+        return None
+    values = pd.to_numeric(frame[column], errors="coerce")
+    ok = frame["status"].eq("ok") & values.gt(0)
+    if not ok.any():
+        return None
+    axes = axis_values(frame)[lay.rows] if lay.rows else pd.DataFrame({"_all": ""}, frame.index)
+    keyed = axes.assign(impl=frame["impl"].astype(str), _v=values)[ok]
+    return keyed.pivot_table(
+        index=list(axes.columns), columns="impl", values="_v", aggfunc="median"
+    )
+
+
+def skipped_line(lay: Layout) -> str:
+    """One line: how many points have no column and why, grouped by status and reason."""
+    if not len(lay.hidden):
+        return ""
+    hidden = lay.hidden.assign(
+        reason=lay.hidden.get("reason", pd.Series(index=lay.hidden.index, dtype=object))
+    ).fillna({"reason": ""})
+    groups = hidden.groupby(["status", "reason"], sort=True)["impl"]
+    parts = [
+        f"{status} ({len(impls)}: {', '.join(dict.fromkeys(impls))})"
+        + (f": {reason}" if reason else "")
+        for (status, reason), impls in groups
+    ]
+    return f"not shown (no ok point): {len(hidden)} points " + "; ".join(parts)
+
+
+def notes(frame: pd.DataFrame, lay: Layout) -> list[str]:
+    """Lines under the tables: variants, points not shown, non-ok cells that are shown."""
+    lines = []
+    if lay.variants:
+        lines.append("variants: " + "; ".join(f"{k}: {v}" for k, v in lay.variants.items()))
+    if line := skipped_line(lay):
+        lines.append(line)
+    shown = frame[frame["impl"].isin(lay.shown) & frame["status"].ne("ok")]
+    if len(shown):
+        reasons = shown.get("reason", pd.Series(index=shown.index, dtype=object)).fillna("")
+        groups = shown.assign(reason=reasons).groupby(["impl", "status", "reason"], sort=True)
+        lines.append(
+            "not ok: "
+            + "; ".join(
+                f"{impl} ({len(g)}): {status}" + (f": {reason}" if reason else "")
+                for (impl, status, reason), g in groups
+            )
+        )
+    if "agree" in frame.columns and frame["agree"].eq(False).any():
+        lines.append("(!) disagrees with the float64 reference beyond tolerance")
+    return lines
