@@ -58,6 +58,8 @@ class Series:
 
 @dataclass
 class Panel:
+    """One set of axes: its title, its series and labelled vertical lines."""
+
     title: str
     series: list[Series] = field(default_factory=list)
     vlines: list[tuple[float, str]] = field(default_factory=list)  # (x, label)
@@ -136,6 +138,7 @@ def axes_style(ax, title: str, xlabel: str, ylabel: str, log_y: bool, log_x: boo
 
 
 def legend_cols(labels: list[str]) -> int:
+    """Columns of a legend under the axes: two for many short labels, else one."""
     short = max((len(t) for t in labels), default=0) <= LABEL_WIDTH // 2
     return 2 if len(labels) > 8 and short else 1
 
@@ -152,6 +155,8 @@ def legend_room(panels: list[Panel]) -> float:
 
 
 def grid(n: int, cols: int = 2, width: float = PANEL_W, height: float = PANEL_H):
+    """A figure with ``n`` axes, ``cols`` a row, each ``width`` x ``height`` inches (the unused
+    cells of the last row hidden): (figure, list of the ``n`` axes)."""
     cols = max(1, min(n, cols))
     rows = math.ceil(n / cols)
     fig, axes = plt.subplots(
@@ -174,6 +179,8 @@ def drawable(panels: list[Panel]) -> list[Panel]:
 
 
 def draw_series(ax, s: Series, style: dict, label: str, line: bool, band: bool = True) -> None:
+    """Markers (joined by a line when ``line``) at the finite points of ``s``, with error bars
+    and, when ``band``, a shaded band from its ``low``..``high`` interval."""
     x, y = np.asarray(s.x, float), np.asarray(s.y, float)
     keep = np.isfinite(x) & np.isfinite(y)
     if not keep.all():  # a point without a value: leave it out, do not break the line
