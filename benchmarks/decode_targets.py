@@ -39,11 +39,11 @@ import numpy as np
 import pandas as pd
 import torch
 
+from harness.cost.decode import decode_flops_per_token
 from harness.execute.runner import run_point
 from harness.measure.device import get_device
 from harness.measure.timing import TimingConfig
 from harness.results import load_rows
-from harness.scenarios.decode import decode_flops_per_token
 from harness.sweep.point import point_from_row
 from harness.sweep.suite import MeasureConfig, load_suite
 

@@ -12,14 +12,13 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from harness.dtypes import FLOAT_DTYPES
 from harness.masks import MaskSpec
 
 AttnFn = Callable[[Tensor, Tensor, Tensor], Tensor]
 """A prepared attention call: (q, k, v) -> out, the mask already bound."""
 
 MASK_FEATURES = frozenset({"causal", "window", "dilation", "global", "block_sparse"})
-
-ALL_FLOAT_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16, torch.float64})
 
 
 @dataclass(frozen=True)
@@ -54,7 +53,7 @@ class Capabilities:
     """What an implementation can run; checked before a point runs (xformers ``fmha`` style)."""
 
     devices: frozenset[str] = frozenset({"cpu", "cuda"})
-    dtypes: frozenset[torch.dtype] = ALL_FLOAT_DTYPES
+    dtypes: frozenset[torch.dtype] = FLOAT_DTYPES
     mask_features: frozenset[str] = frozenset({"causal"})
     unequal_lengths: bool = True  # n_q != n_k with bottom-right alignment
     backward: bool = True

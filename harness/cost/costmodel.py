@@ -11,34 +11,39 @@ Per-layer costs (Vaswani et al. 2017, Table 1, constants made explicit), per tok
 self-attention core 4·n·d (non-causal), recurrent (LSTM) 16·d² (4 gates x (W_ih + W_hh)),
 convolution 2·k·d² (Conv1d d -> d, kernel k): hence n < d is where attention's O(n²·d) beats
 recurrence's O(n·d²) up to constants; :func:`flop_crossover` gives the exact n.
+
+Decode points are :mod:`harness.cost.decode`'s model; parameter counts, per-token FLOPs and
+activations of the block's parts are :mod:`harness.cost.components`.
 """
 
 from __future__ import annotations
 
-import torch
-
 from harness import registry
+from harness.cost.components import (
+    LSTM_FLOPS_PER_D2,
+    activation_bytes,
+    attention_params,
+    attention_workspace,
+    conv_params,
+    ffn_flops,
+    ffn_params,
+    kv_dim,
+    lstm_params,
+    projection_flops,
+)
+from harness.cost.decode import (
+    decode_call_bytes,
+    decode_flops_per_token,
+    decode_step_bytes,
+    predict_decode_peak_bytes,
+)
+from harness.dtypes import itemsize
 from harness.masks import kept_pairs
 from harness.spec import Problem
 from harness.sweep.point import Point
 
 BACKWARD_FACTOR = 2.5  # attention backward / forward FLOPs (FlashAttention benchmark convention)
 LINEAR_BACKWARD_FACTOR = 2.0  # dX and dW, each as costly as the forward matmul
-LSTM_FLOPS_PER_D2 = 16  # per token: 4 gates x (W_ih x + W_hh h) x 2 FLOPs
-FFN_MULT = 4  # hidden = 4·d for relu/gelu; SwiGLU uses 2/3 of that in three matrices
-
-
-def dtype_bytes(dtype: str | torch.dtype) -> int:
-    """Bytes per element of a dtype name (``"float32"``) or torch dtype."""
-    dt = getattr(torch, dtype) if isinstance(dtype, str) else dtype
-    return torch.finfo(dt).bits // 8
-
-
-def ffn_hidden(d_model: int, ffn: str) -> int:
-    """FFN hidden width as ``harness.model.transformer.BlockConfig`` builds it: 4·d; SwiGLU
-    int(2/3·4·d)."""
-    hidden = FFN_MULT * d_model
-    return int(2 * hidden / 3) if ffn == "swiglu" else hidden
 
 
 def attention_pairs(problem: Problem) -> int:
@@ -53,10 +58,6 @@ def attention_flops(problem: Problem, backward: bool | None = None) -> float:
     return fwd * (1 + BACKWARD_FACTOR) if backward else fwd
 
 
-def _kv_dim(point: Point) -> int:
-    return (point.kv_heads or point.heads) * point.head_dim
-
-
 def linear_flops_per_token(point: Point) -> float:
     """Forward FLOPs per token of a block's dense layers (mixer weights + FFN), no core."""
     d = point.d_model
@@ -65,10 +66,8 @@ def linear_flops_per_token(point: Point) -> float:
     elif point.mixer == "conv":
         mixer = 2 * point.conv_kernel * d * d
     else:  # W_Q, W_O: d x d; W_K, W_V: d x d_kv
-        mixer = 2 * d * (2 * d + 2 * _kv_dim(point))
-    hidden = ffn_hidden(d, point.ffn)
-    ffn = 2 * d * hidden * (3 if point.ffn == "swiglu" else 2)
-    return float(mixer + ffn)
+        mixer = projection_flops(d, kv_dim(point))
+    return float(mixer + ffn_flops(d, point.ffn))
 
 
 def block_flops(point: Point) -> float:
@@ -80,13 +79,6 @@ def block_flops(point: Point) -> float:
     return linear + core
 
 
-def _decode():
-    """The decode scenario's own cost model (issue 4 owns it; one source of truth)."""
-    from harness.scenarios import decode
-
-    return decode
-
-
 def useful_flops(point: Point) -> float:
     """Useful FLOPs of the timed call of ``point`` (per generated token for ``decode``)."""
     if point.scenario.startswith("attention"):
@@ -94,7 +86,7 @@ def useful_flops(point: Point) -> float:
     if point.scenario.startswith("block"):
         return block_flops(point)
     if point.scenario == "decode":
-        return _decode().decode_flops_per_token(point)
+        return decode_flops_per_token(point)
     raise ValueError(f"no FLOP model for scenario {point.scenario!r}")
 
 
@@ -102,7 +94,7 @@ def executed_flops(point: Point) -> float:
     """FLOPs really executed where the algorithm does more than the useful work: a decode step
     without a cache recomputes the prefix; attention uses the implementation's own pair count."""
     if point.scenario == "decode":
-        return _decode().decode_flops_per_token(point, executed=True)
+        return decode_flops_per_token(point, executed=True)
     if point.scenario.startswith("attention"):
         problem = point.problem()
         count = registry.get(point.impl).cost.executed_pairs
@@ -137,7 +129,7 @@ def flop_crossover(
 
 def attention_io_bytes(problem: Problem) -> tuple[int, int]:
     """(inputs, output) bytes of one attention call: q, k, v and out (B, H[_kv], n, D)."""
-    size = dtype_bytes(problem.dtype)
+    size = itemsize(problem.dtype)
     q = problem.batch * problem.heads * problem.n_q * problem.head_dim
     kv = 2 * problem.batch * problem.n_kv_heads * problem.n_k * problem.head_dim
     return (q + kv) * size, q * size
@@ -146,12 +138,12 @@ def attention_io_bytes(problem: Problem) -> tuple[int, int]:
 def compulsory_bytes(point: Point) -> float:
     """Bytes any implementation must move at least once (read inputs/weights, write outputs):
     the denominator of arithmetic intensity in a roofline."""
-    size = dtype_bytes(point.dtype)
+    size = itemsize(point.dtype)
     if point.scenario.startswith("attention"):
         inputs, out = attention_io_bytes(point.problem())
         return float((inputs + out) * (3 if point.backward else 1))
-    if point.scenario == "decode":  # the decode scenario's own byte model (step_bytes)
-        return float(_decode().decode_step_bytes(point))
+    if point.scenario == "decode":  # the decode scenario's step_bytes
+        return float(decode_step_bytes(point))
     weights = block_weight_bytes(point)
     acts = 2 * point.batch * point.seq_len * point.d_model * size
     return float((weights + acts) * (3 if point.backward else 1))
@@ -161,53 +153,32 @@ def block_weight_bytes(point: Point) -> int:
     """Parameter bytes of one block: mixer + FFN + norms (+ a learned position table)."""
     d = point.d_model
     if point.mixer == "lstm":
-        mixer = 8 * d * d + 8 * d
+        mixer = lstm_params(d)
     elif point.mixer == "conv":
-        mixer = point.conv_kernel * d * d + d
+        mixer = conv_params(d, point.conv_kernel)
     else:  # W_Q, W_O (d x d) and W_K, W_V (d x d_kv), with biases
-        kv = _kv_dim(point)
-        mixer = 2 * d * d + 2 * d * kv + 2 * d + 2 * kv
-    hidden = ffn_hidden(d, point.ffn)
-    up = 2 * hidden if point.ffn == "swiglu" else hidden  # SwiGLU: gate and value in one matrix
-    ffn = d * up + up + hidden * d + d
+        mixer = attention_params(d, kv_dim(point))
     pos = point.seq_len * d if point.pos == "learned" else 0
-    return (mixer + ffn + 4 * d + pos) * dtype_bytes(point.dtype)
-
-
-def cache_bytes(point: Point) -> int:
-    """Analytic KV-cache bytes 2·layers·B·H_kv·slots·D·bytes (:mod:`harness.model.kvcache`)."""
-    from harness.model.kvcache import analytic_cache_bytes
-
-    return analytic_cache_bytes(point)
+    return (mixer + ffn_params(d, point.ffn) + 4 * d + pos) * itemsize(point.dtype)
 
 
 # --- predicted peak memory -----------------------------------------------------------------
-
-
-def attention_workspace(point: Point, problem: Problem | None = None) -> int:
-    """The implementation's own ``memory_model`` workspace (0 when it declares none)."""
-    problem = problem or point.problem()
-    model = registry.get(point.impl).cost.memory_model
-    return int(model(problem)) if model is not None else 0
 
 
 def predict_call_bytes(point: Point) -> int:
     """Predicted peak bytes allocated *by the timed call* (beyond its live inputs): what the
     runner's ``peak_mem_bytes`` measures. Backward doubles the workspace (saved + recomputed
     tensors) and adds gradients the size of the inputs plus the upstream gradient."""
-    size = dtype_bytes(point.dtype)
+    size = itemsize(point.dtype)
     if point.scenario.startswith("attention"):
         inputs, out = attention_io_bytes(point.problem())
         work = attention_workspace(point)
         return out + work if not point.backward else 2 * out + inputs + 2 * work
+    if point.scenario == "decode":  # caches live outside the call; one layer's activations
+        return decode_call_bytes(point)
     tokens = point.batch * point.seq_len
     d = point.d_model
-    hidden = ffn_hidden(d, point.ffn) * (2 if point.ffn == "swiglu" else 1)
-    if point.scenario == "decode":  # caches live outside the call; one layer's activations
-        step_tokens = point.batch * (point.seq_len + 1 if point.cache == "none" else 1)
-        return step_tokens * size * (6 * d + 2 * hidden)
-    # live at once (inference): residual + normed input + q/k/v + mixer out, or the FFN hidden
-    acts = tokens * size * (6 * d + 2 * hidden)
+    acts = activation_bytes(tokens, d, point.ffn, size)  # live at once (inference)
     work = attention_workspace(point) if point.mixer == "attention" else 4 * tokens * d * size
     if point.backward:  # every activation is saved for the backward pass, then gradients
         return 2 * (acts + work) + block_weight_bytes(point)
@@ -217,12 +188,12 @@ def predict_call_bytes(point: Point) -> int:
 def predict_peak_bytes(point: Point) -> int:
     """Predicted peak bytes of the point in total: inputs (and weights/cache) plus the call's own
     allocations; the runner compares this with a memory budget before running the point."""
-    size = dtype_bytes(point.dtype)
+    size = itemsize(point.dtype)
     if point.scenario.startswith("attention"):
         inputs, _ = attention_io_bytes(point.problem())
         return inputs + predict_call_bytes(point)
     if point.scenario == "decode":
-        return int(_decode().predict_decode_peak_bytes(point))
+        return int(predict_decode_peak_bytes(point))
     x = point.batch * point.seq_len * point.d_model * size
     return block_weight_bytes(point) + x + predict_call_bytes(point)
 
@@ -247,8 +218,8 @@ def mixer_bytes(point: Point) -> float:
     if point.mixer == "attention":
         inputs, out = attention_io_bytes(point.problem())
         return float((inputs + out) * (3 if point.backward else 1))
-    d, size = point.d_model, dtype_bytes(point.dtype)
-    weights = (8 * d * d + 8 * d) if point.mixer == "lstm" else (point.conv_kernel * d * d + d)
+    d, size = point.d_model, itemsize(point.dtype)
+    weights = lstm_params(d) if point.mixer == "lstm" else conv_params(d, point.conv_kernel)
     acts = 2 * point.batch * point.seq_len * d
     return float((weights + acts) * size * (3 if point.backward else 1))
 

@@ -20,8 +20,9 @@ import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
+from harness.dtypes import DTYPES
 from harness.errors import CliError, SuiteError
-from harness.sweep.point import DTYPES, SCENARIOS, Point
+from harness.sweep.point import SCENARIOS, Point
 
 SEARCH_CAP = 2**34  # no sequence length beyond this is searched (the prediction stops here)
 

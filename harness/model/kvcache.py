@@ -28,15 +28,7 @@ from torch import Tensor
 
 from harness.masks import MaskSpec
 from harness.model.transformer import TransformerBlock
-
-
-def single_query_mask(mask: MaskSpec) -> MaskSpec:
-    """The mask of one query at the newest position: plain causal keeps every key there (the
-    last query of a bottom-right-aligned causal mask sees all keys), so it is the dense mask;
-    a window still cuts the oldest keys."""
-    if mask.features <= {"causal"}:
-        return MaskSpec()
-    return mask
+from harness.sweep.problems import single_query_mask
 
 
 class FullCache:
@@ -155,35 +147,6 @@ KVCache = FullCache | RollingCache
 def cache_nbytes(caches: list[KVCache]) -> int:
     """Bytes of the storage the caches really hold (measured from the tensors, not a formula)."""
     return sum(t.untyped_storage().nbytes() for c in caches for t in c.tensors())
-
-
-def cache_slots(cache: str, seq_len: int, gen_tokens: int, window: int | None) -> int:
-    """Positions a layer's cache holds: context + generated tokens (full), at most ``window``
-    (rolling), none without a cache."""
-    if cache == "none":
-        return 0
-    capacity = seq_len + gen_tokens
-    if cache == "rolling":
-        if window is None:
-            raise ValueError("a rolling cache needs a finite causal window: window = [W - 1, 0]")
-        return min(window, capacity)
-    if cache != "full":
-        raise ValueError(f"cache must be none | full | rolling, got {cache!r}")
-    return capacity
-
-
-def rolling_window(point) -> int | None:
-    """Keys a causal sliding window of ``point`` keeps (W for window (W - 1, 0)); None = all."""
-    return None if point.window_left is None else point.window_left + 1
-
-
-def analytic_cache_bytes(point) -> int:
-    """2 · layers · B · H_kv · slots · D · bytes: slots = seq_len + gen_tokens (full), at most
-    the window (rolling), 0 without a cache."""
-    slots = cache_slots(point.cache, point.seq_len, point.gen_tokens, rolling_window(point))
-    size = torch.empty((), dtype=point.torch_dtype).element_size()
-    kv_heads = point.kv_heads or point.heads
-    return 2 * point.layers * point.batch * kv_heads * slots * point.head_dim * size
 
 
 AttendFn = Callable[[Tensor, Tensor, Tensor, MaskSpec], Tensor]

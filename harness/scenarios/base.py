@@ -8,11 +8,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from harness.cost.checksize import full_check_fits
 from harness.measure.timing import Measurement
 
-# Full float64 checks above this many (query, key) pairs cost more than the point itself;
-# beyond it we check sampled query rows (forward) and say so in the `check` column.
-FULL_CHECK_MAX_PAIRS = 4096 * 4096
 SAMPLED_ROWS = 256  # seeded random rows, on top of the tile-boundary rows
 # Query tiles of the implementations are powers of two from 16 to 256 rows. Every multiple of
 # 64 is also a boundary of the 128- and 256-row tiles, so the first and last row of every 64-row
@@ -36,7 +34,7 @@ def check_plan(point, requested: str = "auto") -> CheckPlan:
     if requested not in ("auto", "full", "rows", "none"):
         raise ValueError(f"check must be auto|full|rows|none, got {requested!r}")
     if requested == "auto":
-        requested = "full" if point.n_q * point.seq_len <= FULL_CHECK_MAX_PAIRS else "rows"
+        requested = "full" if full_check_fits(point) else "rows"
     return CheckPlan(requested, grads=point.backward and requested == "full")
 
 

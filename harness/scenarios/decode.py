@@ -16,6 +16,9 @@ last block's hidden states (no final norm or vocabulary head: they are the same 
 used (``decode_graph``) and why a requested one was not (``decode_graph_reason``), the bytes a
 step must move (``step_bytes``: weights, the K/V it reads, the K/V it writes) and the fraction
 of the measured memory bandwidth that reached (``bw_fraction``).
+
+The shapes of the attention calls are :mod:`harness.sweep.problems`; the analytic costs (FLOPs
+per token, ``step_bytes``, the predicted peak) are :mod:`harness.cost.decode`.
 """
 
 from __future__ import annotations
@@ -27,56 +30,25 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
-from harness import registry
-from harness.masks import MaskSpec, kept_pairs
+from harness.cost.cache import analytic_cache_bytes
+from harness.cost.decode import decode_step_bytes
+from harness.masks import MaskSpec
 from harness.measure import calibrate
-from harness.model.kvcache import (
-    DecoderStack,
-    analytic_cache_bytes,
-    cache_nbytes,
-    single_query_mask,
-)
+from harness.model.kvcache import DecoderStack, cache_nbytes
 from harness.model.transformer import BlockConfig, build_block
 from harness.oracle.agreement import compare, tolerance
 from harness.oracle.reference import reference_attention
 from harness.scenarios import block as scenario_block
 from harness.scenarios import decode_step
-from harness.scenarios.base import Case, CheckPlan, check_plan
-from harness.spec import Problem
+from harness.scenarios.base import Case, CheckPlan
+from harness.sweep.problems import (
+    decode_problem,
+    prefill_problem,
+    sequence_problem,
+    step_problem,
+)
 
 MODEL_MASK_FEATURES = frozenset({"causal", "window"})
-REFERENCE_CHUNK = 256  # query rows per chunk of harness.oracle.reference (its default)
-
-
-def _problem(point, n_q: int, n_k: int, mask: MaskSpec) -> Problem:
-    return Problem(
-        batch=point.batch,
-        heads=point.heads,
-        n_q=n_q,
-        n_k=n_k,
-        head_dim=point.head_dim,
-        dtype=point.torch_dtype,
-        device=point.device,
-        mask=mask,
-        kv_heads=point.kv_heads,
-    )
-
-
-def prefill_problem(point) -> Problem:
-    """The attention call of the (parallel) prefill: seq_len queries and keys, causal."""
-    return _problem(point, point.seq_len, point.seq_len, point.mask)
-
-
-def step_problem(point) -> Problem:
-    """The attention call of one timed step at position seq_len (per layer): what the runner
-    should check support and count FLOPs with for a decode point."""
-    n = point.seq_len
-    if point.cache == "none":
-        return _problem(point, n + 1, n + 1, point.mask)
-    if point.cache == "rolling":  # every held slot is in the window: no mask on the ring
-        return _problem(point, 1, min(n + 1, point.window_left + 1), MaskSpec())
-    return _problem(point, 1, n + 1, single_query_mask(point.mask))
-
 
 def stepwise_prefill(point, impl) -> bool:
     """A rolling cache fills token by token through the ring when the core cannot apply the
@@ -115,7 +87,7 @@ class CoreAttend:
         key = (q.shape[2], k.shape[2], mask)
         fn = self._prepared.get(key)
         if fn is None:
-            fn = self._prepared[key] = self.impl.prepare(_problem(self.point, *key))
+            fn = self._prepared[key] = self.impl.prepare(decode_problem(self.point, *key))
         return fn(q, k, v)
 
 
@@ -217,8 +189,7 @@ def check_decode(stack: DecoderStack, run, x: Tensor, point, plan: CheckPlan) ->
     if plan.mode == "none":
         return {"agree": None}
     n, g = point.seq_len, point.gen_tokens
-    total = _problem(point, n + g, n + g, point.mask)
-    can_recompute = not stack.attend.impl.not_supported(total)
+    can_recompute = not stack.attend.impl.not_supported(sequence_problem(point))
     fresh = stack.fresh()
     with torch.no_grad():
         fresh.prefill(x[:, :n])
@@ -253,92 +224,3 @@ def reference_stack(stack: DecoderStack) -> DecoderStack:
         return reference_attention(q, k, v, mask)
 
     return DecoderStack(blocks, attend, stack.mask, "none", stack.batch, stack.capacity)
-
-
-# --- cost: what the cost model calls for decode points --------------------------------------
-
-
-def _dtype_bytes(point) -> int:
-    return torch.empty((), dtype=point.torch_dtype).element_size()
-
-
-def _linear_flops_per_token(point) -> float:
-    """W_Q, W_O (d x d), W_K, W_V (d x d_kv) and the FFN, 2 FLOPs per multiply-add."""
-    cfg = block_config(point)
-    d, d_kv = cfg.d_model, cfg.n_kv_heads * cfg.head_dim
-    ffn_mats = 3 if cfg.ffn == "swiglu" else 2
-    return 2.0 * d * (2 * d + 2 * d_kv) + 2.0 * d * cfg.ffn_hidden * ffn_mats
-
-
-def decode_flops_per_token(point, executed: bool = False) -> float:
-    """FLOPs of one generated token at context ``seq_len`` through ``layers`` blocks: the linear
-    layers for one token plus 4·B·H·D per key the new query keeps. ``executed`` with
-    ``cache="none"``: what the step really runs, all seq_len + 1 tokens again (causal)."""
-    n = point.seq_len + 1
-    tokens, pairs = 1, kept_pairs(point.mask, 1, n)
-    if executed and point.cache == "none":
-        tokens, pairs = n, kept_pairs(point.mask, n, n)
-    core = 4.0 * point.batch * point.heads * point.head_dim * pairs
-    return point.layers * (_linear_flops_per_token(point) * point.batch * tokens + core)
-
-
-def _weight_bytes(point) -> int:
-    """Parameters of one block (weights, biases, norms, a learned position table)."""
-    cfg = block_config(point)
-    d, d_kv, h = cfg.d_model, cfg.n_kv_heads * cfg.head_dim, cfg.ffn_hidden
-    up = 2 * h if cfg.ffn == "swiglu" else h
-    attn = 2 * d * d + 2 * d * d_kv + 2 * d + 2 * d_kv
-    ffn = d * up + up + h * d + d
-    pos = cfg.max_len * d if cfg.pos == "learned" else 0
-    return (attn + ffn + 4 * d + pos) * _dtype_bytes(point)
-
-
-def decode_step_bytes(point) -> int:
-    """Bytes one generated token's step must move through memory at least: every layer's
-    weights (one row of a learned position table, not all of it), the K/V it reads (the
-    step's keys; without a cache the token embeddings it recomputes from), the new token's K/V
-    it writes, and the hidden state in and out. The roofline floor of a decode step."""
-    cfg, size = block_config(point), _dtype_bytes(point)
-    table = cfg.max_len * cfg.d_model * size if cfg.pos == "learned" else 0
-    weights = _weight_bytes(point) - table + (cfg.d_model * size if table else 0)
-    keys = step_problem(point).n_k
-    kv_row = 2 * point.batch * cfg.n_kv_heads * cfg.head_dim * size  # one position's K and V
-    if point.cache == "none":
-        per_layer = weights
-        inputs = point.batch * keys * cfg.d_model * size  # the embeddings of the whole prefix
-    else:
-        per_layer = weights + kv_row * (keys + 1)  # read the held keys, write the new one
-        inputs = point.batch * cfg.d_model * size
-    return point.layers * per_layer + inputs + point.batch * cfg.d_model * size
-
-
-def _forward_bytes(point, tokens: int, size: int) -> int:
-    """Live activations of one block over ``tokens`` tokens plus the core's workspace."""
-    cfg = block_config(point)
-    up = cfg.ffn_hidden * (2 if cfg.ffn == "swiglu" else 1)
-    acts = point.batch * tokens * size * (6 * cfg.d_model + 2 * up)
-    model = registry.get(point.impl).cost.memory_model
-    work = int(model(_problem(point, tokens, tokens, point.mask))) if model is not None else 0
-    return acts + work
-
-
-def predict_decode_peak_bytes(point) -> int:
-    """Predicted peak bytes of a decode point: weights, inputs and caches, plus the largest of
-    the prefill, the step and the agreement check (``auto`` plan: a second set of caches, a
-    same-dtype recomputation of all seq_len + gen_tokens tokens, a float64 copy of the stack
-    up to FULL_CHECK_MAX_PAIRS or where the core cannot recompute)."""
-    size = _dtype_bytes(point)
-    total = point.seq_len + point.gen_tokens
-    weights = point.layers * _weight_bytes(point)
-    inputs = point.batch * total * point.d_model * size * (2 if point.cache == "none" else 1)
-    cache = analytic_cache_bytes(point)
-    prefill = _forward_bytes(point, point.seq_len, size)
-    step = _forward_bytes(point, point.seq_len + 1, size) if point.cache == "none" else 0
-    impl = registry.get(point.impl)
-    can_recompute = not impl.not_supported(_problem(point, total, total, point.mask))
-    check = cache + (_forward_bytes(point, total, size) if can_recompute else 0)
-    if check_plan(point).mode == "full" or not can_recompute:  # float64 weights, rows, scores
-        check += weights // size * 8 + point.batch * total * 8 * (
-            10 * point.d_model + 2 * point.heads * REFERENCE_CHUNK
-        )
-    return weights + inputs + cache + max(prefill, step, check)

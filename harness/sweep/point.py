@@ -12,16 +12,12 @@ from dataclasses import asdict, dataclass, fields
 
 import torch
 
+from harness.dtypes import DTYPES
 from harness.masks import MaskSpec
 from harness.spec import Problem
+from harness.sweep.problems import step_problem
 
 SCENARIOS = ("attention", "attention+backward", "block", "block+backward", "decode")
-DTYPES = {
-    "float32": torch.float32,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "float64": torch.float64,
-}
 
 
 @dataclass(frozen=True)
@@ -98,8 +94,6 @@ class Point:
         whole prefix when ``cache = "none"``).
         """
         if self.scenario == "decode":
-            from harness.scenarios.decode import step_problem
-
             return step_problem(self)
         return Problem(
             batch=self.batch,

@@ -34,12 +34,13 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from harness import registry
+from harness.dtypes import DTYPES
 from harness.errors import SuiteError
 from harness.masks import MaskError
 from harness.measure.timing import TimingConfig
 from harness.model.transformer import FFNS, MIXERS, NORMS, POSITIONS
 from harness.scenarios.decode_step import GRAPH_MODES
-from harness.sweep.point import DTYPES, SCENARIOS, Point
+from harness.sweep.point import SCENARIOS, Point
 
 # fmt: off
 TOP_KEYS = {"name", "description", "scenario", "implementations", "device", "fixed", "sweep",

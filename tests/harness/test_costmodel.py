@@ -6,6 +6,8 @@ import pytest
 import torch
 
 from harness.cost import costmodel as cm
+from harness.cost.cache import analytic_cache_bytes
+from harness.cost.components import ffn_hidden
 from harness.model.transformer import BlockConfig, build_block
 from harness.sweep.point import Point
 
@@ -74,7 +76,7 @@ def test_weight_bytes_match_the_real_block(mixer, ffn):
     block = build_block(cfg, seed=0, device="cpu", dtype=torch.float32)
     params = sum(p.numel() for p in block.parameters())
     assert cm.block_weight_bytes(point) == 4 * params
-    assert cm.ffn_hidden(32, ffn) == cfg.ffn_hidden
+    assert ffn_hidden(32, ffn) == cfg.ffn_hidden
 
 
 def test_flop_crossover_of_attention_and_recurrence():
@@ -111,7 +113,7 @@ def test_decode_step_flops_and_cache_bytes():
         causal=True,
     )
     assert cm.executed_flops(none) > 5 * cm.useful_flops(none)
-    assert cm.cache_bytes(point) == 2 * 3 * 1 * 2 * 11 * 4 * 4
+    assert analytic_cache_bytes(point) == 2 * 3 * 1 * 2 * 11 * 4 * 4
     rolling = Point(
         "sdpa",
         scenario="decode",
@@ -124,8 +126,8 @@ def test_decode_step_flops_and_cache_bytes():
         window_right=0,
         causal=True,
     )
-    assert cm.cache_bytes(rolling) == 2 * 1 * 1 * 2 * 16 * 4 * 4
-    assert cm.cache_bytes(none) == 0
+    assert analytic_cache_bytes(rolling) == 2 * 1 * 1 * 2 * 16 * 4 * 4
+    assert analytic_cache_bytes(none) == 0
 
 
 def test_peak_memory_prediction_of_eager_and_flash_attention():

@@ -9,6 +9,12 @@ import pytest
 import torch
 
 from harness import registry
+from harness.cost.cache import analytic_cache_bytes
+from harness.cost.decode import (
+    decode_flops_per_token,
+    decode_step_bytes,
+    predict_decode_peak_bytes,
+)
 from harness.execute.runner import run_point
 from harness.measure.device import get_device
 from harness.measure.timing import TimingConfig
@@ -16,6 +22,7 @@ from harness.model.kvcache import FullCache
 from harness.scenarios import build_case
 from harness.scenarios import decode as dec
 from harness.sweep.point import Point
+from harness.sweep.problems import step_problem
 from harness.sweep.suite import MeasureConfig
 
 CPU = get_device("cpu", False)
@@ -155,10 +162,10 @@ def test_rolling_prefill_is_stepwise_only_without_window_support():
 
 
 def test_step_problems():
-    assert dec.step_problem(_point(cache="full")).n_k == 38
-    assert dec.step_problem(_point(cache="full")).n_q == 1
-    assert dec.step_problem(_point(cache="rolling", window=16)).n_k == 16
-    assert dec.step_problem(_point(cache="none")).n_q == 38
+    assert step_problem(_point(cache="full")).n_k == 38
+    assert step_problem(_point(cache="full")).n_q == 1
+    assert step_problem(_point(cache="rolling", window=16)).n_k == 16
+    assert step_problem(_point(cache="none")).n_q == 38
 
 
 def test_runner_row_has_the_decode_columns():
@@ -172,7 +179,7 @@ def test_runner_row_has_the_decode_columns():
 
 def test_flops_per_token_linear_with_a_cache_quadratic_without():
     def core(n: int, cache: str, executed: bool) -> float:
-        return dec.decode_flops_per_token(_point(cache=cache, n=n), executed=executed)
+        return decode_flops_per_token(_point(cache=cache, n=n), executed=executed)
 
     per_key = 4 * 2 * 3 * 10 * 2  # 4·B·H·D per key, two layers
     assert core(101, "full", False) - core(100, "full", False) == per_key
@@ -183,9 +190,9 @@ def test_flops_per_token_linear_with_a_cache_quadratic_without():
 
 def test_predicted_peak_covers_the_cache_and_grows_with_context():
     small, big = _point(n=100), _point(n=1000)
-    assert dec.predict_decode_peak_bytes(big) > dec.predict_decode_peak_bytes(small)
+    assert predict_decode_peak_bytes(big) > predict_decode_peak_bytes(small)
     rolling = replace(big, cache="rolling", window_left=15, window_right=0, impl="full")
-    assert dec.predict_decode_peak_bytes(rolling) > dec.analytic_cache_bytes(rolling)
+    assert predict_decode_peak_bytes(rolling) > analytic_cache_bytes(rolling)
 
 
 @pytest.mark.parametrize("requested", ["cuda-graph", "compile"])
@@ -211,15 +218,15 @@ def test_step_bytes_count_weights_and_the_kv_read_and_written():
     from harness.cost import costmodel
 
     kv_row = 2 * 2 * 3 * 10 * 4  # K and V of one position: 2 · B · H_kv · D · 4 bytes
-    grow = dec.decode_step_bytes(_point(n=101)) - dec.decode_step_bytes(_point(n=100))
+    grow = decode_step_bytes(_point(n=101)) - decode_step_bytes(_point(n=100))
     assert grow == 2 * kv_row  # two layers
-    rolling = [dec.decode_step_bytes(_point("full", "rolling", n=n, window=16)) for n in (40, 90)]
+    rolling = [decode_step_bytes(_point("full", "rolling", n=n, window=16)) for n in (40, 90)]
     assert rolling[0] == rolling[1]
     d, hidden, size = 30, 120, 4  # gelu FFN 4·d, RoPE: no position table
     weights = (2 * d * d + 2 * d * d + 4 * d) + (d * hidden + hidden + hidden * d + d) + 4 * d
     point = _point(n=100)
     expected = 2 * (weights * size + kv_row * (101 + 1)) + 2 * (2 * d * size)
-    assert dec.decode_step_bytes(point) == expected
+    assert decode_step_bytes(point) == expected
     assert costmodel.compulsory_bytes(point) == expected
 
 
@@ -230,7 +237,7 @@ def test_runner_row_names_the_launch_and_the_bandwidth_fraction():
     row = run_point(_point(n=200), config, CPU)
     assert row["status"] == "ok", row.get("reason")
     assert row["decode_graph"] == "none" and "unavailable" in row["decode_graph_reason"]
-    assert row["step_bytes"] == dec.decode_step_bytes(_point(n=200))
+    assert row["step_bytes"] == decode_step_bytes(_point(n=200))
     # a measured fraction of the measured bandwidth: positive and physically at most ~1
     assert 0 < row["bw_fraction"] < 2 and row["bw_source"]
 

@@ -5,18 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
+from harness.cost.cache import analytic_cache_bytes
 from harness.masks import MaskSpec
-from harness.model.kvcache import (
-    DecoderStack,
-    FullCache,
-    RollingCache,
-    analytic_cache_bytes,
-    cache_nbytes,
-    single_query_mask,
-)
+from harness.model.kvcache import DecoderStack, FullCache, RollingCache, cache_nbytes
 from harness.model.transformer import BlockConfig, build_block
 from harness.oracle.reference import reference_attention, repeat_kv
 from harness.sweep.point import Point
+from harness.sweep.problems import single_query_mask
 
 
 def _kv(batch: int, kv_heads: int, n: int, head_dim: int, seed: int):
