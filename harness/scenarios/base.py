@@ -9,6 +9,7 @@ import torch
 from torch import Tensor
 
 from harness.measure.timing import Measurement
+from harness.sweep.vocab import CHECK_MODES
 
 # Full float64 checks above this many (query, key) pairs cost more than the point itself;
 # beyond it we check sampled query rows (forward) and say so in the `check` column.
@@ -33,8 +34,8 @@ class CheckPlan:
 
 def check_plan(point, requested: str = "auto") -> CheckPlan:
     """``auto`` = full check (grads too for backward) up to FULL_CHECK_MAX_PAIRS, else rows."""
-    if requested not in ("auto", "full", "rows", "none"):
-        raise ValueError(f"check must be auto|full|rows|none, got {requested!r}")
+    if requested not in CHECK_MODES:
+        raise ValueError(f"check must be {'|'.join(CHECK_MODES)}, got {requested!r}")
     if requested == "auto":
         requested = "full" if point.n_q * point.seq_len <= FULL_CHECK_MAX_PAIRS else "rows"
     return CheckPlan(requested, grads=point.backward and requested == "full")
