@@ -13,9 +13,7 @@ __all__ = ["Case", "CheckPlan", "build_case", "check_plan"]
 BUILDERS = {"attention": attention, "block": block}
 
 
-def build_case(
-    point, impl, device, check: str = "auto", decode_graph: str = "auto"
-) -> Case:
+def build_case(point, impl, device, check: str = "auto", decode_graph: str = "auto") -> Case:
     """The Case for ``point`` run by ``impl`` (a registry Implementation) on ``device``;
     ``decode_graph`` is how a decode step is launched (see :mod:`decode_step`)."""
     base = point.scenario.removesuffix("+backward")

@@ -21,6 +21,8 @@ SAMPLED_ROWS = 256  # seeded random rows, on top of the tile-boundary rows
 # Finer strides (16, 32) are used when their boundary rows fit in this budget.
 BOUNDARY_ROWS_BUDGET = 512
 TILE_STRIDES = (16, 32, 64)
+
+
 @dataclass(frozen=True)
 class CheckPlan:
     """What agreement check a point gets: ``full``, ``rows`` (sampled query rows) or ``none``."""
