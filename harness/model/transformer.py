@@ -17,11 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from harness.spec import AttnFn
-
-NORMS = ("pre", "post")
-FFNS = ("relu", "gelu", "swiglu")
-POSITIONS = ("sinusoidal", "learned", "rope")
-MIXERS = ("attention", "lstm", "conv")
+from harness.sweep.vocab import FFNS, MIXERS, NORMS, POSITIONS
 
 
 @dataclass(frozen=True)

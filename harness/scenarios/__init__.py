@@ -4,25 +4,21 @@ check and describe it. One module per scenario; :func:`build_case` dispatches on
 
 from __future__ import annotations
 
+from harness.scenarios import attention, block, decode
 from harness.scenarios.base import Case, CheckPlan, check_plan
 
 __all__ = ["Case", "CheckPlan", "build_case", "check_plan"]
 
+# a point's scenario without "+backward" -> the module whose build() makes its Case
+BUILDERS = {"attention": attention, "block": block}
 
-def build_case(
-    point, impl, device, check: str = "auto", decode_graph: str = "auto"
-) -> Case:
+
+def build_case(point, impl, device, check: str = "auto", decode_graph: str = "auto") -> Case:
     """The Case for ``point`` run by ``impl`` (a registry Implementation) on ``device``;
     ``decode_graph`` is how a decode step is launched (see :mod:`decode_step`)."""
     base = point.scenario.removesuffix("+backward")
-    if base == "attention":
-        from harness.scenarios import attention as module
-    elif base == "block":
-        from harness.scenarios import block as module
-    elif base == "decode":
-        from harness.scenarios import decode
-
+    if base == "decode":
         return decode.build(point, impl, device, check_plan(point, check), decode_graph)
-    else:
+    if base not in BUILDERS:
         raise ValueError(f"unknown scenario {point.scenario!r}")
-    return module.build(point, impl, device, check_plan(point, check))
+    return BUILDERS[base].build(point, impl, device, check_plan(point, check))

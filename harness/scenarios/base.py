@@ -10,6 +10,7 @@ from torch import Tensor
 
 from harness.cost.checksize import full_check_fits
 from harness.measure.timing import Measurement
+from harness.sweep.vocab import CHECK_MODES
 
 SAMPLED_ROWS = 256  # seeded random rows, on top of the tile-boundary rows
 # Query tiles of the implementations are powers of two from 16 to 256 rows. Every multiple of
@@ -18,6 +19,8 @@ SAMPLED_ROWS = 256  # seeded random rows, on top of the tile-boundary rows
 # Finer strides (16, 32) are used when their boundary rows fit in this budget.
 BOUNDARY_ROWS_BUDGET = 512
 TILE_STRIDES = (16, 32, 64)
+
+
 @dataclass(frozen=True)
 class CheckPlan:
     """What agreement check a point gets: ``full``, ``rows`` (sampled query rows) or ``none``."""
@@ -31,8 +34,8 @@ class CheckPlan:
 
 def check_plan(point, requested: str = "auto") -> CheckPlan:
     """``auto`` = full check (grads too for backward) up to FULL_CHECK_MAX_PAIRS, else rows."""
-    if requested not in ("auto", "full", "rows", "none"):
-        raise ValueError(f"check must be auto|full|rows|none, got {requested!r}")
+    if requested not in CHECK_MODES:
+        raise ValueError(f"check must be {'|'.join(CHECK_MODES)}, got {requested!r}")
     if requested == "auto":
         requested = "full" if full_check_fits(point) else "rows"
     return CheckPlan(requested, grads=point.backward and requested == "full")

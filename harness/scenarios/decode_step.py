@@ -25,8 +25,8 @@ import torch
 from torch import Tensor
 
 from harness.model.kvcache import DecoderStack
+from harness.sweep.vocab import GRAPH_MODES
 
-GRAPH_MODES = ("auto", "none", "cuda-graph", "compile")
 NO_CUDA = "unavailable: CUDA graphs need a CUDA device"
 WARMUP_STEPS = 3  # before capture: compilation, autotuning and allocator pools settle
 

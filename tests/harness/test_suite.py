@@ -13,7 +13,9 @@ from hypothesis import strategies as st
 
 from harness import registry
 from harness.errors import SuiteError
-from harness.sweep.suite import AXES, MAX_POINTS, MEASURE_KEYS, TOP_KEYS, load_suite, parse_suite
+from harness.sweep.expand import MAX_POINTS
+from harness.sweep.suite import MEASURE_KEYS, TOP_KEYS, load_suite, parse_suite
+from harness.sweep.validate import AXES
 
 BASE = {"name": "t", "scenario": "attention", "implementations": ["full"]}
 

@@ -1,0 +1,102 @@
+"""The row columns are declared once (harness/schema.py): the loaders' column order, the README's
+column table and every metric list of the table, figure, compare and analysis code agree with it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import schema
+from harness.analysis import claims, frames, regime
+from harness.compare import regression
+from harness.render import panels, table
+from harness.results import ROW_COLUMNS
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "results" / "README.md"
+# compare's metric names (``--threshold time=...,mem=...``) -> the row column each one judges
+COMPARED_COLUMNS = {"time": "time_median_s", "mem": "peak_mem_bytes"}
+# a table metric's display unit, by the schema's format kind ("rate": the column's own unit)
+TABLE_LABELS = {
+    "seconds": "ms",
+    "bytes": "MiB",
+    "flops": "GFLOP",
+    "share": "%",
+    "error": "",
+    "int": "",
+}
+
+
+def undeclared(names) -> set[str]:
+    """The names of ``names`` that the schema does not declare (empty = all declared)."""
+    return set(names) - set(schema.BY_NAME)
+
+
+def test_row_columns_are_the_schema_names_in_order():
+    assert tuple(c.name for c in schema.COLUMNS) == ROW_COLUMNS
+    assert len(set(ROW_COLUMNS)) == len(ROW_COLUMNS)
+
+
+@pytest.mark.parametrize("column", schema.COLUMNS, ids=lambda c: c.name)
+def test_every_column_has_a_kind_and_a_one_line_doc(column):
+    assert column.kind in schema.KINDS
+    assert column.doc and "\n" not in column.doc and column.doc == column.doc.strip()
+    assert column.name == column.name.lower() and " " not in column.name
+
+
+def test_an_unknown_kind_is_refused():
+    with pytest.raises(ValueError, match="unknown kind"):
+        schema.Column("x", "", "colour", "a column")
+
+
+def test_readme_column_table_is_the_generated_one():
+    text = README.read_text()
+    assert text.count(schema.GENERATED_BEGIN) == 1 and text.count(schema.GENERATED_END) == 1
+    start = text.index(schema.GENERATED_BEGIN)
+    end = text.index(schema.GENERATED_END) + len(schema.GENERATED_END)
+    assert text[start:end] == schema.generated_block(), (
+        "results/README.md is stale: replace its column table with `python -m harness.schema`"
+    )
+
+
+def test_python_m_harness_schema_prints_the_block():
+    out = subprocess.run(
+        [sys.executable, "-m", "harness.schema"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    ).stdout
+    assert out == schema.generated_block() + "\n"
+    assert "| `time_median_s` | s |" in out and "| `time_samples_s` | list of s |" in out
+
+
+def test_table_metric_lists_are_declared_with_matching_units():
+    assert not undeclared(table.METRICS)
+    assert not undeclared(table.TITLES)
+    assert not undeclared(table.DEFAULT_METRICS)
+    for name in table.METRICS:
+        column = schema.BY_NAME[name]
+        expected = column.unit if column.kind == "rate" else TABLE_LABELS[column.kind]
+        assert table.unit_of(name).label == expected, name
+
+
+def test_figure_metric_lists_are_declared():
+    assert not undeclared(panels.METRIC_LABELS)
+    assert not undeclared(panels.CI_COLUMNS)
+    assert not undeclared(c for pair in panels.CI_COLUMNS.values() for c in pair)
+
+
+def test_compare_metrics_name_declared_columns():
+    assert set(regression.METRICS) == set(COMPARED_COLUMNS)
+    assert set(regression.DEFAULT_CHECKS) <= set(COMPARED_COLUMNS)
+    assert not undeclared(COMPARED_COLUMNS.values())
+
+
+def test_analysis_metric_lists_are_declared():
+    assert not undeclared(claims.TIMED_METRICS)
+    assert not undeclared(frames.TIME_METRICS)
+    assert not undeclared(regime.TIMED) and not undeclared(regime.TIMED.values())
