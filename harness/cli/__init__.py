@@ -12,29 +12,20 @@ import importlib
 import os
 import sys
 
-from harness import SUITES_DIR
 from harness.errors import CliError
 
-# subcommand -> ("module" with ``add_cli(subparsers)`` or "module:function" that adds it,
-# one-line help for ``attnbench --help``)
+# subcommand -> (module with ``add_cli(subparsers)``, one-line help for ``attnbench --help``)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "list": (
-        "harness.cli.commands:add_list_cli",
-        "every implementation, available or not, and why",
-    ),
-    "run": ("harness.cli.commands:add_run_cli", "run a suite; rows go to DIR/rows.jsonl"),
-    "table": (
-        "harness.cli.commands:add_table_cli",
-        "comparison table of a run directory (text, markdown, CSV)",
-    ),
+    "list": ("harness.cli.listing", "every implementation, available or not, and why"),
+    "run": ("harness.cli.run", "run a suite; rows go to DIR/rows.jsonl"),
+    "table": ("harness.cli.table", "comparison table of a run directory (text, markdown, CSV)"),
     "claims": ("harness.cli.claims", "verdicts on the claims file from run directories"),
     "report": ("harness.cli.report", "HTML + markdown + CSV report of run directories"),
     "compare": ("harness.compare.runs", "regression check: baseline run vs current run"),
     "baseline": ("harness.compare.runs", "save or find committed baselines"),
-    "maxlen": ("harness.execute.maxlen", "largest seq_len that fits a memory budget"),
-    "merge": ("harness.distributed.merge", "merge shard run directories into one run"),
+    "maxlen": ("harness.cli.maxlen", "largest seq_len that fits a memory budget"),
+    "merge": ("harness.cli.merge", "merge shard run directories into one run"),
 }
-DEFAULT_SUITE = SUITES_DIR / "smoke.toml"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -61,8 +52,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         dest="command", required=True, parser_class=_Parser, metavar="COMMAND"
     )
     if command in COMMANDS:
-        module, _, function = COMMANDS[command][0].partition(":")
-        getattr(importlib.import_module(module), function or "add_cli")(sub)
+        importlib.import_module(COMMANDS[command][0]).add_cli(sub)
     for name, (_, text) in COMMANDS.items():
         if name not in sub.choices:
             sub.add_parser(name, help=text, add_help=False)
@@ -74,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser(_command_of(argv)).parse_args(argv)
         if args.command == "compare":
-            from harness.cli.commands import check_same_suite
+            from harness.cli._suites import check_same_suite
 
             check_same_suite(args.baseline_dir, args.current_dir)
         return int(args.func(args) or 0)

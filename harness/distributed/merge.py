@@ -1,4 +1,4 @@
-"""``attnbench merge DIR... --out DIR``: one run directory from the shards of a sweep.
+"""One run directory from the shards of a sweep (``attnbench merge DIR... --out DIR``).
 
 Checks, in order: every directory comes from the same suite file (fingerprint; else exit 2);
 no point was measured twice (two different rows for one point_id: exit 2; a byte-identical
@@ -257,18 +257,3 @@ def print_report(report: MergeReport, file=None) -> None:
         print(f"attnbench: {len(report.missing_points)} point(s) missing: {shown}{more}", file=file)
     for note in report.notes:
         print(f"attnbench: note: {note}", file=file)
-
-
-def add_cli(sub) -> None:
-    p = sub.add_parser("merge", help="merge shard run directories into one run")
-    p.add_argument("dirs", nargs="+", type=Path, metavar="DIR", help="shard run directories")
-    p.add_argument("--out", type=Path, required=True, help="merged run directory")
-    p.add_argument("--force", action="store_true", help="overwrite --out if it holds results")
-    p.set_defaults(func=cmd_merge)
-
-
-def cmd_merge(args) -> int:
-    """Exit 0: complete; 1: written, but points or shards are missing; 2: refused."""
-    report = merge_runs(args.dirs, args.out, overwrite=args.force)
-    print_report(report)
-    return 0 if report.complete else 1

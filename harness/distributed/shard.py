@@ -27,9 +27,10 @@ import numpy as np
 from harness import registry
 from harness.cost import costmodel
 from harness.errors import CliError
+from harness.execute.session import RunOptions, RunResult, run_suite
 from harness.results import ENV_FILE, ROWS_FILE, ResultsError, iter_rows, load_env, write_env
 from harness.sweep.point import Point
-from harness.sweep.suite import Suite
+from harness.sweep.suite import MeasureConfig, Suite
 
 RULE = "lpt-predicted-seconds-v1"  # recorded in env.json: shards of different rules never mix
 # Nominal throughput (FLOP/s) of the attention call on each device kind. Only the ratio of one
@@ -181,11 +182,17 @@ def restrict(suite: Suite, spec: ShardSpec | None) -> Suite:
     return replace(suite, points=tuple(points))
 
 
-def from_args(suite: Suite, args) -> Suite:
-    """``attnbench run`` without a launcher: the suite restricted to ``--shard K/N``, if given."""
-    if getattr(args, "shards", None) is not None:
-        raise CliError("--shards N needs --launcher ray|slurm (one shard here: --shard K/N)")
-    return restrict(suite, getattr(args, "shard", None))
+def run_here(
+    suite: Suite, measure: MeasureConfig, options: RunOptions, spec: ShardSpec | None
+) -> RunResult:
+    """Run shard ``spec`` of ``suite`` (all of it when None) in this process into
+    ``options.out``, recording the shard in the run's env.json (:func:`stamp`)."""
+    return run_suite(
+        restrict(suite, spec),
+        measure,
+        options,
+        on_open=lambda run_dir, resumed: stamp(run_dir, suite, spec, resumed),
+    )
 
 
 def shard_entry(suite: Suite, spec: ShardSpec) -> dict:

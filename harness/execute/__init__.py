@@ -1,2 +1,3 @@
-"""Executing a suite: the runner that times every point (in passes, resumable), process
-isolation and memory caps, and the largest length that fits a memory budget."""
+"""Executing a suite: a run into a run directory (session), the runner that times every point
+(in passes, resumable through the pass log), process isolation and memory caps, and the largest
+length that fits a memory budget."""

@@ -33,6 +33,12 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
+import torch
+
+from harness import registry
+from harness.execute.runner import default_budget, point_row, run_point, time_pass
+from harness.measure.device import get_device
+from harness.scenarios import build_case
 from harness.sweep.point import Point
 from harness.sweep.suite import MeasureConfig
 
@@ -66,7 +72,6 @@ def isolated_executor(
     ``mem_budget`` None means the child's default (a fraction of the memory free when the point
     starts). ``timeout_s`` None means no limit.
     """
-    from harness.execute.runner import point_row
 
     def execute(point: Point, pass_index: int = 0) -> dict:
         payload = {"point": asdict(point), "config": config, "mem_budget": mem_budget,
@@ -83,11 +88,6 @@ def isolated_executor(
 def point_task(payload: dict) -> dict:
     """Child side of :func:`isolated_executor`: one :func:`harness.execute.runner.run_point` call
     (first pass) or :func:`harness.execute.runner.time_pass` call (a later pass)."""
-    import torch
-
-    from harness.execute.runner import default_budget, run_point, time_pass
-    from harness.measure.device import get_device
-
     point = Point(**payload["point"])
     config: MeasureConfig = payload["config"]
     if config.threads:
@@ -102,12 +102,6 @@ def point_task(payload: dict) -> dict:
 def capped_run_task(payload: dict) -> dict:
     """Child side of a memory-capped run (``attnbench maxlen``): warm up at ``warmup_len``,
     cap further allocation at ``budget`` bytes, then build and run the point once."""
-    import torch
-
-    from harness import registry
-    from harness.measure.device import get_device
-    from harness.scenarios import build_case
-
     point = Point(**payload["point"])
     if payload.get("threads"):
         torch.set_num_threads(payload["threads"])
@@ -143,8 +137,6 @@ def capped_run_task(payload: dict) -> dict:
 def limit_memory(device, budget: int) -> dict:
     """Cap what this process may still allocate at ``budget`` bytes (above what it holds now)."""
     if device.kind == "cuda":
-        import torch
-
         torch.cuda.empty_cache()
         held = torch.cuda.memory_allocated(device.torch_device)
         total = torch.cuda.get_device_properties(device.torch_device).total_memory
@@ -256,8 +248,6 @@ def _context() -> multiprocessing.context.BaseContext:
 
 def _builtin_implementations() -> list[str]:
     """Module names of the built-in implementation package (the registry's own list)."""
-    from harness import registry
-
     try:
         package = importlib.import_module(registry.BUILTIN_PACKAGE)
     except ImportError:

@@ -10,19 +10,19 @@ prediction, gallops outward until it brackets the boundary, then bisects to ``--
 A candidate that runs out of memory, is killed, or crashes does not fit. One that exceeds
 ``--time-limit`` is *unknown*; the search treats it as not fitting and the report says so, since
 the verified figure is then a lower bound set by time, not by memory.
+
+The command line (arguments -> :class:`~harness.sweep.point.Point`) is :mod:`harness.cli.maxlen`.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
-from harness.dtypes import DTYPES
-from harness.errors import CliError, SuiteError
-from harness.sweep.point import SCENARIOS, Point
+from harness.cost.costmodel import predict_peak_bytes, useful_flops
+from harness.errors import CliError
+from harness.execute.isolate import capped_run_task, run_isolated
+from harness.sweep.point import Point
 
 SEARCH_CAP = 2**34  # no sequence length beyond this is searched (the prediction stops here)
 
@@ -94,8 +94,6 @@ def largest_fitting(
 
 def predicted_max(point: Point, budget: int, multiple: int) -> int:
     """Largest multiple of ``multiple`` whose predicted peak memory is within ``budget``."""
-    from harness.cost.costmodel import predict_peak_bytes
-
     def fits(n: int) -> bool:
         try:
             return predict_peak_bytes(replace(point, seq_len=n)) <= budget
@@ -169,142 +167,11 @@ def _verify_run(
     point: Point, budget: int, multiple: int, time_limit_s: float | None, threads: int | None
 ) -> dict:
     """One capped child run of ``point``: its outcome record (status, reason, seconds, peak)."""
-    from harness.execute.isolate import capped_run_task, run_isolated
-
     payload = {"point": asdict(point), "budget": budget, "warmup_len": multiple, "threads": threads}
     outcome = run_isolated(capped_run_task, payload, time_limit_s)
     record = outcome.result or {"status": outcome.status, "reason": outcome.reason}
     record["wall_s"] = round(outcome.seconds, 3)
     return record
-
-
-# --- command line ----------------------------------------------------------------------------
-
-
-def add_cli(sub) -> None:
-    from harness.cli.commands import parse_size
-
-    p = sub.add_parser(
-        "maxlen",
-        help="largest seq_len that fits a memory budget "
-        "(predicted, then verified in capped child processes)",
-    )
-    p.add_argument("impl", metavar="IMPL", help="implementation name (see `attnbench list`)")
-    p.add_argument("--scenario", choices=SCENARIOS, default="attention")
-    p.add_argument("--device", default="cpu", help="cpu, cuda or auto (default: cpu)")
-    p.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
-    for name in (
-        "batch",
-        "heads",
-        "kv-heads",
-        "head-dim",
-        "dilation",
-        "global-tokens",
-        "block-size",
-        "layers",
-    ):
-        p.add_argument(f"--{name}", type=int, help="point field (see suite files)")
-    p.add_argument("--causal", action="store_true")
-    p.add_argument(
-        "--window",
-        type=int,
-        nargs=2,
-        metavar=("LEFT", "RIGHT"),
-        help="window sides (-1 = unbounded)",
-    )
-    for name in ("norm", "ffn", "pos", "cache"):
-        p.add_argument(f"--{name}", help="block/decode point field")
-    p.add_argument(
-        "--budget", type=parse_size, help="memory budget, e.g. 2GiB (default: 80%% of free memory)"
-    )
-    p.add_argument("--multiple", type=int, default=64, help="length granularity (default 64)")
-    p.add_argument(
-        "--time-limit",
-        type=float,
-        default=120.0,
-        metavar="SECONDS",
-        help="per verification run; slower runs count as unverified (default 120)",
-    )
-    p.add_argument("--threads", type=int, help="CPU threads in the verification runs")
-    p.add_argument("--no-verify", action="store_true", help="prediction only")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(func=cmd_maxlen)
-
-
-def build_point(args: argparse.Namespace) -> Point:
-    """The point the arguments describe, validated exactly like a suite's ``[fixed]`` table."""
-    from harness.sweep.suite import parse_suite
-
-    fixed = {"dtype": args.dtype, "causal": args.causal, "seq_len": args.multiple}
-    for name in (
-        "batch",
-        "heads",
-        "kv_heads",
-        "head_dim",
-        "dilation",
-        "global_tokens",
-        "block_size",
-        "layers",
-        "norm",
-        "ffn",
-        "pos",
-        "cache",
-    ):
-        if getattr(args, name) is not None:
-            fixed[name] = getattr(args, name)
-    if args.window is not None:
-        fixed["window"] = list(args.window)
-    doc = {
-        "name": "maxlen",
-        "scenario": args.scenario,
-        "implementations": [args.impl],
-        "device": args.device,
-        "fixed": fixed,
-    }
-    try:
-        (point,) = parse_suite(doc, "maxlen").points
-    except SuiteError as exc:
-        message = str(exc).replace("fixed.", "--").replace("implementations = ", "IMPL = ")
-        raise CliError(message) from None
-    return point
-
-
-def cmd_maxlen(args: argparse.Namespace) -> int:
-    for flag, value in (
-        ("--multiple", args.multiple),
-        ("--time-limit", args.time_limit),
-        ("--threads", args.threads),
-    ):
-        if value is not None and not 0 < value < float("inf"):
-            raise CliError(f"{flag} {value}: must be > 0")
-    point = build_point(args)
-    from harness import registry
-    from harness.execute.runner import default_budget
-    from harness.measure.device import get_device
-
-    if point.mixer == "attention":
-        reasons = registry.get(point.impl).not_supported(point.problem())
-        if reasons:
-            raise CliError(f"{point.impl} cannot run this point: {'; '.join(reasons)}")
-    try:
-        device = get_device(point.device)
-    except RuntimeError as exc:
-        raise CliError(f"--device {point.device}: {exc}") from None
-    budget = args.budget or default_budget(device)
-    if not args.no_verify and not args.json:
-        print(verification_notice(point, budget, args.multiple, args.time_limit), file=sys.stderr)
-    log = None if args.json else (lambda line: print(f"  verify {line}", file=sys.stderr))
-    result = find_max_len(
-        point,
-        budget,
-        multiple=args.multiple,
-        verify=not args.no_verify,
-        time_limit_s=args.time_limit,
-        threads=args.threads,
-        log=log,
-    )
-    print(json.dumps(result.as_dict(), indent=2) if args.json else report(result))
-    return 0
 
 
 CPU_FLOPS_GUESS = 5e10  # FLOP/s of one verification call on a CPU (a few cores, fp32)
@@ -314,8 +181,6 @@ CHILD_START_S = 3.0  # a fresh child process: interpreter, torch import, warm-up
 def verification_notice(point: Point, budget: int, multiple: int, time_limit: float) -> str:
     """One line said before verifying: how many isolated runs, at what length, and roughly how
     long (each run is one call of the point at a length near the predicted maximum)."""
-    from harness.cost.costmodel import useful_flops
-
     predicted = predicted_max(point, budget, multiple)
     if not predicted:
         return "maxlen: nothing fits the model; verifying from the smallest length"
@@ -332,8 +197,6 @@ def verification_notice(point: Point, budget: int, multiple: int, time_limit: fl
 
 def report(result: MaxLenResult) -> str:
     """Human-readable summary: predicted vs verified maximum and why the next length fails."""
-    from harness.cost.costmodel import predict_peak_bytes
-
     p, gib = result.point, 2**30
     lines = [
         f"{p.impl} {p.scenario} B={p.batch} H={p.heads} D={p.head_dim} {p.dtype} "

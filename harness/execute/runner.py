@@ -4,8 +4,7 @@ reason, and the sweep goes on.
 
 Points run in ``passes`` (``[measure] passes``, default 3), each pass in its own order shuffled
 by ``order_seed`` (:mod:`harness.measure.passes`), so a neighbour's burst or slow drift lands on
-many
-points as disagreement between passes instead of on one point as bias.
+many points as disagreement between passes instead of on one point as bias.
 
 First pass, per point: support check -> memory-budget check -> build the Case (set-up untimed)
 -> first call (compile/allocation, reported as ``first_call_s``) -> agreement check -> peak
@@ -14,54 +13,36 @@ Later passes: build the Case again and time it (memory and agreement are measure
 A timing pass is bracketed by the reference kernel (:mod:`harness.measure.refkernel`) and by the
 contention readings of :mod:`harness.measure.contention`.
 
-Every finished pass is appended to ``passes.jsonl`` beside ``rows.jsonl`` before the next one
-starts, so a crash loses no finished pass: ``--resume`` reads it back and runs only the passes
-that are missing; ``rows.jsonl`` keeps one final row per point.
+Every finished pass is appended to ``passes.jsonl`` (:mod:`harness.execute.passlog`) beside
+``rows.jsonl`` before the next one starts, so a crash loses no finished pass: ``--resume`` reads
+it back and runs only the passes that are missing; ``rows.jsonl`` keeps one final row per point.
 """
 
 from __future__ import annotations
 
 import gc
-import json
-import os
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
-from pathlib import Path
 
 import torch
 
 from harness import registry
 from harness.cost import costmodel
+from harness.execute.passlog import PassLog, final_row, pass_record
 from harness.measure import passes
 from harness.measure.contention import Interval
-from harness.measure.device import Device, clock_columns, get_device
+from harness.measure.device import Device, get_device
+from harness.measure.nvml import clock_columns
 from harness.measure.refkernel import ReferenceKernel, summarize
 from harness.measure.timing import measure
-from harness.results import RowWriter, iter_rows, write_env
-from harness.scenarios import build_case
+from harness.results import RowWriter
+from harness.scenarios import build_case, decode
 from harness.sweep.point import Point
-from harness.sweep.suite import MeasureConfig, Suite
-
-PASSES_FILE = "passes.jsonl"
-# per-pass fields kept in passes.jsonl and combined into the row by passes.combine
-PASS_FIELDS = ("time_samples_s", "calls_per_sample", "ref_kernel_s", "contended", "contention",
-               "other_cpu_cores", "cpu_steal_frac", "load_avg_1m", "gpu_other_processes",
-               "gpu_throttle_reasons", "gpu_contention_status")
+from harness.sweep.suite import MeasureConfig
 
 MIXER_FAMILIES = {"lstm": "recurrent", "conv": "convolution"}
-
-
-@dataclass
-class RunSummary:
-    run_dir: Path
-    counts: dict[str, int] = field(default_factory=dict)
-    skipped_existing: int = 0
-
-    @property
-    def total(self) -> int:
-        return sum(self.counts.values())
 
 
 def _first_line(exc: BaseException) -> str:
@@ -91,8 +72,6 @@ def point_row(point: Point) -> dict:
 def support_reasons(point: Point, impl) -> list[str]:
     """Why ``impl`` cannot run ``point`` here (empty = it can); decode adds its own rules."""
     if point.scenario == "decode":
-        from harness.scenarios import decode
-
         return decode.not_supported(point, impl)
     return impl.not_supported(point.problem())
 
@@ -212,8 +191,6 @@ def _all_finite(result) -> bool:
 
 def _side_timing(config: MeasureConfig):
     """Half the budget for secondary timings (the mixer alone inside a block)."""
-    from dataclasses import replace
-
     return replace(config.timing, budget_s=config.timing.budget_s / 2)
 
 
@@ -229,81 +206,6 @@ def _throughput(point: Point, tokens: int, median_s: float) -> dict:
 
 def _devices(points: Iterable[Point], flush_l2: bool) -> dict[str, Device]:
     return {kind: get_device(kind, flush_l2) for kind in sorted({p.device for p in points})}
-
-
-class PassLog:
-    """``passes.jsonl``: one line per finished pass of a point (the first pass's line holds the
-    whole first-pass row), appended and fsynced, so no finished pass is lost to a crash."""
-
-    def __init__(self, run_dir: Path):
-        self.path = Path(run_dir) / PASSES_FILE
-        if self.path.is_file() and self.path.stat().st_size:  # a line cut by a kill: end it
-            with self.path.open("rb+") as fh:
-                fh.seek(-1, os.SEEK_END)
-                if fh.read(1) != b"\n":
-                    fh.write(b"\n")
-
-    def write(self, point_id: str, index: int, record: dict, row: dict | None = None) -> None:
-        entry = {"point_id": point_id, "pass": index, "record": record}
-        if row is not None:
-            entry["row"] = row
-        line = json.dumps(entry, default=str)
-        with self.path.open("a", encoding="utf-8") as fh:
-            fh.write(line + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-
-    def read(self, point_ids: set[str]) -> dict[str, tuple[dict | None, dict[int, dict]]]:
-        """point_id -> (first-pass row, {pass index: record}) for ``point_ids``."""
-        out: dict[str, tuple[dict | None, dict[int, dict]]] = {}
-        if not self.path.is_file():
-            return out
-        for entry in iter_rows(self.path):
-            pid = entry.get("point_id")
-            if pid not in point_ids or not isinstance(entry.get("record"), dict):
-                continue
-            row, records = out.get(pid, (None, {}))
-            records[int(entry.get("pass", 0))] = entry["record"]
-            out[pid] = (entry.get("row", row), records)
-        return out
-
-
-def pass_record(row: dict) -> dict:
-    """The per-pass fields of a first-pass row."""
-    return {"pass": 0, "status": row.get("status"),
-            **{k: row[k] for k in PASS_FIELDS if k in row}}
-
-
-def final_row(first: dict, records: dict[int, dict]) -> dict:
-    """The point's row: its first-pass row with time and contention columns from every pass."""
-    row = dict(first)
-    if row.get("status") != "ok":
-        return row
-    ordered = [{"pass": k, **records[k]} for k in sorted(records)]
-    old_median = row.get("time_median_s")
-    row.update(passes.combine(ordered, seed=int(str(row.get("point_id") or "0")[:8], 16)
-                              if row.get("point_id") else 0))
-    row.update(_combined_contention(ordered))
-    new_median = row.get("time_median_s")
-    if old_median and new_median:  # throughput follows the combined median
-        for key in ("tokens_per_s", "tflops_per_s"):
-            if row.get(key) is not None:
-                row[key] = row[key] * old_median / new_median
-    return row
-
-
-def _combined_contention(records: list[dict]) -> dict:
-    timed = [r for r in records if r.get("time_samples_s")]
-    flagged = [r for r in timed if r.get("contended")]
-    out: dict = {"contended": bool(flagged), "pass_contended": [bool(r.get("contended"))
-                                                                for r in timed]}
-    shown = flagged or timed[:1]
-    out["contention"] = "; ".join(f"pass {r['pass'] + 1}: {r.get('contention')}" for r in shown)
-    for key in ("other_cpu_cores", "cpu_steal_frac", "load_avg_1m", "gpu_other_processes"):
-        values = [r[key] for r in timed if isinstance(r.get(key), int | float)]
-        if values:
-            out[key] = max(values)
-    return out
 
 
 @dataclass
@@ -389,17 +291,3 @@ def _later_pass(point, config, executor, devices, refs, index: int) -> dict:
 def default_budget(device: Device) -> int:
     """A safe fraction of what the device has free: 80% of free memory."""
     return int(device.free_memory_bytes() * 0.8)
-
-
-def prepare_run(suite: Suite, run_dir: Path, run_id: str) -> dict:
-    """Write env.json (with the device calibration) for a new run; returns it."""
-    from harness.measure import calibrate, env
-
-    if suite.measure.threads:
-        torch.set_num_threads(suite.measure.threads)
-    kinds = sorted({p.device for p in suite.points}) or ["cpu"]
-    device = get_device(kinds[0], suite.measure.flush_l2)
-    info = env.collect(device, suite.name, suite.path, suite.fingerprint, run_id)
-    info["calibration"] = calibrate.calibrate(device)
-    write_env(run_dir, info)
-    return info

@@ -13,6 +13,8 @@ from collections.abc import Callable
 
 import torch
 
+from harness.measure.nvml import decode_reasons
+
 # Square GEMM sizes: big enough to reach the plateau, small enough to finish fast.
 MATMUL_N = {"cpu": 2048, "cuda": 8192}
 COPY_BYTES = {"cpu": 256 * 2**20, "cuda": 1024 * 2**20}  # well beyond the last-level cache
@@ -94,8 +96,6 @@ def clock_under_load(device, calls: int = 10) -> dict:
         kind = torch.device(device).type if isinstance(device, str | torch.device) else device.kind
         return {"sm_clock_under_load_mhz": None,
                 "clock_under_load_status": f"unavailable: no GPU clock on a {kind} device"}
-    from harness.measure.nvml import decode_reasons
-
     n = MATMUL_N["cuda"]
     a = torch.randn(n, n, device=getattr(device, "torch_device", "cuda"), dtype=torch.bfloat16)
     out = torch.empty_like(a)

@@ -18,10 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
+from torch.profiler import ProfilerActivity, profile
 
 from harness.errors import DeviceUnavailable
 from harness.measure import nvml
-from harness.measure.nvml import clock_columns  # noqa: F401  (the runner's per-point clock columns)
 
 
 @dataclass(frozen=True)
@@ -116,8 +116,6 @@ def profiler_peak_bytes(fn: Callable[[], object]) -> int:
     Uses ``torch.profiler`` with ``profile_memory=True``; the per-event list is only reachable
     through ``prof.profiler.kineto_results`` (the public ``events()`` reports zeros on CPU).
     """
-    from torch.profiler import ProfilerActivity, profile
-
     with (
         _native_stderr_silenced(),
         profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof,

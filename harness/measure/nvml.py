@@ -1,8 +1,10 @@
 """NVML behind the device interface: used-memory sampling, SM clocks and throttle reasons.
 
-Only :mod:`harness.measure.device` imports this module. The decisions (is an NVML figure believable,
-is a GPU throttling) are pure functions over plain readings, tested on CPU with fake readings;
-the thin ``pynvml`` wrappers around them degrade to ``"unavailable: <reason>"``, never to 0.
+The devices of :mod:`harness.measure.device` read NVML through this module; calibration decodes
+throttle reasons and the runner records clock columns with it. The decisions (is an NVML figure
+believable, is a GPU throttling) are pure functions over plain readings, tested on CPU with fake
+readings; the thin ``pynvml`` wrappers around them degrade to ``"unavailable: <reason>"``,
+never to 0.
 """
 
 from __future__ import annotations

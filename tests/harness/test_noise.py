@@ -12,7 +12,8 @@ import pytest
 
 from harness.compare.regression import parse_checks
 from harness.compare.runs import CompareOptions, compare_runs, summary
-from harness.execute.runner import PASSES_FILE, run_points
+from harness.execute.passlog import PASSES_FILE
+from harness.execute.runner import run_points
 from harness.measure import contention, passes
 from harness.measure.timing import TimingConfig
 from harness.results import RowWriter, load_rows, write_env

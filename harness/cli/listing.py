@@ -1,0 +1,52 @@
+"""``attnbench list``: every implementation, available or not, and why."""
+
+from __future__ import annotations
+
+import json
+
+from rich.console import Console
+from rich.table import Table
+
+from harness import registry
+
+
+def add_cli(sub) -> None:
+    """Add ``list``."""
+    p = sub.add_parser("list", help="every implementation, available or not, and why")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_list)
+
+
+def cmd_list(args) -> int:
+    impls = registry.all_implementations()
+    if args.json:
+        print(json.dumps([_describe(i) for i in impls], indent=2))
+        return 0
+    table = Table(title="attnbench implementations", show_lines=False)
+    for col in ("name", "family", "status", "devices", "dtypes", "mask features",
+                "time~n^", "mem~n^"):
+        table.add_column(col)
+    for impl in impls:
+        d = _describe(impl)
+        table.add_row(d["name"], d["family"], d["status"], ",".join(d["devices"]),
+                      ",".join(d["dtypes"]), ",".join(d["mask_features"]),
+                      f"{d['time_exponent']:g}", f"{d['memory_exponent']:g}")
+    Console(width=160).print(table)
+    print("block-scenario mixers (baselines, not attention cores): lstm, conv")
+    for name, reason in registry.load_errors().items():
+        print(f"plug-in {name}: {reason}")
+    return 0
+
+
+def _describe(impl) -> dict:
+    reason = impl.unavailable_reason()
+    return {
+        "name": impl.name, "family": impl.family,
+        "status": "available" if reason is None else f"unavailable: {reason}",
+        "available": reason is None,
+        "devices": sorted(impl.caps.devices),
+        "dtypes": sorted(str(d).removeprefix("torch.") for d in impl.caps.dtypes),
+        "mask_features": sorted(impl.caps.mask_features),
+        "time_exponent": impl.cost.time_exponent, "memory_exponent": impl.cost.memory_exponent,
+        "description": impl.description,
+    }

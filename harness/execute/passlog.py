@@ -1,0 +1,97 @@
+"""``passes.jsonl``: every finished timing pass of a point, kept beside ``rows.jsonl`` so a
+crash loses no pass, and the combination of a point's passes into its final row.
+
+The first pass's line holds the whole first-pass row; a later pass's line holds only its
+per-pass fields (:data:`PASS_FIELDS`: raw time samples in seconds, calls per sample, the
+reference-kernel bracket and the contention readings of that pass).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from harness.measure import passes
+from harness.results import iter_rows
+
+PASSES_FILE = "passes.jsonl"
+# per-pass fields kept in passes.jsonl and combined into the row by passes.combine
+PASS_FIELDS = ("time_samples_s", "calls_per_sample", "ref_kernel_s", "contended", "contention",
+               "other_cpu_cores", "cpu_steal_frac", "load_avg_1m", "gpu_other_processes",
+               "gpu_throttle_reasons", "gpu_contention_status")
+
+
+class PassLog:
+    """``passes.jsonl``: one line per finished pass of a point (the first pass's line holds the
+    whole first-pass row), appended and fsynced, so no finished pass is lost to a crash."""
+
+    def __init__(self, run_dir: Path):
+        self.path = Path(run_dir) / PASSES_FILE
+        if self.path.is_file() and self.path.stat().st_size:  # a line cut by a kill: end it
+            with self.path.open("rb+") as fh:
+                fh.seek(-1, os.SEEK_END)
+                if fh.read(1) != b"\n":
+                    fh.write(b"\n")
+
+    def write(self, point_id: str, index: int, record: dict, row: dict | None = None) -> None:
+        entry = {"point_id": point_id, "pass": index, "record": record}
+        if row is not None:
+            entry["row"] = row
+        line = json.dumps(entry, default=str)
+        with self.path.open("a", encoding="utf-8") as fh:
+            fh.write(line + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def read(self, point_ids: set[str]) -> dict[str, tuple[dict | None, dict[int, dict]]]:
+        """point_id -> (first-pass row, {pass index: record}) for ``point_ids``."""
+        out: dict[str, tuple[dict | None, dict[int, dict]]] = {}
+        if not self.path.is_file():
+            return out
+        for entry in iter_rows(self.path):
+            pid = entry.get("point_id")
+            if pid not in point_ids or not isinstance(entry.get("record"), dict):
+                continue
+            row, records = out.get(pid, (None, {}))
+            records[int(entry.get("pass", 0))] = entry["record"]
+            out[pid] = (entry.get("row", row), records)
+        return out
+
+
+def pass_record(row: dict) -> dict:
+    """The per-pass fields of a first-pass row."""
+    return {"pass": 0, "status": row.get("status"),
+            **{k: row[k] for k in PASS_FIELDS if k in row}}
+
+
+def final_row(first: dict, records: dict[int, dict]) -> dict:
+    """The point's row: its first-pass row with time and contention columns from every pass."""
+    row = dict(first)
+    if row.get("status") != "ok":
+        return row
+    ordered = [{"pass": k, **records[k]} for k in sorted(records)]
+    old_median = row.get("time_median_s")
+    row.update(passes.combine(ordered, seed=int(str(row.get("point_id") or "0")[:8], 16)
+                              if row.get("point_id") else 0))
+    row.update(_combined_contention(ordered))
+    new_median = row.get("time_median_s")
+    if old_median and new_median:  # throughput follows the combined median
+        for key in ("tokens_per_s", "tflops_per_s"):
+            if row.get(key) is not None:
+                row[key] = row[key] * old_median / new_median
+    return row
+
+
+def _combined_contention(records: list[dict]) -> dict:
+    timed = [r for r in records if r.get("time_samples_s")]
+    flagged = [r for r in timed if r.get("contended")]
+    out: dict = {"contended": bool(flagged), "pass_contended": [bool(r.get("contended"))
+                                                                for r in timed]}
+    shown = flagged or timed[:1]
+    out["contention"] = "; ".join(f"pass {r['pass'] + 1}: {r.get('contention')}" for r in shown)
+    for key in ("other_cpu_cores", "cpu_steal_frac", "load_avg_1m", "gpu_other_processes"):
+        values = [r[key] for r in timed if isinstance(r.get(key), int | float)]
+        if values:
+            out[key] = max(values)
+    return out

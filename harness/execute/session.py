@@ -1,0 +1,180 @@
+"""One run of a suite into a run directory: the directory is created (or resumed), ``env.json``
+written with the device calibration, and every point measured by :mod:`harness.execute.runner`,
+in this process or each in a child process (:mod:`harness.execute.isolate`).
+
+``attnbench run`` turns its flags into :class:`RunOptions` and :func:`configure`, then calls
+:func:`run_suite` (through :func:`harness.distributed.shard.run_here`, which records the shard
+in ``env.json``). A refusal (a bad option, no such device, a run directory that is not
+writable or holds another run) raises :class:`~harness.errors.CliError` before any point runs.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from harness.errors import CliError
+from harness.execute.isolate import isolated_executor
+from harness.execute.runner import run_points
+from harness.measure import calibrate, env
+from harness.measure.device import get_device
+from harness.results import ROWS_FILE, ResultsError, RowWriter, iter_rows, load_env, write_env
+from harness.sweep.suite import MeasureConfig, Suite
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How to run a suite (the ``attnbench run`` flags); None and False keep the suite's own
+    ``[measure]`` settings."""
+
+    out: Path | None = None  # run directory; None: runs/<suite>-<run id>
+    resume: bool = False  # continue ``out``, skipping the points (and passes) it holds
+    force: bool = False  # resume even if the suite or device fingerprint differs
+    mem_budget: int | None = None  # bytes; skip points predicted to need more
+    check: str | None = None  # agreement check: auto | full | rows | none
+    budget_s: float | None = None  # timing budget per point, seconds
+    isolate: bool = False  # each point in its own child process
+    point_timeout: float | None = None  # seconds; with isolation, give up on a point after this
+    progress: bool = True  # a progress bar while points run
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Where a run went and how its points ended (status -> number of points)."""
+
+    run_dir: Path
+    counts: dict[str, int]
+
+
+def configure(suite: Suite, options: RunOptions) -> MeasureConfig:
+    """The suite's ``[measure]`` settings with the options' overrides; refuses a budget or
+    timeout that is not a positive number of seconds, and a timeout without isolation."""
+    measure = suite.measure
+    for flag, value in (("--budget-s", options.budget_s),
+                        ("--point-timeout", options.point_timeout)):
+        if value is not None and not 0 < value < float("inf"):
+            raise CliError(f"{flag} {value}: must be a positive number of seconds")
+    if options.check:
+        measure = replace(measure, check=options.check)
+    if options.budget_s:
+        measure = replace(measure, timing=replace(measure.timing, budget_s=options.budget_s))
+    if ((options.point_timeout or measure.point_timeout_s)
+            and not (options.isolate or measure.isolate)):
+        raise CliError("--point-timeout / [measure] point_timeout_s needs --isolate "
+                       "(a hung point is stopped by killing its child)")
+    return measure
+
+
+def run_suite(suite: Suite, measure: MeasureConfig, options: RunOptions,
+              on_open: Callable[[Path, bool], None] | None = None) -> RunResult:
+    """Measure every point of ``suite`` with ``measure`` into ``options.out`` (a new directory,
+    or the one being resumed). ``on_open(run_dir, resumed)`` runs once ``env.json`` is in place,
+    before any point (a shard records itself there). Progress and a summary go to stderr."""
+    for kind in sorted({p.device for p in suite.points}):  # refuse before anything is written
+        try:
+            get_device(kind)
+        except RuntimeError as exc:
+            raise CliError(f"{suite.path}: device = {kind!r}: {exc}") from None
+    if measure.threads:  # before the resume check: the device fingerprint includes threads
+        torch.set_num_threads(measure.threads)
+    run_dir = options.out or Path("runs") / f"{suite.name}-{env.new_run_id()}"
+    done, run_id = resume_state(run_dir, suite, options)
+    points = [p for p in suite.points if p.point_id not in done]
+    if not done:
+        make_run_dir(run_dir)
+        run_id = env.new_run_id()
+        prepare_run(suite, run_dir, run_id)
+    if on_open is not None:
+        on_open(run_dir, bool(done))
+    executor = None
+    if options.isolate or measure.isolate:
+        timeout = options.point_timeout or measure.point_timeout_s
+        executor = isolated_executor(measure, options.mem_budget, timeout)
+    writer = RowWriter(run_dir)
+    print(f"attnbench: {len(points)} points of suite {suite.name!r} -> {run_dir}"
+          + (f" ({len(done)} already done)" if done else ""), file=sys.stderr)
+    counts = with_progress(points, options.progress, lambda on_row: run_points(
+        points, writer, measure, run_id=run_id, suite_name=suite.name,
+        mem_budget=options.mem_budget, executor=executor, on_row=on_row))
+    summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "nothing to run"
+    print(f"attnbench: {summary}; rows in {run_dir / ROWS_FILE}", file=sys.stderr)
+    return RunResult(run_dir, counts)
+
+
+def make_run_dir(run_dir: Path) -> None:
+    """Create ``run_dir`` and prove it writable, before any point runs."""
+    existed = run_dir.is_dir()
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CliError(f"--out {run_dir}: cannot create directory ({exc.strerror})") from None
+    if not run_dir.is_dir():
+        raise CliError(f"--out {run_dir}: not a directory")
+    try:  # a read-only or full file system fails here, before any point runs
+        with tempfile.TemporaryFile(dir=run_dir):
+            pass
+    except OSError as exc:
+        if not existed:
+            run_dir.rmdir()
+        raise CliError(f"--out {run_dir}: cannot write there ({exc.strerror})") from None
+
+
+def resume_state(run_dir: Path, suite: Suite, options: RunOptions) -> tuple[set[str], str | None]:
+    """Point ids already measured in ``run_dir`` (empty for a fresh run) and its run id."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise CliError(f"--out {run_dir}: exists and is not a directory")
+    rows_file = run_dir / ROWS_FILE
+    if not rows_file.exists():
+        return set(), None
+    if not options.resume:
+        raise CliError(f"--out {run_dir} already holds results; add --resume to continue it "
+                       "or choose a new --out")
+    try:
+        recorded = load_env(run_dir)
+    except ResultsError as exc:
+        raise CliError(str(exc)) from None
+    if recorded.get("suite_fingerprint") != suite.fingerprint and not options.force:
+        raise CliError(f"{run_dir} was run from a different suite file "
+                       f"({recorded.get('suite_path')}); use --force to resume anyway")
+    here = (env.fingerprint(get_device(suite.points[0].device).info())
+            if suite.points else None)
+    if here and recorded.get("fingerprint") != here and not options.force:
+        raise CliError(f"{run_dir} was measured on {recorded.get('fingerprint')}, this is {here}; "
+                       "use --force to mix them")
+    done = {row["point_id"] for row in iter_rows(rows_file) if "point_id" in row}
+    return done, recorded.get("run_id")
+
+
+def prepare_run(suite: Suite, run_dir: Path, run_id: str) -> dict:
+    """Write env.json (with the device calibration) for a new run; returns it."""
+    if suite.measure.threads:
+        torch.set_num_threads(suite.measure.threads)
+    kinds = sorted({p.device for p in suite.points}) or ["cpu"]
+    device = get_device(kinds[0], suite.measure.flush_l2)
+    info = env.collect(device, suite.name, suite.path, suite.fingerprint, run_id)
+    info["calibration"] = calibrate.calibrate(device)
+    write_env(run_dir, info)
+    return info
+
+
+def with_progress(points: list, enabled: bool, body: Callable):
+    """``body(on_row)`` with a progress bar that ``on_row(row)`` advances (``on_row`` is None
+    when ``enabled`` is false or there is nothing to run); returns what ``body`` returns."""
+    if not enabled or not points:
+        return body(None)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())
+    with Progress(*columns, transient=False) as progress:
+        task = progress.add_task("running", total=len(points))
+
+        def on_row(row: dict) -> None:
+            progress.update(task, advance=1,
+                            description=f"{row['impl']} n={row['seq_len']}: {row['status']}")
+
+        return body(on_row)
