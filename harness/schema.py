@@ -41,6 +41,7 @@ class Column:
     kind: str
     doc: str
     many: bool = False  # a list: one value per sample or per timing pass
+    point: bool = False  # a field of the sweep point: identifies the point (in point_id)
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -49,52 +50,59 @@ class Column:
 
 # fmt: off
 C = Column
+
+
+def P(*args, **kwargs) -> Column:
+    """A point field's column."""
+    return Column(*args, point=True, **kwargs)
+
+
 COLUMNS: tuple[Column, ...] = (
     # which run, which point
     C("run_id", "", "text", "the run the row belongs to (its folder name)"),
     C("suite", "", "text", "the suite the run was made from"),
     C("point_id", "", "text",
       "stable hash of every point field: rows are matched across runs by it"),
-    C("impl", "", "text", "the registered implementation"),
+    P("impl", "", "text", "the registered implementation"),
     C("family", "", "text", "the implementation's family"),
-    C("scenario", "", "text",
+    P("scenario", "", "text",
       "`attention`, `attention+backward`, `block`, `block+backward` or `decode`"),
-    C("device", "", "text", "where it ran: `cpu` or `cuda`"),
+    P("device", "", "text", "where it ran: `cpu` or `cuda`"),
     C("device_name", "", "text", "the device model"),
     # shapes: q (batch, heads, q_len or seq_len, head_dim), k/v (batch, kv_heads, seq_len, head_dim)
-    C("dtype", "", "text", "element type of the inputs and weights"),
-    C("batch", "", "int", "batch size B"),
-    C("seq_len", "tokens", "int", "keys per sequence (and queries, unless `q_len` is set)"),
-    C("q_len", "tokens", "int", "queries per sequence when not `seq_len` (attention scenarios)"),
-    C("heads", "", "int", "query heads H: q is (batch, heads, q_len or seq_len, head_dim)"),
-    C("kv_heads", "", "int",
+    P("dtype", "", "text", "element type of the inputs and weights"),
+    P("batch", "", "int", "batch size B"),
+    P("seq_len", "tokens", "int", "keys per sequence (and queries, unless `q_len` is set)"),
+    P("q_len", "tokens", "int", "queries per sequence when not `seq_len` (attention scenarios)"),
+    P("heads", "", "int", "query heads H: q is (batch, heads, q_len or seq_len, head_dim)"),
+    P("kv_heads", "", "int",
       "key/value heads (grouped or multi-query attention; `null` = heads): k/v are "
       "(batch, kv_heads, seq_len, head_dim)"),
-    C("head_dim", "", "int", "head dimension D"),
+    P("head_dim", "", "int", "head dimension D"),
     C("d_model", "", "int", "model width, heads × head_dim"),
     # the MaskSpec
-    C("causal", "", "bool",
+    P("causal", "", "bool",
       "a query sees no key after its position (bottom-right aligned when q_len < seq_len)"),
-    C("window_left", "", "int",
+    P("window_left", "", "int",
       "window: keys before the query it sees, in dilation steps (blocks when block-sparse); "
       "`null` = unbounded side"),
-    C("window_right", "", "int", "window: keys after the query it sees; `null` = unbounded side"),
-    C("dilation", "", "int", "a query sees every dilation-th key of its window"),
-    C("global_tokens", "tokens", "int",
+    P("window_right", "", "int", "window: keys after the query it sees; `null` = unbounded side"),
+    P("dilation", "", "int", "a query sees every dilation-th key of its window"),
+    P("global_tokens", "tokens", "int",
       "leading positions that see every key and that every query sees (causality still applies)"),
-    C("block_size", "tokens", "int", "block size of a block-sparse (BigBird) mask; `null` = none"),
-    C("random_blocks", "", "int", "seeded random key blocks each query block sees"),
-    C("seed", "", "int", "seed of the inputs and of the random blocks"),
+    P("block_size", "tokens", "int", "block size of a block-sparse (BigBird) mask; `null` = none"),
+    P("random_blocks", "", "int", "seeded random key blocks each query block sees"),
+    P("seed", "", "int", "seed of the inputs and of the random blocks"),
     # block scenario settings
-    C("norm", "", "text", "block scenario: `pre` or `post` layer norm"),
-    C("ffn", "", "text", "block scenario: feed-forward kind, `relu`, `gelu` or `swiglu`"),
-    C("pos", "", "text", "block scenario: position encoding, `sinusoidal`, `learned` or `rope`"),
-    C("mixer", "", "text", "block scenario: `attention`, or the `lstm` / `conv` baseline"),
-    C("conv_kernel", "tokens", "int", "block scenario: kernel width of the `conv` mixer"),
+    P("norm", "", "text", "block scenario: `pre` or `post` layer norm"),
+    P("ffn", "", "text", "block scenario: feed-forward kind, `relu`, `gelu` or `swiglu`"),
+    P("pos", "", "text", "block scenario: position encoding, `sinusoidal`, `learned` or `rope`"),
+    P("mixer", "", "text", "block scenario: `attention`, or the `lstm` / `conv` baseline"),
+    P("conv_kernel", "tokens", "int", "block scenario: kernel width of the `conv` mixer"),
     # decode scenario settings
-    C("layers", "", "int", "decode scenario: decoder layers"),
-    C("cache", "", "text", "decode scenario: KV cache, `none`, `full` or `rolling`"),
-    C("gen_tokens", "tokens", "int", "decode scenario: tokens generated by the check"),
+    P("layers", "", "int", "decode scenario: decoder layers"),
+    P("cache", "", "text", "decode scenario: KV cache, `none`, `full` or `rolling`"),
+    P("gen_tokens", "tokens", "int", "decode scenario: tokens generated by the check"),
     C("threads", "", "int", "CPU threads torch used (`null` on CUDA)"),
     # outcome
     C("status", "", "text", "`ok`, `skipped`, `oom`, `error`, `mismatch` or `timeout`"),
@@ -236,6 +244,7 @@ del C
 
 BY_NAME: dict[str, Column] = {c.name: c for c in COLUMNS}
 NAMES: tuple[str, ...] = tuple(BY_NAME)
+POINT_COLUMNS: tuple[str, ...] = tuple(c.name for c in COLUMNS if c.point)  # the Point fields
 
 
 def _cell(text: str) -> str:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from harness import fmt
-from harness.sweep.point import POINT_FIELDS
+from harness.schema import POINT_COLUMNS
 
 
 @dataclass
@@ -33,7 +33,7 @@ def axis_values(frame: pd.DataFrame) -> pd.DataFrame:
     """The point fields as display values: the two window sides merged into ``window``
     ("255,0"; "-" unbounded), missing values "-". Same index as ``frame``."""
     out = {}
-    for name in POINT_FIELDS:
+    for name in POINT_COLUMNS:
         if name == "impl" or name not in frame.columns:
             continue
         if name == "window_left":

@@ -14,6 +14,7 @@ from harness.analysis import claims, frames, regime
 from harness.compare import regression
 from harness.render import panels, table
 from harness.results import ROW_COLUMNS
+from harness.sweep.point import POINT_FIELDS
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "results" / "README.md"
@@ -100,3 +101,8 @@ def test_analysis_metric_lists_are_declared():
     assert not undeclared(claims.TIMED_METRICS)
     assert not undeclared(frames.TIME_METRICS)
     assert not undeclared(regime.TIMED) and not undeclared(regime.TIMED.values())
+
+
+def test_point_columns_are_the_point_fields_in_order():
+    """Renderers read the point fields from the schema (no torch import): same names, order."""
+    assert schema.POINT_COLUMNS == POINT_FIELDS
