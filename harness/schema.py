@@ -15,6 +15,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pandas as pd
+
+from harness import markdown
+
 # display format kind -> how a value of that kind is shown
 KINDS = {
     "text": "shown as written",
@@ -247,18 +251,17 @@ NAMES: tuple[str, ...] = tuple(BY_NAME)
 POINT_COLUMNS: tuple[str, ...] = tuple(c.name for c in COLUMNS if c.point)  # the Point fields
 
 
-def _cell(text: str) -> str:
-    """``text`` as one table cell: ``|`` escaped, newlines folded."""
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 def markdown_table() -> str:
     """The README's column table: one line per column (name, stored unit, description)."""
-    lines = ["| column | unit | meaning |", "| --- | --- | --- |"]
-    for column in COLUMNS:
-        unit = f"list of {column.unit or 'values'}" if column.many else column.unit
-        lines.append(f"| `{column.name}` | {_cell(unit)} | {_cell(column.doc)} |")
-    return "\n".join(lines)
+    rows = [
+        {
+            "column": f"`{c.name}`",
+            "unit": f"list of {c.unit or 'values'}" if c.many else c.unit,
+            "meaning": c.doc,
+        }
+        for c in COLUMNS
+    ]
+    return markdown.table(pd.DataFrame(rows))
 
 
 def generated_block() -> str:

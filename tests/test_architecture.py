@@ -6,7 +6,8 @@ The layers, lowest first (a module may import its own layer and those below it):
 ====  ================  =====================================================================
 rank  package           what lives there
 ====  ================  =====================================================================
-0     ``harness``       public core: errors, masks, spec, registry, results, schema, fmt, dtypes
+0     ``harness``       public core: errors, masks, spec, registry, results, schema, fmt,
+                        markdown, dtypes
 1     implementations   the attention implementations (plug-ins of the registry)
 2     measure           devices and memory, timing, calibration, env, NVML, contention
 3     sweep             what to run: suite files parsed into plain-data Points

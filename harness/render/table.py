@@ -19,8 +19,7 @@ from functools import partial
 
 import pandas as pd
 
-from harness import fmt
-from harness.render import markdown
+from harness import fmt, markdown
 from harness.render.pivot import Layout, axis_values, layout, notes, sort_key, time_pivot
 from harness.results import ROW_COLUMNS
 

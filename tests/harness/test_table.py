@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.render import markdown, pivot, table
+from harness import markdown, pivot, table
 from harness.results import ROW_COLUMNS
 from harness.sweep.point import Point
 
