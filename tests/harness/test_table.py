@@ -10,7 +10,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness import markdown, pivot, table
+from harness import markdown
+from harness.render import pivot, table
 from harness.results import ROW_COLUMNS
 from harness.sweep.point import Point
 
