@@ -23,6 +23,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from harness.dtypes import itemsize
 from harness.spec import Problem
 from implementations._tilepool import map_tiles
 from implementations._tiles import Plan, Tile
@@ -199,7 +200,7 @@ def plan_workspace_bytes(plan: Plan, problem: Problem) -> int:
     probabilities (more copies in backward) and a tile's concatenated K/V; the class-ordered
     copies of q/k/v/out (dilation); O(n) row state; float32 gradients, dK/dV per worker."""
     bh, dim = problem.batch * problem.heads, problem.head_dim
-    elem = torch.finfo(problem.dtype).bits // 8
+    elem = itemsize(problem.dtype)
     workers = torch.get_num_threads() if problem.device_type == "cpu" else 1
     big = max(((t.r1 - t.r0) * t.n_cols for t in plan.tiles), default=0)
     cols = max((t.n_cols for t in plan.tiles), default=0)

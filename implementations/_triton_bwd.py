@@ -13,7 +13,7 @@ import triton
 import triton.language as tl
 
 from implementations._triton_autotune import bwd_configs, dq_configs, fwd_configs
-from implementations._triton_fwd import band_ranges, keep_mask, load_rows, mma
+from implementations._triton_primitives import band_ranges, keep_mask, load_rows, mma
 
 
 @triton.jit

@@ -5,7 +5,10 @@ Online softmax in base 2 (scores prescaled by ``scale·log2(e)``, ``exp2``), fp3
 ``NEG`` and their probabilities are zeroed, so a row that sees no key keeps ``l = 0`` and
 outputs zeros (``lse = +inf``), never NaN. Key blocks that the mask keeps entirely run without
 any mask arithmetic; only the edge blocks of a band (or the flagged entries of a block list)
-compute the mask. The slot/CSR tables come from :mod:`implementations._triton_plan`.
+compute the mask. The slot/CSR tables come from :mod:`implementations._triton_plan`; the
+shared building blocks from :mod:`implementations._triton_primitives`.
+
+Argument lists are written several to a line, as the kernels' signatures are.
 """
 
 from __future__ import annotations
@@ -14,89 +17,13 @@ import triton
 import triton.language as tl
 
 from implementations._triton_autotune import fwd_configs
-
-NEG: tl.constexpr = tl.constexpr(-1.0e30)  # finite "minus infinity": no inf - inf
-
-
-@triton.jit
-def band_ranges(x0, x1, lo_rel, hi_rel, lo_bound, hi_bound, BLOCK: tl.constexpr):
-    """Partners of rows [x0, x1] in a band: [lo, hi_x), the middle [mid, post) of whole
-    BLOCK-wide steps that every row keeps (no mask), and the masked edges around it."""
-    lo = tl.maximum(x0 + lo_rel, lo_bound)
-    hi_x = tl.minimum(x1 + hi_rel + 1, hi_bound)
-    safe_lo = tl.maximum(x1 + lo_rel, lo)
-    safe_hi = tl.minimum(x0 + hi_rel + 1, hi_x)
-    mid = lo + tl.cdiv(tl.maximum(safe_lo - lo, 0), BLOCK) * BLOCK
-    post = mid + tl.maximum(safe_hi - mid, 0) // BLOCK * BLOCK
-    return lo, hi_x, mid, post
+from implementations._triton_primitives import NEG, band_ranges, keep_mask, load_rows, mma
 
 
 @triton.jit
-def load_rows(ptrs, ok, D: tl.constexpr, BLOCK_D: tl.constexpr, USE_OK: tl.constexpr):
-    """Load a (rows, BLOCK_D) tile, rows masked by ``ok`` when USE_OK. The head-dim mask is
-    emitted only when D is padded: a mask that varies along the contiguous dim would turn the
-    vectorized loads into scalar ones."""
-    dd = tl.arange(0, BLOCK_D)
-    if USE_OK:
-        if BLOCK_D == D:
-            x = tl.load(ptrs, mask=ok[:, None], other=0.0)
-        else:
-            x = tl.load(ptrs, mask=ok[:, None] & (dd[None, :] < D), other=0.0)
-    else:
-        if BLOCK_D == D:  # noqa: SIM108 (a constexpr branch, one load compiled)
-            x = tl.load(ptrs)
-        else:
-            x = tl.load(ptrs, mask=dd[None, :] < D, other=0.0)
-    return x
-
-
-@triton.jit
-def mma(a, b, acc, PRECISION: tl.constexpr):
-    """``a @ b (+ acc)`` in fp32. PRECISION "upcast": operands cast to fp32 first (the
-    interpreter's bf16 ``tl.dot`` is wrong; compiled kernels never take this branch)."""
-    if PRECISION == "upcast":
-        out = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
-    else:
-        out = tl.dot(a, b, acc, input_precision=PRECISION)
-    return out
-
-
-@triton.jit
-def keep_mask(p, j, row_ok, col_ok, lo, hi, g, hg):
-    """The mask rule on absolute positions p (rows), j (cols): band ``lo <= j - p <= hi`` or a
-    global key ``j < g`` within ``j - p <= hg`` (causality), inside valid rows and columns."""
-    rel = j[None, :] - p[:, None]
-    keep = ((rel >= lo) & (rel <= hi)) | ((j[None, :] < g) & (rel <= hg))
-    return keep & row_ok[:, None] & col_ok[None, :]
-
-
-@triton.jit
-def _fwd_step(
-    acc,
-    l_i,
-    m_i,
-    q,
-    p,
-    row_ok,
-    k_base,
-    v_base,
-    skn,
-    svn,
-    kr,
-    kstep,
-    c0,
-    c_end,
-    lo,
-    hi,
-    g,
-    hg,
-    sc2,
-    BLOCK_N: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    D: tl.constexpr,
-    MASKED: tl.constexpr,
-    PRECISION: tl.constexpr,
-):
+def _fwd_step(acc, l_i, m_i, q, p, row_ok, k_base, v_base, skn, svn, kr, kstep, c0, c_end,
+              lo, hi, g, hg, sc2, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+              D: tl.constexpr, MASKED: tl.constexpr, PRECISION: tl.constexpr):
     """One key block (class keys c0 .. c0+BLOCK_N, absolute j = kr + kstep·c)."""
     c = c0 + tl.arange(0, BLOCK_N)
     j = kr + kstep * c
@@ -120,6 +47,63 @@ def _fwd_step(
 
 
 @triton.jit
+def _fwd_range(acc, l_i, m_i, q, p, row_ok, k_base, v_base, skn, svn, kr, kstep,
+               c_start, c_stop, c_end, lo, hi, g, hg, sc2, BLOCK_N: tl.constexpr,
+               BLOCK_D: tl.constexpr, D: tl.constexpr, MASKED: tl.constexpr,
+               PRECISION: tl.constexpr):
+    """The key blocks starting at c_start, c_start + BLOCK_N, ... below c_stop (class keys
+    valid below c_end), each one :func:`_fwd_step`."""
+    for c0 in range(c_start, c_stop, BLOCK_N):
+        acc, l_i, m_i = _fwd_step(acc, l_i, m_i, q, p, row_ok, k_base, v_base, skn, svn, kr,
+                                  kstep, c0, c_end, lo, hi, g, hg, sc2, BLOCK_N, BLOCK_D, D,
+                                  MASKED, PRECISION)
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _band_keys(acc, l_i, m_i, q, p, row_ok, k_base, v_base, skn, svn, r, step, a0, a1,
+               lo_rel, hi_rel, k_start, k_end, glob, g, hg, g_keys, sc2,
+               BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, D: tl.constexpr,
+               PRECISION: tl.constexpr):
+    """Every key block that class rows a0..a1 of a slot see: the global keys (when the slot
+    has a global segment), then the band's masked lower edge, its unmasked middle and its
+    masked upper edge (ranges from :func:`band_ranges`)."""
+    lo_abs = lo_rel * step
+    hi_abs = hi_rel * step
+    if glob != 0:  # global keys j < g, every class sees them (absolute, step 1)
+        g_hi = tl.minimum(g_keys, r + step * a1 + hg + 1)
+        acc, l_i, m_i = _fwd_range(acc, l_i, m_i, q, p, row_ok, k_base, v_base, skn, svn, 0, 1,
+                                   0, g_hi, g_hi, lo_abs, hi_abs, g, hg, sc2, BLOCK_N, BLOCK_D,
+                                   D, True, PRECISION)
+    lo, hi_x, mid, post = band_ranges(a0, a1, lo_rel, hi_rel, k_start, k_end, BLOCK_N)
+    acc, l_i, m_i = _fwd_range(acc, l_i, m_i, q, p, row_ok, k_base, v_base, skn, svn, r, step,
+                               lo, tl.minimum(mid, hi_x), hi_x, lo_abs, hi_abs, g, hg, sc2,
+                               BLOCK_N, BLOCK_D, D, True, PRECISION)
+    acc, l_i, m_i = _fwd_range(acc, l_i, m_i, q, p, row_ok, k_base, v_base, skn, svn, r, step,
+                               mid, post, hi_x, lo_abs, hi_abs, g, hg, sc2,
+                               BLOCK_N, BLOCK_D, D, False, PRECISION)
+    acc, l_i, m_i = _fwd_range(acc, l_i, m_i, q, p, row_ok, k_base, v_base, skn, svn, r, step,
+                               tl.maximum(post, mid), hi_x, hi_x, lo_abs, hi_abs, g, hg, sc2,
+                               BLOCK_N, BLOCK_D, D, True, PRECISION)
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _csr_keys(acc, l_i, m_i, q, p, row_ok, k_base, v_base, skn, svn, COLS, e_start, e_end,
+              block, n_k, hg, sc2, TILE: tl.constexpr, BLOCK_D: tl.constexpr,
+              D: tl.constexpr, MASKED: tl.constexpr, PRECISION: tl.constexpr):
+    """The key blocks ``COLS[e_start:e_end]`` of a CSR row, each one :func:`_fwd_step`;
+    MASKED ones are cut at n_k (the last block may be short)."""
+    for e in range(e_start, e_end):
+        j0 = tl.load(COLS + e)
+        c_end = tl.minimum(block, n_k - j0) if MASKED else TILE
+        acc, l_i, m_i = _fwd_step(acc, l_i, m_i, q, p, row_ok, k_base, v_base, skn, svn, j0, 1,
+                                  0, c_end, -2 * n_k - 2, hg, 0, hg, sc2, TILE, BLOCK_D, D,
+                                  MASKED, PRECISION)
+    return acc, l_i, m_i
+
+
+@triton.jit
 def _finish(acc, l_i, m_i, o_ptrs, lse_ptrs, row_ok, ld):
     """Normalize and store; rows with no kept key get zeros and lse = +inf."""
     has = l_i > 0.0
@@ -132,41 +116,11 @@ def _finish(acc, l_i, m_i, o_ptrs, lse_ptrs, row_ok, ld):
 
 @triton.autotune(configs=fwd_configs(), key=["n_bucket", "BLOCK_D", "MODE_KEY"])
 @triton.jit
-def band_fwd(
-    Q,
-    K,
-    V,
-    Out,
-    LSE,
-    SLOTS,
-    sqb,
-    sqh,
-    sqn,
-    skb,
-    skh,
-    skn,
-    svb,
-    svh,
-    svn,
-    sob,
-    soh,
-    son,
-    H,
-    n_q,
-    n_k,
-    off,
-    g,
-    hg,
-    g_keys,
-    sc2,
-    n_bucket,
-    MODE_KEY,
-    D: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    PRECISION: tl.constexpr,
-):
+def band_fwd(Q, K, V, Out, LSE, SLOTS,
+             sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sob, soh, son,
+             H, n_q, n_k, off, g, hg, g_keys, sc2, n_bucket, MODE_KEY,
+             D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+             BLOCK_N: tl.constexpr, PRECISION: tl.constexpr):
     """Grid (row blocks, B·H, slots). O: (B, H, n_q, D); LSE: (B·H, n_q) fp32, base 2."""
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
@@ -192,164 +146,22 @@ def band_fwd(
         m_i = tl.zeros([BLOCK_M], dtype=tl.float32) + NEG
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
         acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-        lo_abs = lo_rel * step
-        hi_abs = hi_rel * step
-        if glob != 0:  # global keys j < g, every class sees them (absolute, step 1)
-            g_hi = tl.minimum(g_keys, r + step * a1 + hg + 1)
-            for c0 in range(0, g_hi, BLOCK_N):
-                acc, l_i, m_i = _fwd_step(
-                    acc,
-                    l_i,
-                    m_i,
-                    q,
-                    p,
-                    row_ok,
-                    k_base,
-                    v_base,
-                    skn,
-                    svn,
-                    0,
-                    1,
-                    c0,
-                    g_hi,
-                    lo_abs,
-                    hi_abs,
-                    g,
-                    hg,
-                    sc2,
-                    BLOCK_N,
-                    BLOCK_D,
-                    D,
-                    True,
-                    PRECISION,
-                )
-        lo, hi_x, mid, post = band_ranges(a0, a1, lo_rel, hi_rel, k_start, k_end, BLOCK_N)
-        for c0 in range(lo, tl.minimum(mid, hi_x), BLOCK_N):
-            acc, l_i, m_i = _fwd_step(
-                acc,
-                l_i,
-                m_i,
-                q,
-                p,
-                row_ok,
-                k_base,
-                v_base,
-                skn,
-                svn,
-                r,
-                step,
-                c0,
-                hi_x,
-                lo_abs,
-                hi_abs,
-                g,
-                hg,
-                sc2,
-                BLOCK_N,
-                BLOCK_D,
-                D,
-                True,
-                PRECISION,
-            )
-        for c0 in range(mid, post, BLOCK_N):
-            acc, l_i, m_i = _fwd_step(
-                acc,
-                l_i,
-                m_i,
-                q,
-                p,
-                row_ok,
-                k_base,
-                v_base,
-                skn,
-                svn,
-                r,
-                step,
-                c0,
-                hi_x,
-                lo_abs,
-                hi_abs,
-                g,
-                hg,
-                sc2,
-                BLOCK_N,
-                BLOCK_D,
-                D,
-                False,
-                PRECISION,
-            )
-        for c0 in range(tl.maximum(post, mid), hi_x, BLOCK_N):
-            acc, l_i, m_i = _fwd_step(
-                acc,
-                l_i,
-                m_i,
-                q,
-                p,
-                row_ok,
-                k_base,
-                v_base,
-                skn,
-                svn,
-                r,
-                step,
-                c0,
-                hi_x,
-                lo_abs,
-                hi_abs,
-                g,
-                hg,
-                sc2,
-                BLOCK_N,
-                BLOCK_D,
-                D,
-                True,
-                PRECISION,
-            )
+        acc, l_i, m_i = _band_keys(acc, l_i, m_i, q, p, row_ok, k_base, v_base, skn, svn, r,
+                                   step, a0, a1, lo_rel, hi_rel, k_start, k_end, glob, g, hg,
+                                   g_keys, sc2, BLOCK_N, BLOCK_D, D, PRECISION)
         o_ptrs = Out + b.to(tl.int64) * sob + h.to(tl.int64) * soh + i[:, None] * son + dd[None, :]
         _finish(acc, l_i, m_i, o_ptrs, LSE + bh.to(tl.int64) * n_q + i, row_ok, ld)
 
 
 @triton.autotune(configs=fwd_configs(blocks=False), key=["n_bucket", "BLOCK_D", "MODE_KEY"])
 @triton.jit
-def blocks_fwd(
-    Q,
-    K,
-    V,
-    Out,
-    LSE,
-    Q_POS,
-    STARTS,
-    MIDS,
-    ENDS,
-    COLS,
-    ORDER,
-    sqb,
-    sqh,
-    sqn,
-    skb,
-    skh,
-    skn,
-    svb,
-    svh,
-    svn,
-    sob,
-    soh,
-    son,
-    H,
-    n_q,
-    n_k,
-    off,
-    block,
-    hg,
-    sc2,
-    n_bucket,
-    MODE_KEY,
-    D: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    TILE: tl.constexpr,
-    PRECISION: tl.constexpr,
-):
-    """Grid (CSR rows, B·H): query block ``ORDER[pid]`` visits its CSR list of key blocks."""
+def blocks_fwd(Q, K, V, Out, LSE, Q_POS, STARTS, MIDS, ENDS, COLS, ORDER,
+               sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sob, soh, son,
+               H, n_q, n_k, off, block, hg, sc2, n_bucket, MODE_KEY,
+               D: tl.constexpr, BLOCK_D: tl.constexpr, TILE: tl.constexpr,
+               PRECISION: tl.constexpr):
+    """Grid (CSR rows, B·H): query block ``ORDER[pid]`` visits its CSR list of key blocks,
+    the unmasked ones ``[STARTS, MIDS)`` first, then the masked ``[MIDS, ENDS)``."""
     row = tl.load(ORDER + tl.program_id(0))
     bh = tl.program_id(1)
     b = bh // H
@@ -368,61 +180,9 @@ def blocks_fwd(
     l_i = tl.zeros([TILE], dtype=tl.float32)
     acc = tl.zeros([TILE, BLOCK_D], dtype=tl.float32)
     e0, e_mid, e1 = tl.load(STARTS + row), tl.load(MIDS + row), tl.load(ENDS + row)
-    for e in range(e0, e_mid):
-        j0 = tl.load(COLS + e)
-        acc, l_i, m_i = _fwd_step(
-            acc,
-            l_i,
-            m_i,
-            q,
-            p,
-            row_ok,
-            k_base,
-            v_base,
-            skn,
-            svn,
-            j0,
-            1,
-            0,
-            TILE,
-            -2 * n_k - 2,
-            hg,
-            0,
-            hg,
-            sc2,
-            TILE,
-            BLOCK_D,
-            D,
-            False,
-            PRECISION,
-        )
-    for e in range(e_mid, e1):
-        j0 = tl.load(COLS + e)
-        acc, l_i, m_i = _fwd_step(
-            acc,
-            l_i,
-            m_i,
-            q,
-            p,
-            row_ok,
-            k_base,
-            v_base,
-            skn,
-            svn,
-            j0,
-            1,
-            0,
-            tl.minimum(block, n_k - j0),
-            -2 * n_k - 2,
-            hg,
-            0,
-            hg,
-            sc2,
-            TILE,
-            BLOCK_D,
-            D,
-            True,
-            PRECISION,
-        )
+    acc, l_i, m_i = _csr_keys(acc, l_i, m_i, q, p, row_ok, k_base, v_base, skn, svn, COLS, e0,
+                              e_mid, block, n_k, hg, sc2, TILE, BLOCK_D, D, False, PRECISION)
+    acc, l_i, m_i = _csr_keys(acc, l_i, m_i, q, p, row_ok, k_base, v_base, skn, svn, COLS,
+                              e_mid, e1, block, n_k, hg, sc2, TILE, BLOCK_D, D, True, PRECISION)
     o_ptrs = Out + b.to(tl.int64) * sob + h.to(tl.int64) * soh + i[:, None] * son + dd[None, :]
     _finish(acc, l_i, m_i, o_ptrs, LSE + bh.to(tl.int64) * n_q + i, row_ok, ld)

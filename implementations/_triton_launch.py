@@ -1,60 +1,30 @@
-"""Launches of the fused Triton kernels: index tables per (spec, n_q, n_k, device), autotuner
-keys, and one forward (one launch) and one backward (delta, dK/dV, dQ: three launches).
+"""Launches of the fused Triton kernels: one forward (one launch) and one backward (delta,
+dK/dV, dQ: three launches), and the block sizes the autotuner chose.
 
-Triton and the kernel modules are imported inside the functions, so importing this module
-needs no Triton. A call does no host synchronization (no ``.item()``, no loop over tiles).
+Importing this module imports Triton (the kernel modules define their kernels at import):
+:mod:`implementations._triton_attn` imports it only where Triton imports. A call does no host
+synchronization (no ``.item()``, no loop over tiles).
 """
 
 from __future__ import annotations
-
-from functools import lru_cache
 
 import torch
 from torch import Tensor
 
 from harness.masks import MaskSpec
-from implementations._triton_plan import band_plan, block_plan, block_tile
+from implementations import _triton_bwd, _triton_fwd
+from implementations._triton_autotune import fwd_configs
+from implementations._triton_plan import block_tile, ceil_div
+from implementations._triton_tables import band_tables, block_d, block_tables, tune_key
 
 LOG2E = 1.4426950408889634
 CHOSEN: dict[tuple, dict] = {}  # autotuner key -> the config it picked (for executed pairs)
 
 
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def mode_key(mask: MaskSpec) -> int:
-    """Autotuning bucket of the mask's iteration space."""
-    if mask.block_size is not None:
-        return 5
-    if mask.global_tokens:
-        return 4
-    if mask.dilation > 1:
-        return 3
-    if mask.window not in (None, (None, None)):
-        return 2
-    return int(mask.causal)
-
-
-@lru_cache(maxsize=64)
-def band_tables(mask: MaskSpec, n_q: int, n_k: int, device: str):
-    plan = band_plan(mask, n_q, n_k)
-    as_t = lambda rows: torch.tensor(rows, dtype=torch.int32, device=device).reshape(-1)
-    return plan, as_t(plan.slots), as_t(plan.key_slots)
-
-
-@lru_cache(maxsize=32)
-def block_tables(mask: MaskSpec, n_q: int, n_k: int, device: str):
-    assert mask.block_size is not None
-    return block_plan(mask, n_q, n_k, block_tile(mask.block_size)).to(device)
-
-
-def _block_d(head_dim: int) -> int:
-    return max(16, triton_next_pow2(head_dim))
-
-
-def triton_next_pow2(x: int) -> int:
-    return 1 << max(x - 1, 0).bit_length()
+def forward_blocks(key: tuple) -> dict:
+    """``BLOCK_M``/``BLOCK_N`` of the band forward for a :func:`tune_key`: the config the
+    autotuner chose for it in this process, else the first config's."""
+    return CHOSEN.get(key) or fwd_configs()[0].kwargs
 
 
 def _precision(dtype: torch.dtype, device: torch.device) -> str | None:
@@ -65,12 +35,24 @@ def _precision(dtype: torch.dtype, device: torch.device) -> str | None:
     return "upcast" if device.type == "cpu" and dtype == torch.bfloat16 else None
 
 
+def _constexprs(q: Tensor) -> dict:
+    """The kernels' shared compile-time arguments D, BLOCK_D, PRECISION for q (B, H, n, D)."""
+    d = q.shape[-1]
+    return dict(D=d, BLOCK_D=block_d(d), PRECISION=_precision(q.dtype, q.device))
+
+
 def _last_dim_unit(x: Tensor) -> Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
-def tune_key(mask: MaskSpec, n_q: int, n_k: int, head_dim: int, dtype: torch.dtype) -> tuple:
-    return (mode_key(mask), triton_next_pow2(max(n_q, n_k)), _block_d(head_dim), dtype)
+def _strides(*tensors: Tensor) -> tuple[int, ...]:
+    """(batch, head, row) strides of each (B, H, N, D) tensor, in order."""
+    return tuple(s for t in tensors for s in t.stride()[:3])
+
+
+def _global_reach(mask: MaskSpec, n_q: int, n_k: int) -> int:
+    """``hg`` of a block-sparse mask: 0 under causality, else beyond any j - p."""
+    return 0 if mask.causal else 2 * (n_q + n_k) + 2
 
 
 def attention_forward(
@@ -78,75 +60,47 @@ def attention_forward(
 ) -> tuple[Tensor, Tensor]:
     """q: (B, H, n_q, D), k/v: (B, H, n_k, D), any strides -> out (B, H, n_q, D) and the base-2
     row log-sum-exp (B·H, n_q) float32 (+inf for rows with no kept key). One launch."""
-    from implementations import _triton_fwd as kern
-
     q, k, v = _last_dim_unit(q), _last_dim_unit(k), _last_dim_unit(v)
     b, h, n_q, d = q.shape
-    n_k = k.shape[2]
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty((b * h, n_q), dtype=torch.float32, device=q.device)
     if n_q == 0 or b * h == 0:
         return out, lse
-    key = tune_key(mask, n_q, n_k, d, q.dtype)
-    common = dict(D=d, BLOCK_D=_block_d(d), PRECISION=_precision(q.dtype, q.device))
-    strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3])
-    hg_big = 2 * (n_q + n_k) + 2
-    if mask.block_size is None:
-        plan, slots, _ = band_tables(mask, n_q, n_k, str(q.device))
-        grid = lambda meta: (_cdiv(plan.max_rows, meta["BLOCK_M"]), b * h, len(plan.slots))
-        kernel = kern.band_fwd
-        kernel[grid](
-            q,
-            k,
-            v,
-            out,
-            lse,
-            slots,
-            *strides,
-            h,
-            n_q,
-            n_k,
-            n_k - n_q,
-            plan.g,
-            plan.hg,
-            min(plan.g, n_k),
-            scale * LOG2E,
-            key[1],
-            key[0],
-            **common,
-        )
-    else:
-        bp = block_tables(mask, n_q, n_k, str(q.device))
-        kernel = kern.blocks_fwd
-        kernel[(bp.q_pos.numel(), b * h)](
-            q,
-            k,
-            v,
-            out,
-            lse,
-            bp.q_pos,
-            bp.starts,
-            bp.mids,
-            bp.ends,
-            bp.cols,
-            bp.order,
-            *strides,
-            h,
-            n_q,
-            n_k,
-            n_k - n_q,
-            mask.block_size,
-            0 if mask.causal else hg_big,
-            scale * LOG2E,
-            key[1],
-            key[0],
-            TILE=block_tile(mask.block_size),
-            **common,
-        )
+    key = tune_key(mask, n_q, k.shape[2], d, q.dtype)
+    launch = _band_forward if mask.block_size is None else _blocks_forward
+    kernel = launch(q, k, v, out, lse, mask, (scale * LOG2E, key[1], key[0]))
     best = getattr(kernel, "best_config", None)
     if best is not None:
         CHOSEN[key] = dict(best.kwargs)
     return out, lse
+
+
+def _band_forward(q, k, v, out, lse, mask: MaskSpec, tail: tuple):
+    """Launch ``band_fwd`` (grid: row blocks, B·H, slots); returns the kernel launched.
+    ``tail``: (scale·log2 e, n_bucket, MODE_KEY)."""
+    b, h, n_q, _ = q.shape
+    n_k = k.shape[2]
+    plan, slots, _ = band_tables(mask, n_q, n_k, str(q.device))
+    grid = lambda meta: (ceil_div(plan.max_rows, meta["BLOCK_M"]), b * h, len(plan.slots))
+    sizes = (h, n_q, n_k, n_k - n_q, plan.g, plan.hg, min(plan.g, n_k))
+    kernel = _triton_fwd.band_fwd
+    kernel[grid](q, k, v, out, lse, slots, *_strides(q, k, v, out), *sizes, *tail, **_constexprs(q))
+    return kernel
+
+
+def _blocks_forward(q, k, v, out, lse, mask: MaskSpec, tail: tuple):
+    """Launch ``blocks_fwd`` (grid: CSR rows, B·H); returns the kernel launched."""
+    b, h, n_q, _ = q.shape
+    n_k = k.shape[2]
+    bp = block_tables(mask, n_q, n_k, str(q.device))
+    tables = (bp.q_pos, bp.starts, bp.mids, bp.ends, bp.cols, bp.order)
+    sizes = (h, n_q, n_k, n_k - n_q, mask.block_size, _global_reach(mask, n_q, n_k))
+    consts = dict(TILE=block_tile(mask.block_size), **_constexprs(q))
+    kernel = _triton_fwd.blocks_fwd
+    kernel[(bp.q_pos.numel(), b * h)](
+        q, k, v, out, lse, *tables, *_strides(q, k, v, out), *sizes, *tail, **consts
+    )
+    return kernel
 
 
 def attention_backward(
@@ -161,102 +115,66 @@ def attention_backward(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """FlashAttention-2 backward over the forward's iteration space: three launches (delta,
     dK/dV, dQ). Shapes as :func:`attention_forward`; returns (dq, dk, dv) in the inputs' dtype."""
-    from implementations import _triton_bwd as kern
-
     q, k, v, dout = (_last_dim_unit(t) for t in (q, k, v, dout))
     b, h, n_q, d = q.shape
     n_k = k.shape[2]
     dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
     if b * h == 0 or n_q == 0 or n_k == 0:
         return dq.zero_(), dk.zero_(), dv.zero_()
+    delta = _delta(out, dout)
     key = tune_key(mask, n_q, n_k, d, q.dtype)
-    common = dict(D=d, BLOCK_D=_block_d(d), PRECISION=_precision(q.dtype, q.device))
-    delta = torch.empty((b * h, n_q), dtype=torch.float32, device=q.device)
-    kern.delta_kernel[(_cdiv(n_q, 64), b * h)](
-        out,
-        dout,
-        delta,
-        *out.stride()[:3],
-        *dout.stride()[:3],
-        h,
-        n_q,
-        D=d,
-        BLOCK_D=common["BLOCK_D"],
-        BLOCK=64,
-    )
-    head = (q, k, v, dout)
-    strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *dout.stride()[:3])
-    tail = (h, n_q, n_k, n_k - n_q)
-    sc = (scale * LOG2E, scale, key[1], key[0])
-    if mask.block_size is None:
-        plan, slots, kslots = band_tables(mask, n_q, n_k, str(q.device))
-        grid = lambda m: (_cdiv(plan.max_keys, m["BLOCK_N"]), b * h, len(plan.key_slots))
-        kern.band_dkdv[grid](
-            *head,
-            dk,
-            dv,
-            lse,
-            delta,
-            kslots,
-            *strides,
-            *dk.stride()[:3],
-            *tail,
-            plan.g,
-            plan.hg,
-            plan.big,
-            plan.n_global_rows,
-            *sc,
-            **common,
-        )
-        grid = lambda m: (_cdiv(plan.max_rows, m["BLOCK_M"]), b * h, len(plan.slots))
-        kern.band_dq[grid](
-            *head,
-            dq,
-            lse,
-            delta,
-            slots,
-            *strides,
-            *dq.stride()[:3],
-            *tail,
-            plan.g,
-            plan.hg,
-            min(plan.g, n_k),
-            *sc,
-            **common,
-        )
-    else:
-        bp = block_tables(mask, n_q, n_k, str(q.device))
-        hg = 0 if mask.causal else 2 * (n_q + n_k) + 2
-        tile = dict(TILE=block_tile(mask.block_size), **common)
-        t_tables = (bp.t_pos, bp.t_starts, bp.t_mids, bp.t_ends, bp.t_cols, bp.t_order)
-        kern.blocks_dkdv[(bp.t_pos.numel(), b * h)](
-            *head,
-            dk,
-            dv,
-            lse,
-            delta,
-            *t_tables,
-            *strides,
-            *dk.stride()[:3],
-            *tail,
-            mask.block_size,
-            hg,
-            *sc,
-            **tile,
-        )
-        tables = (bp.q_pos, bp.starts, bp.mids, bp.ends, bp.cols, bp.order)
-        kern.blocks_dq[(bp.q_pos.numel(), b * h)](
-            *head,
-            dq,
-            lse,
-            delta,
-            *tables,
-            *strides,
-            *dq.stride()[:3],
-            *tail,
-            mask.block_size,
-            hg,
-            *sc,
-            **tile,
-        )
+    tail = (scale * LOG2E, scale, key[1], key[0])
+    launch = _band_backward if mask.block_size is None else _blocks_backward
+    launch((q, k, v, dout), (dq, dk, dv), lse, delta, mask, tail)
     return dq, dk, dv
+
+
+def _delta(out: Tensor, dout: Tensor) -> Tensor:
+    """rowsum(dO ∘ O): (B·H, n_q) float32, one launch of ``delta_kernel``."""
+    b, h, n_q, d = out.shape
+    delta = torch.empty((b * h, n_q), dtype=torch.float32, device=out.device)
+    _triton_bwd.delta_kernel[(ceil_div(n_q, 64), b * h)](
+        out, dout, delta, *_strides(out, dout), h, n_q, D=d, BLOCK_D=block_d(d), BLOCK=64
+    )
+    return delta
+
+
+def _band_backward(head: tuple, grads: tuple, lse, delta, mask: MaskSpec, tail: tuple) -> None:
+    """Launch ``band_dkdv`` then ``band_dq``. head: (q, k, v, dout); grads: (dq, dk, dv),
+    written in place; tail: (scale·log2 e, scale, n_bucket, MODE_KEY)."""
+    q, k = head[0], head[1]
+    dq, dk, dv = grads
+    b, h, n_q, _ = q.shape
+    n_k = k.shape[2]
+    plan, slots, kslots = band_tables(mask, n_q, n_k, str(q.device))
+    sizes, common = (h, n_q, n_k, n_k - n_q), _constexprs(q)
+    band_k = (plan.g, plan.hg, plan.big, plan.n_global_rows)
+    grid = lambda m: (ceil_div(plan.max_keys, m["BLOCK_N"]), b * h, len(plan.key_slots))
+    _triton_bwd.band_dkdv[grid](
+        *head, dk, dv, lse, delta, kslots, *_strides(*head, dk), *sizes, *band_k, *tail, **common
+    )
+    band_q = (plan.g, plan.hg, min(plan.g, n_k))
+    grid = lambda m: (ceil_div(plan.max_rows, m["BLOCK_M"]), b * h, len(plan.slots))
+    _triton_bwd.band_dq[grid](
+        *head, dq, lse, delta, slots, *_strides(*head, dq), *sizes, *band_q, *tail, **common
+    )
+
+
+def _blocks_backward(head: tuple, grads: tuple, lse, delta, mask: MaskSpec, tail: tuple) -> None:
+    """Launch ``blocks_dkdv`` (transposed CSR lists) then ``blocks_dq``; arguments as
+    :func:`_band_backward`."""
+    q, k = head[0], head[1]
+    dq, dk, dv = grads
+    b, h, n_q, _ = q.shape
+    n_k = k.shape[2]
+    bp = block_tables(mask, n_q, n_k, str(q.device))
+    sizes = (h, n_q, n_k, n_k - n_q, mask.block_size, _global_reach(mask, n_q, n_k))
+    tile = dict(TILE=block_tile(mask.block_size), **_constexprs(q))
+    t_tables = (bp.t_pos, bp.t_starts, bp.t_mids, bp.t_ends, bp.t_cols, bp.t_order)
+    _triton_bwd.blocks_dkdv[(bp.t_pos.numel(), b * h)](
+        *head, dk, dv, lse, delta, *t_tables, *_strides(*head, dk), *sizes, *tail, **tile
+    )
+    tables = (bp.q_pos, bp.starts, bp.mids, bp.ends, bp.cols, bp.order)
+    _triton_bwd.blocks_dq[(bp.q_pos.numel(), b * h)](
+        *head, dq, lse, delta, *tables, *_strides(*head, dq), *sizes, *tail, **tile
+    )

@@ -34,7 +34,8 @@ from harness.masks import MaskSpec, block_layout
 SLOT_FIELDS = 9  # r, step, a_start, n_rows, k_start, k_end, lo_rel, hi_rel, global_segment
 
 
-def _ceil_div(a: int, b: int) -> int:
+def ceil_div(a: int, b: int) -> int:
+    """Ceiling of a / b for positive b."""
     return -((-a) // b)
 
 
@@ -79,10 +80,10 @@ def band_plan(spec: MaskSpec, n_q: int, n_k: int) -> BandPlan:
         slots.append((0, 1, off, n_glob, 0, n_k, -big, hg, 0))
     first_p = max(off, g) if g else off  # rows p < g belong to the global slot
     for r in range(d):
-        a_start = _ceil_div(first_p - r, d)
+        a_start = ceil_div(first_p - r, d)
         n_rows = max(0, (n_k - 1 - r) // d - a_start + 1)
-        nk = max(0, _ceil_div(n_k - r, d))
-        gk = min(max(_ceil_div(g - r, d), 0), nk)  # class keys below g: in the global segment
+        nk = max(0, ceil_div(n_k - r, d))
+        gk = min(max(ceil_div(g - r, d), 0), nk)  # class keys below g: in the global segment
         slots.append((r, d, a_start, n_rows, gk, nk, lo_rel, hi_rel, int(g > 0)))
         key_slots.append((r, d, gk, nk, a_start, n_rows, lo_rel, hi_rel, int(n_glob > 0)))
     if g and n_k:

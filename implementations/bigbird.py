@@ -14,16 +14,14 @@ for dK/dV); CPU and float64 keep the tile path.
 
 from __future__ import annotations
 
-from functools import lru_cache
-
-import torch
 from torch import Tensor
 
+from harness.dtypes import FLOAT_DTYPES
 from harness.masks import MaskSpec
 from harness.registry import register
 from harness.spec import AttnFn, Capabilities, Cost, Problem
 from implementations._tilekernel import plan_workspace_bytes, tile_attention
-from implementations._tiles import Plan, bigbird_plan
+from implementations._tiles import bigbird_plan, device_plan
 from implementations._triton_attn import (
     executed_pairs,
     fused_reasons,
@@ -33,13 +31,6 @@ from implementations._triton_attn import (
     use_triton,
 )
 
-DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16, torch.float64})
-
-
-@lru_cache(maxsize=16)
-def _device_plan(spec: MaskSpec, n_q: int, n_k: int, dtype: torch.dtype, device: str) -> Plan:
-    return bigbird_plan(spec, n_q, n_k, dtype).to(device)
-
 
 def _prepare(problem: Problem) -> AttnFn:
     """Build the block layout and tiles outside the timed call."""
@@ -47,7 +38,7 @@ def _prepare(problem: Problem) -> AttnFn:
         mask = problem.mask
         prepare_tables(problem)
         return lambda q, k, v: triton_attention(q, k, v, mask)
-    plan = _device_plan(problem.mask, problem.n_q, problem.n_k, problem.dtype, problem.device)
+    plan = device_plan(problem.mask, problem.n_q, problem.n_k, problem.dtype, problem.device)
     return lambda q, k, v: tile_attention(q, k, v, plan)
 
 
@@ -71,7 +62,9 @@ def _executed(p: Problem) -> int:
 @register(
     "bigbird",
     family="block-sparse",
-    caps=Capabilities(dtypes=DTYPES, mask_features={"causal", "window", "global", "block_sparse"}),
+    caps=Capabilities(
+        dtypes=FLOAT_DTYPES, mask_features={"causal", "window", "global", "block_sparse"}
+    ),
     cost=Cost(
         time_exponent=1, memory_exponent=1, memory_model=_workspace, executed_pairs=_executed
     ),
@@ -87,5 +80,5 @@ def bigbird_attention(
         raise ValueError("bigbird needs mask.block_size")
     if use_triton(q.device, q.dtype, q.shape[-1]):
         return triton_attention(q, k, v, mask, scale)
-    plan = _device_plan(mask, q.shape[-2], k.shape[-2], q.dtype, str(q.device))
+    plan = device_plan(mask, q.shape[-2], k.shape[-2], q.dtype, str(q.device))
     return tile_attention(q, k, v, plan, scale)

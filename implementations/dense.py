@@ -10,6 +10,7 @@ import math
 import torch
 from torch import Tensor
 
+from harness.dtypes import itemsize
 from harness.masks import MaskSpec, dense_mask
 from harness.registry import register
 from harness.spec import Capabilities, Cost, Problem
@@ -20,7 +21,7 @@ def _scores_bytes(p: Problem) -> int:
     plus the (n_q, n_k) boolean mask when masked; two when dense."""
     tensors = 2 if p.mask.is_dense else 3
     mask = 0 if p.mask.is_dense else p.n_q * p.n_k
-    return tensors * p.batch * p.heads * p.n_q * p.n_k * torch.finfo(p.dtype).bits // 8 + mask
+    return tensors * p.batch * p.heads * p.n_q * p.n_k * itemsize(p.dtype) + mask
 
 
 @register(

@@ -12,6 +12,7 @@ import math
 import torch
 from torch import Tensor
 
+from harness.dtypes import HALF_DTYPES
 from harness.masks import MaskSpec
 from harness.registry import register, tiny_qkv
 from harness.spec import Capabilities, Cost
@@ -33,7 +34,7 @@ def _probe(device_type: str) -> Tensor:
     family="flash",
     caps=Capabilities(
         devices={"cuda"},
-        dtypes={torch.float16, torch.bfloat16},
+        dtypes=HALF_DTYPES,
         mask_features={"causal", "window"},
         grouped_kv=True,
         max_head_dim=256,

@@ -34,22 +34,21 @@ from functools import lru_cache
 
 import torch
 from torch import Tensor
+from torch.nn.attention.flex_attention import BlockMask, flex_attention, noop_mask
 
+from harness.dtypes import FLOAT_DTYPES
 from harness.masks import MaskSpec, block_layout, mask_rows
 from harness.registry import register
 from harness.spec import AttnFn, Capabilities, Cost, Problem
 
 BLOCK = 128  # FlexAttention's default (query, key) block size
 RECOMPILE_LIMIT = 1024  # distinct (spec, shape) kernels one process may compile
+DTYPES = FLOAT_DTYPES - {torch.float64}  # no float64 kernels
 
 MaskMod = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
 
 
 def _availability() -> str | None:
-    try:
-        from torch.nn.attention import flex_attention  # noqa: F401
-    except ImportError as exc:
-        return f"torch {torch.__version__} has no FlexAttention: {exc}"
     if not torch._dynamo.is_dynamo_supported():
         return "torch.compile (dynamo) is not supported on this Python"
     return None
@@ -85,8 +84,6 @@ def raise_recompile_limits(limit: int = RECOMPILE_LIMIT) -> None:
 
 @lru_cache(maxsize=1)
 def _compiled_flex():
-    from torch.nn.attention.flex_attention import flex_attention
-
     raise_recompile_limits()
     return torch.compile(flex_attention, dynamic=False)
 
@@ -99,8 +96,6 @@ def mask_mod_for(spec: MaskSpec, n_q: int, n_k: int, device: str) -> MaskMod:
     if spec.block_size is not None:
         return _layout_mod(spec, n_q, n_k, device)
     if spec.is_dense:
-        from torch.nn.attention.flex_attention import noop_mask
-
         return noop_mask
     return _window_mod(spec, n_k - n_q)
 
@@ -208,8 +203,6 @@ def _indices(blocks: Tensor, device: str) -> tuple[Tensor, Tensor]:
 
 def build_block_mask(spec: MaskSpec, n_q: int, n_k: int, device: str):
     """The FlexAttention BlockMask for ``spec``, without materializing the n_q × n_k mask."""
-    from torch.nn.attention.flex_attention import BlockMask
-
     any_, full, _ = block_counts(spec, n_q, n_k)
     kv_num, kv_idx = _indices(any_ & ~full, device)
     full_num, full_idx = _indices(full, device)
@@ -265,9 +258,7 @@ for _name, (_features, _what) in _VARIANTS.items():
     register(
         _name,
         family="flex",
-        caps=Capabilities(
-            dtypes={torch.float32, torch.bfloat16, torch.float16}, mask_features=_features
-        ),
+        caps=Capabilities(dtypes=DTYPES, mask_features=_features),
         cost=Cost(
             time_exponent=1, memory_exponent=1, memory_model=_workspace, executed_pairs=_executed
         ),

@@ -19,16 +19,14 @@ costs ``64 + w - 1`` executed keys per query: time and memory O(n·w), never O(n
 
 from __future__ import annotations
 
-from functools import lru_cache
-
-import torch
 from torch import Tensor
 
+from harness.dtypes import FLOAT_DTYPES
 from harness.masks import MaskSpec
 from harness.registry import register
 from harness.spec import AttnFn, Capabilities, Cost, Problem
 from implementations._tilekernel import plan_workspace_bytes, tile_attention
-from implementations._tiles import BAND_BLOCK, Plan, window_plan
+from implementations._tiles import device_plan, tile_plan
 from implementations._triton_attn import (
     executed_pairs,
     fused_reasons,
@@ -38,23 +36,6 @@ from implementations._triton_attn import (
     use_triton,
 )
 
-DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16, torch.float64})
-
-
-def band_block(device: str) -> int:
-    """Query rows per tile: 64 on CPU (measured best: less masked waste than 128, GEMMs still
-    efficient); 256 on GPUs, where each tile's kernel launches, not its FLOPs, set the pace."""
-    return BAND_BLOCK if torch.device(device).type == "cpu" else 256
-
-
-def _plan(spec: MaskSpec, n_q: int, n_k: int, dtype: torch.dtype, device: str) -> Plan:
-    return window_plan(spec, n_q, n_k, dtype, band_block(device))
-
-
-@lru_cache(maxsize=16)
-def _device_plan(spec: MaskSpec, n_q: int, n_k: int, dtype: torch.dtype, device: str) -> Plan:
-    return _plan(spec, n_q, n_k, dtype, device).to(device)
-
 
 def banded_attention(
     q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, scale: float | None = None
@@ -62,7 +43,7 @@ def banded_attention(
     """q: (B, H, n_q, D), k/v: (B, H, n_k, D) -> (B, H, n_q, D), band tiles only."""
     if use_triton(q.device, q.dtype, q.shape[-1]):
         return triton_attention(q, k, v, mask, scale)
-    plan = _device_plan(mask, q.shape[-2], k.shape[-2], q.dtype, str(q.device))
+    plan = device_plan(mask, q.shape[-2], k.shape[-2], q.dtype, str(q.device))
     return tile_attention(q, k, v, plan, scale)
 
 
@@ -72,21 +53,21 @@ def _prepare(problem: Problem) -> AttnFn:
     if use_triton(problem.device, problem.dtype, problem.head_dim):
         prepare_tables(problem)  # index tables built and cached here, not in the call
         return lambda q, k, v: triton_attention(q, k, v, mask)
-    plan = _device_plan(problem.mask, problem.n_q, problem.n_k, problem.dtype, problem.device)
+    plan = device_plan(problem.mask, problem.n_q, problem.n_k, problem.dtype, problem.device)
     return lambda q, k, v: tile_attention(q, k, v, plan)
 
 
 def _workspace(p: Problem) -> int:
     if use_triton(p.device, p.dtype, p.head_dim):
         return fused_workspace_bytes(p)
-    plan = _plan(p.mask, p.n_q, p.n_k, p.dtype, p.device)
+    plan = tile_plan(p.mask, p.n_q, p.n_k, p.dtype, p.device)
     return plan_workspace_bytes(plan, p)
 
 
 def _executed(p: Problem) -> int:
     if use_triton(p.device, p.dtype, p.head_dim):
         return executed_pairs(p.mask, p.n_q, p.n_k, p.head_dim, p.dtype)
-    return _plan(p.mask, p.n_q, p.n_k, p.dtype, p.device).executed_pairs
+    return tile_plan(p.mask, p.n_q, p.n_k, p.dtype, p.device).executed_pairs
 
 
 _COST = Cost(time_exponent=1, memory_exponent=1, memory_model=_workspace, executed_pairs=_executed)
@@ -107,7 +88,7 @@ for _name, (_features, _description) in _VARIANTS.items():
     register(
         _name,
         family="local",
-        caps=Capabilities(dtypes=DTYPES, mask_features=_features),
+        caps=Capabilities(dtypes=FLOAT_DTYPES, mask_features=_features),
         cost=_COST,
         description=_description,
         extra_reasons=fused_reasons,

@@ -12,15 +12,13 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from harness.dtypes import FLOAT_DTYPES, itemsize
 from harness.masks import MaskSpec, dense_mask
 from harness.registry import register
 from harness.spec import AttnFn, Capabilities, Cost, Problem
-
-DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16, torch.float64})
 
 
 @lru_cache(maxsize=1)  # an (n, n) mask is 256 MiB at n = 16k: keep only the latest
@@ -51,7 +49,7 @@ def _prepare(problem: Problem) -> AttnFn:
 def _workspace(p: Problem) -> int:
     """The (n_q, n_k) bool mask plus the float additive copy SDPA makes of it (two in backward);
     the CPU flash kernel itself streams the scores. O(n²) either way: the point of this baseline."""
-    elem = torch.finfo(p.dtype).bits // 8
+    elem = itemsize(p.dtype)
     return p.n_q * p.n_k * (1 + elem * (2 if p.backward else 1))
 
 
@@ -59,7 +57,8 @@ def _workspace(p: Problem) -> int:
     "masked-dense",
     family="dense",
     caps=Capabilities(
-        dtypes=DTYPES, mask_features={"causal", "window", "dilation", "global", "block_sparse"}
+        dtypes=FLOAT_DTYPES,
+        mask_features={"causal", "window", "dilation", "global", "block_sparse"},
     ),
     cost=Cost(
         time_exponent=2,

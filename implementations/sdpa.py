@@ -17,15 +17,13 @@ from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 
+from harness.dtypes import HALF_DTYPES
 from harness.masks import MaskSpec
 from harness.registry import register, tiny_qkv
 from harness.spec import Capabilities, Cost, Problem
 
 # We handle n_q > n_k ourselves (empty rows -> zeros), so this warning is noise.
 warnings.filterwarnings("ignore", message="Lower right causal bias will produce NaNs")
-
-HALF = frozenset({torch.float16, torch.bfloat16})
-FLOATS = frozenset({torch.float32, torch.float16, torch.bfloat16, torch.float64})
 
 
 def _sdpa(q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, scale: float | None) -> Tensor:
@@ -74,7 +72,7 @@ def _cuda_fused_reasons(name: str, max_head_dim: int):
     def reasons(p: Problem) -> list[str]:
         out = []
         if p.device_type == "cuda":
-            if p.dtype not in HALF:
+            if p.dtype not in HALF_DTYPES:
                 out.append(f"{name} on CUDA needs float16/bfloat16, got {p.dtype}")
             if p.head_dim > max_head_dim or p.head_dim % 8:
                 out.append(f"{name} on CUDA needs head_dim <= {max_head_dim} and a multiple of 8")
@@ -132,7 +130,7 @@ register(
 register(
     "sdpa-cudnn",
     family="sdpa",
-    caps=Capabilities(devices={"cuda"}, dtypes=HALF, mask_features=_CAUSAL, grouped_kv=True),
+    caps=Capabilities(devices={"cuda"}, dtypes=HALF_DTYPES, mask_features=_CAUSAL, grouped_kv=True),
     cost=Cost(time_exponent=2, memory_exponent=1),
     description="SDPA CUDNN_ATTENTION backend (cuDNN fused attention; CUDA only)",
     extra_reasons=_cuda_fused_reasons("CUDNN_ATTENTION", 128),

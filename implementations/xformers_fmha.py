@@ -11,6 +11,7 @@ import math
 import torch
 from torch import Tensor
 
+from harness.dtypes import FLOAT_DTYPES
 from harness.masks import MaskSpec
 from harness.registry import register, tiny_qkv
 from harness.spec import Capabilities, Cost
@@ -38,12 +39,15 @@ def _bias(mask: MaskSpec, n_q: int, n_k: int):
     return attn_bias.LowerTriangularFromBottomRightMask()
 
 
+DTYPES = FLOAT_DTYPES - {torch.float64}  # fmha has no float64 kernels
+
+
 @register(
     "xformers",
     family="xformers",
     caps=Capabilities(
         devices={"cuda"},
-        dtypes={torch.float16, torch.bfloat16, torch.float32},
+        dtypes=DTYPES,
         mask_features={"causal"},
         max_head_dim=256,
     ),

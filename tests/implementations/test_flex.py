@@ -10,6 +10,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch.fx.experimental.proxy_tensor import make_fx
 
 from harness import registry
 from harness.masks import MaskSpec, dense_mask, kept_pairs
@@ -167,8 +168,6 @@ def test_layout_mask_mods_equal_dense_mask(
 
 def _ops(mask_mod) -> set[str]:
     """The aten ops a mask mod traces to (what the compiled kernel evaluates per element)."""
-    from torch.fx.experimental.proxy_tensor import make_fx
-
     zero = torch.zeros((), dtype=torch.int32)
     graph = make_fx(mask_mod)(zero, zero, zero, zero).graph
     assert not [n for n in graph.nodes if n.op == "get_attr"], "captured a tensor constant"

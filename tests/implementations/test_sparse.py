@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from harness import registry
 from harness.masks import MaskSpec, dense_mask, keep_pairs, kept_pairs
+from harness.measure.device import profiler_peak_bytes
 from harness.oracle.reference import reference_attention, reference_grads
 from harness.spec import Problem
 from implementations._tiles import window_plan
@@ -255,8 +256,6 @@ def test_dilation_costs_no_more_than_the_plain_window():
 
 def test_local_peak_memory_is_far_below_the_score_matrix():
     """n = 4096, one head: scores would be 64 MiB; the band needs a few (64, 64 + w) tiles."""
-    from harness.measure.device import profiler_peak_bytes
-
     torch.set_num_threads(1)  # tiles then run on this thread, where the profiler sees them
     mask = MaskSpec(causal=True, window=(63, 0))
     fn = registry.get("local").prepare(Problem(1, 1, 4096, 4096, 32, mask=mask))

@@ -19,7 +19,7 @@ from harness.masks import MaskSpec, kept_pairs
 from harness.oracle.agreement import compare, compare_grads
 from harness.oracle.reference import reference_attention, reference_grads
 from harness.spec import Problem
-from implementations import _triton_attn
+from implementations import _triton_attn, _triton_fwd
 from implementations._triton_plan import band_executed_pairs, band_plan
 from tests.conftest import make_qkv
 
@@ -53,8 +53,6 @@ def _check(out, q, k, v, mask, dtype):
 
 
 def test_runs_in_the_interpreter_without_cuda():
-    from implementations import _triton_fwd
-
     if DEVICE == "cpu":
         assert os.environ.get("TRITON_INTERPRET") == "1"
         assert type(_triton_fwd.band_fwd.fn).__name__ == "InterpretedFunction"
