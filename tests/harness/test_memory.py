@@ -1,5 +1,5 @@
-"""CPU peak memory is real: both methods agree with analytic allocations, and the issue's
-acceptance figures for `full`, `sdpa-flash` and `flash-tiled` hold."""
+"""CPU peak memory is real: both methods agree with analytic allocations, and the
+targets for `full`, `sdpa-flash` and `flash-tiled` hold."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 7 acceptance: bad input is refused in one line before anything is written; a run killed
+"""Reliability: bad input is refused in one line before anything is written; a run killed
 mid-sweep resumes without losing or duplicating a point; over-budget points are skipped with the
 prediction; crashing, aborting and hanging points become rows in isolated runs."""
 
