@@ -24,8 +24,8 @@ import sys
 import time
 from pathlib import Path
 
+from harness.cli import main as compare_main
 from harness.compare.runs import compare_runs
-from harness.compare.runs import main as compare_main
 
 DEFAULT_GATES = (
     "strict=",
@@ -60,7 +60,7 @@ def gate_options(args_text: str):
     """Parse ``attnbench compare`` options into (CompareOptions, confirm run dirs)."""
     import argparse as ap
 
-    from harness.compare.runs import add_cli, options_from_args
+    from harness.cli.compare import add_cli, options_from_args
 
     parser = ap.ArgumentParser()
     add_cli(parser.add_subparsers(dest="command"))

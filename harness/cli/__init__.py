@@ -21,8 +21,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "table": ("harness.cli.table", "comparison table of a run directory (text, markdown, CSV)"),
     "claims": ("harness.cli.claims", "verdicts on the claims file from run directories"),
     "report": ("harness.cli.report", "HTML + markdown + CSV report of run directories"),
-    "compare": ("harness.compare.runs", "regression check: baseline run vs current run"),
-    "baseline": ("harness.compare.runs", "save or find committed baselines"),
+    "compare": ("harness.cli.compare", "regression check: baseline run vs current run"),
+    "baseline": ("harness.cli.baseline", "save or find committed baselines"),
     "maxlen": ("harness.cli.maxlen", "largest seq_len that fits a memory budget"),
     "merge": ("harness.cli.merge", "merge shard run directories into one run"),
 }
@@ -63,10 +63,6 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         args = build_parser(_command_of(argv)).parse_args(argv)
-        if args.command == "compare":
-            from harness.cli._suites import check_same_suite
-
-            check_same_suite(args.baseline_dir, args.current_dir)
         return int(args.func(args) or 0)
     except CliError as exc:
         print(f"attnbench: {exc}", file=sys.stderr)

@@ -1,31 +1,30 @@
 """Committed baselines: ``results/baselines/<device-fingerprint-slug>/<suite>/`` holding a copy of
 a run's ``rows.jsonl`` and ``env.json``, and the lookup of the baseline for a machine and suite.
 
-``attnbench baseline save RUN_DIR`` writes one; ``attnbench baseline find RUN_DIR`` prints the
-baseline directory that matches a run's device fingerprint and suite (falling back to the
-closest one on the same device kind, with a warning); ``attnbench baseline list`` lists them.
+A baseline is filed under its machine key (:func:`machine_key`: env.json's device fingerprint,
+or one derived from the environment) and found by it, falling back to the closest baseline on
+the same device kind. ``attnbench baseline save|find|list`` (:mod:`harness.cli.baseline`) are
+the commands.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.errors import CliError
 from harness.results import ENV_FILE, ROWS_FILE, ResultsError, iter_rows, load_env, rows_path
 
 DEFAULT_ROOT = Path("results/baselines")
 _SLUG_MAX = 80
 
 
-def fingerprint(env: dict) -> str:
-    """The device fingerprint of a run: ``env["fingerprint"]`` when present, else derived from
-    device kind, device name, thread count and torch version."""
+def machine_key(env: dict) -> str:
+    """The machine a run's baseline is filed under: its device fingerprint,
+    ``env["fingerprint"]``, when present, else one derived from device kind, device name,
+    thread count and torch version."""
     if env.get("fingerprint"):
         return str(env["fingerprint"])
     parts = [
@@ -58,7 +57,7 @@ def run_suite(run_dir: Path, env: dict) -> str:
 
 def baseline_dir(root: Path, env: dict, suite: str) -> Path:
     """Where the baseline for ``env``'s machine and ``suite`` lives under ``root``."""
-    return Path(root) / slug(fingerprint(env)) / slug(suite)
+    return Path(root) / slug(machine_key(env)) / slug(suite)
 
 
 def save_baseline(
@@ -82,16 +81,17 @@ def save_baseline(
 
 @dataclass(frozen=True)
 class BaselineInfo:
-    """A stored baseline: where it is, its fingerprint, suite and environment."""
+    """A stored baseline: where it is, its machine key (:func:`machine_key`), suite and
+    environment."""
 
     path: Path
-    fingerprint: str
+    machine: str
     suite: str
     env: dict
 
 
 def list_baselines(root: Path | str = DEFAULT_ROOT) -> list[BaselineInfo]:
-    """Every ``<root>/<fingerprint>/<suite>/`` directory holding rows and env.json."""
+    """Every ``<root>/<machine>/<suite>/`` directory holding rows and env.json."""
     out = []
     for env_path in sorted(Path(root).glob(f"*/*/{ENV_FILE}")):
         path = env_path.parent
@@ -101,7 +101,7 @@ def list_baselines(root: Path | str = DEFAULT_ROOT) -> list[BaselineInfo]:
             env = load_env(path)
         except ResultsError:
             continue
-        out.append(BaselineInfo(path, fingerprint(env), str(env.get("suite") or path.name), env))
+        out.append(BaselineInfo(path, machine_key(env), str(env.get("suite") or path.name), env))
     return out
 
 
@@ -113,11 +113,11 @@ def _similarity(a: dict, b: dict) -> tuple[int, ...]:
 
 def find_baseline(env: dict, suite: str, root: Path | str = DEFAULT_ROOT) -> tuple[Path, bool]:
     """The baseline for this machine and suite: ``(path, exact)``; ``exact`` is False when no
-    fingerprint matches and the closest baseline on the same device kind is returned."""
+    machine key matches and the closest baseline on the same device kind is returned."""
     candidates = [b for b in list_baselines(root) if b.suite == suite]
-    want = fingerprint(env)
+    want = machine_key(env)
     for info in candidates:
-        if info.fingerprint == want:
+        if info.machine == want:
             return info.path, True
     same_kind = [b for b in candidates if b.env.get("device") == env.get("device")]
     if not same_kind:
@@ -127,56 +127,3 @@ def find_baseline(env: dict, suite: str, root: Path | str = DEFAULT_ROOT) -> tup
         )
     best = max(same_kind, key=lambda b: _similarity(b.env, env))
     return best.path, False
-
-
-def _cmd_save(args: argparse.Namespace) -> int:
-    try:
-        path = save_baseline(args.run_dir, args.root, force=args.force)
-    except ResultsError as exc:
-        raise CliError(str(exc)) from None
-    print(path)
-    return 0
-
-
-def _cmd_find(args: argparse.Namespace) -> int:
-    try:
-        env = load_env(args.run_dir)
-        suite = args.suite or run_suite(Path(args.run_dir), env)
-        path, exact = find_baseline(env, suite, args.root)
-    except ResultsError as exc:
-        raise CliError(str(exc)) from None
-    if not exact:
-        if args.exact:
-            raise CliError(f"no baseline with fingerprint {fingerprint(env)!r} for suite {suite!r}")
-        print(
-            f"attnbench: warning: no baseline for fingerprint {fingerprint(env)!r}; "
-            f"using the closest, {path}",
-            file=sys.stderr,
-        )
-    print(path)
-    return 0
-
-
-def _cmd_list(args: argparse.Namespace) -> int:
-    for info in list_baselines(args.root):
-        print(f"{info.path}\t{info.suite}\t{info.fingerprint}")
-    return 0
-
-
-def add_baseline_cli(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``baseline save|find|list``; each sets ``func(args) -> exit code``."""
-    parser = subparsers.add_parser("baseline", help="save or find committed baselines")
-    sub = parser.add_subparsers(dest="baseline_command", required=True)
-    save = sub.add_parser("save", help="copy a run to results/baselines/<fingerprint>/<suite>/")
-    save.add_argument("run_dir", type=Path, metavar="RUN_DIR")
-    save.add_argument("--force", action="store_true", help="replace an existing baseline")
-    find = sub.add_parser("find", help="print the baseline directory matching a run")
-    find.add_argument("run_dir", type=Path, metavar="RUN_DIR")
-    find.add_argument("--suite", help="suite name (default: the run's)")
-    find.add_argument("--exact", action="store_true", help="fail unless the fingerprint matches")
-    listing = sub.add_parser("list", help="list stored baselines")
-    for p in (save, find, listing):
-        p.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="default: %(default)s")
-    save.set_defaults(func=_cmd_save)
-    find.set_defaults(func=_cmd_find)
-    listing.set_defaults(func=_cmd_list)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.compare.baseline import find_baseline, fingerprint, list_baselines, save_baseline, slug
-from harness.compare.runs import main
+from harness.cli import main
+from harness.compare.baseline import find_baseline, list_baselines, machine_key, save_baseline, slug
 from harness.results import ENV_FILE, ROWS_FILE, ResultsError, RowWriter, load_rows, write_env
 from harness.sweep.point import Point
 
@@ -102,16 +102,16 @@ def test_find_exact_and_closest(tmp_path: Path, capsys) -> None:
     assert cli("find", run, "--root", root, "--exact") == 2
     with pytest.raises(ResultsError):
         find_baseline(ENV, "no-such-suite", root)
-    assert {b.fingerprint for b in list_baselines(root)} == {
+    assert {b.machine for b in list_baselines(root)} == {
         "cpu-amd-epyc-9r14-t2",
         "cpu-intel-xeon-t2",
         "cuda-h100",
     }
 
 
-def test_fingerprint_derived_when_absent() -> None:
+def test_machine_key_derived_when_absent() -> None:
     env = {k: v for k, v in ENV.items() if k != "fingerprint"}
-    assert fingerprint(env) == "cpu AMD EPYC 9R14 2threads torch2.13.0+cpu"
-    assert slug(fingerprint(env)) == "cpu-amd-epyc-9r14-2threads-torch2.13.0-cpu"
+    assert machine_key(env) == "cpu AMD EPYC 9R14 2threads torch2.13.0+cpu"
+    assert slug(machine_key(env)) == "cpu-amd-epyc-9r14-2threads-torch2.13.0-cpu"
     assert len(slug("x" * 500)) <= 80 and slug("x" * 500) != slug("x" * 499)
     assert slug("../../etc") == "etc"

@@ -13,8 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.compare.regression import Check, parse_checks, time_change, time_scatter
-from harness.compare.runs import CompareOptions, compare_runs, main, markdown
+from harness.cli import main
+from harness.compare.noise import time_scatter
+from harness.compare.runs import compare_runs
+from harness.compare.thresholds import Check, CompareOptions, parse_checks
+from harness.compare.timechange import time_change
+from harness.render.findings import markdown
 from harness.results import ROWS_FILE, RowWriter, write_env
 from harness.sweep.point import Point
 

@@ -1,0 +1,145 @@
+"""Run-level noise: which time basis a comparison uses, how much the runs' times scatter, and
+which time regressions reproduce in further runs of the current code.
+
+The time basis: ``absolute`` (seconds) or ``normalized`` (per reference-kernel time,
+``ref_kernel_s``: survives a machine that is uniformly slower today); ``auto`` normalizes when
+every compared row has a reference time. Rows flagged ``contended`` (measured while other
+processes took the CPU or GPU, see :mod:`harness.measure.contention`) are still compared -- the
+normalized basis and the pass structure are what make their times usable -- but the output
+says how many there were.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+
+from harness import fmt
+from harness.compare.findings import CompareError, Finding
+from harness.compare.load import Run
+from harness.compare.rules import time_finding
+from harness.compare.thresholds import CompareOptions
+from harness.compare.timechange import has_reference, row_time
+from harness.measure import contention
+
+
+def _timed(rows: dict[str, dict]) -> list[dict]:
+    return [r for r in rows.values() if r.get("status") == "ok" and r.get("time_median_s")]
+
+
+def _in_passes(rows: dict[str, dict]) -> bool:
+    """Every timed row was measured in two or more passes."""
+    return all(len(r.get("pass_samples") or ()) >= 2 for r in _timed(rows))
+
+
+def resolve_basis(opts: CompareOptions, runs: Sequence[dict[str, dict]], notes: list[str]):
+    """``opts`` with ``auto`` resolved: normalized when every timed row has a reference time
+    and the threshold is relative; raises when ``normalized`` is asked for and impossible."""
+    timed = [r for rows in runs for r in _timed(rows)]
+    missing = sum(not has_reference(r) for r in timed)
+    relative = opts.checks["time"].relative
+    if opts.time_basis == "normalized" and (missing or not relative):
+        why = f"{missing} timed rows have no ref_kernel_s" if missing else "threshold is absolute"
+        raise CompareError(f"--time-basis normalized: impossible ({why})")
+    if opts.time_basis == "auto":
+        basis = "normalized" if timed and not missing and relative else "absolute"
+        if basis == "absolute" and missing and len(timed) > missing:
+            notes.append(f"{missing} timed rows have no reference-kernel time: absolute basis")
+        return replace(opts, time_basis=basis)
+    return opts
+
+
+def _peak_scale(base_env: dict, cur_env: dict) -> float:
+    """current peak / baseline peak: multiplies current times into baseline-machine seconds."""
+    peaks = [(e.get("calibration") or {}).get("matmul_flops_per_s") for e in (base_env, cur_env)]
+    if not all(isinstance(p, (int, float)) and p > 0 for p in peaks):
+        raise CompareError("--normalize-peak needs calibration.matmul_flops_per_s in both env.json")
+    return peaks[1] / peaks[0]
+
+
+def time_scale(base: Run, cur: Run, opts: CompareOptions) -> float:
+    """The factor that multiplies ``cur``'s times: the peak ratio with ``normalize_peak``."""
+    if opts.time_basis == "normalized":  # the reference kernel already cancels machine speed
+        return 1.0
+    return _peak_scale(base[1], cur[1]) if opts.normalize_peak else 1.0
+
+
+def time_scatter(
+    pairs: Iterable[tuple[dict, dict]], stat: str = "median", basis: str = "absolute"
+) -> float | None:
+    """Run-to-run scatter of two runs' times over their common points: the robust standard
+    deviation (1.4826 * MAD) of log(current / baseline). None with fewer than 8 points.
+
+    The other points act as controls: a real regression moves some points, a busy machine
+    scatters all of them."""
+    logs = []
+    for base, cur in pairs:
+        b, c = row_time(base, stat, basis), row_time(cur, stat, basis)
+        if b and c and b > 0 and c > 0:
+            logs.append(math.log(c / b))
+    if len(logs) < 8:
+        return None
+    x = np.asarray(logs)
+    return float(1.4826 * np.median(np.abs(x - np.median(x))))
+
+
+def run_scatter(
+    runs: Sequence[tuple[Run, Run]], opts: CompareOptions, what: str, notes: list[str]
+) -> float | None:
+    """Run-to-run time scatter (largest over the run pairs); None unless the report gate uses
+    it. Rows timed in several shuffled passes need no scatter: a burst shows up in their own
+    intervals, as disagreement between passes."""
+    if opts.time_gate != "report":
+        return None
+    if all(_in_passes(rows) for pair in runs for rows, _ in pair):
+        return None
+    values = []
+    for a, b in runs:
+        common = [(a[0][p], b[0][p]) for p in a[0].keys() & b[0].keys()]
+        values.append(time_scatter(common, opts.checks["time"].stat, opts.time_basis))
+    scatter = max((v for v in values if v is not None), default=None)
+    if scatter is not None and scatter > 0.1:
+        notes.append(
+            f"times of {what} scatter by {fmt.ratio(math.exp(scatter))} (robust sd of log "
+            f"ratios over points): slowdowns under {fmt.ratio(math.exp(opts.scatter_k * scatter))}"
+            " are reported, not failed"
+        )
+    return scatter
+
+
+def contention_notes(runs: Sequence[tuple[str, dict[str, dict]]]) -> list[str]:
+    """One note per run (name, rows by point id) with rows measured under contention."""
+    out = []
+    for name, rows in runs:
+        if rows:
+            line = contention.notice(pd.DataFrame(list(rows.values())), "rows")
+            if line:
+                out.append(f"{name}: {line}")
+    return out
+
+
+def confirm_failures(
+    findings: list[Finding],
+    base: Run,
+    run: Run,
+    name: str,
+    opts: CompareOptions,
+    scatter: float | None,
+) -> list[Finding]:
+    """Time failures that do not reproduce against ``run`` (another run of the current code,
+    called ``name``) become warnings."""
+    scale, out = time_scale(base, run, opts), []
+    for f in findings:
+        if f.metric == "time" and f.level == "fail":
+            pid, rows = f.point_id, run[0]
+            again = pid in rows and time_finding(
+                pid, "", base[0][pid], rows[pid], opts, scale, scatter
+            )
+            if not again or again.level != "fail":
+                f = replace(f, level="warn", verdict=f"{f.verdict}, not in {name}")
+        out.append(f)
+    return out
