@@ -12,7 +12,7 @@ import pytest
 
 from harness import schema
 from harness.analysis import claims, frames, regime
-from harness.compare import regression
+from harness.compare import thresholds
 from harness.render import panels, table
 from harness.results import ROW_COLUMNS
 from harness.sweep.point import POINT_FIELDS
@@ -94,8 +94,8 @@ def test_figure_metric_lists_are_declared():
 
 
 def test_compare_metrics_name_declared_columns():
-    assert set(regression.METRICS) == set(COMPARED_COLUMNS)
-    assert set(regression.DEFAULT_CHECKS) <= set(COMPARED_COLUMNS)
+    assert set(thresholds.METRICS) == set(COMPARED_COLUMNS)
+    assert set(thresholds.DEFAULT_CHECKS) <= set(COMPARED_COLUMNS)
     assert not undeclared(COMPARED_COLUMNS.values())
 
 
