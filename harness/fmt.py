@@ -89,3 +89,29 @@ def fixed(
 def scientific(value: float | None, digits: int = 1, missing: str = MISSING) -> str:
     """Mantissa with ``digits`` decimals and a power of ten: ``1.2e-07``."""
     return missing if is_missing(value) else f"{value:.{digits}e}"
+
+
+def signed_percent(fraction: float | None, decimals: int = 1, missing: str = MISSING) -> str:
+    """A relative change with its sign: ``0.123`` -> ``+12.3%``; infinity -> ``+inf``."""
+    if is_missing(fraction):
+        return missing
+    if math.isinf(fraction):
+        return "+inf" if fraction > 0 else "-inf"
+    return f"{100 * fraction:+.{decimals}f}%"
+
+
+def size(nbytes: float | None, missing: str = MISSING) -> str:
+    """Bytes in the unit a person reads: ``1.5 GiB`` from 1 GiB up, else whole ``MiB``."""
+    if is_missing(nbytes):
+        return missing
+    return f"{nbytes / 2**30:.1f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.0f} MiB"
+
+
+def percent_range(low: float | None, high: float | None, missing: str = "n/a") -> str:
+    """Two fractions as one percentage span: ``12–48%``, or ``5%`` when they read the same
+    (two significant digits under 10 %, whole percents above)."""
+    if is_missing(low) or is_missing(high):
+        return missing
+    a, b = 100 * low, 100 * high
+    shown = (lambda v: f"{v:.2g}") if b < 10 else (lambda v: f"{v:.0f}")
+    return f"{shown(a)}%" if shown(a) == shown(b) else f"{shown(a)}–{shown(b)}%"

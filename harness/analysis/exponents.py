@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from harness import fmt
 from harness.analysis import regime
 from harness.analysis.claims import TIMED_METRICS, Claim
 from harness.analysis.fits import fit_exponent
@@ -57,11 +58,11 @@ def _regime_text(part: pd.DataFrame, claim: Claim) -> tuple[str, str]:
         i, j = int(np.nanargmin(util)), int(np.nanargmax(util))
         return "efficiency varies", (
             f"kernel efficiency varies ({rate[i]:.3g} TFLOP/s at {_where(part, i, claim)} vs "
-            f"{rate[j]:.3g} at {_where(part, j, claim)}; {regime.pct_range(lo, hi)} of "
+            f"{fmt.number(rate[j], 3)} at {_where(part, j, claim)}; {fmt.percent_range(lo, hi)} of "
             f"{claim.saturation_rule}): {limit}"
         )
     return "latency-bound", (
-        f"latency-bound regime ({regime.pct_range(lo, hi)} of {claim.saturation_rule}): {limit}"
+        f"latency-bound regime ({fmt.percent_range(lo, hi)} of {claim.saturation_rule}): {limit}"
     )
 
 
@@ -108,7 +109,7 @@ def _fitted(base: dict, part: pd.DataFrame, used: pd.DataFrame, claim: Claim, ga
         region += (f" ({len(part) - len(used)} points below {claim.saturation:.0%} of "
                    f"{claim.saturation_rule} left out)")
     slopes = local_slopes_xy(part["x"], part["y"])
-    text = " ".join(f"{v:.2f}" for v in slopes)
+    text = " ".join(fmt.fixed(v, 2) for v in slopes)
     lo, hi = regime.util_range(used["utilization"])
     return {
         **base, "verdict": verdict, "n_points": fit.n_points,

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from harness import fmt
 from harness.analysis.frames import (
     TIME_METRICS,
     aggregate,
@@ -178,7 +179,7 @@ def fit_exponents(
                 part["x"], part["y"], samples, sigma=sigma, sample_power=power or 1.0, **fit_kw
             )
             slopes = local_slopes_xy(part["x"], part["y"])
-            text = " ".join(f"{s:.2f}" for s in slopes)
+            text = " ".join(fmt.fixed(s, 2) for s in slopes)
             out.append(
                 {**values, "metric": metric, "over": over, **fit.as_dict(), "local_slopes": text}
             )

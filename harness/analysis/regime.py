@@ -101,13 +101,3 @@ def util_range(util: pd.Series) -> tuple[float | None, float | None]:
     u = pd.to_numeric(util, errors="coerce")
     u = u[np.isfinite(u)]
     return (float(u.min()), float(u.max())) if len(u) else (None, None)
-
-
-def pct_range(lo: float | None, hi: float | None) -> str:
-    """``"12–48%"`` (or ``"n/a"``)."""
-    if lo is None or hi is None:
-        return "n/a"
-    a, b = 100 * lo, 100 * hi
-    fmt = (lambda v: f"{v:.2g}") if b < 10 else (lambda v: f"{v:.0f}")
-    return f"{fmt(a)}%" if fmt(a) == fmt(b) else f"{fmt(a)}–{fmt(b)}%"
-

@@ -19,6 +19,7 @@ from dataclasses import dataclass, fields
 
 import pandas as pd
 
+from harness import fmt
 from harness.analysis import regime
 from harness.analysis.claims import Claim
 from harness.analysis.exponents import device_groups, work_groups
@@ -89,7 +90,7 @@ class Verdict:
 
     def utilization(self) -> str:
         """``"util 12–48% of roofline"`` or ``"util n/a"``."""
-        span = regime.pct_range(self.util_low, self.util_high)
+        span = fmt.percent_range(self.util_low, self.util_high)
         return f"util {span}" + (f" of {self.util_basis}" if span != "n/a" else "")
 
 

@@ -53,8 +53,8 @@ class Check:
 
     def format_change(self, change: float) -> str:
         """``+12.3%`` (relative), ``+4.1 ms`` (time) or ``+1.20 MiB`` (memory)."""
-        if self.relative:  # one decimal and a sign: harness.fmt.percent has neither
-            return "+inf" if math.isinf(change) else f"{change * 100:+.1f}%"
+        if self.relative:
+            return fmt.signed_percent(change)
         shown = fmt.seconds if self.metric == "time" else fmt.mebibytes
         return ("-" if change < 0 else "+") + shown(abs(change))
 

@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from harness import fmt
+
 MiB = 2**20
 
 # NVML clock-event ("throttle") reason bits, nvmlClocksEventReason* in nvml.h (stable values).
@@ -126,16 +128,12 @@ def nvml_verdict(samples: Sequence[int], base: int, reserved_peak: int, calls: i
         if peak < MiB:
             return {**out, "nvml_peak_bytes": None,
                     "nvml_status": f"unavailable: NVML used-memory did not move while the "
-                                   f"allocator reserved {_gib(reserved_peak)}"}
+                                   f"allocator reserved {fmt.size(reserved_peak)}"}
         if peak < NVML_BELOW_FRACTION * reserved_peak:
             return {**out, "nvml_peak_bytes": None,
-                    "nvml_status": f"unavailable: NVML peak {_gib(peak)} is below the "
-                                   f"allocator's reserved peak {_gib(reserved_peak)}"}
+                    "nvml_status": f"unavailable: NVML peak {fmt.size(peak)} is below the "
+                                   f"allocator's reserved peak {fmt.size(reserved_peak)}"}
     return {**out, "nvml_peak_bytes": peak, "nvml_status": "ok"}
-
-
-def _gib(nbytes: int) -> str:
-    return f"{nbytes / 2**30:.1f} GiB" if nbytes >= 2**30 else f"{nbytes / MiB:.0f} MiB"
 
 
 def run_until_sampled(
