@@ -26,7 +26,7 @@ import torch
 
 from harness import registry
 from harness.masks import MaskSpec, kept_pairs, mask_rows
-from harness.oracle.agreement import compare
+from harness.oracle.agreement import output_agreement
 from harness.oracle.reference import reference_attention
 from harness.render.page import markdown_table
 from harness.spec import Problem
@@ -72,7 +72,7 @@ def inputs(n: int, d: int, grad: bool) -> tuple[torch.Tensor, ...]:
 def agreement(out: torch.Tensor, q, k, v, mask: MaskSpec) -> bool:
     rows = torch.randperm(q.shape[2], generator=torch.Generator().manual_seed(0))[:256].sort()[0]
     ref = reference_attention(q[:1, :2], k[:1, :2], v[:1, :2], mask, rows=rows)
-    return bool(compare(out[:1, :2, rows.cuda()], ref, torch.bfloat16)["agree"])
+    return bool(output_agreement(out[:1, :2, rows.cuda()], ref, torch.bfloat16)["agree"])
 
 
 def time_call(fn, q, k, v, backward: bool) -> float:

@@ -11,14 +11,14 @@ from pathlib import Path
 from harness.compare.findings import CompareError
 from harness.compare.load import check_same_suite
 from harness.compare.runs import compare_runs
-from harness.compare.thresholds import BASES, CompareOptions, parse_amount, parse_checks
+from harness.compare.thresholds import BASES, CompareOptions, parse_amount, parse_thresholds
 from harness.render.findings import print_table, write_markdown
 
 
 def options_from_args(args: argparse.Namespace) -> CompareOptions:
     """The :class:`CompareOptions` that parsed ``compare`` arguments ask for."""
     try:
-        checks = parse_checks(args.threshold)
+        checks = parse_thresholds(args.threshold)
         fail, relative = parse_amount(args.time_fail)
     except ValueError as exc:
         raise CompareError(str(exc)) from None

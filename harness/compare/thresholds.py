@@ -23,7 +23,7 @@ _VALUE = re.compile(r"^(?P<num>[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(?P<unit>%
 
 
 @dataclass(frozen=True)
-class Check:
+class Threshold:
     """One metric's threshold: relative (``threshold`` is a fraction, 0.10 = 10%) or absolute
     (seconds for time, bytes for memory). ``stat`` is the per-run statistic compared."""
 
@@ -59,9 +59,9 @@ class Check:
         return ("-" if change < 0 else "+") + shown(abs(change))
 
 
-DEFAULT_CHECKS: dict[str, Check] = {
-    "time": Check("time", "median", 0.10),
-    "mem": Check("mem", "peak", 0.05),
+DEFAULT_THRESHOLDS: dict[str, Threshold] = {
+    "time": Threshold("time", "median", 0.10),
+    "mem": Threshold("mem", "peak", 0.05),
 }
 
 
@@ -76,8 +76,8 @@ def parse_amount(text: str) -> tuple[float, bool]:
     return number * _UNITS[match["unit"].lower()], False
 
 
-def parse_check(metric: str, spec: str) -> Check:
-    """``time``, ``median:10%`` -> Check; ``mem``, ``5%`` -> Check (stat ``peak``)."""
+def parse_threshold(metric: str, spec: str) -> Threshold:
+    """``time``, ``median:10%`` -> Threshold; ``mem``, ``5%`` -> Threshold (stat ``peak``)."""
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r} in threshold (known: {', '.join(METRICS)})")
     stat, _, amount = spec.rpartition(":")
@@ -88,15 +88,17 @@ def parse_check(metric: str, spec: str) -> Check:
     elif stat not in ("", "peak"):
         raise ValueError(f"memory threshold takes no statistic, got {stat!r}")
     threshold, relative = parse_amount(amount)
-    return Check(metric, stat or "peak", threshold, relative)
+    return Threshold(metric, stat or "peak", threshold, relative)
 
 
-def parse_checks(text: str | None, defaults: dict[str, Check] | None = None) -> dict[str, Check]:
-    """``time=median:10%,mem=5%`` -> {metric: Check}; unnamed ``median:10%`` means time.
+def parse_thresholds(
+    text: str | None, defaults: dict[str, Threshold] | None = None
+) -> dict[str, Threshold]:
+    """``time=median:10%,mem=5%`` -> {metric: Threshold}; unnamed ``median:10%`` means time.
 
     Metrics not named keep their default.
     """
-    checks = dict(DEFAULT_CHECKS if defaults is None else defaults)
+    checks = dict(DEFAULT_THRESHOLDS if defaults is None else defaults)
     for part in (text or "").split(","):
         part = part.strip()
         if not part:
@@ -104,7 +106,7 @@ def parse_checks(text: str | None, defaults: dict[str, Check] | None = None) -> 
         metric, sep, spec = part.partition("=")
         if not sep:
             metric, spec = "time", part
-        checks[metric.strip()] = parse_check(metric.strip(), spec.strip())
+        checks[metric.strip()] = parse_threshold(metric.strip(), spec.strip())
     return checks
 
 
@@ -112,7 +114,7 @@ def parse_checks(text: str | None, defaults: dict[str, Check] | None = None) -> 
 class CompareOptions:
     """How to compare: per-metric checks, time gate and noise-test settings."""
 
-    checks: dict[str, Check] = field(default_factory=lambda: parse_checks(None))
+    checks: dict[str, Threshold] = field(default_factory=lambda: parse_thresholds(None))
     normalize_peak: bool = False
     time_gate: str = "hard"  # hard: time regressions fail; report: only beyond time_fail
     time_fail: float | None = 0.5  # report gate: fail when the CI's low end is above this

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.compare.thresholds import Check
+from harness.compare.thresholds import Threshold
 from harness.measure import passes as pass_stats
 
 
@@ -47,7 +47,7 @@ def _stat(values: np.ndarray, stat: str, axis: int | None = None) -> np.ndarray:
 def bootstrap_interval(
     base: np.ndarray,
     cur: np.ndarray,
-    check: Check,
+    check: Threshold,
     confidence: float = 0.99,
     resamples: int = 2000,
     seed: int = 0,
@@ -65,7 +65,7 @@ def bootstrap_interval(
 
 
 def time_change(
-    check: Check,
+    check: Threshold,
     base_samples: Sequence[float] | None,
     cur_samples: Sequence[float] | None,
     base_stat: float | None = None,
@@ -132,7 +132,7 @@ def row_time(row: dict, stat: str = "median", basis: str = "absolute") -> float 
 
 
 def pass_time_change(
-    check: Check,
+    check: Threshold,
     base: list[np.ndarray],
     cur: list[np.ndarray],
     confidence: float = 0.99,
@@ -152,7 +152,7 @@ def pass_time_change(
 
 
 def row_time_change(
-    check: Check, base: dict, cur: dict, basis: str, scale: float, confidence: float, seed: int
+    check: Threshold, base: dict, cur: dict, basis: str, scale: float, confidence: float, seed: int
 ) -> TimeChange | None:
     """Two rows' time change: pass-structured rows by :func:`pass_time_change`, others by
     :func:`time_change`; ``basis`` is ``absolute`` or ``normalized``."""

@@ -73,7 +73,9 @@ def errors(out: Tensor, ref: Tensor) -> tuple[float | None, float | None]:
     return max_abs, rel_frobenius(out64, ref64)
 
 
-def compare(out: Tensor, ref: Tensor, dtype: torch.dtype, naive: Tensor | None = None) -> dict:
+def output_agreement(
+    out: Tensor, ref: Tensor, dtype: torch.dtype, naive: Tensor | None = None
+) -> dict:
     """Agreement columns for one output against its float64 reference (same shape).
 
     With ``naive`` (the same rows computed naively in ``dtype``): the naive-relative rule on
@@ -138,7 +140,7 @@ def judge(
     return out
 
 
-def compare_grads(
+def grad_agreement(
     grads: tuple[Tensor, ...], ref_grads: tuple[Tensor, ...], dtype: torch.dtype
 ) -> dict:
     """Worst relative Frobenius error over (dq, dk, dv) and whether it is within tolerance."""

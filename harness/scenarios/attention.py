@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from harness.oracle.agreement import compare, compare_grads
+from harness.oracle.agreement import grad_agreement, output_agreement
 from harness.oracle.reference import naive_attention, reference_attention, reference_grads
 from harness.scenarios.base import Case, CheckPlan, sample_rows
 from harness.spec import AttnFn
@@ -67,7 +67,7 @@ def check_attention(
     if plan.grads and grad_out is not None:
         grads = torch.autograd.grad(attn(q, k, v), (q, k, v), grad_out)
         result.update(
-            compare_grads(grads, reference_grads(q, k, v, grad_out, point.mask), point.torch_dtype)
+            grad_agreement(grads, reference_grads(q, k, v, grad_out, point.mask), point.torch_dtype)
         )
         result["agree"] = result["agree"] and result["grad_agree"]
     return result
@@ -92,4 +92,4 @@ def judge_rows(
     """Agreement columns of a full output ``out`` (B, H, n_q, D) at ``rows`` (None = all):
     judged against the naive same-dtype error of the same rows (k * naive + eps)."""
     picked = out if rows is None else out[..., rows.to(out.device), :]
-    return compare(picked, ref, dtype, naive=naive)
+    return output_agreement(picked, ref, dtype, naive=naive)

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from harness.model.transformer import BlockConfig, TransformerBlock, build_block
-from harness.oracle.agreement import compare, compare_grads
+from harness.oracle.agreement import grad_agreement, output_agreement
 from harness.oracle.reference import reference_attention
 from harness.scenarios.base import Case, CheckPlan
 
@@ -117,11 +117,11 @@ def check_block(
         ref = ref_block(x64, ref_core if core is not None else None)
     with torch.no_grad():
         out = block(x.detach(), core)
-    result = compare(out, ref.detach(), point.torch_dtype)
+    result = output_agreement(out, ref.detach(), point.torch_dtype)
     if plan.grads:
         x_grad = x.detach().requires_grad_(True)
         (dx,) = torch.autograd.grad(block(x_grad, core), (x_grad,), grad_out)
         (dx_ref,) = torch.autograd.grad(ref, (x64,), grad_out.double())
-        result.update(compare_grads((dx,), (dx_ref,), point.torch_dtype))
+        result.update(grad_agreement((dx,), (dx_ref,), point.torch_dtype))
         result["agree"] = result["agree"] and result["grad_agree"]
     return result

@@ -36,7 +36,7 @@ from harness.masks import MaskSpec
 from harness.measure import calibrate
 from harness.model.kvcache import DecoderStack, cache_nbytes
 from harness.model.transformer import BlockConfig, build_block
-from harness.oracle.agreement import compare, tolerance
+from harness.oracle.agreement import output_agreement, tolerance
 from harness.oracle.reference import reference_attention
 from harness.scenarios import block as scenario_block
 from harness.scenarios import decode_step
@@ -200,7 +200,7 @@ def check_decode(stack: DecoderStack, run, x: Tensor, point, plan: CheckPlan) ->
         recomputed = stack.forward(x)[:, n:] if can_recompute else None
         use_ref = plan.mode == "full" or recomputed is None
         ref = reference_stack(stack).forward(x.double())[:, n:] if use_ref else None
-    result = compare(steps, ref if use_ref else recomputed, point.torch_dtype)
+    result = output_agreement(steps, ref if use_ref else recomputed, point.torch_dtype)
     result["check"] = "float64" if use_ref else "recompute"
     if recomputed is not None:
         result["recompute_max_abs_err"] = _max_err(steps, recomputed)

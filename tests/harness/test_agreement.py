@@ -14,7 +14,7 @@ import torch
 
 from harness import registry
 from harness.masks import MaskSpec
-from harness.oracle.agreement import TOLERANCES, compare, judge
+from harness.oracle.agreement import TOLERANCES, judge, output_agreement
 from harness.scenarios.attention import check_attention, checked_rows, judge_rows, make_inputs
 from harness.scenarios.base import boundary_rows, check_plan, sample_rows
 from harness.sweep.point import Point
@@ -124,7 +124,7 @@ def test_nonfinite_output_never_agrees():
     naive = ref.float()
     out = naive.clone()
     out[0, 0, 0, 0] = float("nan")
-    result = compare(out, ref, torch.float32, naive=naive)
+    result = output_agreement(out, ref, torch.float32, naive=naive)
     assert result["agree"] is False and result["nonfinite"] and result["max_abs_err"] is None
 
 

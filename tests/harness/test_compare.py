@@ -16,7 +16,7 @@ import pytest
 from harness.cli import main
 from harness.compare.noise import time_scatter
 from harness.compare.runs import compare_runs
-from harness.compare.thresholds import Check, CompareOptions, parse_checks
+from harness.compare.thresholds import CompareOptions, Threshold, parse_thresholds
 from harness.compare.timechange import time_change
 from harness.render.findings import markdown
 from harness.results import ROWS_FILE, RowWriter, write_env
@@ -143,7 +143,7 @@ def test_small_slowdown_fails_only_beyond_noise(
 
 def test_time_change_interval_brackets_the_truth() -> None:
     rng = np.random.default_rng(5)
-    check = Check("time", "median", 0.10)
+    check = Threshold("time", "median", 0.10)
     change = time_change(check, samples(rng, 1e-3, 0.05, 30), samples(rng, 1.5e-3, 0.05, 30))
     assert change.method == "bootstrap" and change.low < 0.5 < change.high
     assert change.high - change.low < 0.2
@@ -328,11 +328,13 @@ def test_unusable_input_exits_2(base: Path, tmp_path: Path, breakage: str) -> No
 
 
 def test_parse_checks() -> None:
-    checks = parse_checks("time=median:5%,mem=1MiB")
-    assert checks["time"] == Check("time", "median", 0.05)
-    assert checks["mem"] == Check("mem", "peak", 2**20, relative=False)
-    assert parse_checks("mean:0.002")["time"] == Check("time", "mean", 0.002, relative=False)
-    assert parse_checks(None)["time"].describe() == "median:10%"
+    checks = parse_thresholds("time=median:5%,mem=1MiB")
+    assert checks["time"] == Threshold("time", "median", 0.05)
+    assert checks["mem"] == Threshold("mem", "peak", 2**20, relative=False)
+    assert parse_thresholds("mean:0.002")["time"] == Threshold(
+        "time", "mean", 0.002, relative=False
+    )
+    assert parse_thresholds(None)["time"].describe() == "median:10%"
     for bad in ("time=median:", "speed=10%", "mem=max:5%", "time=median:10 parsecs"):
         with pytest.raises(ValueError):
-            parse_checks(bad)
+            parse_thresholds(bad)

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from harness.compare.runs import compare_runs
-from harness.compare.thresholds import CompareOptions, parse_checks
+from harness.compare.thresholds import CompareOptions, parse_thresholds
 from harness.execute.passlog import PASSES_FILE
 from harness.execute.runner import run_points
 from harness.measure import contention, passes
@@ -202,7 +202,7 @@ def test_rows_without_a_reference_time_fall_back_to_absolute(tmp_path: Path) -> 
              if k not in ("ref_kernel_s", "pass_ref_kernel_s")} for p in _points()]
     base = _write(tmp_path / "b", rows)
     assert compare_runs(base, base, CompareOptions()).time_basis == "absolute"
-    opts = CompareOptions(checks=parse_checks(None), time_basis="normalized")
+    opts = CompareOptions(checks=parse_thresholds(None), time_basis="normalized")
     with pytest.raises(Exception, match="impossible"):
         compare_runs(base, base, opts)
 

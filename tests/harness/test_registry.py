@@ -7,7 +7,7 @@ import torch
 
 from harness import registry
 from harness.masks import MaskSpec
-from harness.oracle.agreement import compare
+from harness.oracle.agreement import output_agreement
 from harness.oracle.reference import naive_attention, reference_attention
 from harness.registry import Implementation, NotSupportedError
 from harness.spec import Capabilities, Cost
@@ -30,7 +30,7 @@ def test_supported_direct_calls_still_agree(name):
     q, k, v = make_qkv(1, 2, 97, 97, 59, seed=2)
     out = registry.get(name)(q, k, v, mask)
     ref = reference_attention(q, k, v, mask)
-    assert compare(out, ref, torch.float32, naive=naive_attention(q, k, v, mask))["agree"]
+    assert output_agreement(out, ref, torch.float32, naive=naive_attention(q, k, v, mask))["agree"]
 
 
 def test_internal_prepared_calls_do_not_go_through_the_check():

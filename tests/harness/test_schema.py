@@ -95,7 +95,7 @@ def test_figure_metric_lists_are_declared():
 
 def test_compare_metrics_name_declared_columns():
     assert set(thresholds.METRICS) == set(COMPARED_COLUMNS)
-    assert set(thresholds.DEFAULT_CHECKS) <= set(COMPARED_COLUMNS)
+    assert set(thresholds.DEFAULT_THRESHOLDS) <= set(COMPARED_COLUMNS)
     assert not undeclared(COMPARED_COLUMNS.values())
 
 

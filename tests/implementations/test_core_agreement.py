@@ -8,7 +8,7 @@ import torch
 
 from harness import registry
 from harness.masks import MaskSpec
-from harness.oracle.agreement import compare, compare_grads, tolerance
+from harness.oracle.agreement import grad_agreement, output_agreement, tolerance
 from harness.oracle.reference import reference_attention, reference_grads
 from harness.spec import Problem
 from tests.conftest import CORE_IMPLEMENTATIONS, make_qkv
@@ -44,7 +44,7 @@ def test_forward_matches_reference(name, shape, causal):
         pytest.skip("; ".join(reasons))
     q, k, v = make_qkv(b, h, n_q, n_k, d, seed=hash(shape) % 1000)
     out = impl(q, k, v, mask)
-    result = compare(out, reference_attention(q, k, v, mask), torch.float32)
+    result = output_agreement(out, reference_attention(q, k, v, mask), torch.float32)
     assert result["agree"], result
 
 
@@ -55,7 +55,7 @@ def test_backward_matches_reference(name, causal):
     q, k, v = make_qkv(2, 3, 45, 97, 59, seed=11, requires_grad=True)
     g = torch.randn(q.shape, generator=torch.Generator().manual_seed(12))
     grads = torch.autograd.grad(registry.get(name)(q, k, v, mask), (q, k, v), g)
-    result = compare_grads(grads, reference_grads(q, k, v, g, mask), torch.float32)
+    result = grad_agreement(grads, reference_grads(q, k, v, g, mask), torch.float32)
     assert result["grad_agree"], result
 
 
@@ -66,7 +66,9 @@ def test_half_precision_within_the_dtype_tolerance(name, dtype):
     if not runnable(name, Problem(1, 2, 97, 97, 59, dtype=dtype, mask=mask)):
         pytest.skip("dtype not supported")
     q, k, v = make_qkv(1, 2, 97, 97, 59, dtype=dtype, seed=13)
-    result = compare(registry.get(name)(q, k, v, mask), reference_attention(q, k, v, mask), dtype)
+    result = output_agreement(
+        registry.get(name)(q, k, v, mask), reference_attention(q, k, v, mask), dtype
+    )
     assert result["agree"], (result, tolerance(dtype))
 
 
@@ -77,12 +79,12 @@ def test_grouped_kv_where_declared():
         problem = Problem(1, 6, 40, 40, 16, mask=MaskSpec(causal=True), kv_heads=2)
         if impl.caps.grouped_kv and not impl.not_supported(problem):
             out = impl(q, k, v, MaskSpec(causal=True))
-            assert compare(out, ref, torch.float32)["agree"], impl.name
+            assert output_agreement(out, ref, torch.float32)["agree"], impl.name
 
 
 def test_a_wrong_kernel_is_caught():
     q, k, v = make_qkv(1, 2, 30, 30, 8, seed=15)
     out = registry.get("sdpa")(q, k, v, MaskSpec(causal=False))  # ignores causality
-    assert not compare(out, reference_attention(q, k, v, MaskSpec(causal=True)), torch.float32)[
-        "agree"
-    ]
+    assert not output_agreement(
+        out, reference_attention(q, k, v, MaskSpec(causal=True)), torch.float32
+    )["agree"]

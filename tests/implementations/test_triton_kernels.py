@@ -16,7 +16,7 @@ pytest.importorskip("triton")
 
 from harness import registry
 from harness.masks import MaskSpec, kept_pairs
-from harness.oracle.agreement import compare, compare_grads
+from harness.oracle.agreement import grad_agreement, output_agreement
 from harness.oracle.reference import reference_attention, reference_grads
 from harness.spec import Problem
 from implementations import _triton_attn, _triton_fwd
@@ -48,7 +48,7 @@ SHAPES = {
 
 
 def _check(out, q, k, v, mask, dtype):
-    result = compare(out, reference_attention(q, k, v, mask), dtype)
+    result = output_agreement(out, reference_attention(q, k, v, mask), dtype)
     assert result["agree"], result
 
 
@@ -98,7 +98,7 @@ def test_gradients_fp32(spec_id, shape):
     q, k, v = (t.to(DEVICE).requires_grad_(True) for t in make_qkv(*shape, seed=10))
     g = torch.randn(q.shape, generator=torch.Generator().manual_seed(11)).to(DEVICE)
     grads = torch.autograd.grad(_triton_attn.triton_attention(q, k, v, mask), (q, k, v), g)
-    result = compare_grads(grads, reference_grads(q, k, v, g, mask), torch.float32)
+    result = grad_agreement(grads, reference_grads(q, k, v, g, mask), torch.float32)
     assert result["grad_agree"], result
 
 
@@ -110,7 +110,7 @@ def test_gradients_bf16_dilated_longformer():
     )
     g = torch.randn(q.shape, generator=torch.Generator().manual_seed(13)).to(DEVICE, q.dtype)
     grads = torch.autograd.grad(_triton_attn.triton_attention(q, k, v, mask), (q, k, v), g)
-    result = compare_grads(grads, reference_grads(q, k, v, g, mask), torch.bfloat16)
+    result = grad_agreement(grads, reference_grads(q, k, v, g, mask), torch.bfloat16)
     assert result["grad_agree"], result
 
 
