@@ -28,7 +28,7 @@ def launch(suite: Suite, options: RunOptions, launcher: LaunchOptions) -> int:
     ``options.out``; returns the exit status (1: a shard failed or the merge is incomplete)."""
     out = options.out or Path("runs") / f"{suite.name}-{new_run_id()}"
     plan = make_plan(suite, options, launcher, out)
-    todo = [s for s in plan.specs if not shard_done(plan.shard_dir(s), suite.fingerprint)]
+    todo = [s for s in plan.specs if not shard_done(plan.shard_dir(s), suite.sha256)]
     done = plan.n - len(todo)
     print(
         f"attnbench: suite {suite.name!r} in {plan.n} shards via {launcher.launcher}"

@@ -139,7 +139,7 @@ def resume_state(run_dir: Path, suite: Suite, options: RunOptions) -> tuple[set[
         recorded = load_env(run_dir)
     except ResultsError as exc:
         raise CliError(str(exc)) from None
-    if recorded.get("suite_fingerprint") != suite.fingerprint and not options.force:
+    if recorded.get("suite_fingerprint") != suite.sha256 and not options.force:
         raise CliError(f"{run_dir} was run from a different suite file "
                        f"({recorded.get('suite_path')}); use --force to resume anyway")
     here = (env.fingerprint(get_device(suite.points[0].device).info())
@@ -157,7 +157,7 @@ def prepare_run(suite: Suite, run_dir: Path, run_id: str) -> dict:
         torch.set_num_threads(suite.measure.threads)
     kinds = sorted({p.device for p in suite.points}) or ["cpu"]
     device = get_device(kinds[0], suite.measure.flush_l2)
-    info = env.collect(device, suite.name, suite.path, suite.fingerprint, run_id)
+    info = env.collect(device, suite.name, suite.path, suite.sha256, run_id)
     info["calibration"] = calibrate.calibrate(device)
     write_env(run_dir, info)
     return info

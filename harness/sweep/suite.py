@@ -86,7 +86,7 @@ class Suite:
     path: str
     points: tuple[Point, ...]
     measure: MeasureConfig
-    fingerprint: str  # sha256 of the file's bytes: resume refuses a different suite
+    sha256: str  # of the file's bytes (env.json: suite_fingerprint): resume refuses another suite
     description: str = ""
 
 
@@ -108,7 +108,7 @@ def load_suite(path: str | Path) -> Suite:
     return parse_suite(doc, str(path), hashlib.sha256(raw).hexdigest())
 
 
-def parse_suite(doc: dict, where: str = "<suite>", fingerprint: str = "") -> Suite:
+def parse_suite(doc: dict, where: str = "<suite>", sha256: str = "") -> Suite:
     """Validate a parsed TOML document and expand it into points."""
     err = SuiteReporter(where)
     name, scenario, impls = _top_level(doc, err)
@@ -133,7 +133,7 @@ def parse_suite(doc: dict, where: str = "<suite>", fingerprint: str = "") -> Sui
         path=where,
         points=points,
         measure=_measure(doc.get("measure", {}), err),
-        fingerprint=fingerprint,
+        sha256=sha256,
         description=doc.get("description", ""),
     )
 

@@ -196,7 +196,7 @@ def test_shard_env_records_the_shard_and_the_suite(suite_file: Path, shard_dirs)
             p.point_id for p in select_shard(suite.points, k, 2, 0.02)
         ]
         assert env["shard"]["suite_point_ids"] == sorted(ids(suite.points))
-        assert env["suite_fingerprint"] == suite.fingerprint
+        assert env["suite_fingerprint"] == suite.sha256
 
 
 def test_a_missing_shard_is_reported_by_merge(tmp_path: Path, shard_dirs, capsys) -> None:

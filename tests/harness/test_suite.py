@@ -47,7 +47,7 @@ budget_s = 0.5
 point_timeout_s = 30
 """)
     suite = load_suite(path)
-    assert suite.name == "ok" and len(suite.fingerprint) == 64
+    assert suite.name == "ok" and len(suite.sha256) == 64
     assert {p.head_dim for p in suite.points} == {16}
     sdpa = [p for p in suite.points if p.impl == "sdpa"]
     full = [p for p in suite.points if p.impl == "full"]
