@@ -18,6 +18,14 @@ def load_run_rows(run_dirs) -> pd.DataFrame:
         raise CliError(str(exc)) from None
 
 
+def env_or_note(run_dir) -> dict:
+    """A run directory's env.json, or ``{"run_id": <folder>, "note": "no env.json"}``."""
+    try:
+        return load_env(run_dir)
+    except ResultsError:
+        return {"run_id": Path(run_dir).name, "note": "no env.json"}
+
+
 def load_envs(run_dirs) -> dict[str, dict]:
     """run_id -> env.json for run directories (a directory without env.json is left out)."""
     envs = {}

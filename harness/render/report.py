@@ -9,11 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.analysis.claims import DEFAULT_CLAIMS
-from harness.analysis.runs import load_run_rows
+from harness.analysis.runs import env_or_note, load_run_rows
 from harness.errors import CliError
 from harness.render.page import write
 from harness.render.sections import sections
-from harness.results import ResultsError, load_env
 
 
 def build_report(
@@ -27,10 +26,7 @@ def build_report(
     rows = load_run_rows(run_dirs)
     envs, runs = {}, []
     for run_dir in run_dirs:
-        try:
-            env = load_env(run_dir)
-        except ResultsError:
-            env = {"run_id": Path(run_dir).name, "note": "no env.json"}
+        env = env_or_note(run_dir)
         envs[str(env.get("run_id", Path(run_dir).name))] = env
         runs.append(f"{Path(run_dir).name} ({env.get('suite', '?')})")
     if baseline is not None and baseline not in set(rows.get("impl", ())):
