@@ -281,9 +281,6 @@ def _as_passes(s) -> list[np.ndarray] | None:
     """A point's samples as a list of finite per-pass arrays (None: fewer than 2 samples)."""
     nested = s is not None and len(s) > 0 and isinstance(s[0], list | tuple | np.ndarray)
     raw = s if nested else [s if s is not None else []]
-    groups = [np.asarray(g, float) for g in raw]
-    groups = [g[np.isfinite(g)] for g in groups]
+    groups = [a[np.isfinite(a)] for a in (np.asarray(g, float) for g in raw)]
     groups = [g for g in groups if g.size]
-    if sum(g.size for g in groups) < 2:
-        return None
-    return groups if all(g.size >= 1 for g in groups) else None
+    return groups if sum(g.size for g in groups) >= 2 else None

@@ -112,13 +112,7 @@ def cells(frame: pd.DataFrame, metric: str, lay: Layout) -> pd.DataFrame:
         keyed = keyed.assign(_all="")
     table = keyed.pivot_table(index=index, columns="impl", values="_cell", aggfunc="first")
     table = table.reindex(columns=[c for c in lay.shown if c in table.columns]).fillna("")
-    table = table.reset_index()
-    if lay.rows:
-        table = table.sort_values(lay.rows, key=sort_key, kind="stable")
-    else:
-        table = table.drop(columns="_all")
-    table.columns.name = None
-    return table.reset_index(drop=True)
+    return _ordered(table.reset_index(), lay)
 
 
 def _cell(row: dict, metric: str) -> str:
@@ -139,13 +133,18 @@ def speedup(frame: pd.DataFrame, baseline: str, lay: Layout) -> pd.DataFrame | N
         return None
     ratio = times.rdiv(times[baseline], axis=0).drop(columns=baseline)
     ratio = ratio.reindex(columns=[c for c in lay.shown if c in ratio.columns])
-    shown = ratio.map(partial(fmt.ratio, missing="")).reset_index()
+    return _ordered(ratio.map(partial(fmt.ratio, missing="")).reset_index(), lay)
+
+
+def _ordered(table: pd.DataFrame, lay: Layout) -> pd.DataFrame:
+    """A pivoted table (row axes as columns) sorted by the layout's row axes; without row
+    axes, the placeholder ``_all`` column dropped."""
     if lay.rows:
-        shown = shown.sort_values(lay.rows, key=sort_key, kind="stable")
+        table = table.sort_values(lay.rows, key=sort_key, kind="stable")
     else:
-        shown = shown.drop(columns="_all")
-    shown.columns.name = None
-    return shown.reset_index(drop=True)
+        table = table.drop(columns="_all")
+    table.columns.name = None
+    return table.reset_index(drop=True)
 
 
 def _text_table(frame: pd.DataFrame) -> str:
