@@ -14,6 +14,7 @@ from harness.distributed.shard import parse_shard, run_here
 from harness.errors import CliError
 from harness.execute.session import RunOptions, configure
 from harness.sweep.suite import load_suite
+from harness.sweep.vocab import CHECK_MODES
 
 DEFAULT_SUITE = SUITES_DIR / "smoke.toml"
 
@@ -28,7 +29,7 @@ def add_cli(sub) -> None:
                    help="resume even if the suite or device fingerprint differs")
     p.add_argument("--mem-budget", type=parse_size,
                    help="skip points predicted to need more (default: 80%% of free memory)")
-    p.add_argument("--check", choices=["auto", "full", "rows", "none"],
+    p.add_argument("--check", choices=CHECK_MODES,
                    help="agreement check (overrides the suite's [measure].check)")
     p.add_argument("--budget-s", type=float, help="timing budget per point (overrides the suite)")
     p.add_argument("--isolate", action="store_true",

@@ -21,7 +21,7 @@ def add_cli(sub) -> None:
                    help="metric column to show (repeatable; default: time_median_s and "
                    "peak_mem_bytes): any documented numeric row column, e.g. tflops_per_s, "
                    "rel_err, tokens_per_s")
-    p.add_argument("--format", choices=("text", "markdown", "csv"), default="text", dest="fmt",
+    p.add_argument("--format", choices=table.FORMATS, default="text", dest="fmt",
                    help="output format (default: text)")
     p.add_argument("--baseline", metavar="IMPL",
                    help="add speedups against this implementation (its time / each time)")
