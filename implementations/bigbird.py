@@ -7,7 +7,7 @@ everything. Each query block is one tile whose keys are the blocks of its layout
 adjacent blocks stay views, others are gathered), so the executed pairs are exactly the
 layout's blocks: O(n·b·(2w + 1 + r + g/b)). Causal drops future blocks and masks the diagonal.
 
-On CUDA (fp32/fp16/bf16) the fused Triton kernels of :mod:`implementations._triton_attn` run
+On CUDA (fp32/fp16/bf16) the fused Triton kernels of :mod:`implementations._kernels.triton_attn` run
 the same layout as CSR lists of key blocks per query block (one launch; the transposed lists
 for dK/dV); CPU and float64 keep the tile path.
 """
@@ -20,9 +20,9 @@ from harness.dtypes import FLOAT_DTYPES
 from harness.masks import MaskSpec
 from harness.registry import register
 from harness.spec import AttnFn, Capabilities, Cost, Problem
-from implementations._tilekernel import plan_workspace_bytes, tile_attention
-from implementations._tiles import bigbird_plan, device_plan
-from implementations._triton_attn import (
+from implementations._kernels.tilekernel import plan_workspace_bytes, tile_attention
+from implementations._kernels.tiles import bigbird_plan, device_plan
+from implementations._kernels.triton_attn import (
     executed_pairs,
     fused_reasons,
     fused_workspace_bytes,

@@ -10,7 +10,7 @@ Backward (Dao 2023, Alg. 2): saves only the output and the per-row log-sum-exp, 
 tile's probabilities, and accumulates dQ, dK, dV tile by tile: again O(n) memory.
 
 That is the CPU path. On CUDA (fp32/fp16/bf16, D <= 256) the same algorithm runs as fused
-Triton kernels (:mod:`implementations._triton_attn`): one launch for the forward, the causal
+Triton kernels (:mod:`implementations._kernels.triton_attn`): one launch for the forward, the causal
 triangle's interior blocks without mask arithmetic, FlashAttention-2's backward.
 """
 
@@ -24,7 +24,7 @@ from torch import Tensor
 from harness.masks import MaskSpec
 from harness.registry import register
 from harness.spec import Capabilities, Cost, Problem
-from implementations._triton_attn import (
+from implementations._kernels.triton_attn import (
     executed_pairs,
     fused_reasons,
     fused_workspace_bytes,

@@ -1,12 +1,12 @@
 """``local``, ``dilated``, ``longformer``: sliding-window attention that computes only the band.
 
 On CUDA (fp32/fp16/bf16, D <= 256) all three run the fused Triton kernels of
-:mod:`implementations._triton_attn`: one launch per call, the band computed arithmetically per
-query block (dilation: each residue class's rows and keys loaded with stride d, no
+:mod:`implementations._kernels.triton_attn`: one launch per call, the band computed arithmetically
+per query block (dilation: each residue class's rows and keys loaded with stride d, no
 permutation), forward and backward fused. On CPU, and for float64, they run the tile kernel
-of :mod:`implementations._tilekernel` over the band plan of
-:func:`implementations._tiles.window_plan`: query blocks of 64 rows each attend to the key span
-``[first - left, last + right]`` of the block (a view, no copy), so a causal window of w keys
+of :mod:`implementations._kernels.tilekernel` over the band plan of
+:func:`implementations._kernels.tiles.window_plan`: query blocks of 64 rows each attend to the key
+span ``[first - left, last + right]`` of the block (a view, no copy), so a causal window of w keys
 costs ``64 + w - 1`` executed keys per query: time and memory O(n·w), never O(n²).
 
 - ``local``: window ``(left, right)``, causal or not.
@@ -25,9 +25,9 @@ from harness.dtypes import FLOAT_DTYPES
 from harness.masks import MaskSpec
 from harness.registry import register
 from harness.spec import AttnFn, Capabilities, Cost, Problem
-from implementations._tilekernel import plan_workspace_bytes, tile_attention
-from implementations._tiles import device_plan, tile_plan
-from implementations._triton_attn import (
+from implementations._kernels.tilekernel import plan_workspace_bytes, tile_attention
+from implementations._kernels.tiles import device_plan, tile_plan
+from implementations._kernels.triton_attn import (
     executed_pairs,
     fused_reasons,
     fused_workspace_bytes,

@@ -14,7 +14,7 @@ from harness.masks import MaskSpec, dense_mask, keep_pairs, kept_pairs
 from harness.measure.device import profiler_peak_bytes
 from harness.oracle.reference import reference_attention, reference_grads
 from harness.spec import Problem
-from implementations._tiles import window_plan
+from implementations._kernels.tiles import window_plan
 from tests.conftest import make_qkv
 
 SHAPES = [(2, 3, 97, 97, 59), (1, 2, 33, 161, 59), (1, 2, 161, 33, 16)]  # (B, H, n_q, n_k, D)

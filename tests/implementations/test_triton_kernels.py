@@ -19,8 +19,8 @@ from harness.masks import MaskSpec, kept_pairs
 from harness.oracle.agreement import grad_agreement, output_agreement
 from harness.oracle.reference import reference_attention, reference_grads
 from harness.spec import Problem
-from implementations import _triton_attn, _triton_fwd
-from implementations._triton_plan import band_executed_pairs, band_plan
+from implementations._kernels import triton_attn, triton_fwd
+from implementations._kernels.triton_plan import band_executed_pairs, band_plan
 from tests.conftest import make_qkv
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -55,7 +55,7 @@ def _check(out, q, k, v, mask, dtype):
 def test_runs_in_the_interpreter_without_cuda():
     if DEVICE == "cpu":
         assert os.environ.get("TRITON_INTERPRET") == "1"
-        assert type(_triton_fwd.band_fwd.fn).__name__ == "InterpretedFunction"
+        assert type(triton_fwd.band_fwd.fn).__name__ == "InterpretedFunction"
 
 
 @pytest.mark.parametrize("shape_id", list(SHAPES))
@@ -63,7 +63,7 @@ def test_runs_in_the_interpreter_without_cuda():
 def test_forward_fp32(spec_id, shape_id):
     mask, shape = SPECS[spec_id], SHAPES[shape_id]
     q, k, v = (t.to(DEVICE) for t in make_qkv(*shape, seed=7))
-    out = _triton_attn.triton_attention(q, k, v, mask)
+    out = triton_attn.triton_attention(q, k, v, mask)
     assert out.shape == q.shape and out.dtype == q.dtype
     _check(out, q, k, v, mask, torch.float32)
 
@@ -74,7 +74,7 @@ def test_forward_fp32(spec_id, shape_id):
 def test_forward_bf16(spec_id):
     mask = SPECS[spec_id]
     q, k, v = (t.to(DEVICE) for t in make_qkv(2, 3, 97, 97, 64, dtype=torch.bfloat16, seed=8))
-    _check(_triton_attn.triton_attention(q, k, v, mask), q, k, v, mask, torch.bfloat16)
+    _check(triton_attn.triton_attention(q, k, v, mask), q, k, v, mask, torch.bfloat16)
 
 
 GRAD_CASES = [  # (spec id, shape): each backward iteration space, uneven lengths both ways
@@ -97,7 +97,7 @@ def test_gradients_fp32(spec_id, shape):
     mask = SPECS[spec_id]
     q, k, v = (t.to(DEVICE).requires_grad_(True) for t in make_qkv(*shape, seed=10))
     g = torch.randn(q.shape, generator=torch.Generator().manual_seed(11)).to(DEVICE)
-    grads = torch.autograd.grad(_triton_attn.triton_attention(q, k, v, mask), (q, k, v), g)
+    grads = torch.autograd.grad(triton_attn.triton_attention(q, k, v, mask), (q, k, v), g)
     result = grad_agreement(grads, reference_grads(q, k, v, g, mask), torch.float32)
     assert result["grad_agree"], result
 
@@ -109,7 +109,7 @@ def test_gradients_bf16_dilated_longformer():
         for t in make_qkv(1, 2, 64, 64, 64, dtype=torch.bfloat16, seed=12)
     )
     g = torch.randn(q.shape, generator=torch.Generator().manual_seed(13)).to(DEVICE, q.dtype)
-    grads = torch.autograd.grad(_triton_attn.triton_attention(q, k, v, mask), (q, k, v), g)
+    grads = torch.autograd.grad(triton_attn.triton_attention(q, k, v, mask), (q, k, v), g)
     result = grad_agreement(grads, reference_grads(q, k, v, g, mask), torch.bfloat16)
     assert result["grad_agree"], result
 
@@ -122,7 +122,7 @@ def test_strided_inputs_and_empty_rows():
         t.to(DEVICE).transpose(1, 2).contiguous().transpose(1, 2)
         for t in make_qkv(1, 2, 70, 30, 59, seed=9)
     )
-    out = _triton_attn.triton_attention(q, k, v, mask)
+    out = triton_attn.triton_attention(q, k, v, mask)
     assert torch.equal(out[..., :40, :], torch.zeros_like(out[..., :40, :]))
     _check(out, q, k, v, mask, torch.float32)
 
@@ -138,7 +138,7 @@ def test_executed_pairs_are_block_granular_and_o_n_w():
 
 
 def test_dispatch_cpu_keeps_the_tile_path():
-    assert not _triton_attn.use_triton("cpu", torch.float32, 64)
-    assert not _triton_attn.use_triton("cuda", torch.float64, 64)
+    assert not triton_attn.use_triton("cpu", torch.float32, 64)
+    assert not triton_attn.use_triton("cuda", torch.float64, 64)
     problem = Problem(1, 2, 64, 64, 16, mask=MaskSpec(causal=True, window=(3, 0)))
     assert registry.get("local").not_supported(problem) == []

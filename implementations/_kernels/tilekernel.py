@@ -1,4 +1,5 @@
-"""Exact masked attention over a :class:`~implementations._tiles.Plan`, forward and backward.
+"""Exact masked attention over a :class:`~implementations._kernels.tiles.Plan`, forward and
+backward.
 
 Each tile is one batched GEMM pair over all (batch, head) slices: scores
 ``(BH, rows, cols) = Q_rows K_colsᵀ·scale + bias``, a softmax, then ``P V_cols``. A tile holds
@@ -9,10 +10,10 @@ Backward recomputes each tile's probabilities from the saved per-row log-sum-exp
 FlashAttention does) and scatters dK, dV into the tile's key ranges, so it too touches only the
 executed pairs and keeps O(n) extra state.
 
-On CPU the tiles are split over worker threads (:mod:`implementations._tilepool`). Allocations
-made there are invisible to torch.profiler's CPU memory events (its state is per thread): a
-measured peak misses about one tile's scores per worker, a constant (~1.3 MiB for B=1, H=8,
-w=256) that does not change the memory exponent; ``plan_workspace_bytes`` includes it.
+On CPU the tiles are split over worker threads (:mod:`implementations._kernels.tilepool`).
+Allocations made there are invisible to torch.profiler's CPU memory events (its state is per
+thread): a measured peak misses about one tile's scores per worker, a constant (~1.3 MiB for
+B=1, H=8, w=256) that does not change the memory exponent; ``plan_workspace_bytes`` includes it.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from torch import Tensor
 
 from harness.dtypes import itemsize
 from harness.spec import Problem
-from implementations._tilepool import map_tiles
-from implementations._tiles import Plan, Tile
+from implementations._kernels.tilepool import map_tiles
+from implementations._kernels.tiles import Plan, Tile
 
 
 def _acc_dtype(dtype: torch.dtype) -> torch.dtype:

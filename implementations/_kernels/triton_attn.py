@@ -7,9 +7,9 @@ CUDA; on CPU they keep the tile path, and tests call it on CPU tensors under
 ``TRITON_INTERPRET=1``. Triton is optional: without it (or with a Triton that fails to import)
 this module still imports, the launches are absent and :func:`unavailable_reason` says why.
 
-Launches live in :mod:`implementations._triton_launch`, kernels in ``_triton_fwd`` and
-``_triton_bwd`` (building blocks in ``_triton_primitives``), index tables and autotuner keys in
-``_triton_tables``, iteration spaces in ``_triton_plan``.
+Launches live in :mod:`implementations._kernels.triton_launch`, kernels in ``triton_fwd`` and
+``triton_bwd`` (building blocks in ``triton_primitives``), index tables and autotuner keys in
+``triton_tables``, iteration spaces in ``triton_plan``.
 """
 
 from __future__ import annotations
@@ -23,19 +23,19 @@ from torch import Tensor
 from harness.dtypes import FLOAT_DTYPES
 from harness.masks import MaskSpec
 from harness.spec import Problem
-from implementations._triton_plan import (
+from implementations._kernels.triton_plan import (
     band_executed_pairs,
     band_plan,
     block_executed_pairs,
     block_plan,
     block_tile,
 )
-from implementations._triton_tables import band_tables, block_tables, tune_key
+from implementations._kernels.triton_tables import band_tables, block_tables, tune_key
 
 try:  # the launches import Triton, an optional dependency
-    from implementations import _triton_launch
+    from implementations._kernels import triton_launch
 except Exception as exc:  # absent or broken: the tile paths still run, the reason says why
-    _triton_launch = None
+    triton_launch = None
     _LAUNCH_ERROR = f"the Triton kernels failed to import: {type(exc).__name__}: {exc}"
 
 DTYPES = FLOAT_DTYPES - {torch.float64}  # the kernels have no float64 path
@@ -47,7 +47,7 @@ def unavailable_reason() -> str | None:
     import)."""
     if importlib.util.find_spec("triton") is None:
         return "triton not installed"
-    return None if _triton_launch is not None else _LAUNCH_ERROR
+    return None if triton_launch is not None else _LAUNCH_ERROR
 
 
 def supports_shape(dtype: torch.dtype, head_dim: int) -> bool:
@@ -70,7 +70,7 @@ def executed_pairs(mask: MaskSpec, n_q: int, n_k: int, head_dim: int, dtype: tor
     sizes the autotuner chose for this shape in this process, else the first config's."""
     if mask.block_size is not None:
         return block_executed_pairs(block_plan(mask, n_q, n_k, block_tile(mask.block_size)))
-    cfg = _triton_launch.forward_blocks(tune_key(mask, n_q, n_k, head_dim, dtype))
+    cfg = triton_launch.forward_blocks(tune_key(mask, n_q, n_k, head_dim, dtype))
     return band_executed_pairs(band_plan(mask, n_q, n_k), cfg["BLOCK_M"], cfg["BLOCK_N"])
 
 
@@ -102,7 +102,7 @@ def fused_workspace_bytes(problem: Problem) -> int:
 class _TritonAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, scale: float) -> Tensor:
-        out, lse = _triton_launch.attention_forward(q, k, v, mask, scale)
+        out, lse = triton_launch.attention_forward(q, k, v, mask, scale)
         if any(ctx.needs_input_grad[:3]):
             ctx.save_for_backward(q, k, v, out, lse)
             ctx.mask, ctx.scale = mask, scale
@@ -111,7 +111,7 @@ class _TritonAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout: Tensor):
         q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = _triton_launch.attention_backward(q, k, v, out, lse, dout, ctx.mask, ctx.scale)
+        dq, dk, dv = triton_launch.attention_backward(q, k, v, out, lse, dout, ctx.mask, ctx.scale)
         return dq, dk, dv, None, None
 
 

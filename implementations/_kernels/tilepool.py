@@ -19,7 +19,7 @@ from typing import TypeVar
 
 import torch
 
-from implementations._tiles import Tile
+from implementations._kernels.tiles import Tile
 
 T = TypeVar("T")
 

@@ -1,8 +1,8 @@
 """Host side of the fused Triton kernels that needs no Triton: the index tables per
 (spec, n_q, n_k, device), cached, and the autotuner's key of a problem.
 
-The tables are :mod:`implementations._triton_plan`'s plans as int32 tensors on the device;
-building them is the part of a first call that :func:`_triton_attn.prepare_tables` moves out
+The tables are :mod:`implementations._kernels.triton_plan`'s plans as int32 tensors on the device;
+building them is the part of a first call that :func:`triton_attn.prepare_tables` moves out
 of the timed region.
 """
 
@@ -14,7 +14,13 @@ import torch
 from torch import Tensor
 
 from harness.masks import MaskSpec
-from implementations._triton_plan import BandPlan, BlockPlan, band_plan, block_plan, block_tile
+from implementations._kernels.triton_plan import (
+    BandPlan,
+    BlockPlan,
+    band_plan,
+    block_plan,
+    block_tile,
+)
 
 
 def triton_next_pow2(x: int) -> int:

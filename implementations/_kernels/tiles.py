@@ -3,7 +3,7 @@
 A :class:`Plan` lists tiles. A tile is a run of query rows plus the key ranges those rows may
 need; a bias of 0/-inf inside the tile removes the pairs the mask drops. Every kept pair of
 :func:`harness.masks.mask_rows` lies in exactly one tile, so the kernel in
-:mod:`implementations._tilekernel` computes exactly the masked softmax while touching only
+:mod:`implementations._kernels.tilekernel` computes exactly the masked softmax while touching only
 ``sum(rows * keys)`` pairs: the executed pairs at tile granularity.
 
 Dilation is handled by residue classes: query position ``p`` only keeps keys with

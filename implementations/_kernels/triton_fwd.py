@@ -5,8 +5,8 @@ Online softmax in base 2 (scores prescaled by ``scale·log2(e)``, ``exp2``), fp3
 ``NEG`` and their probabilities are zeroed, so a row that sees no key keeps ``l = 0`` and
 outputs zeros (``lse = +inf``), never NaN. Key blocks that the mask keeps entirely run without
 any mask arithmetic; only the edge blocks of a band (or the flagged entries of a block list)
-compute the mask. The slot/CSR tables come from :mod:`implementations._triton_plan`; the
-shared building blocks from :mod:`implementations._triton_primitives`.
+compute the mask. The slot/CSR tables come from :mod:`implementations._kernels.triton_plan`; the
+shared building blocks from :mod:`implementations._kernels.triton_primitives`.
 
 Argument lists are written several to a line, as the kernels' signatures are.
 """
@@ -16,8 +16,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from implementations._triton_autotune import fwd_configs
-from implementations._triton_primitives import NEG, band_ranges, keep_mask, load_rows, mma
+from implementations._kernels.triton_autotune import fwd_configs
+from implementations._kernels.triton_primitives import NEG, band_ranges, keep_mask, load_rows, mma
 
 
 @triton.jit

@@ -2,8 +2,8 @@
 dK/dV, dQ: three launches), and the block sizes the autotuner chose.
 
 Importing this module imports Triton (the kernel modules define their kernels at import):
-:mod:`implementations._triton_attn` imports it only where Triton imports. A call does no host
-synchronization (no ``.item()``, no loop over tiles).
+:mod:`implementations._kernels.triton_attn` imports it only where Triton imports. A call does no
+host synchronization (no ``.item()``, no loop over tiles).
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import torch
 from torch import Tensor
 
 from harness.masks import MaskSpec
-from implementations import _triton_bwd, _triton_fwd
-from implementations._triton_autotune import fwd_configs
-from implementations._triton_plan import block_tile, ceil_div
-from implementations._triton_tables import band_tables, block_d, block_tables, tune_key
+from implementations._kernels import triton_bwd, triton_fwd
+from implementations._kernels.triton_autotune import fwd_configs
+from implementations._kernels.triton_plan import block_tile, ceil_div
+from implementations._kernels.triton_tables import band_tables, block_d, block_tables, tune_key
 
 LOG2E = 1.4426950408889634
 CHOSEN: dict[tuple, dict] = {}  # autotuner key -> the config it picked (for executed pairs)
@@ -83,7 +83,7 @@ def _band_forward(q, k, v, out, lse, mask: MaskSpec, tail: tuple):
     plan, slots, _ = band_tables(mask, n_q, n_k, str(q.device))
     grid = lambda meta: (ceil_div(plan.max_rows, meta["BLOCK_M"]), b * h, len(plan.slots))
     sizes = (h, n_q, n_k, n_k - n_q, plan.g, plan.hg, min(plan.g, n_k))
-    kernel = _triton_fwd.band_fwd
+    kernel = triton_fwd.band_fwd
     kernel[grid](q, k, v, out, lse, slots, *_strides(q, k, v, out), *sizes, *tail, **_constexprs(q))
     return kernel
 
@@ -96,7 +96,7 @@ def _blocks_forward(q, k, v, out, lse, mask: MaskSpec, tail: tuple):
     tables = (bp.q_pos, bp.starts, bp.mids, bp.ends, bp.cols, bp.order)
     sizes = (h, n_q, n_k, n_k - n_q, mask.block_size, _global_reach(mask, n_q, n_k))
     consts = dict(TILE=block_tile(mask.block_size), **_constexprs(q))
-    kernel = _triton_fwd.blocks_fwd
+    kernel = triton_fwd.blocks_fwd
     kernel[(bp.q_pos.numel(), b * h)](
         q, k, v, out, lse, *tables, *_strides(q, k, v, out), *sizes, *tail, **consts
     )
@@ -133,7 +133,7 @@ def _delta(out: Tensor, dout: Tensor) -> Tensor:
     """rowsum(dO ∘ O): (B·H, n_q) float32, one launch of ``delta_kernel``."""
     b, h, n_q, d = out.shape
     delta = torch.empty((b * h, n_q), dtype=torch.float32, device=out.device)
-    _triton_bwd.delta_kernel[(ceil_div(n_q, 64), b * h)](
+    triton_bwd.delta_kernel[(ceil_div(n_q, 64), b * h)](
         out, dout, delta, *_strides(out, dout), h, n_q, D=d, BLOCK_D=block_d(d), BLOCK=64
     )
     return delta
@@ -150,12 +150,12 @@ def _band_backward(head: tuple, grads: tuple, lse, delta, mask: MaskSpec, tail: 
     sizes, common = (h, n_q, n_k, n_k - n_q), _constexprs(q)
     band_k = (plan.g, plan.hg, plan.big, plan.n_global_rows)
     grid = lambda m: (ceil_div(plan.max_keys, m["BLOCK_N"]), b * h, len(plan.key_slots))
-    _triton_bwd.band_dkdv[grid](
+    triton_bwd.band_dkdv[grid](
         *head, dk, dv, lse, delta, kslots, *_strides(*head, dk), *sizes, *band_k, *tail, **common
     )
     band_q = (plan.g, plan.hg, min(plan.g, n_k))
     grid = lambda m: (ceil_div(plan.max_rows, m["BLOCK_M"]), b * h, len(plan.slots))
-    _triton_bwd.band_dq[grid](
+    triton_bwd.band_dq[grid](
         *head, dq, lse, delta, slots, *_strides(*head, dq), *sizes, *band_q, *tail, **common
     )
 
@@ -171,10 +171,10 @@ def _blocks_backward(head: tuple, grads: tuple, lse, delta, mask: MaskSpec, tail
     sizes = (h, n_q, n_k, n_k - n_q, mask.block_size, _global_reach(mask, n_q, n_k))
     tile = dict(TILE=block_tile(mask.block_size), **_constexprs(q))
     t_tables = (bp.t_pos, bp.t_starts, bp.t_mids, bp.t_ends, bp.t_cols, bp.t_order)
-    _triton_bwd.blocks_dkdv[(bp.t_pos.numel(), b * h)](
+    triton_bwd.blocks_dkdv[(bp.t_pos.numel(), b * h)](
         *head, dk, dv, lse, delta, *t_tables, *_strides(*head, dk), *sizes, *tail, **tile
     )
     tables = (bp.q_pos, bp.starts, bp.mids, bp.ends, bp.cols, bp.order)
-    _triton_bwd.blocks_dq[(bp.q_pos.numel(), b * h)](
+    triton_bwd.blocks_dq[(bp.q_pos.numel(), b * h)](
         *head, dq, lse, delta, *tables, *_strides(*head, dq), *sizes, *tail, **tile
     )

@@ -12,8 +12,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from implementations._triton_autotune import bwd_configs, dq_configs, fwd_configs
-from implementations._triton_primitives import band_ranges, keep_mask, load_rows, mma
+from implementations._kernels.triton_autotune import bwd_configs, dq_configs, fwd_configs
+from implementations._kernels.triton_primitives import band_ranges, keep_mask, load_rows, mma
 
 
 @triton.jit
