@@ -3,19 +3,28 @@
 Indices: query ``i`` in ``[0, n_q)``, key ``j`` in ``[0, n_k)``, ``off = n_k - n_q``: a query's
 absolute position is ``p = i + off`` (bottom-right alignment, as FlashAttention >= 2.1 and
 xformers' ``...FromBottomRightMask``; SDPA's ``is_causal`` is top-left and differs when
-``n_q != n_k``). With ``rel = j - p``:
+``n_q != n_k``). With ``rel = j - p``, a pair is kept when, in this order:
 
-- causal: keep iff ``rel <= 0``.
-- window ``(left, right)``: keep iff ``-left*d <= rel <= right*d`` and ``rel % d == 0`` where ``d``
-  is the dilation (``None``/``-1`` = unbounded on that side). A causal sliding window of W keys is
-  ``(W - 1, 0)``; HF/Mistral's ``sliding_window=W`` is ``(W - 1, 0)``; attention-gym's
-  ``q - kv <= W`` is ``(W, 0)`` (W + 1 keys).
-- global tokens ``g``: positions ``p < g`` attend to every key and keys ``j < g`` are seen by every
-  query (causality still applies).
-- block-sparse (``block_size = b``, BigBird): query block ``p // b``, key block ``j // b``; the
-  layout holds the sliding blocks (``window`` counted in *blocks* here) and ``random_blocks``
-  seeded random key blocks per query block; global tokens must be whole blocks.
-- A query with no kept key outputs zeros (never NaN).
+1. the pattern keeps it:
+   - window ``(left, right)``: ``-left*d <= rel <= right*d`` and ``rel % d == 0`` where ``d`` is
+     the dilation (``None``/``-1`` = unbounded on that side). A causal sliding window of W keys
+     is ``(W - 1, 0)``; HF/Mistral's ``sliding_window=W`` is ``(W - 1, 0)``; attention-gym's
+     ``q - kv <= W`` is ``(W, 0)`` (W + 1 keys). No window: every pair.
+   - block-sparse (``block_size = b``, BigBird) instead: query block ``p // b`` and key block
+     ``j // b`` are in the layout of sliding blocks (``window`` counted in *blocks* here) and
+     ``random_blocks`` seeded random key blocks per query block;
+2. or either side is a global token: ``global_tokens = g`` (an int) makes positions ``p < g``
+   and keys ``j < g`` global; a tuple names the global positions (any positions; for
+   block-sparse they must be whole blocks). A tuple ``(0, ..., g - 1)`` is stored as ``g``;
+3. and, when ``causal``, ``rel <= 0``;
+4. or both ``p < prefix_len`` and ``j < prefix_len`` (prefix-LM: the prefix attends to itself
+   both ways; with ``causal`` and nothing else this is attention-gym's ``prefix_lm``,
+   ``kv < P or q >= kv``);
+5. and, with ``documents`` (the lengths of packed documents, in order, summing to the sequence
+   length; ``n_q == n_k``), query and key lie in the same document: no rule above, global
+   tokens included, reaches across a document boundary.
+
+A query with no kept key outputs zeros (never NaN).
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ import torch
 from torch import Tensor
 
 Side = int | None
+Globals = int | tuple[int, ...]
 
 
 class MaskError(ValueError):
@@ -41,10 +51,12 @@ class MaskSpec:
     causal: bool = False
     window: tuple[Side, Side] | None = None
     dilation: int = 1
-    global_tokens: int = 0
+    global_tokens: Globals = 0
     block_size: int | None = None
     random_blocks: int = 0
     seed: int = 0
+    documents: tuple[int, ...] | None = None
+    prefix_len: int = 0
 
     def __post_init__(self) -> None:
         if self.window is not None:
@@ -54,18 +66,22 @@ class MaskSpec:
             object.__setattr__(self, "window", (left, right))
         if self.dilation < 1:
             raise MaskError(f"dilation must be >= 1, got {self.dilation}")
-        if self.global_tokens < 0 or self.random_blocks < 0:
-            raise MaskError("global_tokens and random_blocks must be >= 0")
+        object.__setattr__(self, "global_tokens", _normal_globals(self.global_tokens))
+        if self.random_blocks < 0:
+            raise MaskError("random_blocks must be >= 0")
+        if self.prefix_len < 0:
+            raise MaskError(f"prefix_len must be >= 0, got {self.prefix_len}")
+        if self.documents is not None:
+            docs = tuple(int(x) for x in self.documents)
+            if not docs or min(docs) < 1:
+                raise MaskError(f"documents must be lengths >= 1, got {self.documents}")
+            object.__setattr__(self, "documents", docs)
         if self.block_size is not None:
             if self.block_size < 1:
                 raise MaskError(f"block_size must be >= 1, got {self.block_size}")
             if self.dilation != 1:
                 raise MaskError("dilation cannot be combined with block_size")
-            if self.global_tokens % self.block_size:
-                raise MaskError(
-                    f"global_tokens={self.global_tokens} must be a multiple of "
-                    f"block_size={self.block_size}"
-                )
+            _check_whole_blocks(self.global_tokens, self.block_size)
         elif self.random_blocks:
             raise MaskError("random_blocks needs block_size")
 
@@ -85,6 +101,7 @@ class MaskSpec:
             and self.window in (None, (None, None))
             and self.dilation == 1
             and self.block_size is None
+            and self.documents is None
         )
 
     @property
@@ -99,9 +116,38 @@ class MaskSpec:
             used.add("dilation")
         if self.global_tokens:
             used.add("global")
+        if isinstance(self.global_tokens, tuple):
+            used.add("global_positions")
         if self.block_size is not None:
             used.add("block_sparse")
+        if self.documents is not None:
+            used.add("documents")
+        if self.prefix_len:
+            used.add("prefix")
         return frozenset(used)
+
+    def global_positions(self, n: int) -> tuple[int, ...]:
+        """The global positions below ``n``, ascending."""
+        g = self.global_tokens
+        return tuple(range(min(g, n))) if isinstance(g, int) else tuple(x for x in g if x < n)
+
+    def check_lengths(self, n_q: int, n_k: int) -> None:
+        """Raise :class:`MaskError` when this spec cannot apply to n_q queries over n_k keys:
+        documents need ``n_q == n_k`` and must sum to it; global positions and the prefix must
+        lie inside the sequence."""
+        if self.documents is not None:
+            if n_q != n_k:
+                raise MaskError(f"documents need n_q == n_k, got {n_q} queries over {n_k} keys")
+            if sum(self.documents) != n_k:
+                raise MaskError(
+                    f"documents sum to {sum(self.documents)}, not the sequence length {n_k}"
+                )
+        if isinstance(self.global_tokens, tuple) and self.global_tokens[-1] >= n_k:
+            raise MaskError(
+                f"global position {self.global_tokens[-1]} is outside a sequence of {n_k}"
+            )
+        if self.prefix_len > n_k:
+            raise MaskError(f"prefix_len {self.prefix_len} > sequence length {n_k}")
 
     def describe(self) -> str:
         """A short human label, e.g. ``causal,window=(255,0)``."""
@@ -112,15 +158,55 @@ class MaskSpec:
             parts.append(f"window=({_side(self.left)},{_side(self.right)})")
         if self.dilation > 1:
             parts.append(f"dilation={self.dilation}")
-        if self.global_tokens:
+        if isinstance(self.global_tokens, tuple):
+            parts.append(f"global=[{' '.join(map(str, self.global_tokens))}]")
+        elif self.global_tokens:
             parts.append(f"global={self.global_tokens}")
         if self.block_size is not None:
             parts.append(f"block={self.block_size},random={self.random_blocks}")
+        if self.prefix_len:
+            parts.append(f"prefix={self.prefix_len}")
+        if self.documents is not None:
+            parts.append(f"documents={len(self.documents)}")
         return ",".join(parts) or "dense"
 
 
 def _side(s: Side) -> str:
     return "-1" if s is None else str(s)
+
+
+def _normal_globals(g) -> Globals:
+    """An int count stays; a collection of positions becomes a sorted tuple without repeats,
+    stored as the count ``g`` when it is exactly ``0..g-1`` (one spelling per mask)."""
+    if isinstance(g, bool) or not isinstance(g, int | tuple | list):
+        raise MaskError(f"global_tokens must be a count or a tuple of positions, got {g!r}")
+    if isinstance(g, int):
+        if g < 0:
+            raise MaskError(f"global_tokens must be >= 0, got {g}")
+        return g
+    positions = tuple(sorted({int(x) for x in g}))
+    if positions and positions[0] < 0:
+        raise MaskError(f"global positions must be >= 0, got {positions[0]}")
+    if positions == tuple(range(len(positions))):
+        return len(positions)
+    return positions
+
+
+def _check_whole_blocks(g: Globals, b: int) -> None:
+    """Block-sparse global tokens must be whole blocks (a count or a set of positions)."""
+    if isinstance(g, int):
+        if g % b:
+            raise MaskError(f"global_tokens={g} must be a multiple of block_size={b}")
+        return
+    blocks = {x // b for x in g}
+    if len(g) != len(blocks) * b:
+        raise MaskError(f"global positions must be whole blocks of block_size={b}, got {g}")
+
+
+def document_ids(lengths: tuple[int, ...], device: torch.device | str = "cpu") -> Tensor:
+    """The document index of every position, int64 (sum(lengths),): ``[0]*l0 + [1]*l1 + ...``."""
+    counts = torch.tensor(lengths, dtype=torch.int64, device=device)
+    return torch.repeat_interleave(torch.arange(len(lengths), device=device), counts)
 
 
 @lru_cache(maxsize=64)
@@ -143,10 +229,10 @@ def block_layout(spec: MaskSpec, n_q: int, n_k: int) -> Tensor:
     if spec.right is not None:
         layout &= rel <= spec.right
     if spec.random_blocks:
-        g_blocks = spec.global_tokens // b
+        g_blocks = sorted({x // b for x in spec.global_positions(nb * b)})
         for row in range(nb):
             taken = layout[row].clone()
-            taken[:g_blocks] = True
+            taken[g_blocks] = True
             if spec.causal:
                 taken[row + 1 :] = True  # causally masked anyway: never spend a random block there
             candidates = (~taken).nonzero().flatten()
@@ -177,17 +263,29 @@ def keep_pairs(spec: MaskSpec, n_q: int, n_k: int, p: Tensor, j: Tensor) -> Tens
             keep &= rel <= spec.right * d
         if d > 1:
             keep &= torch.remainder(rel, d) == 0
-    if spec.global_tokens:
+    if isinstance(spec.global_tokens, tuple):
+        g = torch.tensor(spec.global_tokens, device=p.device)
+        keep |= torch.isin(p, g) | torch.isin(j, g)
+    elif spec.global_tokens:
         keep |= (p < spec.global_tokens) | (j < spec.global_tokens)
     if spec.causal:
         keep &= rel <= 0
+    if spec.prefix_len:
+        keep |= (p < spec.prefix_len) & (j < spec.prefix_len)
+    if spec.documents is not None:
+        doc = document_ids(spec.documents, p.device)
+        n = doc.numel()
+        p_doc = torch.where((p >= 0) & (p < n), doc[p.clamp(0, n - 1)], -1)
+        keep &= p_doc == doc[j.clamp(0, n - 1)]
     return keep
 
 
 def mask_rows(
     spec: MaskSpec, n_q: int, n_k: int, start: int, stop: int, device: torch.device | str = "cpu"
 ) -> Tensor:
-    """Rows ``start:stop`` of the dense mask, bool (stop - start, n_k), True = attend."""
+    """Rows ``start:stop`` of the dense mask, bool (stop - start, n_k), True = attend.
+    Raises :class:`MaskError` when the spec does not fit these lengths."""
+    spec.check_lengths(n_q, n_k)
     p = torch.arange(start, stop, device=device)[:, None] + (n_k - n_q)  # absolute positions
     j = torch.arange(n_k, device=device)[None, :]
     return keep_pairs(spec, n_q, n_k, p, j)
@@ -202,12 +300,13 @@ def dense_mask(spec: MaskSpec, n_q: int, n_k: int, device: torch.device | str = 
 def kept_pairs(spec: MaskSpec, n_q: int, n_k: int, chunk: int = 1024) -> int:
     """Exact number of kept (query, key) pairs.
 
-    Closed form per query row (O(n_q)) for causal/window/dilation/global masks; block-sparse
-    layouts are counted from :func:`mask_rows` in row chunks (bounded memory).
+    Closed form per query row (O(n_q)) for causal/window/dilation/global-prefix masks; other
+    masks are counted from :func:`mask_rows` in row chunks (bounded memory, O(n_q·n_k) time).
     """
-    if spec.is_dense:
+    if spec.is_dense:  # prefix and global rules only add pairs to a dense mask
         return n_q * n_k
-    if spec.block_size is None:
+    closed_form = not ({"documents", "prefix", "global_positions"} & spec.features)
+    if spec.block_size is None and closed_form:
         return int(_row_counts(spec, n_q, n_k).sum())
     return sum(
         int(mask_rows(spec, n_q, n_k, s, min(s + chunk, n_q)).sum()) for s in range(0, n_q, chunk)

@@ -6,6 +6,12 @@ A plug-in registers data plus one function::
     @register("local", family="local", caps=Capabilities(...), cost=Cost(1, 1))
     def local_attention(q, k, v, mask, scale=None): ...   # q: (B, H, n_q, D) -> (B, H, n_q, D)
 
+An approximation of softmax attention (Performer, Linformer, ...) also declares its method
+parameters (``params={"features": Param(256, "random features m", minimum=1)}``: the function
+takes them as keyword arguments) and ``reference``: a float64 evaluation of its own definition
+with the same signature (same random features or projections), which the agreement check
+holds it to; its distance from exact softmax attention is measured, not gated.
+
 An entry point names a module (registration happens at import) or a zero-argument callable.
 
 Calling an :class:`Implementation` directly checks the same capabilities the runner checks and
@@ -26,12 +32,12 @@ import torch
 from torch import Tensor
 
 from harness.masks import MaskSpec
-from harness.spec import AttnFn, Capabilities, Cost, Problem
+from harness.spec import AttnFn, Capabilities, Cost, Param, ParamValue, Problem
 
 ENTRY_POINT_GROUP = "attnbench.implementations"
 BUILTIN_PACKAGE = "implementations"
 
-CoreFn = Callable[..., Tensor]  # (q, k, v, mask, scale=None) -> out
+CoreFn = Callable[..., Tensor]  # (q, k, v, mask, scale=None, **params) -> out
 ProbeFn = Callable[[str], object]  # (device type) -> anything; raises when the backend is broken
 
 
@@ -51,8 +57,11 @@ def machine_device_types() -> list[str]:
     return ["cuda", "cpu"] if torch.cuda.is_available() else ["cpu"]
 
 
-def problem_of(q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec) -> Problem:
-    """The :class:`Problem` of a direct call. q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D)."""
+def problem_of(
+    q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, params: tuple = ()
+) -> Problem:
+    """The :class:`Problem` of a direct call. q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D);
+    ``params``: (name, value) method parameters, sorted by name."""
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise ValueError(
             f"q, k, v must be (B, H, N, D), got {tuple(q.shape)}, {tuple(k.shape)}, "
@@ -62,7 +71,7 @@ def problem_of(q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec) -> Problem:
     return Problem(
         batch=q.shape[0], heads=q.shape[1], n_q=q.shape[-2], n_k=k.shape[-2],
         head_dim=q.shape[-1], dtype=q.dtype, device=q.device.type, mask=mask, backward=grad,
-        kv_heads=None if k.shape[1] == q.shape[1] else k.shape[1],
+        kv_heads=None if k.shape[1] == q.shape[1] else k.shape[1], params=params,
     )
 
 
@@ -114,6 +123,18 @@ class Implementation:
     extra_reasons: Callable[[Problem], list[str]] | None = field(default=None, repr=False)
     prepare_fn: Callable[[Problem], AttnFn] | None = field(default=None, repr=False)
     probe: ProbeFn | None = field(default=None, repr=False)
+    params: dict[str, Param] = field(default_factory=dict)
+    reference: CoreFn | None = field(default=None, repr=False)
+
+    @property
+    def approximate(self) -> bool:
+        """Whether this is an approximation of softmax attention, judged against its own
+        float64 definition (``reference``) rather than the exact reference."""
+        return self.reference is not None
+
+    def param_values(self, given: dict[str, ParamValue] | None = None) -> dict[str, ParamValue]:
+        """Every declared parameter's value: ``given`` over the declared defaults."""
+        return {name: (given or {}).get(name, p.default) for name, p in self.params.items()}
 
     def __post_init__(self) -> None:
         # direct calls repeat the same shapes: their support check is looked up, not redone
@@ -126,25 +147,29 @@ class Implementation:
         v: Tensor,
         mask: MaskSpec | None = None,
         scale: float | None = None,
+        **params: ParamValue,
     ) -> Tensor:
-        """q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D) -> (B, H, n_q, D); scale 1/sqrt(D) default.
+        """q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D) -> (B, H, n_q, D); scale 1/sqrt(D) default;
+        ``params``: the declared method parameters (defaults for the rest).
 
         Raises :class:`NotSupportedError` when the call is outside the declared capabilities
         (the same check the runner makes before a point runs).
         """
         mask = mask if mask is not None else MaskSpec()
         grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+        given = tuple(sorted(params.items()))
         # a plain tuple key: building and hashing a Problem on every call costs more than this
-        key = (q.shape, k.shape, v.shape, q.dtype, q.device.type, mask, grad)
+        key = (q.shape, k.shape, v.shape, q.dtype, q.device.type, mask, grad, given)
         cache: dict = self._reasons_cache  # type: ignore[attr-defined]
         reasons = cache.get(key)
         if reasons is None:
             if len(cache) >= _REASON_CACHE_MAX:
                 cache.clear()
-            reasons = cache[key] = self.not_supported(problem_of(q, k, v, mask))
+            problem = problem_of(q, k, v, mask, given)
+            reasons = cache[key] = self.not_supported(problem)
         if reasons:
             raise NotSupportedError(f"{self.name} cannot run this call: {'; '.join(reasons)}")
-        return self.fn(q, k, v, mask, scale=scale)
+        return self.fn(q, k, v, mask, scale=scale, **self.param_values(params))
 
     def unavailable_reason(self, device_type: str | None = None) -> str | None:
         """Why this implementation cannot run here at all (None = it can).
@@ -173,17 +198,30 @@ class Implementation:
         reason = self.unavailable_reason(problem.device_type)
         if reason:
             return [f"unavailable: {reason}"]
-        out = self.caps.reasons(problem)
+        out = self.caps.reasons(problem) + self.param_reasons(problem)
         if not out and self.extra_reasons is not None:
             out = list(self.extra_reasons(problem))
+        return out
+
+    def param_reasons(self, problem: Problem) -> list[str]:
+        """Why the problem's method parameters do not fit this implementation (empty = they
+        do): names it does not declare, values out of their declared range."""
+        out = []
+        for name, value in problem.params:
+            declared = self.params.get(name)
+            if declared is None:
+                known = ", ".join(sorted(self.params)) or "none"
+                out.append(f"no parameter {name!r} (declared: {known})")
+            else:
+                out += declared.reasons(name, value)
         return out
 
     def prepare(self, problem: Problem) -> AttnFn:
         """Set-up outside the timed call (block masks, layouts, compilation handles)."""
         if self.prepare_fn is not None:
             return self.prepare_fn(problem)
-        mask, fn = problem.mask, self.fn
-        return lambda q, k, v: fn(q, k, v, mask)
+        mask, fn, params = problem.mask, self.fn, self.param_values(dict(problem.params))
+        return lambda q, k, v: fn(q, k, v, mask, **params)
 
 
 _REGISTRY: dict[str, Implementation] = {}
@@ -202,11 +240,15 @@ def register(
     extra_reasons: Callable[[Problem], list[str]] | None = None,
     prepare: Callable[[Problem], AttnFn] | None = None,
     probe: ProbeFn | None = None,
+    params: dict[str, Param] | None = None,
+    reference: CoreFn | None = None,
 ) -> Callable[[CoreFn], CoreFn]:
     """Decorator that registers ``fn`` under ``name``; returns ``fn`` unchanged.
 
     ``probe(device_type)`` makes one tiny real call (see :func:`tiny_qkv`) and raises when the
-    backend cannot run there; it is run once per process and device type.
+    backend cannot run there; it is run once per process and device type. ``params``: method
+    parameters ``fn`` takes as keyword arguments; ``reference``: for an approximation, the
+    float64 evaluation of its own definition (see the module docstring).
     """
 
     def decorate(fn: CoreFn) -> CoreFn:
@@ -224,6 +266,8 @@ def register(
             extra_reasons=extra_reasons,
             prepare_fn=prepare,
             probe=probe,
+            params=dict(params or {}),
+            reference=reference,
         )
         return fn
 

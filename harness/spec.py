@@ -18,7 +18,44 @@ from harness.masks import MaskSpec
 AttnFn = Callable[[Tensor, Tensor, Tensor], Tensor]
 """A prepared attention call: (q, k, v) -> out, the mask already bound."""
 
-MASK_FEATURES = frozenset({"causal", "window", "dilation", "global", "block_sparse"})
+MASK_FEATURES = frozenset(
+    {
+        "causal",
+        "window",
+        "dilation",
+        "global",  # global tokens (the first g positions, or named positions)
+        "global_positions",  # global tokens at named positions, not just the first g
+        "block_sparse",
+        "documents",  # packed documents (block-diagonal)
+        "prefix",  # prefix-LM: a bidirectional prefix
+    }
+)
+ParamValue = int | float
+
+
+@dataclass(frozen=True)
+class Param:
+    """A method parameter an implementation declares (Performer's random features, Linformer's
+    projected length, a chunk size): its default, its bounds and a one-line doc. Suites set and
+    sweep it by name; rows carry it as a column of that name."""
+
+    default: ParamValue
+    doc: str
+    minimum: ParamValue | None = None
+    maximum: ParamValue | None = None
+    integer: bool = True
+
+    def reasons(self, name: str, value: object) -> list[str]:
+        """Why ``value`` is not a valid value of this parameter (empty = it is)."""
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return [f"{name} must be a number, got {value!r}"]
+        if self.integer and not float(value).is_integer():
+            return [f"{name} must be a whole number, got {value!r}"]
+        if self.minimum is not None and value < self.minimum:
+            return [f"{name} = {value} is below its minimum {self.minimum}"]
+        if self.maximum is not None and value > self.maximum:
+            return [f"{name} = {value} is above its maximum {self.maximum}"]
+        return []
 
 
 @dataclass(frozen=True)
@@ -38,6 +75,7 @@ class Problem:
     mask: MaskSpec = field(default_factory=MaskSpec)
     backward: bool = False
     kv_heads: int | None = None
+    params: tuple[tuple[str, ParamValue], ...] = ()  # method parameters, sorted by name
 
     @property
     def n_kv_heads(self) -> int:
@@ -46,6 +84,10 @@ class Problem:
     @property
     def device_type(self) -> str:
         return torch.device(self.device).type
+
+    def param(self, name: str, default: ParamValue | None = None) -> ParamValue | None:
+        """The value of method parameter ``name`` in this call (``default`` when unset)."""
+        return dict(self.params).get(name, default)
 
 
 @dataclass(frozen=True)
@@ -100,7 +142,14 @@ class Cost:
     """Claimed asymptotic cost in n (sequence length) at fixed window/heads/head_dim.
 
     ``memory_model(problem) -> bytes`` predicts the extra peak memory of one call beyond its
-    inputs and output (the workspace); used to skip points over a memory budget.
+    inputs and output (the workspace); used to skip points over a memory budget. Every model
+    here must be closed-form or O(number of blocks) in n, never O(n²): predictions run before
+    a point, for any n.
+
+    ``flops(problem) -> FLOPs`` is the method's own forward FLOP count of one call, for methods
+    whose work is not 4·B·H·D per kept (query, key) pair (linear-complexity approximations);
+    None = the kept-pair count. ``io_bytes(problem) -> bytes`` likewise for the compulsory
+    bytes beyond q, k, v and the output (e.g. Linformer's projection matrices); None = 0.
     """
 
     time_exponent: float
@@ -109,3 +158,5 @@ class Cost:
     executed_pairs: Callable[[Problem], int] | None = (
         None  # pairs really computed (block granularity)
     )
+    flops: Callable[[Problem], float] | None = None
+    io_bytes: Callable[[Problem], int] | None = None
