@@ -12,15 +12,21 @@ query), and row filters ``impl``, ``scenario``, ``where = {column = value}``, ``
   ``expect_ratio_max``, ``ratio = "impl/baseline" | "baseline/impl"``: metric ratios at matched
   points; measured = their geometric mean, interval = the envelope of the per-point intervals
   (so "2-4x at n = 1k..8k" must hold at every n in the range).
-- crossover: ``baseline``, ``expect_crossover_min``/``_max``, ``relative_to`` (a column, e.g.
-  ``d_model``): the largest ``over`` up to which ``impl`` is cheaper than the baseline, in
-  units of ``relative_to``; censored at the sweep's ends.
+- crossover: ``baseline``, ``expect_crossover_min``/``_max``: the ``over`` at which ``impl``
+  and the baseline cost the same, censored at the sweep's ends. ``cheaper = "below"`` (the
+  default: ``impl`` is the cheaper one below the crossover) or ``"above"``. With
+  ``relative_to`` (a column, e.g. ``d_model``) the crossover is in units of that column
+  ("cheaper while n < d"); without it, in units of ``over`` itself, an absolute range of the
+  swept axis ("crosses over between n = 512 and 1024").
 
 Regime keys (all optional; docs/claims.md): ``concerns = "work" | "device" | "both"`` (default:
 both for an exponent of a timed metric, else device), ``work = "flops" | "bytes"`` (the
-analytic count a work verdict fits), ``saturation`` (default 0.5: time verdicts use only rows
-at >= that fraction of their bound) and ``saturation_rule = "roofline" | "peak"``; ``min_x``
-(a lower bound on ``over`` that the claim states, e.g. where its asymptotics start).
+analytic count a work verdict fits), ``plateau`` (default 0.15: time verdicts only over the
+region where the exponent of utilization along ``over`` is within ±plateau),
+``saturation`` (default 0: off; an extra floor, a fraction of the bound that every row of the
+region must reach) and ``saturation_rule = "roofline" | "peak"`` (the bound utilization is a
+fraction of); ``min_x`` (a lower bound on ``over`` that the claim states, e.g. where its
+asymptotics start).
 
 This module is the :class:`Claim` type and the parsing of the file, once;
 :mod:`harness.analysis.verdicts` judges each claim.
@@ -41,7 +47,9 @@ VERDICTS = ("confirmed", "refuted", "inconclusive")
 BOUNDS = ("both", "upper", "lower")
 RATIOS = ("impl/baseline", "baseline/impl")
 CONCERNS = ("work", "device", "both")
-SATURATION = 0.5  # default: time verdicts only over rows at >= 50 % of their bound
+CHEAPER = ("below", "above")
+PLATEAU = 0.15  # default: utilization is level where its exponent along the axis is within ±this
+SATURATION = 0.0  # default: no floor on utilization (the plateau rule decides)
 TIMED_METRICS = ("time_median_s", "mixer_time_s", "tokens_per_s", "tflops_per_s")
 
 
@@ -72,11 +80,18 @@ class Claim:
     expect_crossover_min: float | None = None
     expect_crossover_max: float | None = None
     relative_to: str | None = None
+    cheaper: str = "below"
     min_x: float | None = None
     concerns: str | None = None
     work: str = "flops"
+    plateau: float = PLATEAU
     saturation: float = SATURATION
     saturation_rule: str = "roofline"
+
+    @property
+    def timed(self) -> bool:
+        """Is the metric a time (or a rate derived from one)? Its verdicts need the plateau."""
+        return self.metric in TIMED_METRICS
 
     @property
     def aspects(self) -> tuple[str, ...]:
@@ -84,8 +99,7 @@ class Claim:
         exponent of a timed metric is a complexity claim, judged on both."""
         concerns = self.concerns
         if concerns is None:
-            timed = self.metric in TIMED_METRICS
-            concerns = "both" if self.kind == "exponent" and timed else "device"
+            concerns = "both" if self.kind == "exponent" and self.timed else "device"
         return {"both": ("work", "device"), "work": ("work",), "device": ("device",)}[concerns]
 
     @property
@@ -118,7 +132,11 @@ class Claim:
             sign = {"both": "±", "upper": "≤ +", "lower": "≥ -"}[self.bound]
             return f"{self.expect_exponent:g} {sign}{self.tolerance:g}"
         lo, hi = self.band
-        return f"[{lo:g}, {hi:g}]" + (f" x {self.relative_to}" if self.relative_to else "")
+        if self.kind == "ratio":
+            return f"[{lo:g}, {hi:g}]"
+        unit = f" x {self.relative_to}" if self.relative_to else f" {self.over}"
+        side = "" if self.cheaper == "below" else f" ({self.impl} cheaper above)"
+        return f"[{lo:g}, {hi:g}]{unit}{side}"
 
 
 # --- parsing -------------------------------------------------------------------------------
@@ -147,9 +165,11 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "expect_crossover_min": (int, float),
     "expect_crossover_max": (int, float),
     "relative_to": (str,),
+    "cheaper": (str,),
     "min_x": (int, float),
     "concerns": (str,),
     "work": (str,),
+    "plateau": (int, float),
     "saturation": (int, float),
     "saturation_rule": (str,),
 }
@@ -157,6 +177,7 @@ _CHOICES = {
     "bound": BOUNDS,
     "model": MODELS,
     "ratio": RATIOS,
+    "cheaper": CHEAPER,
     "concerns": CONCERNS,
     "work": ("flops", "bytes"),
     "saturation_rule": ("roofline", "peak"),
@@ -252,12 +273,15 @@ def _parse_one(entry: dict, at: str) -> Claim:
         )
     if not forms[0] and "baseline" not in entry:
         fail("baseline", "ratio and crossover claims need a baseline implementation")
-    if forms[2] and "relative_to" not in entry:
-        fail("relative_to", "crossover claims need relative_to (e.g. d_model)")
+    for key in ("relative_to", "cheaper"):
+        if key in entry and not forms[2]:
+            fail(key, "only crossover claims take this key")
     if values.get("tolerance", 0.2) <= 0:
         fail("tolerance", "must be > 0")
     if not 0 <= values.get("saturation", SATURATION) < 1:
-        fail("saturation", "must be a fraction in [0, 1) (0 = judge time at any utilization)")
+        fail("saturation", "must be a fraction in [0, 1) (0 = no floor on utilization)")
+    if not 0 < values.get("plateau", PLATEAU) < 1:
+        fail("plateau", "must be in (0, 1): the utilization exponent band, e.g. 0.15")
     if "concerns" in values and values["concerns"] != "device" and not forms[0]:
         fail("concerns", "work verdicts are for exponent claims only")
     if "min_x" in values:

@@ -1,12 +1,19 @@
-"""Exponent claims, judged per fitted group: on the device and on the work.
+"""Exponent claims, measured per fitted group: on the device and on the work.
 
-*Device*: the measured metric's exponent over the subject's ok rows. For a timed metric with
-known utilization, only rows at >= ``saturation`` of the claim's bound count
-(:mod:`harness.analysis.regime`); a group with too few of them gets no time verdict and a
-reason that names its regime ("latency-bound regime (x–y% of roofline)" or "kernel efficiency
-varies (...)"), never "refuted". *Work*: the cost model's FLOPs or bytes over every swept
-point (exact counts, so the interval is the fit's own). A verdict limited by too few points
-says "thin data (k points)".
+*Device*: the exponent of ``claim.metric`` over the subject's ok rows. For a timed metric, only
+over the plateau of utilization along the claim's axis (:func:`harness.analysis.regime.
+find_plateau`): leading points where utilization still rises or falls are left out, and the
+words say how it moved there; a group with no plateau gets no time verdict ("no time verdict:
+utilization changes with seq_len (exponent 0.82 [0.71, 0.93]; 0.6–3% of roofline)"), never
+"refuted". Without a calibration the achieved FLOP/s stands in for utilization (the same
+exponent when the bound is one number); without a work model every point is fitted and the
+words say so. *Work*: the cost model's FLOPs or bytes over every swept point (exact counts, so
+the interval is the fit's own).
+
+Each group is a measurement: the value, its interval and the words that go after the verdict's
+reason (``detail``), or ``unjudged`` (why there is nothing to judge), with the utilization
+range and, for time claims, the plateau. Judging it against the claim's band is
+:mod:`harness.analysis.verdicts`.
 """
 
 from __future__ import annotations
@@ -16,15 +23,25 @@ import pandas as pd
 
 from harness import fmt
 from harness.analysis import regime
-from harness.analysis.claims import TIMED_METRICS, Claim
-from harness.analysis.fits import fit_exponent
-from harness.analysis.frames import TIME_METRICS, aggregate, group_keys, iter_groups, select
-from harness.analysis.judging import N_BOOT, judge, thin, thin_reason
+from harness.analysis.claims import Claim
+from harness.analysis.fits import N_BOOT, fit_exponent
+from harness.analysis.frames import (
+    TIME_METRICS,
+    aggregate,
+    group_keys,
+    group_label,
+    iter_groups,
+)
 from harness.analysis.powerfit import local_slopes_xy
-from harness.analysis.subjects import describe, group_label, missing_reason, subject_rows
 
-# per-point medians merged beside the metric: what the regime words and the gate need
-REGIME_COLUMNS = ("utilization", "work_flops", "achieved_flops_per_s", "head_dim_v")
+# per-point medians merged beside the metric: what the plateau and its words need
+REGIME_COLUMNS = ("utilization", "achieved_flops_per_s", "head_dim_v")
+
+
+def thin(n_points: int, model: str, min_points: int) -> bool:
+    """Too few points for an interval that could decide: fewer than 3 residual degrees of
+    freedom beyond the model's parameters (3 points for a power law, 4 with a constant)."""
+    return n_points < max(min_points, 3) + (model == "power+const") + 2
 
 
 def _with_medians(data: pd.DataFrame, claim: Claim, keys: list[str], cols: tuple[str, ...]):
@@ -40,30 +57,14 @@ def _with_medians(data: pd.DataFrame, claim: Claim, keys: list[str], cols: tuple
     return out
 
 
-def _regime_text(part: pd.DataFrame, claim: Claim) -> tuple[str, str]:
-    """(regime, words with the numbers) for a group with too few saturated points."""
-    util = part["utilization"].to_numpy(float)
+def _span(part: pd.DataFrame, claim: Claim) -> str:
+    """``"38–52% of roofline"`` for the points' utilization, or ``""`` when unknown."""
     lo, hi = regime.util_range(part["utilization"])
-    if lo is None:
-        return "unknown", "utilization unknown (no calibration in env.json)"
-    limit = f"no time verdict below {claim.saturation:.0%} of {claim.saturation_rule}"
-    work = part["work_flops"].to_numpy(float)
-    finite = np.isfinite(util) & np.isfinite(work)
-    spread = work[finite].max() / work[finite].min() if finite.sum() >= 2 else 1.0
-    rises = spread >= 1.5 and finite.sum() >= 3 and pd.Series(util[finite]).corr(
-        pd.Series(work[finite]), method="spearman"
-    ) > 0.5
-    if finite.sum() >= 2 and (spread < 1.5 or not rises) and hi / max(lo, 1e-12) > 1.5:
-        rate = part["achieved_flops_per_s"].to_numpy(float) / 1e12
-        i, j = int(np.nanargmin(util)), int(np.nanargmax(util))
-        return "efficiency varies", (
-            f"kernel efficiency varies ({rate[i]:.3g} TFLOP/s at {_where(part, i, claim)} vs "
-            f"{fmt.number(rate[j], 3)} at {_where(part, j, claim)}; {fmt.percent_range(lo, hi)} of "
-            f"{claim.saturation_rule}): {limit}"
-        )
-    return "latency-bound", (
-        f"latency-bound regime ({fmt.percent_range(lo, hi)} of {claim.saturation_rule}): {limit}"
-    )
+    return "" if lo is None else f"{fmt.percent_range(lo, hi)} of {claim.saturation_rule}"
+
+
+def _interval(lo: float, hi: float) -> str:
+    return f"[{fmt.fixed(lo, 2)}, {fmt.fixed(hi, 2)}]" if np.isfinite([lo, hi]).all() else ""
 
 
 def _where(part: pd.DataFrame, i: int, claim: Claim) -> str:
@@ -74,90 +75,157 @@ def _where(part: pd.DataFrame, i: int, claim: Claim) -> str:
     return text
 
 
-def _gated(claim: Claim, data: pd.DataFrame) -> bool:
-    """Time verdicts only over saturated rows: a timed metric, a fraction, known utilization."""
+def _efficiency(part: pd.DataFrame, claim: Claim) -> str:
+    """Where the kernel's speed changes with head_dim along a heads sweep at fixed d_model (the
+    multi-head claim):
+    ``"; kernel efficiency varies with head_dim (120 TFLOP/s at head_dim 16 ... vs 640 at
+    ...)"``; ``""`` otherwise."""
+    if claim.over != "heads" or part["head_dim_v"].nunique() < 2:  # head_dim = d_model/heads
+        return ""
+    rate = part["achieved_flops_per_s"].to_numpy(float) / 1e12
+    if not np.isfinite(rate).any():
+        return ""
+    i, j = int(np.nanargmin(rate)), int(np.nanargmax(rate))
     return (
-        claim.saturation > 0
-        and claim.metric in TIMED_METRICS
-        and bool(data["utilization"].notna().any())
+        f"; kernel efficiency varies with head_dim ({fmt.number(rate[i], 3)} TFLOP/s at "
+        f"{_where(part, i, claim)} vs {fmt.number(rate[j], 3)} at {_where(part, j, claim)})"
     )
 
 
-def _unfitted(base: dict, part: pd.DataFrame, reason: str, judged: bool) -> dict:
-    """An inconclusive group without a fit: too few points, or too few saturated ones."""
-    lo, hi = regime.util_range(part["utilization"])
-    return {**base, "verdict": "inconclusive", "reason": reason, "measured": np.nan,
-            "ci_low": np.nan, "ci_high": np.nan, "util_low": lo, "util_high": hi,
-            "judged": judged}
+def _basis(part: pd.DataFrame) -> str | None:
+    """The column the plateau is sought in: utilization, else the achieved FLOP/s (no
+    calibration), else None (no work model)."""
+    for col in ("utilization", "achieved_flops_per_s"):
+        v = part[col].to_numpy(float)
+        if np.all(np.isfinite(v) & (v > 0)):
+            return col
+    return None
 
 
-def _fitted(base: dict, part: pd.DataFrame, used: pd.DataFrame, claim: Claim, gate: bool):
-    """The group's verdict from the exponent fitted over ``used`` (its saturated points when
-    ``gate``, else all of ``part``)."""
+def _measure(base: dict, part: pd.DataFrame, claim: Claim, detail: str = "") -> tuple[dict, dict]:
+    """Fit the exponent of the metric over ``part``: the group's measurement and the fit."""
     power = TIME_METRICS.get(claim.metric)
     fit = fit_exponent(
-        used["x"], used["y"], list(used["samples"]) if power is not None else None,
-        sigma=list(used["sigma"]) if used["sigma"].notna().all() else None,
+        part["x"], part["y"], list(part["samples"]) if power is not None else None,
+        sigma=list(part["sigma"]) if part["sigma"].notna().all() else None,
         sample_power=power or 1.0, model=claim.model, min_points=claim.min_points or 3,
-        min_x=claim.min_x, n_boot=N_BOOT,
+        n_boot=N_BOOT,
     )
-    verdict, reason = judge(fit.ci_low, fit.ci_high, claim.band)
-    if verdict == "inconclusive" and thin(fit.n_points, fit.model, claim.min_points or 3):
-        reason = thin_reason(fit.n_points)
     region = f"; fit over {claim.over} {fit.x_lo:g}..{fit.x_hi:g}" if fit.n_points > 1 else ""
-    if gate and len(used) < len(part):
-        region += (f" ({len(part) - len(used)} points below {claim.saturation:.0%} of "
-                   f"{claim.saturation_rule} left out)")
-    slopes = local_slopes_xy(part["x"], part["y"])
-    text = " ".join(fmt.fixed(v, 2) for v in slopes)
-    lo, hi = regime.util_range(used["utilization"])
+    slopes = " ".join(fmt.fixed(v, 2) for v in local_slopes_xy(part["x"], part["y"]))
+    lo, hi = regime.util_range(part["utilization"])
+    group = {
+        **base, "measured": fit.exponent, "ci_low": fit.ci_low, "ci_high": fit.ci_high,
+        "n_points": fit.n_points, "thin": thin(fit.n_points, fit.model, claim.min_points or 3),
+        "detail": region + detail + (f"; local slopes {slopes}" if slopes else ""),
+        "util_low": lo, "util_high": hi,
+    }
+    return group, fit.as_dict()
+
+
+def _no_fit(base: dict, part: pd.DataFrame, reason: str, judged: bool) -> dict:
+    """A group without a fit: too few points, or no plateau of utilization."""
+    lo, hi = regime.util_range(part["utilization"])
+    return {**base, "measured": np.nan, "ci_low": np.nan, "ci_high": np.nan,
+            "unjudged": reason, "util_low": lo, "util_high": hi, "judged": judged}
+
+
+def _evidence(part: pd.DataFrame, basis: str | None, region, fit: dict | None) -> dict:
+    """What the report draws under the claim: the points, their utilization, the plateau."""
     return {
-        **base, "verdict": verdict, "n_points": fit.n_points,
-        "reason": f"{reason}{region}" + (f", local slopes {text}" if text else ""),
-        "measured": fit.exponent, "ci_low": fit.ci_low, "ci_high": fit.ci_high,
-        "util_low": lo, "util_high": hi, "judged": True,
-        "regime": "saturated" if gate else ("unknown" if lo is None else "not gated"),
+        "x": part["x"].tolist(), "y": part["y"].tolist(),
+        "utilization": part[basis].tolist() if basis else [],
+        "basis": basis or "", "region": region, "fit": fit,
     }
 
 
-def device_groups(
-    df: pd.DataFrame, claim: Claim, envs: dict | None = None
-) -> tuple[list[dict], str]:
-    """Per fitted group of the subject's ok rows: the exponent verdict of ``claim.metric``
-    (time verdicts over saturated rows only), with the utilization range and regime of the
-    rows used and ``judged`` (False: below saturation, no time verdict); or ([], why none).
+def _timed_group(base: dict, part: pd.DataFrame, claim: Claim) -> dict:
+    """A time claim's group: the plateau of utilization, then the fit over it."""
+    basis = _basis(part)
+    if basis is None:  # no work model: nothing to tell the device from the algorithm
+        group, fit = _measure(base, part, claim, "; utilization unknown (no work model for "
+                              "these rows): every point fitted")
+        return {**group, "regime": "unknown", "_evidence": _evidence(part, None, None, fit)}
+    per_call = TIME_METRICS.get(claim.metric) == 1.0  # samples are of this very time
+    floor = claim.saturation if basis == "utilization" else 0.0
+    plateau = regime.find_plateau(
+        part["x"], part[basis], list(part["samples"]) if per_call else None,
+        sigma=list(part["sigma"]) if per_call and part["sigma"].notna().all() else None,
+        band=claim.plateau, floor=floor,
+    )
+    what = "utilization" if basis == "utilization" else "achieved FLOP/s (no calibration)"
+    b = fmt.fixed(plateau.exponent, 2)
+    ci = _interval(plateau.ci_low, plateau.ci_high)
+    stats = {"utilization_exponent": plateau.exponent,
+             "utilization_exponent_ci": [plateau.ci_low, plateau.ci_high]}
+    if not plateau.found:
+        span = _span(part, claim)
+        moved = ("rising" if plateau.exponent > claim.plateau
+                 else "falling" if plateau.exponent < -claim.plateau else "varies")
+        words = (f"no time verdict: {what} changes with {claim.over} (exponent {b} {ci}"
+                 + (f"; {span}" if span else "") + ")")
+        if floor > 0:
+            words += f", or is below the saturation floor ({floor:.0%} of {claim.saturation_rule})"
+        words += _efficiency(part, claim)
+        return {**_no_fit(base, part, words, judged=False), **stats, "regime": moved,
+                "plateau_region": None, "_evidence": _evidence(part, basis, None, None)}
+    used = part.iloc[plateau.start:]
+    region = [float(used["x"].iloc[0]), float(used["x"].iloc[-1])]
+    span = _span(used, claim)
+    words = (f"; {what} level over {claim.over} {region[0]:g}..{region[1]:g} (exponent {b} "
+             f"{ci}" + (f", {span}" if span else "") + ")")
+    if plateau.start:
+        lead = part.iloc[: plateau.start + 1]
+        moves = "rises" if (plateau.lead_exponent or 0) > 0 else "falls"
+        lead_span = _span(part.iloc[: plateau.start], claim)
+        words += (
+            f"; {plateau.start} leading point{'s' if plateau.start > 1 else ''} left out: "
+            f"{what} {moves} there (exponent {fmt.fixed(plateau.lead_exponent, 2)} over "
+            f"{claim.over} {lead['x'].iloc[0]:g}..{lead['x'].iloc[-1]:g}"
+            + (f", {lead_span}" if lead_span else "") + ")"
+        )
+    group, fit = _measure(base, used, claim, words)
+    return {**group, **stats, "judged": True, "regime": "plateau", "plateau_region": region,
+            "_evidence": _evidence(part, basis, region, fit)}
+
+
+def device_groups(ok: pd.DataFrame, claim: Claim, envs: dict | None = None) -> list[dict]:
+    """Per fitted group of the subject's ok rows (``ok``: status ok, positive metric): the
+    exponent of ``claim.metric`` (time claims over the plateau of utilization only), with the
+    utilization range of the rows used and ``judged`` (False: no time verdict there).
     ``envs``: run_id -> env.json (the calibration behind utilization)."""
-    rows = subject_rows(df, claim)
-    ok = select(rows, claim.metric)
-    if not len(ok):
-        return [], missing_reason(rows, claim, describe(claim))
     data = regime.attach(ok, envs, claim.metric, work=claim.work, rule=claim.saturation_rule)
-    if "head_dim" in data.columns:
-        data["head_dim_v"] = pd.to_numeric(data["head_dim"], errors="coerce")
-    gate = _gated(claim, data)
+    data["head_dim_v"] = (
+        pd.to_numeric(data["head_dim"], errors="coerce") if "head_dim" in data else np.nan
+    )
     keys = group_keys(data, claim.over, claim.hold)
     agg = _with_medians(data, claim, keys, REGIME_COLUMNS)
+    if claim.min_x is not None:  # the claim's own lower bound on the axis
+        agg = agg[agg["x"] >= claim.min_x]
     need = (claim.min_points or 3) + (claim.model == "power+const")
     parts = list(iter_groups(agg, keys))
     swept = [(v, p) for v, p in parts if len(p) > 1] or parts
     groups = []
     for values, part in swept:
-        used = part[part["utilization"] >= claim.saturation] if gate else part
-        base = {"group": group_label(values), "n_points": len(used), "regime": "unknown"}
+        base = {"group": group_label(values), "n_points": len(part), "judged": True,
+                "regime": "not gated"}
         if len(part) < need:  # too few points at all: not a question of the regime
-            groups.append(_unfitted(base, part, thin_reason(len(part)), judged=True))
-        elif gate and len(used) < need:
-            kind, words = _regime_text(part, claim)
-            groups.append({**_unfitted(base, part, words, judged=False), "regime": kind})
+            group = _no_fit(base, part, f"thin data ({len(part)} point"
+                            f"{'' if len(part) == 1 else 's'})", judged=True)
+        elif claim.timed:
+            group = _timed_group(base, part, claim)
         else:
-            groups.append(_fitted(base, part, used, claim, gate))
-    return groups, ""
+            group = _measure(base, part, claim)[0]
+        if group.get("util_low") is None and group["regime"] == "not gated":
+            group["regime"] = "unknown"
+        groups.append(group)
+    return groups
 
 
-def work_groups(df: pd.DataFrame, claim: Claim) -> tuple[list[dict], str]:
-    """Exponents of the analytic work (cost model) over every swept point, whatever its status:
-    exact counts, so the interval is the fit's own (zero width for an exact power law)."""
-    rows = subject_rows(df, claim)
+def work_groups(rows: pd.DataFrame, claim: Claim) -> tuple[list[dict], str]:
+    """Exponents of the analytic work (cost model) over every swept point of the subject's
+    rows, whatever their status: exact counts, so the interval is the fit's own (zero width
+    for an exact power law); or ([], why there are none)."""
     if not len(rows) or claim.over not in rows.columns:
         return [], "no rows"
     data = regime.attach(rows, None, claim.metric, work=claim.work)
@@ -173,13 +241,10 @@ def work_groups(df: pd.DataFrame, claim: Claim) -> tuple[list[dict], str]:
             part["x"], part["y"], model="auto", min_points=claim.min_points or 3,
             min_x=claim.min_x, n_boot=200,
         )
-        verdict, reason = judge(fit.ci_low, fit.ci_high, claim.band)
-        if verdict == "inconclusive" and not fit.ok:
-            reason = thin_reason(fit.n_points)
         region = f" over {claim.over} {fit.x_lo:g}..{fit.x_hi:g}" if fit.n_points > 1 else ""
         groups.append({
-            "group": group_label(values), "verdict": verdict, "measured": fit.exponent,
-            "ci_low": fit.ci_low, "ci_high": fit.ci_high, "n_points": fit.n_points,
-            "reason": f"{reason}; analytic {unit} ({fit.model}){region}",
+            "group": group_label(values), "measured": fit.exponent, "ci_low": fit.ci_low,
+            "ci_high": fit.ci_high, "n_points": fit.n_points, "thin": not fit.ok,
+            "detail": f"; analytic {unit} ({fit.model}){region}",
         })
     return groups, ""

@@ -33,10 +33,12 @@ from harness.analysis.powerfit import (
     fit_rows,
     local_slopes_xy,
     n_params,
+    needs_constant,
     sample_medians,
 )
 
-__all__ = ["fit_exponent", "fit_exponents", "local_slopes", "log_ratio_boot"]
+__all__ = ["N_BOOT", "fit_exponent", "fit_exponents", "local_slopes", "log_ratio_boot"]
+N_BOOT = 2000  # bootstrap replicates behind every verdict interval
 
 
 def _sigma2(ratios: np.ndarray | None, sigma, order: np.ndarray, k: int) -> np.ndarray | None:
@@ -77,6 +79,7 @@ def fit_exponent(
     n_boot: int = 2000,
     level: float = 0.95,
     seed: int = 0,
+    whole: bool = False,
 ) -> Fit:
     """Fit the exponent of ``y`` in ``x`` (positive values; sorted here); see
     :mod:`harness.analysis.powerfit`.
@@ -85,6 +88,8 @@ def fit_exponent(
     ``median**sample_power`` (1 for times, -1 for rates). ``sigma``: per point, the standard
     error of ``log y`` when there are no samples (e.g. from a stored median interval). With
     neither, the residuals alone set the scale. Points below ``min_x`` are left out.
+    ``whole``: fit every point given (no leading point dropped by the region rule), for a
+    region that was chosen by another rule (the plateau of utilization).
     """
     if model not in MODELS:
         raise ValueError(f"model must be one of {MODELS}, got {model!r}")
@@ -101,7 +106,11 @@ def fit_exponent(
     picked = None if samples is None else [samples[i] for i in order]
     ratios = None if picked is None else sample_medians(picked, n_boot, rng)
     sigma2 = _sigma2(ratios, sigma, order, len(xs))
-    start, chosen = choose_region(xs, ys, sigma2, model, min_points)
+    if whole:
+        bent = model == "auto" and needs_constant(np.log(xs), ys, sigma2)
+        start, chosen = 0, "power+const" if bent else model.replace("auto", "power")
+    else:
+        start, chosen = choose_region(xs, ys, sigma2, model, min_points)
     xr, yr, lx = xs[start:], ys[start:], np.log(xs[start:])
     k = len(xr)
     s2 = None if sigma2 is None else sigma2[start:]

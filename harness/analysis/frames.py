@@ -147,3 +147,8 @@ def iter_groups(agg: pd.DataFrame, keys: Sequence[str]) -> Iterator[tuple[dict, 
     for values, part in agg.groupby(list(keys), sort=True, dropna=False):
         values = values if isinstance(values, tuple) else (values,)
         yield dict(zip(keys, values, strict=True)), part.sort_values("x")
+
+
+def group_label(values: dict) -> str:
+    """A fitted group in words, e.g. ``causal=True, heads=8`` (``impl`` left out)."""
+    return ", ".join(f"{k}={v}" for k, v in values.items() if k != "impl") or "all rows"

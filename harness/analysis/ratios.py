@@ -1,10 +1,17 @@
-"""Ratio and crossover claims, judged per group of matched points.
+"""Ratio and crossover claims, measured per group of matched points.
 
-A ratio claim's measured value is the geometric mean of the metric ratios (subject/baseline,
-or the inverse) at matched points; its interval is the envelope of the per-point bootstrap
-intervals, so "2-4x at n = 1k..8k" must hold at every n. A crossover claim measures the
-largest ``over`` up to which the subject is cheaper than the baseline, in units of
-``relative_to`` (e.g. n/d), censored at the ends of the sweep.
+Subject and baseline rows are matched point by point (every other point field equal,
+:func:`matched`). A ratio claim's measured value is the geometric mean of the metric ratios
+(subject/baseline, or the inverse) at matched points; its interval is the envelope of the
+per-point bootstrap intervals, so "2-4x at n = 1k..8k" must hold at every n. A crossover
+claim measures where the two cost the same along ``over`` (log-interpolated between the
+points around the first change of sign), with a bootstrap interval, censored at the ends of
+the sweep: in units of ``relative_to`` (e.g. n/d) or, without it, in units of ``over`` itself
+(an absolute range of the swept axis, "between n = 512 and 1024"). ``cheaper`` says which side
+of the crossover the subject is the cheaper one on.
+
+Each group is a measurement (value, interval, words); judging it against the claim's band is
+:mod:`harness.analysis.verdicts`.
 """
 
 from __future__ import annotations
@@ -13,10 +20,32 @@ import numpy as np
 import pandas as pd
 
 from harness.analysis.claims import Claim
-from harness.analysis.fits import log_ratio_boot
-from harness.analysis.frames import TIME_METRICS
-from harness.analysis.judging import N_BOOT, judge
-from harness.analysis.subjects import group_label, matched
+from harness.analysis.fits import N_BOOT, log_ratio_boot
+from harness.analysis.frames import KEY_FIELDS, TIME_METRICS, aggregate, group_label, iter_groups
+
+Pairs = list[tuple[dict, pd.DataFrame]]
+
+
+def matched(sub: pd.DataFrame, base: pd.DataFrame, claim: Claim) -> tuple[Pairs, str]:
+    """Subject and baseline ok rows matched point by point (every other point field equal):
+    per group, (``{key: value}`` plus ``"_first"``: the group's first row as a dict, the
+    merged points: keys, ``x``, and ``y_s``/``samples_s`` (subject), ``y_b``/``samples_b``
+    (baseline) of :func:`~harness.analysis.frames.aggregate`), or ([], why there are none)."""
+    filters = set(claim.where) | set(claim.baseline_where or {})
+    skip = filters | {"impl", "mixer", "point_id", claim.over}
+    keys = [c for c in KEY_FIELDS if c in sub.columns and c in base.columns and c not in skip]
+    merged = aggregate(sub, claim.over, claim.metric, keys).merge(
+        aggregate(base, claim.over, claim.metric, keys),
+        on=[*keys, "x"],
+        suffixes=("_s", "_b"),
+    )
+    if not len(merged):
+        return [], f"missing rows: no {claim.baseline} row matches a {claim.impl} point"
+    varying = [k for k in keys if merged[k].nunique() > 1 or k in claim.hold]
+    out = []
+    for values, part in iter_groups(merged, varying):
+        out.append(({**values, "_first": part.iloc[0].to_dict()}, part))
+    return out, ""
 
 
 def _log_ratios(part: pd.DataFrame, claim: Claim) -> tuple[np.ndarray, np.ndarray]:
@@ -37,42 +66,28 @@ def _no_samples(claim: Claim) -> str:
     return f" (no per-call samples of {claim.metric}: the interval has no measurement noise)"
 
 
-def ratio_groups(df: pd.DataFrame, claim: Claim) -> tuple[list[dict], str]:
-    """Per group of matched points: verdict, measured ratio (geometric mean), interval (the
-    envelope of the per-point intervals), reason; or ([], why there are no matched points)."""
-    pairs, reason = matched(df, claim)
+def ratio_groups(pairs: Pairs, claim: Claim) -> list[dict]:
+    """Per group of matched points: the measured ratio (geometric mean), its interval (the
+    envelope of the per-point intervals) and the per-point ratios in words."""
     sign = -1.0 if claim.ratio == "baseline/impl" else 1.0
     groups = []
     for values, part in pairs:
         est, boot = _log_ratios(part, claim)
         est, boot = sign * est, sign * boot
         lo, hi = np.quantile(boot, [0.025, 0.975], axis=0)
-        ci_lo, ci_hi = (
-            float(np.exp(min(lo.min(), est.min()))),
-            float(np.exp(max(hi.max(), est.max()))),
-        )
-        k = len(part)
-        need = claim.min_points or 1
-        verdict, why = (
-            judge(ci_lo, ci_hi, claim.band)
-            if k >= need
-            else ("inconclusive", f"too few matched points ({k}, need {need})")
-        )
+        k, need = len(part), claim.min_points or 1
         per_point = " ".join(f"{x:g}:{np.exp(v):.3g}" for x, v in zip(part["x"], est, strict=True))
-        values.pop("_first")
-        groups.append(
-            {
-                "group": group_label(values),
-                "verdict": verdict,
-                "n_points": k,
-                "reason": f"{why}; {claim.ratio} per {claim.over}: {per_point}"
-                + _no_samples(claim),
-                "measured": float(np.exp(est.mean())),
-                "ci_low": ci_lo,
-                "ci_high": ci_hi,
-            }
-        )
-    return groups, reason
+        values = {k: v for k, v in values.items() if k != "_first"}
+        groups.append({
+            "group": group_label(values),
+            "n_points": k,
+            "measured": float(np.exp(est.mean())),
+            "ci_low": float(np.exp(min(lo.min(), est.min()))),
+            "ci_high": float(np.exp(max(hi.max(), est.max()))),
+            "unjudged": f"too few matched points ({k}, need {need})" if k < need else None,
+            "detail": f"; {claim.ratio} per {claim.over}: {per_point}" + _no_samples(claim),
+        })
+    return groups
 
 
 def crossing(x: np.ndarray, log_ratio: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -96,74 +111,52 @@ def crossing(x: np.ndarray, log_ratio: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return lower, upper
 
 
-def crossover_groups(df: pd.DataFrame, claim: Claim) -> tuple[list[dict], str]:
-    """Per group of matched points: verdict, measured crossover (in units of
-    ``claim.relative_to``), its bootstrap interval, reason; or ([], why there are none)."""
-    pairs, reason = matched(df, claim)
+def _censored(claim: Claim, p_lo: float, p_hi: float) -> str:
+    """Words for a crossover outside the sweep: which bound the measurement is."""
+    if np.isinf(p_hi):  # the side cheaper below the crossover was cheaper at every point
+        return (f" ({claim.impl} cheaper at every point: a lower bound)" if claim.cheaper == "below"
+                else f" ({claim.impl} never cheaper: a lower bound)")
+    if p_lo == 0:
+        return (f" ({claim.impl} never cheaper: an upper bound)" if claim.cheaper == "below"
+                else f" ({claim.impl} cheaper at every point: an upper bound)")
+    return ""
+
+
+def crossover_groups(pairs: Pairs, claim: Claim) -> list[dict]:
+    """Per group of matched points: the measured crossover (in units of
+    ``claim.relative_to``, or of ``claim.over`` without it), its bootstrap interval and the
+    per-point ratios in words."""
     groups = []
+    # crossing() finds where the side cheaper at small x stops being cheaper: the subject for
+    # cheaper = "below", the baseline (log ratio negated) for "above"
+    sign = 1.0 if claim.cheaper == "below" else -1.0
     for values, part in pairs:
         first = values.pop("_first")
-        unit = float(values.get(claim.relative_to, first.get(claim.relative_to, np.nan)))
+        unit = (
+            float(values.get(claim.relative_to, first.get(claim.relative_to, np.nan)))
+            if claim.relative_to
+            else 1.0
+        )
         x = part["x"].to_numpy(float)
         est, boot = _log_ratios(part, claim)
-        (p_lo,), (p_hi,) = crossing(x, est)
-        b_lo, b_hi = crossing(x, boot)
+        (p_lo,), (p_hi,) = crossing(x, sign * est)
+        b_lo, b_hi = crossing(x, sign * boot)
         lo = min(np.quantile(b_lo, 0.025, method="inverted_cdf"), p_lo) / unit
         hi = max(np.quantile(b_hi, 0.975, method="inverted_cdf"), p_hi) / unit
         point = (p_hi if p_lo == 0 else p_lo) / unit  # the crossing, or the bound we have
-        censor = (
-            " (cheaper at every point: a lower bound)"
-            if np.isinf(p_hi)
-            else " (never cheaper: an upper bound)"
-            if p_lo == 0
-            else ""
-        )
-        verdict, why = (
-            judge(lo, hi, claim.band)
-            if len(part) >= 2
-            else ("inconclusive", "too few matched points (need 2)")
-        )
         per_point = " ".join(f"{v:g}:{np.exp(r):.3g}" for v, r in zip(x, est, strict=True))
-        groups.append(
-            {
-                "group": group_label(values),
-                "verdict": verdict,
-                "n_points": len(part),
-                "reason": f"{why}; crossover at {point * unit:g}{censor}; "
-                f"{claim.impl}/{claim.baseline} per {claim.over}: {per_point}" + _no_samples(claim),
-                "measured": point,
-                "ci_low": float(lo),
-                "ci_high": float(hi),
-            }
+        at = f"{claim.over} {point * unit:g}" + (
+            f" = {point:.3g} x {claim.relative_to}" if claim.relative_to else ""
         )
-    return groups, reason
-
-
-def crossovers(
-    rows: pd.DataFrame,
-    impl: str,
-    baseline: str,
-    *,
-    metric: str,
-    over: str,
-    relative_to: str,
-    expect_min: float | None = None,
-    expect_max: float | None = None,
-) -> list[dict]:
-    """Where ``impl`` stops being cheaper than ``baseline`` in ``metric`` as ``over`` grows, per
-    group of matched rows: dicts with ``group``, ``measured`` (the crossover in units of
-    ``relative_to``, e.g. n/d), ``ci_low``, ``ci_high``, ``n_points``, ``reason`` and
-    ``verdict`` (the crossover against ``[expect_min, expect_max]``; give at least one)."""
-    if expect_min is None and expect_max is None:
-        raise ValueError("crossovers needs expect_min or expect_max")
-    claim = Claim(
-        id=f"{impl}-vs-{baseline}",
-        metric=metric,
-        over=over,
-        impl=impl,
-        baseline=baseline,
-        relative_to=relative_to,
-        expect_crossover_min=expect_min,
-        expect_crossover_max=expect_max,
-    )
-    return crossover_groups(rows, claim)[0]
+        groups.append({
+            "group": group_label(values),
+            "n_points": len(part),
+            "measured": point,
+            "ci_low": float(lo),
+            "ci_high": float(hi),
+            "unjudged": "too few matched points (need 2)" if len(part) < 2 else None,
+            "detail": f"; crossover at {at}{_censored(claim, p_lo, p_hi)}, {claim.impl} "
+            f"cheaper {claim.cheaper}; {claim.impl}/{claim.baseline} per {claim.over}: "
+            f"{per_point}" + _no_samples(claim),
+        })
+    return groups

@@ -1,24 +1,45 @@
-"""The regime of each row: the analytic work it did and how busy it kept the device.
+"""The device's regime: the analytic work of each row, how busy it kept the device, and where
+along a swept axis that busyness is level.
 
-A row's *work* comes from the cost model (:func:`harness.cost.costmodel.metric_work`): the FLOPs or
+**Work and utilization, per row.** A row's *work* comes from the cost model: the FLOPs or
 compulsory bytes of what its metric times. Its *utilization* is the achieved rate
 ``FLOPs / time`` as a fraction of a bound from the run's calibration (env.json):
 
 - ``roofline`` (default): ``min(peak, intensity x bandwidth)`` with ``intensity = FLOPs /
-  compulsory bytes`` of the point: a memory-bound point is saturated when it moves bytes at
-  the measured bandwidth;
+  compulsory bytes`` of the point: a memory-bound point is busy when it moves bytes at the
+  measured bandwidth;
 - ``peak``: the measured matmul peak for the row's dtype.
 
 The CPU peak is measured with the run's thread count; a row timed with fewer threads is
 compared with the peak scaled by ``row threads / calibration threads`` (compute scales with
-cores). Rows without calibration get NaN: their regime is unknown, never assumed.
+cores). Rows without calibration get NaN: their regime is unknown, never assumed. A row above
+100 % has *beaten its calibration* (the calibration ran slower than the row, e.g. under
+contention): :func:`beaten` says so wherever utilization is shown.
+
+**The plateau, per fitted series.** Time = work / achieved rate, so a time exponent is the work
+exponent minus the exponent of the achieved rate. Where utilization is level along the axis,
+the time exponent measures the algorithm; where it climbs (a device filling up, a
+launch-bound kernel) or falls (data falling out of cache), it measures the device.
+:func:`find_plateau` finds the largest contiguous region of the axis, its upper end included
+and at least 3 points, where the fitted exponent of utilization is within ``±band`` and no
+window of 3 or more of its points has an interval that excludes the band (so a rise followed
+by a fall cannot average out to "level"). Leading points outside it are left out of the time
+fit, and the verdict says how utilization moved there.
+
+Every call into the cost model from the analysis and the report goes through this module
+(:func:`row_costs`, :func:`flop_crossover`), so a new cost interface is re-pointed here once.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
+from harness.analysis.fits import fit_exponent
+from harness.analysis.powerfit import Fit, sample_medians
 from harness.cost import costmodel
 from harness.measure import calibrate
 from harness.sweep.point import point_from_row
@@ -26,7 +47,19 @@ from harness.sweep.point import point_from_row
 RULES = ("roofline", "peak")
 WORK_KINDS = ("flops", "bytes")
 TIMED = {"time_median_s": "time_median_s", "mixer_time_s": "mixer_time_s"}
-COLUMNS = ("work", "work_flops", "achieved_flops_per_s", "bound_flops_per_s", "utilization")
+COLUMNS = (
+    "work",
+    "work_flops",
+    "intensity",
+    "achieved_flops_per_s",
+    "bound_flops_per_s",
+    "utilization",
+)
+PLATEAU_MIN_POINTS = 3  # a level region needs a fitted exponent with an interval
+PLATEAU_BOOT = 400  # bootstrap replicates per window of the plateau search
+
+
+# --- the cost model, called from here only -------------------------------------------------
 
 
 def _time_column(metric: str) -> str:
@@ -34,8 +67,9 @@ def _time_column(metric: str) -> str:
     return TIMED.get(metric, "time_median_s")
 
 
-def _row_costs(row: dict, metric: str, kind: str) -> tuple[float, float, float]:
-    """(work for the metric, FLOPs of the timed call, compulsory bytes); NaN when unknown."""
+def row_costs(row: dict, metric: str, kind: str = "flops") -> tuple[float, float, float]:
+    """(work behind ``metric``, FLOPs of the timed call, compulsory bytes of the timed call)
+    for one result row; NaN where the cost model cannot rebuild the row's point."""
     nan = float("nan")
     try:
         point = point_from_row(row)
@@ -46,6 +80,14 @@ def _row_costs(row: dict, metric: str, kind: str) -> tuple[float, float, float]:
     except Exception:  # a row the cost model cannot rebuild (old schema, unknown impl): unknown
         return nan, nan, nan
     return work, flops, nbytes
+
+
+def flop_crossover(d_model: int, mixer: str = "lstm") -> float:
+    """The n where a self-attention layer's FLOPs equal the ``mixer`` layer's (cost model)."""
+    return costmodel.flop_crossover(d_model, mixer)
+
+
+# --- utilization per row -------------------------------------------------------------------
 
 
 def _bound(row: dict, env: dict | None, intensity: float, rule: str) -> float:
@@ -71,14 +113,15 @@ def attach(
     work: str = "flops",
     rule: str = "roofline",
 ) -> pd.DataFrame:
-    """``df`` plus :data:`COLUMNS`: ``work`` (analytic work behind ``metric``), ``work_flops``,
-    the achieved and bound FLOP/s and ``utilization`` = achieved / bound (NaN if unknown).
-    ``envs`` maps run_id to its env.json."""
+    """``df`` plus :data:`COLUMNS`: ``work`` (analytic work behind ``metric``), ``work_flops``
+    (FLOPs of the timed call), ``intensity`` (those FLOPs per compulsory byte), the achieved
+    and bound FLOP/s and ``utilization`` = achieved / bound (NaN if unknown). ``envs`` maps
+    run_id to its env.json."""
     out = df.copy()
     values = {c: [] for c in COLUMNS}
     timed = _time_column(metric)
     for row in df.to_dict("records"):
-        w, flops, nbytes = _row_costs(row, metric, work)
+        w, flops, nbytes = row_costs(row, metric, work)
         t = pd.to_numeric(pd.Series([row.get(timed)]), errors="coerce").iloc[0]
         ok = row.get("status", "ok") == "ok" and np.isfinite(t) and t > 0
         achieved = flops / t if ok else float("nan")
@@ -88,6 +131,7 @@ def attach(
         bound = _bound(row, env, intensity, rule)
         values["work"].append(w)
         values["work_flops"].append(flops)
+        values["intensity"].append(intensity)
         values["achieved_flops_per_s"].append(achieved)
         values["bound_flops_per_s"].append(bound)
         values["utilization"].append(achieved / bound if bound and np.isfinite(bound) else np.nan)
@@ -96,8 +140,93 @@ def attach(
     return out
 
 
-def util_range(util: pd.Series) -> tuple[float | None, float | None]:
+def util_range(util) -> tuple[float | None, float | None]:
     """(min, max) of the finite utilizations, or (None, None)."""
-    u = pd.to_numeric(util, errors="coerce")
+    u = pd.to_numeric(pd.Series(util, dtype=float), errors="coerce")
     u = u[np.isfinite(u)]
     return (float(u.min()), float(u.max())) if len(u) else (None, None)
+
+
+def beaten(high: float | None) -> bool:
+    """Has a row beaten its calibration (utilization above 100 %)?"""
+    return high is not None and np.isfinite(high) and high > 1.0
+
+
+# --- where utilization is level along an axis ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class Plateau:
+    """Where a series' utilization is level along the axis (:func:`find_plateau`).
+
+    ``start``: index, into the x-sorted points, of the level region's first point (it runs to
+    the last point); None when no region is level. ``exponent``/``ci_low``/``ci_high``: the
+    utilization exponent over that region, or over every point when there is none.
+    ``lead_exponent``: over the left-out leading points and the region's first point (how
+    utilization moved before it levelled off); None when nothing was left out."""
+
+    start: int | None
+    exponent: float
+    ci_low: float
+    ci_high: float
+    lead_exponent: float | None = None
+
+    @property
+    def found(self) -> bool:
+        return self.start is not None
+
+
+def find_plateau(
+    x: Sequence[float],
+    util: Sequence[float],
+    samples: Sequence | None = None,
+    *,
+    sigma: Sequence[float] | None = None,
+    band: float = 0.15,
+    floor: float = 0.0,
+    min_points: int = PLATEAU_MIN_POINTS,
+) -> Plateau:
+    """The largest level region of ``util`` (positive, finite) along ``x``; see the module
+    docstring. ``samples``: per point, the raw per-call *times* behind it (utilization goes as
+    1/time); ``sigma``: per point, the standard error of log time when there are no samples.
+    ``floor``: every point of the region must be at or above it (the claim's saturation)."""
+    order = np.argsort(np.asarray(x, float))
+    xs, us = np.asarray(x, float)[order], np.asarray(util, float)[order]
+    sig = None if sigma is None else np.asarray(sigma, float)[order]
+    if samples is not None:  # each point's noise once (not once per window): σ of log time
+        ratios = sample_medians([samples[i] for i in order], PLATEAU_BOOT,
+                                np.random.default_rng(0))
+        sig = sig if ratios is None else np.log(ratios).std(axis=0)
+    k = len(xs)
+    fits: dict[tuple[int, int], Fit] = {}
+
+    def window(i: int, j: int) -> Fit:
+        if (i, j) not in fits:
+            fits[(i, j)] = fit_exponent(
+                xs[i:j], us[i:j],
+                sigma=None if sig is None or not np.isfinite(sig[i:j]).all() else sig[i:j],
+                model="power", min_points=2, n_boot=PLATEAU_BOOT, whole=True,
+            )
+        return fits[(i, j)]
+
+    def level(f: Fit) -> bool:
+        return f.ok and abs(f.exponent) <= band and f.ci_low <= band and f.ci_high >= -band
+
+    def excludes(f: Fit) -> bool:  # an interval wholly outside the band: not level there
+        return f.ok and (f.ci_low > band or f.ci_high < -band)
+
+    above = us >= floor
+    first = k - int(np.argmin(above[::-1])) if not above.all() else 0  # all of [first, k) >= floor
+    for s in range(first, k - min_points + 1):
+        if not level(window(s, k)):
+            continue
+        inner = [(i, j) for i in range(s, k) for j in range(i + min_points, k + 1)]
+        if any(excludes(window(i, j)) for i, j in inner if (i, j) != (s, k)):
+            continue
+        region = window(s, k)
+        lead = window(0, s + 1).exponent if s else None
+        return Plateau(s, region.exponent, region.ci_low, region.ci_high, lead)
+    if k < 2:
+        return Plateau(None, float("nan"), float("nan"), float("nan"))
+    every = window(0, k)
+    return Plateau(None, every.exponent, every.ci_low, every.ci_high)

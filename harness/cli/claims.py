@@ -8,9 +8,8 @@ from pathlib import Path
 
 from harness.analysis.claims import DEFAULT_CLAIMS, load_claims
 from harness.analysis.runs import load_envs, load_run_rows
-from harness.analysis.verdict_text import render_text
-from harness.analysis.verdicts import evaluate_all
-from harness.measure.contention import usable_rows
+from harness.analysis.verdicts import judge_claims
+from harness.render.verdict_views import render_text
 from harness.results import dumps_json
 
 
@@ -32,7 +31,8 @@ def add_cli(subparsers) -> None:
     p.add_argument(
         "--allow-contended",
         action="store_true",
-        help="use rows measured under contention for verdicts (left out by default)",
+        help="use rows measured under contention for time verdicts (left out of them by "
+        "default; memory and work verdicts always use them)",
     )
     p.set_defaults(func=cmd_claims)
 
@@ -40,11 +40,10 @@ def add_cli(subparsers) -> None:
 def cmd_claims(args) -> int:
     """Load the claims and the rows, judge, print the verdicts (text or ``--json``); exit 0."""
     claims = load_claims(args.claims)
-    # rows measured under contention give no confirmed/refuted verdict unless asked
-    rows, note = usable_rows(load_run_rows(args.run_dirs), args.allow_contended)
+    rows, envs = load_run_rows(args.run_dirs), load_envs(args.run_dirs)
+    verdicts, note = judge_claims(claims, rows, envs, allow_contended=args.allow_contended)
     if note:
         print(f"attnbench: warning: {note}", file=sys.stderr)
-    verdicts = evaluate_all(claims, rows, load_envs(args.run_dirs))
     if args.json:
         print(dumps_json([{**v.as_dict(), "utilization": v.utilization()} for v in verdicts]))
     else:

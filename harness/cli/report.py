@@ -10,7 +10,8 @@ from harness.render.report import build_report
 
 
 def add_cli(subparsers) -> None:
-    """Add ``attnbench report RUN_DIR [RUN_DIR...] --out DIR [--claims FILE]``."""
+    """Add ``attnbench report RUN_DIR [RUN_DIR...] --out DIR [--claims FILE]
+    [--allow-contended]``."""
     p = subparsers.add_parser("report", help="HTML + markdown + CSV report of run directories")
     p.add_argument(
         "run_dirs",
@@ -37,12 +38,19 @@ def add_cli(subparsers) -> None:
         "(history across runs)",
     )
     p.add_argument("--title", default="attnbench report")
+    p.add_argument(
+        "--allow-contended",
+        action="store_true",
+        help="use rows measured under contention for time verdicts (as attnbench claims)",
+    )
     p.set_defaults(func=cmd_report)
 
 
 def cmd_report(args) -> int:
     """Build the report of ``args.history`` then ``args.run_dirs``; print the page's path."""
     runs = list(dict.fromkeys([*args.history, *args.run_dirs]))  # oldest first, no repeats
-    page = build_report(runs, args.out, args.claims, args.title, args.baseline)
+    page = build_report(
+        runs, args.out, args.claims, args.title, args.baseline, args.allow_contended
+    )
     print(f"report: {page}")
     return 0

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness import fmt, markdown
-from harness.render.draw import css_width
+from harness.render.plots import css_width
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em auto;max-width:1120px;
@@ -54,6 +54,8 @@ class Section:
     notes: list[str] = field(default_factory=list)
     csv_only: list[tuple[str, pd.DataFrame]] = field(default_factory=list)
     captions: dict[str, str] = field(default_factory=dict)  # table name -> caption
+    # table name -> (rows shown open, summary of the rest): the rest is folded on the page
+    folds: dict[str, tuple[int, str]] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:
@@ -135,7 +137,7 @@ def _section(out: Path, s: Section) -> tuple[list[str], list[str]]:
     for name, table in s.tables:
         if len(table):
             table.to_csv(out / "tables" / f"{name}.csv", index=False)
-            _table(parts, md, name, table, s.captions.get(name))
+            _table(parts, md, name, table, s.captions.get(name), s.folds.get(name))
     if s.notes:
         items = "".join(f"<li>{html.escape(n)}</li>" for n in s.notes)
         parts.append(f'<ul class="notes">{items}</ul>')
@@ -152,14 +154,35 @@ def _section(out: Path, s: Section) -> tuple[list[str], list[str]]:
     return parts, md
 
 
-def _table(parts: list[str], md: list[str], name: str, table: pd.DataFrame, caption: str | None):
+def _table(
+    parts: list[str],
+    md: list[str],
+    name: str,
+    table: pd.DataFrame,
+    caption: str | None,
+    fold: tuple[int, str] | None = None,
+):
     """Append one table (its :data:`HIDDEN` columns left out) to the HTML parts and markdown
-    lines, under its caption; a long one folds on the page (its CSV has every row)."""
+    lines, under its caption. ``fold`` = (k, summary): the first k rows open, the rest folded
+    under the summary; else a long table folds whole (its CSV has every row)."""
     visible = table.drop(columns=list(HIDDEN.get(name, ())))
-    rendered = _numeric_cells(html_table(visible, "env" if name == "environment" else ""))
+    css = "env" if name == "environment" else ""
     if caption:
         parts.append(f"<h3>{html.escape(caption)}</h3>")
         md += [f"### {caption}", ""]
+    if fold is not None and 0 <= fold[0] < len(visible):
+        head, rest = visible.iloc[: fold[0]], visible.iloc[fold[0] :]
+        if len(head):
+            parts.append(_numeric_cells(html_table(head, css)))
+            md += [markdown_table(head), ""]
+        parts.append(
+            f"<details><summary>{html.escape(fold[1])} ({len(rest)})</summary>"
+            f"{_numeric_cells(html_table(rest, css))}</details>"
+        )
+        md += [f"<details><summary>{fold[1]} ({len(rest)})</summary>", "",
+               markdown_table(rest), "", "</details>", "", f"CSV: tables/{name}.csv", ""]
+        return
+    rendered = _numeric_cells(html_table(visible, css))
     if len(visible) > FOLD_ROWS and name != "claims":
         rendered = f"<details><summary>{name}: {len(visible)} rows</summary>{rendered}</details>"
     parts.append(rendered)

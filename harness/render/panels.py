@@ -1,14 +1,18 @@
-"""Result rows -> the panels and series the plots draw (:class:`~harness.render.draw.Panel`,
-:class:`~harness.render.draw.Series`): display units, confidence bands, claimed exponents,
-group labels, and which fields split panels and which label series."""
+"""Result rows -> the panels and series the plots draw (:class:`~harness.render.plots.Panel`,
+:class:`~harness.render.plots.Series`): display units, confidence intervals, claimed
+exponents, and which fields split panels and which label series. A legend names what varies:
+each series is its implementation plus the fields that differ between that implementation's
+series in the figure (never a field it does not have, shown as ``-``)."""
 
 from __future__ import annotations
+
+import textwrap
 
 import pandas as pd
 
 from harness import fmt, registry
 from harness.analysis import frames
-from harness.render.draw import Panel, Series
+from harness.render.plots import Panel, Series
 
 LABEL_DIGITS = 6  # significant digits of a number in a label (as "%g" writes it)
 METRIC_LABELS = {
@@ -16,7 +20,7 @@ METRIC_LABELS = {
     "peak_mem_bytes": "peak memory",
     "mixer_time_s": "mixer time",
 }
-# metric -> (lower, upper) columns of its confidence interval, drawn as a band
+# metric -> (lower, upper) columns of its confidence interval, drawn as error bars
 CI_COLUMNS = {"time_median_s": ("time_ci_low_s", "time_ci_high_s")}
 
 
@@ -31,7 +35,8 @@ def display_unit(metric: str, values) -> tuple[str, float]:
 
 
 def in_units(panels: list[Panel], metric: str) -> tuple[list[Panel], str]:
-    """Panels rescaled to the metric's display unit (values, bands and fits); the axis label."""
+    """Panels rescaled to the metric's display unit (values, intervals and fits); the axis
+    label."""
     values = [v for p in panels for s in p.series for v in s.y]
     unit, k = display_unit(metric, values)
     for panel in panels:
@@ -86,6 +91,23 @@ def series_label(values: dict) -> str:
     )
 
 
+def varying_labels(groups: list[dict]) -> list[str]:
+    """Legend labels for series keyed by ``groups`` (``{field: value}``, ``impl`` among them):
+    the implementation plus the fields whose values differ among that implementation's
+    series; a field the series does not have (``-``) is never shown."""
+    impls = [g.get("impl") for g in groups]
+    labels = []
+    for g, impl in zip(groups, impls, strict=True):
+        mine = [h for h, i in zip(groups, impls, strict=True) if i == impl]
+        shown = {
+            k: v
+            for k, v in g.items()
+            if k != "impl" and v != frames.MISSING and len({str(h.get(k)) for h in mine}) > 1
+        }
+        labels.append(series_label({"impl": impl, **shown} if impl is not None else shown))
+    return [label or "all rows" for label in labels]
+
+
 def split_keys(agg: pd.DataFrame, keys: list[str]) -> tuple[list[str], list[str]]:
     """(panel keys, series keys): a field only one impl varies (local's window, conv's kernel)
     labels series; a field several impls vary splits panels; one fixed per impl is dropped."""
@@ -99,9 +121,63 @@ def split_keys(agg: pd.DataFrame, keys: list[str]) -> tuple[list[str], list[str]
 
 
 def series_by(ok: pd.DataFrame, metric: str, label_keys: list[str]) -> list[Series]:
-    """Series over seq_len, one per combination of ``label_keys`` (the impl first)."""
+    """Series over seq_len, one per combination of ``label_keys`` (the impl first), labelled
+    by what varies (:func:`varying_labels`)."""
     agg = frames.aggregate(ok, "seq_len", metric, label_keys)
+    groups = list(frames.iter_groups(agg, label_keys))
+    labels = varying_labels([v for v, _ in groups])
     return [
-        Series(series_label(v), part["x"], part["y"])
-        for v, part in frames.iter_groups(agg, label_keys)
+        Series(label, part["x"], part["y"])
+        for label, (_, part) in zip(labels, groups, strict=True)
+    ]
+
+
+def split_rows(frame: pd.DataFrame, keys: list[str]):
+    """(values, part) per combination of ``keys`` (None/NaN grouped as "-"); one group if none."""
+    if not keys:
+        yield {}, frame
+        return
+    for values, part in frame.assign(**frames.groupable(frame[keys])).groupby(keys, sort=True):
+        yield dict(zip(keys, values if isinstance(values, tuple) else (values,), strict=True)), part
+
+
+def group_title(values: dict, width: int = 70) -> str:
+    """Readable group label for a panel title or a table: derived duplicates dropped (head_dim
+    beside heads and d_model, window sides beside the window), wrapped to ``width``
+    characters."""
+    shown = dict(values)
+    if {"heads", "d_model"} <= set(shown):
+        shown.pop("head_dim", None)
+    if "window" in shown:
+        shown.pop("window_left", None), shown.pop("window_right", None)
+    text = ", ".join(f"{k}={fmt.number(v, LABEL_DIGITS)}" for k, v in shown.items())
+    return textwrap.fill(text or "all rows", width)
+
+
+def series_over_n(part: pd.DataFrame, metric: str, keys: list[str], k: float = 1.0):
+    """A series over seq_len per combination of ``keys`` (impl first), median over repeats,
+    labelled by what varies, with the interval the time CI implies for ``metric`` (a time, or
+    a rate: ``metric`` x time / CI bound), scaled by ``k``."""
+    agg = frames.aggregate(part, "seq_len", metric, keys)
+    scaled = part.assign(
+        _lo=pd.to_numeric(part[metric])
+        * pd.to_numeric(part["time_median_s"])
+        / pd.to_numeric(part.get("time_ci_high_s", part["time_median_s"])),
+        _hi=pd.to_numeric(part[metric])
+        * pd.to_numeric(part["time_median_s"])
+        / pd.to_numeric(part.get("time_ci_low_s", part["time_median_s"])),
+    )
+    if metric == "time_median_s":  # a time's interval is its own CI, not the rate's inverse
+        scaled = scaled.assign(
+            _lo=pd.to_numeric(part.get("time_ci_low_s", part[metric])),
+            _hi=pd.to_numeric(part.get("time_ci_high_s", part[metric])),
+        )
+    for name, col in (("low", "_lo"), ("high", "_hi")):
+        bound = frames.aggregate(scaled, "seq_len", col, keys)[[*keys, "x", "y"]]
+        agg = agg.merge(bound.rename(columns={"y": name}), on=[*keys, "x"], how="left")
+    groups = list(frames.iter_groups(agg, keys))
+    labels = varying_labels([v for v, _ in groups])
+    return [
+        Series(label, s["x"], s["y"] * k, None, None, s["low"] * k, s["high"] * k)
+        for label, (_, s) in zip(labels, groups, strict=True)
     ]

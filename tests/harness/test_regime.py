@@ -47,40 +47,53 @@ def claim(**kw) -> cl.Claim:
     return cl.parse_claims({"claim": [{**LSTM_D2, **kw}]})[0]
 
 
-def test_flat_time_at_low_utilization_is_not_refuted():
+def lstm_flops(d: int) -> float:
+    return costmodel.mixer_flops(Point("lstm", scenario="block", mixer="lstm", heads=8,
+                                       head_dim=d // 8, seq_len=1024))
+
+
+def test_flat_time_while_utilization_climbs_gets_no_time_verdict():
     rows = lstm_rows(lambda p: 0.036)  # latency-bound: flat although the work grows as d²
-    flops = [costmodel.mixer_flops(Point("lstm", scenario="block", mixer="lstm", heads=8,
-                                         head_dim=d // 8, seq_len=1024)) for d in D_MODELS]
-    peak = 100 * max(flops) / 0.036  # every row under 1 % of the peak
+    peak = 100 * lstm_flops(D_MODELS[-1]) / 0.036  # every row under 1 % of the peak
     verdict = evaluate(claim(), rows, env(peak))
-    assert verdict.verdict == "inconclusive" and verdict.verdict != "refuted"
-    assert verdict.reason.startswith("latency-bound regime (")
-    assert "% of roofline" in verdict.reason and "below 50%" in verdict.reason
-    assert verdict.util_high < 0.5 and verdict.regime == "latency-bound"
+    assert verdict.verdict == "inconclusive"
+    assert verdict.reason.startswith("no time verdict: utilization changes with d_model (exponent 2")
+    assert "% of roofline)" in verdict.reason
+    assert verdict.util_high <= 0.01 and verdict.regime == "rising"
+    assert verdict.plateau_region is None
+    assert verdict.utilization_exponent == pytest.approx(2.0, abs=0.01)
     assert verdict.work_verdict == "confirmed" and verdict.work_measured == pytest.approx(2.0)
 
 
-def test_the_same_flat_time_at_high_utilization_is_refuted():
-    rows = lstm_rows(lambda p: 0.036)
-    small = costmodel.mixer_flops(Point("lstm", scenario="block", mixer="lstm", heads=8,
-                                        head_dim=D_MODELS[0] // 8, seq_len=1024))
-    verdict = evaluate(claim(), rows, env(0.9 * small / 0.036))  # the smallest row is at 90 %
-    assert verdict.verdict == "refuted" and abs(verdict.measured) < 0.1
-    assert verdict.util_low >= 0.5 and verdict.regime == "saturated"
-    assert verdict.work_verdict == "confirmed"
-    # a claim that turns gating off judges the low-utilization rows too
-    low = evaluate(claim(saturation=0), rows, env(1e20))
-    assert low.verdict == "refuted"
+def test_a_false_claim_over_steady_utilization_is_refuted_and_a_floor_withholds_it():
+    rows = lstm_rows(lambda p: p_time(p, 0.05))  # time = work / (5 % of the peak): steady
+    verdict = evaluate(claim(expect_exponent=1.0), rows, env(1e12))
+    assert verdict.verdict == "refuted" and verdict.measured == pytest.approx(2.0, abs=0.01)
+    assert verdict.regime == "plateau" and verdict.plateau_region == (256.0, 4096.0)
+    assert verdict.util_low == pytest.approx(0.05) and verdict.util_high == pytest.approx(0.05)
+    assert evaluate(claim(), rows, env(1e12)).verdict == "confirmed"
+    # the optional floor: nothing at >= 50 % of the roofline, so no time verdict at all
+    floored = evaluate(claim(expect_exponent=1.0, saturation=0.5), rows, env(1e12))
+    assert floored.verdict == "inconclusive" and "saturation floor (50% of roofline)" in (
+        floored.reason
+    )
 
 
-def test_only_saturated_points_enter_the_time_fit():
+def p_time(point: Point, util: float, peak: float = 1e12) -> float:
+    """The mixer time at ``util`` of ``peak`` (the roofline is the peak: bandwidth 1e15)."""
+    return costmodel.mixer_flops(point) / (util * peak)
+
+
+def test_leading_points_where_utilization_still_rises_are_left_out_and_said():
     def time(p: Point) -> float:  # an overhead below d 1024, then the true d² growth
         return max(costmodel.mixer_flops(p) / 1e12, 0.01)
 
     verdict = evaluate(claim(), lstm_rows(time), env(1.2e12))
     assert verdict.verdict == "confirmed" and verdict.measured == pytest.approx(2.0, abs=0.01)
-    assert "below 50% of roofline left out" in verdict.reason
-    assert verdict.util_low >= 0.5
+    assert verdict.plateau_region[1] == 4096 and verdict.plateau_region[0] >= 1024
+    assert "2 leading points left out: utilization rises there (exponent 1." in verdict.reason
+    assert "utilization level over d_model" in verdict.reason
+    assert verdict.util_low > 0.8 and abs(verdict.utilization_exponent) <= 0.15
 
 
 @pytest.mark.parametrize(
@@ -116,7 +129,7 @@ def test_work_verdicts_match_the_analytic_exponents_exactly(impl, scenario, over
     assert verdict.ci_high - verdict.ci_low < 1e-9
 
 
-def test_efficiency_varies_names_the_head_dims():
+def test_no_time_verdict_where_kernel_efficiency_varies_with_head_dim():
     rows = []
     for heads, tflops in ((4, 640.0), (8, 480.0), (16, 240.0), (32, 120.0)):
         point = Point("sdpa", heads=heads, head_dim=512 // heads, seq_len=4096, batch=4,
@@ -128,8 +141,9 @@ def test_efficiency_varies_names_the_head_dims():
                                     "metric": "time_median_s", "over": "heads",
                                     "hold": ["d_model"], "expect_exponent": 0.0}]})[0]
     verdict = evaluate(c, pd.DataFrame(rows), env(1000e12))
-    assert verdict.verdict == "inconclusive" and verdict.regime == "efficiency varies"
-    assert "kernel efficiency varies (120 TFLOP/s at head_dim 16" in verdict.reason
+    assert verdict.verdict == "inconclusive" and verdict.regime == "falling"
+    assert verdict.reason.startswith("no time verdict: utilization changes with heads")
+    assert "kernel efficiency varies with head_dim (120 TFLOP/s at head_dim 16" in verdict.reason
     assert "vs 640 at head_dim 128" in verdict.reason
     assert verdict.work_verdict == "confirmed" and verdict.work_measured == pytest.approx(0.0)
 
@@ -170,7 +184,9 @@ def test_json_output_has_null_for_missing_numbers(tmp_path, capsys):
                               "--json"])
     assert args.func(args) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out[0]["reason"].startswith("latency-bound regime")
+    assert out[0]["reason"].startswith("no time verdict: utilization changes with d_model")
+    assert out[0]["plateau_region"] is None and out[0]["utilization_exponent"] > 1.5
+    assert len(out[0]["utilization_exponent_ci"]) == 2 and out[0]["regime"] == "rising"
     assert out[0]["groups"][0]["measured"] is None and out[0]["utilization"].startswith("util ")
     assert out[1]["measured"] is None and out[1]["util_low"] is None
     assert json_safe({"a": [np.float64("nan"), np.inf, 1.5]}) == {"a": [None, None, 1.5]}

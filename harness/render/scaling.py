@@ -1,55 +1,34 @@
-"""Result rows -> the report's figures (PNG bytes, via :mod:`harness.render.plots`) and the tables
-beside them: scaling fits and log-log plots, throughput heat maps, per-layer mixer costs with
-crossovers, agreement errors. (FLOP/s against the peak and the roofline:
-:mod:`harness.render.figures_roofline`.)"""
+"""How each cost grows: result rows -> the report's scaling figures (PNG bytes, via
+:mod:`harness.render.plots`) and the tables beside them: the exponent fits table, time and
+peak memory against n (log-log, fitted and claimed slopes), time against the other swept
+variables, forward and backward side by side, and per-layer mixer costs with their crossovers.
+(How well the device is used: :mod:`harness.render.efficiency`.)"""
 
 from __future__ import annotations
-
-import textwrap
 
 import numpy as np
 import pandas as pd
 
 from harness import fmt
-from harness.analysis import fits, frames, powerfit
-from harness.analysis.ratios import crossing, crossovers
-from harness.cost import costmodel
-from harness.render.draw import Panel, Series
+from harness.analysis import fits, frames, powerfit, regime
+from harness.analysis.ratios import crossing
+from harness.analysis.verdicts import crossovers
 from harness.render.panels import (
     LABEL_DIGITS,
     claimed_exponent,
+    group_title,
     in_units,
     model_for,
-    series_by,
+    series_over_n,
     split_keys,
+    split_rows,
     with_band,
 )
-from harness.render.plots import heatmaps, lines, loglog_panels
+from harness.render.plots import Panel, Series, lines, loglog_panels
 
 OVERS = ("d_model", "heads", "window", "conv_kernel")
 # what each other-variable plot holds fixed: heads at fixed d_model, d_model at fixed heads
 HOLD = {"heads": ("d_model",), "d_model": ("heads",)}
-
-
-def _split(frame: pd.DataFrame, keys: list[str]):
-    """(values, part) per combination of ``keys`` (None/NaN grouped as "-"); one group if none."""
-    if not keys:
-        yield {}, frame
-        return
-    for values, part in frame.assign(**frames.groupable(frame[keys])).groupby(keys, sort=True):
-        yield dict(zip(keys, values if isinstance(values, tuple) else (values,), strict=True)), part
-
-
-def _label(values: dict, width: int = 70) -> str:
-    """Readable group label: derived duplicates dropped (head_dim beside heads and d_model,
-    window sides beside the window), wrapped to ``width`` characters."""
-    shown = dict(values)
-    if {"heads", "d_model"} <= set(shown):
-        shown.pop("head_dim", None)
-    if "window" in shown:
-        shown.pop("window_left", None), shown.pop("window_right", None)
-    text = ", ".join(f"{k}={_num(v)}" for k, v in shown.items()) or "all rows"
-    return textwrap.fill(text, width)
 
 
 def _num(value) -> str:
@@ -74,7 +53,7 @@ def fit_panels(
     scenario = str(ok["scenario"].iloc[0])
     panels, records = [], []
     for values, part in frames.iter_groups(agg, panel_keys):
-        panel = Panel(_label(values))
+        panel = Panel(group_title(values))
         for extra, s in frames.iter_groups(part, ["impl", *series_keys]):
             if len(s) < 2:
                 continue
@@ -85,14 +64,14 @@ def fit_panels(
             )
             claimed = claimed_exponent(impl, metric, over, scenario)
             own = {k: v for k, v in extra.items() if owner.get(k) == impl}  # its variant axes
-            name = f"{impl} {_label(own)}" if own else impl
+            name = f"{impl} {group_title(own)}" if own else impl
             band = (list(s["low"]), list(s["high"])) if "low" in s else (None, None)
             panel.series.append(Series(name, s["x"], s["y"], fit.as_dict(), claimed, *band))
             slopes = " ".join(fmt.fixed(v, 2) for v in powerfit.local_slopes_xy(s["x"], s["y"]))
             records.append(
                 {
                     "impl": impl,
-                    "group": _label({**values, **extra}, width=1000),
+                    "group": group_title({**values, **extra}, width=1000),
                     "metric": metric,
                     "over": over,
                     "model": fit.model,
@@ -141,32 +120,6 @@ def scaling(rows: pd.DataFrame) -> tuple[pd.DataFrame, list, list, list]:
     return pd.DataFrame(records), time_imgs, mem_imgs, other_imgs
 
 
-def heat(rows: pd.DataFrame) -> tuple[pd.DataFrame, list]:
-    """tokens/s heat maps over heads x d_model, one per impl and other varying fields."""
-    ok = frames.select(rows, "tokens_per_s")
-    if not len(ok) or ok["heads"].nunique() < 2 or ok["d_model"].nunique() < 2:
-        return pd.DataFrame(), []
-    maps, tables = [], []
-    for scenario, srows in ok.groupby("scenario", sort=True):
-        keys = frames.group_keys(srows, "heads", covary=("head_dim", "d_model", "point_id"))
-        for values, part in _split(srows, keys):
-            title = _label({"scenario": scenario, **values}, width=48)
-            table = part.pivot_table(
-                index="heads", columns="d_model", values="tokens_per_s", aggfunc="median"
-            )
-            # only complete grids: runs of unrelated suites leave holes, not heat maps
-            if table.shape[0] >= 2 and table.shape[1] >= 2 and table.notna().all().all():
-                maps.append((title, table))
-                tables.append(
-                    table.stack().rename("tokens_per_s").reset_index().assign(group=title)
-                )
-    if not maps:
-        return pd.DataFrame(), []
-    return pd.concat(tables, ignore_index=True), [
-        ("throughput-heads-x-d_model", heatmaps(maps, "tokens/s"))
-    ]
-
-
 def layers(rows: pd.DataFrame) -> tuple[pd.DataFrame, list]:
     """Mixer time vs n per d_model (attention, LSTM, conv) with FLOP and measured crossovers."""
     ok = frames.select(rows, "mixer_time_s")
@@ -194,7 +147,7 @@ def layers(rows: pd.DataFrame) -> tuple[pd.DataFrame, list]:
                 )
     skip = ("impl", "conv_kernel", "mixer")
     keys = [k for k in frames.group_keys(ok, "seq_len") if k not in skip]
-    for values, part in _split(ok, keys):
+    for values, part in split_rows(ok, keys):
         d = float(part["d_model"].iloc[0])
         agg = frames.aggregate(part, "seq_len", "mixer_time_s", ["impl", "conv_kernel"])
         series = [
@@ -202,7 +155,7 @@ def layers(rows: pd.DataFrame) -> tuple[pd.DataFrame, list]:
             for (impl, k), s in agg.groupby(["impl", "conv_kernel"], sort=True)
             if impl == "conv" or k == part.loc[part["impl"] == impl, "conv_kernel"].min()
         ]
-        vlines = [(d, "n = d"), (costmodel.flop_crossover(int(d), "lstm"), "FLOPs: 4d (LSTM)")]
+        vlines = [(d, "n = d"), (regime.flop_crossover(int(d), "lstm"), "FLOPs: 4d (LSTM)")]
         att = [s for s in series if not s.label.startswith(("lstm", "conv"))]
         lstm = [s for s in series if s.label.startswith("lstm")]
         if att and lstm:
@@ -214,32 +167,40 @@ def layers(rows: pd.DataFrame) -> tuple[pd.DataFrame, list]:
                 (lo,), (hi,) = crossing(both.to_numpy(float), lr)
                 if lo == hi:  # an interior crossing, not a censored bound
                     vlines.append((float(lo), "measured"))
-        panels.append(Panel(_label(values), series, vlines))
+        panels.append(Panel(group_title(values), series, vlines))
     panels, ylabel = in_units(panels, "mixer_time_s")
     image = loglog_panels(panels, "seq_len", ylabel, "per-layer cost")
     return pd.DataFrame(table), [("layers-mixer-time", image)]
 
 
-def agreement(rows: pd.DataFrame) -> list:
-    """Max abs and relative error vs seq_len per scenario (one figure per scenario)."""
+BACKWARD = "+backward"
+
+
+def forward_backward(rows: pd.DataFrame) -> list:
+    """Forward and forward+backward time against seq_len, side by side, per scenario pair."""
+    ok = frames.select(rows, "time_median_s")
     images = []
-    for scenario, part in rows.groupby("scenario", sort=True):
-        part = part[part["status"].isin(["ok", "mismatch"])] if "status" in part else part
-        if "max_abs_err" not in part or part["seq_len"].nunique() < 2:
+    for fwd in sorted(s for s in set(ok["scenario"]) if not s.endswith(BACKWARD)):
+        bwd = fwd + BACKWARD
+        pair = ok[ok["scenario"].isin([fwd, bwd])]
+        if bwd not in set(pair["scenario"]) or pair["seq_len"].nunique() < 2:
             continue
+        keys = [k for k in frames.group_keys(pair, "seq_len") if k != "scenario"]
+        panel_keys = [k for k in keys if k != "impl"]
         panels = []
-        for metric in ("max_abs_err", "rel_err"):
-            sub = part[pd.to_numeric(part[metric], errors="coerce") > 0]
-            if len(sub):
-                keys = frames.group_keys(sub.assign(status="ok"), "seq_len")
-                panels.append(
-                    Panel(
-                        f"{scenario}: {metric}",
-                        series_by(sub.assign(status="ok"), metric, keys)[:10],
-                    )
-                )
-        if panels:
+        for values, part in split_rows(pair, panel_keys):
+            extra = ", ".join(f"{k}={_num(v)}" for k, v in values.items())
+            for scenario in (fwd, bwd):
+                side = part[part["scenario"] == scenario]
+                series = series_over_n(side, "time_median_s", ["impl"], k=1e3) if len(side) else []
+                title = f"{scenario}" + (f" ({extra})" if extra else "")
+                panels.append(Panel(title, [s for s in series if len(s.x) >= 2][:10]))
+        panels = panels[:12]
+        if any(p.series for p in panels):
             images.append(
-                (f"agreement-{scenario}", lines(panels, "seq_len", "error vs float64", log_y=True))
+                (
+                    f"forward-backward-{fwd}",
+                    lines(panels, "seq_len", "median time (ms)", log_y=True),
+                )
             )
     return images

@@ -1,0 +1,144 @@
+"""Verdicts shown: as plain text for a terminal (``attnbench claims``), and as the report's
+Claims section: one table with the claims about these runs first and the others folded, the
+contention and beaten-calibration notes, and under each time claim its fit over the plateau
+with utilization drawn against the same axis. Both views take their verdicts from
+:func:`harness.analysis.verdicts.judge_claims`, the one judging path."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from harness import fmt
+from harness.analysis.claims import TIMED_METRICS, VERDICTS, Claim, load_claims
+from harness.analysis.verdicts import Verdict, judge_claims, verdict_table
+from harness.render.page import Section
+from harness.render.panels import display_unit
+from harness.render.plots import Series, fit_over_utilization
+
+MAX_GROUPS = 8  # series per claim figure
+
+
+def format_value(value: float | None) -> str:
+    """A measured value or interval end to 3 significant digits; ``n/a`` when it is None,
+    NaN or infinite (a censored interval end)."""
+    finite = value is not None and math.isfinite(value)
+    return fmt.number(float(value) if finite else None, digits=3, missing="n/a")
+
+
+def render_text(verdicts: list[Verdict]) -> str:
+    """A plain-text verdict list: one headline per claim, the reason indented below it, then
+    the counts."""
+    width = max((len(v.claim) for v in verdicts), default=5)
+    lines = []
+    for v in verdicts:
+        interval = f"[{format_value(v.ci_low)}, {format_value(v.ci_high)}]"
+        aspect = "work" if v.aspect == "work" else "time" if v.metric in TIMED_METRICS else ""
+        lines.append(
+            f"{v.claim:<{width}}  {v.verdict:<12}  measured {format_value(v.measured):>7} "
+            f"{interval:<18} expected {v.expected}  {v.utilization()}"
+            + (f"  [{aspect}]" if aspect else "")
+        )
+        lines.append(f"{'':<{width}}  {v.group + ': ' if v.group else ''}{v.reason}")
+        if v.work_verdict is not None:
+            lines.append(
+                f"{'':<{width}}  work: {v.work_verdict}, exponent "
+                f"{format_value(v.work_measured)} ({v.work_reason})"
+            )
+    counts = {k: sum(v.verdict == k for v in verdicts) for k in VERDICTS}
+    lines.append(", ".join(f"{n} {k}" for k, n in counts.items()))
+    work = {k: sum(v.work_verdict == k for v in verdicts) for k in VERDICTS}
+    if any(work.values()):
+        lines.append("work: " + ", ".join(f"{n} {k}" for k, n in work.items()))
+    return "\n".join(lines)
+
+
+INTRO = (
+    "Each claim's verdict: confirmed (interval inside the claimed band), refuted (outside), "
+    "inconclusive (interval spans the claim, thin data, missing rows). A time verdict is "
+    "fitted only where the device's utilization is level along the claim's axis (plateau: "
+    "where it was fitted; utilization: the range over the rows used); where utilization climbs "
+    "or falls, the time measures the device, not the algorithm, and there is no time verdict. "
+    "Work verdicts fit the cost model's counts over every swept point (docs/claims.md). Claims "
+    "about these runs come first; the others are folded."
+)
+
+
+def claims_section(
+    rows: pd.DataFrame,
+    claims_path: Path | None,
+    envs: dict | None = None,
+    allow_contended: bool = False,
+) -> Section:
+    """Each claim's verdict from the claims file (left out when there is none): the table
+    (claims with rows in these runs first, the rest folded), the notes, and a figure under
+    each time claim."""
+    if claims_path is None or not Path(claims_path).is_file():
+        return Section("claims", "Claims", INTRO)  # no claims file: left out
+    claims = load_claims(claims_path)
+    verdicts, note = judge_claims(claims, rows, envs, allow_contended=allow_contended)
+    order = sorted(range(len(verdicts)), key=lambda i: verdicts[i].rows_seen == 0)
+    verdicts = [verdicts[i] for i in order]
+    by_id = {c.id: c for c in claims}
+    table = verdict_table(verdicts)
+    related = sum(v.rows_seen > 0 for v in verdicts)
+    section = Section(
+        "claims",
+        f"Claims ({Path(claims_path).name})",
+        INTRO,
+        [("claims", table), ("claim-texts", table[["claim", "text", "source"]])],
+    )
+    if related < len(verdicts):
+        other = f"{len(verdicts) - related} claims about rows these runs do not have"
+        section.folds["claims"] = (related, other)
+        section.folds["claim-texts"] = (related, other)
+    if note:
+        section.notes.append(note)
+    section.notes += [
+        f"{v.claim}: {v.utilization()}: a row beat its calibration, so its utilization is "
+        "overstated (re-calibrate on an idle machine)"
+        for v in verdicts
+        if v.calibration_beaten
+    ]
+    for v in verdicts[:related]:
+        image = claim_figure(v, by_id[v.claim])
+        if image is not None:
+            section.images.append((f"claim-{v.claim}", image))
+    return section
+
+
+def claim_figure(verdict: Verdict, claim: Claim) -> bytes | None:
+    """A time claim's fit over its plateau, above utilization against the same axis; None
+    for a claim without that evidence (memory, ratio, work-only, no rows)."""
+    groups = [g for g in verdict.groups if g.get("_evidence", {}).get("basis")][:MAX_GROUPS]
+    if not groups:
+        return None
+    values = [y for g in groups for y in g["_evidence"]["y"]]
+    unit, k = display_unit(claim.metric, values)
+    fitted, util, regions = [], [], []
+    percent = all(g["_evidence"]["basis"] == "utilization" for g in groups)
+    for g in groups:
+        ev = g["_evidence"]
+        label = g["group"] if len(groups) > 1 else (claim.impl or g["group"])
+        fit = ev["fit"]
+        if fit is not None:
+            fit = {**fit, "prefactor": fit["prefactor"] * k, "offset": fit["offset"] * k}
+        x = np.asarray(ev["x"], float)
+        fitted.append(Series(label, x, np.asarray(ev["y"], float) * k, fit,
+                             claim.expect_exponent))
+        scale = 100.0 if ev["basis"] == "utilization" else 1e-12
+        util.append(Series(label, x, np.asarray(ev["utilization"], float) * scale))
+        if ev["region"]:
+            regions.append(tuple(ev["region"]))
+    title = f"{claim.id}: {verdict.verdict} (time), {verdict.utilization()}"
+    return fit_over_utilization(
+        fitted, util, regions,
+        xlabel=claim.over,
+        ylabel=f"{claim.metric} ({unit})" if unit else claim.metric,
+        util_label=f"% of {claim.saturation_rule}" if percent else "achieved TFLOP/s",
+        title=title,
+        percent=percent,
+    )
