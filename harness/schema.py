@@ -212,8 +212,8 @@ COLUMNS: tuple[Column, ...] = (
       "median time of the fixed reference matmul timed before and after each pass: "
       "`compare --time-basis normalized` compares `time_median_s / ref_kernel_s`"),
     C("contended", "", "bool",
-      "another process took the cores (or the GPU) while the point was timed; `claims` leaves "
-      "contended rows out unless `--allow-contended`"),
+      "another process took the cores (or the GPU) while the point was timed; `claims` and "
+      "`report` leave contended rows out of time verdicts unless `--allow-contended`"),
     C("contention", "", "text", "why the point counts as contended"),
     C("other_cpu_cores", "", "number", "CPU cores other processes kept busy"),
     C("cpu_steal_frac", "", "share", "fraction of CPU time the hypervisor stole"),

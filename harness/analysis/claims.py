@@ -225,6 +225,18 @@ def parse_claims(doc: dict, where: str = "<claims>") -> list[Claim]:
     return claims
 
 
+def _forms(entry: dict) -> list[bool]:
+    """Which expectation keys an entry sets: [exponent, ratio, crossover]."""
+    return [
+        any(k in entry for k in keys)
+        for keys in (
+            ("expect_exponent",),
+            ("expect_ratio_min", "expect_ratio_max"),
+            ("expect_crossover_min", "expect_crossover_max"),
+        )
+    ]
+
+
 def _parse_one(entry: dict, at: str) -> Claim:
     if isinstance(entry.get("id"), str):
         at = f"{at} ({entry['id']})"
@@ -258,14 +270,7 @@ def _parse_one(entry: dict, at: str) -> Claim:
         if not all(isinstance(v, str) for v in values["hold"]):
             fail("hold", "must be a list of column names")
         values["hold"] = tuple(values["hold"])
-    forms = [
-        any(k in entry for k in keys)
-        for keys in (
-            ("expect_exponent",),
-            ("expect_ratio_min", "expect_ratio_max"),
-            ("expect_crossover_min", "expect_crossover_max"),
-        )
-    ]
+    forms = _forms(entry)
     if sum(forms) != 1:
         fail(
             "id",

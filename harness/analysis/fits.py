@@ -87,9 +87,8 @@ def fit_exponent(
     ``samples``: per point, raw per-call times whose median ``y`` is proportional to
     ``median**sample_power`` (1 for times, -1 for rates). ``sigma``: per point, the standard
     error of ``log y`` when there are no samples (e.g. from a stored median interval). With
-    neither, the residuals alone set the scale. Points below ``min_x`` are left out.
-    ``whole``: fit every point given (no leading point dropped by the region rule), for a
-    region that was chosen by another rule (the plateau of utilization).
+    neither, the residuals alone set the scale. Points below ``min_x`` are left out; with
+    ``whole``, no others (a region chosen by another rule, e.g. the plateau of utilization).
     """
     if model not in MODELS:
         raise ValueError(f"model must be one of {MODELS}, got {model!r}")
@@ -106,13 +105,8 @@ def fit_exponent(
     picked = None if samples is None else [samples[i] for i in order]
     ratios = None if picked is None else sample_medians(picked, n_boot, rng)
     sigma2 = _sigma2(ratios, sigma, order, len(xs))
-    if whole:
-        bent = model == "auto" and needs_constant(np.log(xs), ys, sigma2)
-        start, chosen = 0, "power+const" if bent else model.replace("auto", "power")
-    else:
-        start, chosen = choose_region(xs, ys, sigma2, model, min_points)
-    xr, yr, lx = xs[start:], ys[start:], np.log(xs[start:])
-    k = len(xr)
+    start, chosen = _region(xs, ys, sigma2, model, min_points, whole)
+    xr, yr, lx, k = xs[start:], ys[start:], np.log(xs[start:]), len(xs) - start
     s2 = None if sigma2 is None else sigma2[start:]
     # weights 1/(σ_i² + τ²): a precise point must not dominate data that wobble more than
     # their error bars say (drift between timing passes, shape-dependent kernel choices)
@@ -132,6 +126,15 @@ def fit_exponent(
         p, lo, hi, float(np.exp(la)), c, chosen, k, len(xs_all), float(xr[0]), float(xr[-1]),
         _r_squared(yr, resid), method,
     )
+
+
+def _region(xs, ys, sigma2, model: str, min_points: int, whole: bool) -> tuple[int, str]:
+    """(first index of the fitted region, resolved model): powerfit's region rule, or every
+    point (``whole``; ``auto`` still resolved by the F-test)."""
+    if not whole:
+        return choose_region(xs, ys, sigma2, model, min_points)
+    bent = model == "auto" and needs_constant(np.log(xs), ys, sigma2)
+    return 0, "power+const" if bent else model.replace("auto", "power")
 
 
 def _r_squared(y: np.ndarray, resid: np.ndarray) -> float:

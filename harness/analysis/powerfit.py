@@ -11,7 +11,7 @@ The fit lives on a log-log scale: ``log y`` against ``log x``. Three models:
   interval is the hull of both models' intervals: choosing the model from the same data must
   not make the interval too narrow (a small overhead that the test misses would bias a narrow
   power-law interval; on synthetic data with 10 % overheads coverage fell to ~70 %).
-  ``power`` is right where physics rules an overhead out (time over saturated points only).
+  ``power`` is right where physics rules an overhead out (time over the plateau of utilization).
 
 Each point carries its measured uncertainty ``σ_i`` (the standard error of ``log y``): from the
 bootstrap of its raw per-call samples, or from its stored median interval, or none (exact

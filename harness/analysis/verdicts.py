@@ -24,6 +24,9 @@ group has one. The verdict reports the group that decided it, and every verdict 
 utilization range of the rows it used.
 """
 
+# size: one module on purpose: the rows a claim is about, how an interval is judged, the
+# Verdict and the one path both CLI verbs call are read together (merged from three).
+
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
@@ -332,7 +335,12 @@ def evaluate(
         return Verdict(verdict="inconclusive", measured=None, ci_low=None, ci_high=None,
                        reason=reason, regime="unknown", contended_left_out=left_out,
                        **beside, **common)
-    groups = [_judged(g, claim) for g in groups]
+    return Verdict(**_combined([_judged(g, claim) for g in groups], left_out), **beside,
+                   **common)
+
+
+def _combined(groups: list[dict], left_out: int) -> dict:
+    """The device verdict's fields from its judged groups (see :func:`combine`)."""
     overall, decisive = combine(groups)
     used = [g for g in groups if g.get("judged", True)] or groups
     lows = [g["util_low"] for g in used if g.get("util_low") is not None]
@@ -345,26 +353,24 @@ def evaluate(
         why += f" ({left_out} rows measured under contention left out)"
     high = max(highs) if highs else None
     ci, region = decisive.get("utilization_exponent_ci"), decisive.get("plateau_region")
-    return Verdict(
-        verdict=overall,
-        measured=decisive["measured"],
-        ci_low=decisive["ci_low"],
-        ci_high=decisive["ci_high"],
-        reason=why,
-        n_points=decisive["n_points"],
-        group=decisive["group"],
-        groups=tuple({k: v for k, v in g.items() if k != "judged"} for g in groups),
-        util_low=min(lows) if lows else None,
-        util_high=high,
-        regime=decisive.get("regime", ""),
-        plateau_region=tuple(region) if region else None,
-        utilization_exponent=decisive.get("utilization_exponent"),
-        utilization_exponent_ci=tuple(ci) if ci is not None else None,
-        calibration_beaten=regime.beaten(high),
-        contended_left_out=left_out,
-        **beside,
-        **common,
-    )
+    return {
+        "verdict": overall,
+        "measured": decisive["measured"],
+        "ci_low": decisive["ci_low"],
+        "ci_high": decisive["ci_high"],
+        "reason": why,
+        "n_points": decisive["n_points"],
+        "group": decisive["group"],
+        "groups": tuple({k: v for k, v in g.items() if k != "judged"} for g in groups),
+        "util_low": min(lows) if lows else None,
+        "util_high": high,
+        "regime": decisive.get("regime", ""),
+        "plateau_region": tuple(region) if region else None,
+        "utilization_exponent": decisive.get("utilization_exponent"),
+        "utilization_exponent_ci": tuple(ci) if ci is not None else None,
+        "calibration_beaten": regime.beaten(high),
+        "contended_left_out": left_out,
+    }
 
 
 def evaluate_all(

@@ -66,8 +66,8 @@ def speedup(rows: pd.DataFrame, baseline: str) -> tuple[pd.DataFrame, list]:
             for impl, s in sub.groupby("impl", sort=False):
                 s = s.assign(x=pd.to_numeric(s[x])).dropna(subset=["speedup"]).sort_values("x")
                 if len(s) >= 1:
-                    band = (s["ci_low"], s["ci_high"]) if "ci_low" in s else (None, None)
-                    series.append(Series(str(impl), s["x"], s["speedup"], None, None, *band))
+                    ci = (s["ci_low"], s["ci_high"]) if "ci_low" in s else (None, None)
+                    series.append(Series(str(impl), s["x"], s["speedup"], None, None, *ci))
             if series:
                 panels.append(Panel(title, series[:10]))
     frame = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
@@ -93,7 +93,8 @@ def _by(frame: pd.DataFrame, keys: list[str]):
 
 
 def throughput(rows: pd.DataFrame) -> list:
-    """Absolute useful TFLOP/s against seq_len, a panel per scenario (CI bands from time)."""
+    """Absolute useful TFLOP/s against seq_len, a panel per scenario (error bars from the time's
+    95 % CI)."""
     ok = frames.select(rows, "tflops_per_s")
     panels = []
     for scenario, part in ok.groupby("scenario", sort=True):

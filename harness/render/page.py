@@ -1,6 +1,6 @@
 """The report's page: ``index.html`` (one self-contained HTML page, plots embedded as base64
 PNG, no network resources), ``report.md`` with ``plots/*.png``, and ``tables/*.csv``, written
-from a list of :class:`Section` (built by :mod:`harness.render.sections`). Numbers in tables are
+from a list of :class:`Section` (built by :mod:`harness.render.report`). Numbers in tables are
 written by :mod:`harness.fmt`; markdown tables by :func:`harness.markdown.table`.
 """
 

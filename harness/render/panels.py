@@ -54,7 +54,7 @@ def in_units(panels: list[Panel], metric: str) -> tuple[list[Panel], str]:
     return panels, f"{name} ({unit})" if unit else name
 
 
-def with_band(ok: pd.DataFrame, agg: pd.DataFrame, over: str, metric: str, keys: list[str]):
+def with_interval(ok: pd.DataFrame, agg: pd.DataFrame, over: str, metric: str, keys: list[str]):
     """``agg`` with ``low``/``high`` columns: the median of the rows' CI bounds per point."""
     if metric not in CI_COLUMNS or not set(CI_COLUMNS[metric]) <= set(ok.columns):
         return agg

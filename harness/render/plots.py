@@ -14,6 +14,9 @@ hollow markers, so coinciding series stay visible. Intervals are drawn as error 
 CI of each median), never as shaded bands; shading marks regions of the axis (a plateau).
 """
 
+# size: the drawing primitives and the plot kinds built on them are read together (one
+# style, one tick and legend rule for every plot); nothing here knows about result rows.
+
 from __future__ import annotations
 
 import io

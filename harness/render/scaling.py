@@ -22,7 +22,7 @@ from harness.render.panels import (
     series_over_n,
     split_keys,
     split_rows,
-    with_band,
+    with_interval,
 )
 from harness.render.plots import Panel, Series, lines, loglog_panels
 
@@ -45,7 +45,7 @@ def fit_panels(
     if not len(ok) or ok[over].nunique() < 2:
         return [], []
     keys = frames.group_keys(ok, over, hold)
-    agg = with_band(ok, frames.aggregate(ok, over, metric, keys), over, metric, keys)
+    agg = with_interval(ok, frames.aggregate(ok, over, metric, keys), over, metric, keys)
     panel_keys, series_keys = split_keys(agg, keys)
     varies = agg.groupby("impl")[series_keys].nunique() if series_keys else pd.DataFrame()
     owner = {k: str(varies[k].idxmax()) for k in series_keys}
@@ -65,8 +65,8 @@ def fit_panels(
             claimed = claimed_exponent(impl, metric, over, scenario)
             own = {k: v for k, v in extra.items() if owner.get(k) == impl}  # its variant axes
             name = f"{impl} {group_title(own)}" if own else impl
-            band = (list(s["low"]), list(s["high"])) if "low" in s else (None, None)
-            panel.series.append(Series(name, s["x"], s["y"], fit.as_dict(), claimed, *band))
+            ci = (list(s["low"]), list(s["high"])) if "low" in s else (None, None)
+            panel.series.append(Series(name, s["x"], s["y"], fit.as_dict(), claimed, *ci))
             slopes = " ".join(fmt.fixed(v, 2) for v in powerfit.local_slopes_xy(s["x"], s["y"]))
             records.append(
                 {

@@ -265,3 +265,54 @@ def test_groups_that_do_not_sweep_the_variable_are_ignored():
         pd.DataFrame([*QUADRATIC.to_dict("records"), *single]),
     )
     assert verdict.verdict == "confirmed" and len(verdict.groups) == 1
+
+
+def approx_rows(cross_at: float) -> pd.DataFrame:
+    """FlashAttention-like time ∝ n² (``sdpa``) and an approximate method ∝ n (``local``) that
+    cost the same at n = cross_at: the FlashAttention paper's crossover."""
+    ns = (256, 362, 512, 724, 1024, 1448, 2048, 4096)
+    exact = make_rows("sdpa", lambda p: 1e-9 * p.seq_len**2, ns=ns, noise=0.02, seed=11)
+    approx = make_rows("local", lambda p: 1e-9 * cross_at * p.seq_len, ns=ns, noise=0.02, seed=12)
+    return pd.DataFrame(exact + approx)
+
+
+def absolute_crossover(**kw) -> cl.Claim:
+    entry = {"impl": "local", "baseline": "sdpa", "metric": "time_median_s",
+             "expect_crossover_min": 512, "expect_crossover_max": 1024, "cheaper": "above", **kw}
+    return claim(**entry)
+
+
+@pytest.mark.parametrize(
+    ("cross_at", "expected"), [(700.0, "confirmed"), (2000.0, "refuted"), (300.0, "refuted")]
+)
+def test_crossover_stated_as_an_absolute_range_of_the_axis(cross_at, expected):
+    verdict = evaluate(absolute_crossover(), approx_rows(cross_at))
+    assert verdict.verdict == expected, verdict.reason
+    assert verdict.measured == pytest.approx(cross_at, rel=0.05)  # in units of seq_len itself
+    assert verdict.ci_low <= verdict.measured <= verdict.ci_high
+    assert verdict.expected == "[512, 1024] seq_len (local cheaper above)"
+    assert f"crossover at seq_len {verdict.measured:g}" in verdict.reason
+    # the same statement from the other side: sdpa is the cheaper one below the crossover
+    mirrored = evaluate(absolute_crossover(impl="sdpa", baseline="local", cheaper="below"),
+                        approx_rows(cross_at))
+    assert mirrored.verdict == expected
+    assert mirrored.measured == pytest.approx(verdict.measured, rel=1e-6)
+
+
+def test_an_absolute_crossover_outside_the_sweep_is_a_censored_bound():
+    early = evaluate(absolute_crossover(), approx_rows(100.0))  # local cheaper everywhere
+    assert early.verdict == "refuted" and early.measured == 256
+    assert "local cheaper at every point: an upper bound" in early.reason
+    late = evaluate(absolute_crossover(), approx_rows(10000.0))  # local never cheaper
+    assert late.verdict == "refuted" and late.measured == 4096
+    assert "local never cheaper: a lower bound" in late.reason
+
+
+def test_crossover_keys_are_validated():
+    with pytest.raises(CliError, match="cheaper = 'sideways': must be one of"):
+        absolute_crossover(cheaper="sideways")
+    with pytest.raises(CliError, match="cheaper = 'above': only crossover claims"):
+        claim(expect_exponent=1.0, cheaper="above")
+    with pytest.raises(CliError, match="relative_to = 'd_model': only crossover claims"):
+        claim(expect_exponent=1.0, relative_to="d_model")
+    assert absolute_crossover().relative_to is None and absolute_crossover().kind == "crossover"

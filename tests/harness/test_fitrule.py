@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from harness.analysis.fits import fit_exponent
-from harness.analysis.verdicts import judge
 from harness.analysis.powerfit import asymptotic_start
+from harness.analysis.verdicts import judge
 
 GRIDS = {"octave": 2.0 ** np.arange(8, 15), "half-octave": 2.0 ** np.arange(10, 14.01, 0.5)}
 EXPONENTS = (1.0, 1.5, 2.0)

@@ -57,7 +57,9 @@ def test_flat_time_while_utilization_climbs_gets_no_time_verdict():
     peak = 100 * lstm_flops(D_MODELS[-1]) / 0.036  # every row under 1 % of the peak
     verdict = evaluate(claim(), rows, env(peak))
     assert verdict.verdict == "inconclusive"
-    assert verdict.reason.startswith("no time verdict: utilization changes with d_model (exponent 2")
+    assert verdict.reason.startswith(
+        "no time verdict: utilization changes with d_model (exponent 2"
+    )
     assert "% of roofline)" in verdict.reason
     assert verdict.util_high <= 0.01 and verdict.regime == "rising"
     assert verdict.plateau_region is None

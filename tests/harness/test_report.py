@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import json
 import re
 import shutil
 import subprocess
@@ -12,9 +13,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from harness.cli import claims as claims_cli
 from harness.cli import report as report_cli
 from harness.errors import CliError
-from harness.render import page, report
+from harness.render import checks, efficiency, page, panels, plots, report
 from harness.results import RowWriter, write_env
 from harness.sweep.point import Point
 
@@ -176,47 +178,42 @@ def test_report_without_claims_or_env_and_bad_dirs(tmp_path):
 
 
 def test_plots_are_high_resolution_and_shown_at_their_size(built):
-    from harness.render.draw import png_size
-
     _, page = built
     images = re.findall(
         r'<img alt="[^"]*" width="(\d+)" src="data:image/png;base64,([^"]+)"', page.read_text()
     )
     assert len(images) >= 8
     for width, b64 in images:
-        pixels = png_size(base64.b64decode(b64))[0]
+        pixels = plots.png_size(base64.b64decode(b64))[0]
         assert pixels / (int(width) / 96) >= 150  # dpi at the size shown
         assert int(width) <= 1100  # fits the page column: no horizontal scrolling
+        assert int(width) >= 700  # not a 518 px thumbnail
 
 
 def test_units_styles_and_claimed_slope():
-    from harness.render import draw, panels, plots
-
     assert panels.display_unit("peak_mem_bytes", [3 * 2**30]) == ("GiB", 2.0**-30)
     assert panels.display_unit("peak_mem_bytes", [5e6])[0] == "MiB"
     assert panels.display_unit("time_median_s", [0.2]) == ("ms", 1e3)
-    styles = draw.Styles()
+    styles = plots.Styles()
     drawn = {tuple(sorted(map(str, styles(f"impl{i}").values()))) for i in range(20)}
     assert len(drawn) == 20  # overlapping series stay distinguishable
     x = np.array([256.0, 512, 1024, 2048])
     y = 3e-9 * x**2 * np.array([1.0, 1.0, 1.0, 1.3])  # a noisy last point
     fit = {"exponent": 2.0, "prefactor": 3e-9, "offset": 0.0, "x_lo": 256.0, "x_hi": 2048.0}
-    line = plots.claimed_line(draw.Series("full", x, y, fit, 2.0), x)
+    line = plots.claimed_line(plots.Series("full", x, y, fit, 2.0), x)
     residual = np.log(y / line)
     assert abs(residual.mean()) < 1e-12  # through the fitted constant, not the last point
     assert abs(residual[-1]) < np.log(1.3)
 
 
 def test_heat_maps_need_complete_grids():
-    from harness.render import figures
-
     rows = pd.DataFrame(synthetic_rows())
-    full_grid, images = figures.heat(rows)
+    full_grid, images = efficiency.heat(rows)
     assert images and len(full_grid)
     holes = rows.drop(
         rows[(rows["impl"] == "sdpa") & (rows["heads"] == 2) & (rows["head_dim"] == 128)].index
     )
-    assert figures.heat(holes)[1] == []  # unrelated runs: no half-empty grid
+    assert efficiency.heat(holes)[1] == []  # unrelated runs: no half-empty grid
 
 
 def two_runs(base) -> list:
@@ -307,3 +304,148 @@ def test_page_has_no_horizontal_overflow_in_a_real_browser(built, tmp_path, widt
     found = re.search(r'data-overflow="(-?\d+)"', result.stdout)
     assert found, result.stderr[-500:]
     assert int(found.group(1)) <= 0, f"page is {found.group(1)} px wider than the window"
+
+
+# --- one judging path, contention, relevance, beaten calibrations, history, plots ----------
+
+
+def write_run(path, rows: list[dict], calibration: dict | None = CALIBRATION, run_id="r1"):
+    writer = RowWriter(path)
+    for r in rows:
+        writer.write({**r, "run_id": run_id})
+    write_env(path, {"run_id": run_id, "suite": "s", "calibration": calibration})
+    return path
+
+
+def claims_json(run_dir, capsys, *extra) -> dict[str, dict]:
+    parser = argparse.ArgumentParser()
+    claims_cli.add_cli(parser.add_subparsers())
+    args = parser.parse_args(["claims", str(run_dir), "--json", *extra])
+    assert args.func(args) == 0
+    captured = capsys.readouterr()
+    return {v["claim"]: v for v in json.loads(captured.out)}, captured.err
+
+
+def contended(rows: list[dict], every: bool) -> list[dict]:
+    return [
+        {**r, "contended": every or i % 4 < 2, "contention": "other processes used 1.9 cores"}
+        for i, r in enumerate(rows)
+    ]
+
+
+@pytest.mark.parametrize("every", [False, True], ids=["half-contended", "all-contended"])
+def test_claims_and_report_give_the_same_verdict_for_every_claim(tmp_path, capsys, every):
+    run = write_run(tmp_path / "run", contended(synthetic_rows(), every))
+    for extra in ([], ["--allow-contended"]) if not every else ([],):
+        verdicts, err = claims_json(run, capsys, *extra)
+        out = tmp_path / f"out{len(extra)}"
+        report.build_report([run], out, allow_contended=bool(extra))
+        table = pd.read_csv(out / "tables" / "claims.csv").set_index("claim")
+        assert set(table.index) == set(verdicts)
+        for claim_id, v in verdicts.items():
+            assert table.loc[claim_id, "verdict"] == v["verdict"], claim_id
+            assert str(table.loc[claim_id, "reason"]) == v["reason"], claim_id
+        assert "measured under contention" in err
+    # memory claims and work verdicts keep contended rows: an allocation is not a timing
+    plain, err = claims_json(run, capsys)
+    assert plain["full-memory-n2"]["verdict"] == "confirmed"
+    assert plain["false-full-memory-n1"]["verdict"] == "refuted"
+    assert plain["attention-time-n2"]["work_verdict"] == "confirmed"
+    if every:
+        assert plain["attention-time-n2"]["reason"].startswith("no time verdict: every ")
+        assert "--allow-contended" in plain["attention-time-n2"]["reason"]
+        assert "Every row is contended" in err and "--allow-contended" in err
+        page = (tmp_path / "out0" / "index.html").read_text()
+        assert "Every row is contended" in page
+    else:
+        assert "rows measured under contention left out" in plain["attention-time-n2"]["reason"]
+
+
+def test_claims_about_these_runs_come_first_and_the_others_are_folded(built):
+    base, page = built
+    text = page.read_text()
+    claims = text[text.index('<section id="claims">') : text.index('<section id="results">')]
+    open_part, folded = claims.split("<details>", 1)
+    assert "attention-time-n2" in open_part and "full-memory-n2" in open_part
+    assert "local-time-n1" not in open_part and "local-time-n1" in folded
+    assert "claims about rows these runs do not have" in folded
+    table = pd.read_csv(base / "out" / "tables" / "claims.csv")
+    assert "local-time-n1" in set(table["claim"])  # the CSV keeps every claim
+
+
+def test_each_time_claim_has_its_fit_over_utilization_under_it(built):
+    base, page = built
+    plots_dir = base / "out" / "plots"
+    assert (plots_dir / "claim-attention-time-n2.png").is_file()
+    assert (plots_dir / "claim-flash-time-n2.png").is_file()
+    assert not (plots_dir / "claim-full-memory-n2.png").exists()  # not a time claim
+    assert 'alt="claim-attention-time-n2"' in page.read_text()
+
+
+def test_a_beaten_calibration_is_flagged_in_verdicts_tables_and_notes(tmp_path, capsys):
+    # the synthetic rows run at ~10 TFLOP/s against a 0.15 TFLOP/s calibration
+    run = write_run(tmp_path / "run", synthetic_rows())
+    verdicts, _ = claims_json(run, capsys)
+    assert verdicts["attention-time-n2"]["calibration_beaten"] is True
+    assert "(calibration beaten: rows above 100%)" in verdicts["attention-time-n2"]["utilization"]
+    page = report.build_report([run], tmp_path / "out")
+    flops = pd.read_csv(tmp_path / "out" / "tables" / "flops.csv")
+    assert set(flops["calibration"].dropna()) == {"beaten"}
+    assert "calibration beaten: full reaches" in page.read_text()
+    honest = write_run(tmp_path / "honest", synthetic_rows(), {**CALIBRATION,
+                       "matmul_flops_per_s": 1e15, "mem_bandwidth_bytes_per_s": 1e13})
+    verdicts, _ = claims_json(honest, capsys)
+    assert verdicts["attention-time-n2"]["calibration_beaten"] is False
+
+
+def test_history_points_are_counted_per_implementation(tmp_path):
+    dirs = two_runs(tmp_path)
+    extra = row(Point("full", seq_len=2048), 4e-3, 1e6, suite="s")  # full only, both runs
+    for i, d in enumerate(dirs):
+        writer = RowWriter(d)
+        writer.write({**extra, "run_id": f"r{i}", "point_id": Point("full", seq_len=2048).point_id})
+    report.build_report(dirs, tmp_path / "out", claims_path=None)
+    history = pd.read_csv(tmp_path / "out" / "tables" / "history.csv")
+    points = history.groupby("impl")["points"].unique()
+    assert list(points["full"]) == [7] and list(points["sdpa"]) == [6]
+
+
+def test_legends_name_only_what_varies():
+    rows = pd.DataFrame(
+        [{**Point("full", seq_len=n).columns(), "status": "ok", "pct": 1.0} for n in (512, 1024)]
+        + [
+            {**Point("bigbird", seq_len=n, block_size=64, random_blocks=r).columns(),
+             "status": "ok", "pct": 2.0}
+            for n in (512, 1024)
+            for r in (0, 3)
+        ]
+    )
+    keys = ["impl", "block_size", "random_blocks"]
+    labels = sorted(s.label for s in panels.series_by(rows, "pct", keys))
+    assert labels == ["bigbird random_blocks=0", "bigbird random_blocks=3", "full"]
+
+
+@pytest.mark.parametrize(("low", "high"), [(0.05, 0.6), (0.3, 0.6), (0.002, 40.0)])
+def test_a_log_axis_has_at_least_two_labelled_ticks(low, high):
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.plot([1, 2], [low, high])
+    plots.axes_style(ax, "t", "x", "TFLOP/s", log_y=True)
+    fig.canvas.draw()
+    lo, hi = ax.get_ylim()
+    shown = [t for t in ax.yaxis.get_majorticklabels()
+             if t.get_text() and lo <= t.get_position()[1] <= hi]
+    plt.close(fig)
+    assert len(shown) >= 2, [t.get_text() for t in shown]
+
+
+def test_the_agreement_plot_draws_the_tolerance():
+    rows = pd.DataFrame(synthetic_rows())
+    rows["tolerance"] = 2e-6
+    rows["rel_tolerance"] = 3e-6
+    part = rows[rows["scenario"] == "attention"]
+    guides = checks._tolerance_guides(part, "max_abs_err")
+    assert len(guides) == 1 and guides[0].label == "tolerance"
+    assert set(np.asarray(guides[0].y)) == {2e-6}
+    assert checks._tolerance_guides(part.drop(columns="tolerance"), "max_abs_err") == []
