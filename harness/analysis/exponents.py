@@ -172,8 +172,12 @@ def _timed_group(base: dict, part: pd.DataFrame, claim: Claim) -> dict:
     used = part.iloc[plateau.start:]
     region = [float(used["x"].iloc[0]), float(used["x"].iloc[-1])]
     span = _span(used, claim)
-    words = (f"; {what} level over {claim.over} {region[0]:g}..{region[1]:g} (exponent {b} "
-             f"{ci}" + (f", {span}" if span else "") + ")")
+    # an interval far wider than the band: no trend shown, but not shown level either
+    noisy = plateau.ci_high - plateau.ci_low > 4 * claim.plateau
+    level = "shows no clear trend" if noisy else "level"
+    words = (f"; {what} {level} over {claim.over} {region[0]:g}..{region[1]:g} (exponent {b} "
+             f"{ci}" + (", too noisy to tell" if noisy else "") + (f", {span}" if span else "")
+             + ")")
     if plateau.start:
         lead = part.iloc[: plateau.start + 1]
         moves = "rises" if (plateau.lead_exponent or 0) > 0 else "falls"
@@ -212,6 +216,7 @@ def device_groups(ok: pd.DataFrame, claim: Claim, envs: dict | None = None) -> l
         if len(part) < need:  # too few points at all: not a question of the regime
             group = _no_fit(base, part, f"thin data ({len(part)} point"
                             f"{'' if len(part) == 1 else 's'})", judged=True)
+            group["regime"] = "thin" if claim.timed else group["regime"]
         elif claim.timed:
             group = _timed_group(base, part, claim)
         else:
