@@ -101,7 +101,7 @@ def throughput(rows: pd.DataFrame) -> list:
         if part["seq_len"].nunique() < 2:
             continue
         keys = frames.group_keys(part, "seq_len")
-        series = [s for s in series_over_n(part, "tflops_per_s", keys) if len(s.x) >= 2]
+        series = series_over_n(part, "tflops_per_s", keys)
         if series:
             panels.append(Panel(str(scenario), series[:10]))
     if not panels:
@@ -196,7 +196,7 @@ def flops(rows: pd.DataFrame, envs: dict[str, dict]) -> tuple[pd.DataFrame, list
     for scenario, part in frame.groupby("scenario", sort=True):
         if part["seq_len"].nunique() >= 2:
             keys = frames.group_keys(part, "seq_len")
-            swept = [s for s in series_by(part, "pct_peak", keys) if len(s.x) >= 2]
+            swept = series_by(part, "pct_peak", keys, min_points=2)
             top = float(part["pct_peak"].max())
             title = str(scenario) + (f"\n{BEATEN}: up to {top:.0f}% of the peak" if top > 100
                                      else "")

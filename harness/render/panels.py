@@ -120,11 +120,13 @@ def split_keys(agg: pd.DataFrame, keys: list[str]) -> tuple[list[str], list[str]
     return panel, series
 
 
-def series_by(ok: pd.DataFrame, metric: str, label_keys: list[str]) -> list[Series]:
-    """Series over seq_len, one per combination of ``label_keys`` (the impl first), labelled
-    by what varies (:func:`varying_labels`)."""
+def series_by(
+    ok: pd.DataFrame, metric: str, label_keys: list[str], min_points: int = 1
+) -> list[Series]:
+    """Series over seq_len, one per combination of ``label_keys`` (the impl first) with at
+    least ``min_points`` points, labelled by what varies among those (:func:`varying_labels`)."""
     agg = frames.aggregate(ok, "seq_len", metric, label_keys)
-    groups = list(frames.iter_groups(agg, label_keys))
+    groups = [(v, p) for v, p in frames.iter_groups(agg, label_keys) if len(p) >= min_points]
     labels = varying_labels([v for v, _ in groups])
     return [
         Series(label, part["x"], part["y"])
@@ -154,10 +156,13 @@ def group_title(values: dict, width: int = 70) -> str:
     return textwrap.fill(text or "all rows", width)
 
 
-def series_over_n(part: pd.DataFrame, metric: str, keys: list[str], k: float = 1.0):
-    """A series over seq_len per combination of ``keys`` (impl first), median over repeats,
-    labelled by what varies, with the interval the time CI implies for ``metric`` (a time, or
-    a rate: ``metric`` x time / CI bound), scaled by ``k``."""
+def series_over_n(
+    part: pd.DataFrame, metric: str, keys: list[str], k: float = 1.0, min_points: int = 2
+):
+    """A series over seq_len per combination of ``keys`` (impl first) with at least
+    ``min_points`` points, median over repeats, labelled by what varies among those, with the
+    interval the time CI implies for ``metric`` (a time, or a rate: ``metric`` x time / CI
+    bound), scaled by ``k``."""
     agg = frames.aggregate(part, "seq_len", metric, keys)
     scaled = part.assign(
         _lo=pd.to_numeric(part[metric])
@@ -175,7 +180,7 @@ def series_over_n(part: pd.DataFrame, metric: str, keys: list[str], k: float = 1
     for name, col in (("low", "_lo"), ("high", "_hi")):
         bound = frames.aggregate(scaled, "seq_len", col, keys)[[*keys, "x", "y"]]
         agg = agg.merge(bound.rename(columns={"y": name}), on=[*keys, "x"], how="left")
-    groups = list(frames.iter_groups(agg, keys))
+    groups = [(v, s) for v, s in frames.iter_groups(agg, keys) if len(s) >= min_points]
     labels = varying_labels([v for v, _ in groups])
     return [
         Series(label, s["x"], s["y"] * k, None, None, s["low"] * k, s["high"] * k)

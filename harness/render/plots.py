@@ -466,7 +466,7 @@ def fit_over_utilization(
     for s in fitted:
         st = style(s.label)
         draw_series(top, s, st, _fitted(top, s, st), line=False)
-    for lo, hi in regions:
+    for lo, hi in sorted(set(regions)):  # groups sharing a region shade it once
         for ax in axes:
             ax.axvspan(lo, hi, color="tab:green", alpha=0.08, lw=0)
     beaten = False
@@ -477,5 +477,7 @@ def fit_over_utilization(
         bottom.axhline(100, color="firebrick", ls="--", lw=1, label="calibrated bound (100%)")
         title += f"\n{BEATEN}: utilization above 100%"
     axes_style(top, title, "", ylabel, True)
-    axes_style(bottom, "shaded: plateau (time verdict fitted there)", xlabel, util_label, True)
+    below = ("shaded: plateau (the time verdict is fitted there)" if regions
+             else "no plateau: utilization is not level, so no time verdict")
+    axes_style(bottom, below, xlabel, util_label, True)
     return png(fig)

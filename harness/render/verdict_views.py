@@ -133,7 +133,10 @@ def claim_figure(verdict: Verdict, claim: Claim) -> bytes | None:
         util.append(Series(label, x, np.asarray(ev["utilization"], float) * scale))
         if ev["region"]:
             regions.append(tuple(ev["region"]))
-    title = f"{claim.id}: {verdict.verdict} (time), {verdict.utilization()}"
+    span = fmt.percent_range(verdict.util_low, verdict.util_high)
+    title = f"{claim.id}: {verdict.verdict} (time)" + (
+        f", util {span} of {verdict.util_basis}" if span != "n/a" else ""
+    )
     return fit_over_utilization(
         fitted, util, regions,
         xlabel=claim.over,
