@@ -221,7 +221,7 @@ class Verdict:
     util_low: float | None = None  # utilization range (fraction of the bound) of the rows used
     util_high: float | None = None
     util_basis: str = "roofline"
-    regime: str = ""  # "plateau", "rising", "falling", "varies", "unknown", "not gated", ""
+    regime: str = ""  # plateau, rising, falling, varies, thin, unknown, not gated (memory, ratios)
     plateau_region: tuple[float, float] | None = None  # where the time verdict was fitted
     utilization_exponent: float | None = None  # of utilization along ``over``, and its interval
     utilization_exponent_ci: tuple[float, float] | None = None
