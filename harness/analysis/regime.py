@@ -1,8 +1,9 @@
 """The regime of each row: the analytic work it did and how busy it kept the device.
 
-A row's *work* comes from the cost model (:func:`harness.cost.costmodel.metric_work`): the FLOPs or
-compulsory bytes of what its metric times. Its *utilization* is the achieved rate
-``FLOPs / time`` as a fraction of a bound from the run's calibration (env.json):
+A row's *work* comes from its scenario's cost model (``PointCost.work``,
+:mod:`harness.scenarios.interface`): the FLOPs or compulsory bytes of what its metric times.
+Its *utilization* is the achieved rate ``FLOPs / time`` as a fraction of a bound from the run's
+calibration (env.json):
 
 - ``roofline`` (default): ``min(peak, intensity x bandwidth)`` with ``intensity = FLOPs /
   compulsory bytes`` of the point: a memory-bound point is saturated when it moves bytes at
@@ -19,9 +20,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from harness.cost import costmodel
 from harness.measure import calibrate
-from harness.sweep.point import point_from_row
+from harness.scenarios.interface import cost_of, point_from_row
 
 RULES = ("roofline", "peak")
 WORK_KINDS = ("flops", "bytes")
@@ -38,11 +38,11 @@ def _row_costs(row: dict, metric: str, kind: str) -> tuple[float, float, float]:
     """(work for the metric, FLOPs of the timed call, compulsory bytes); NaN when unknown."""
     nan = float("nan")
     try:
-        point = point_from_row(row)
+        cost = cost_of(point_from_row(row))
         timed = _time_column(metric)
-        work = costmodel.metric_work(point, metric, kind)
-        flops = costmodel.metric_work(point, timed, "flops")
-        nbytes = costmodel.metric_work(point, timed, "bytes")
+        work = cost.work(metric, kind)
+        flops = cost.work(timed, "flops")
+        nbytes = cost.work(timed, "bytes")
     except Exception:  # a row the cost model cannot rebuild (old schema, unknown impl): unknown
         return nan, nan, nan
     return work, flops, nbytes

@@ -13,7 +13,7 @@ import pandas as pd
 from harness import fmt
 from harness.analysis import fits, frames, powerfit
 from harness.analysis.ratios import crossing, crossovers
-from harness.cost import costmodel
+from harness.cost.components import flop_crossover
 from harness.render.draw import Panel, Series
 from harness.render.panels import (
     LABEL_DIGITS,
@@ -202,7 +202,7 @@ def layers(rows: pd.DataFrame) -> tuple[pd.DataFrame, list]:
             for (impl, k), s in agg.groupby(["impl", "conv_kernel"], sort=True)
             if impl == "conv" or k == part.loc[part["impl"] == impl, "conv_kernel"].min()
         ]
-        vlines = [(d, "n = d"), (costmodel.flop_crossover(int(d), "lstm"), "FLOPs: 4d (LSTM)")]
+        vlines = [(d, "n = d"), (flop_crossover(int(d), "lstm"), "FLOPs: 4d (LSTM)")]
         att = [s for s in series if not s.label.startswith(("lstm", "conv"))]
         lstm = [s for s in series if s.label.startswith("lstm")]
         if att and lstm:

@@ -13,6 +13,7 @@ from harness.render import pivot
 from harness.render.draw import Panel, Series
 from harness.render.panels import LABEL_DIGITS, series_label
 from harness.render.plots import history, lines
+from harness.scenarios import interface
 
 BASELINE_PREFERENCE = ("sdpa", "sdpa-flash", "full")  # the default speedup yardstick
 
@@ -127,27 +128,24 @@ def throughput(rows: pd.DataFrame) -> list:
     return [("tflops-vs-seq_len", lines(panels, "seq_len", "useful TFLOP/s", log_y=True))]
 
 
-BACKWARD = "+backward"
-
-
 def forward_backward(rows: pd.DataFrame) -> list:
     """Forward and forward+backward time against seq_len, side by side, per scenario pair."""
     ok = frames.select(rows, "time_median_s")
     images = []
-    for fwd in sorted(s for s in set(ok["scenario"]) if not s.endswith(BACKWARD)):
-        bwd = fwd + BACKWARD
+    for fwd in sorted(set(ok["scenario"])):
+        bwd = interface.backward_pair(fwd)
         pair = ok[ok["scenario"].isin([fwd, bwd])]
-        if bwd not in set(pair["scenario"]) or pair["seq_len"].nunique() < 2:
+        if bwd is None or bwd not in set(pair["scenario"]) or pair["seq_len"].nunique() < 2:
             continue
         keys = [k for k in frames.group_keys(pair, "seq_len") if k != "scenario"]
         panel_keys = [k for k in keys if k != "impl"]
         panels = []
         for values, part in _by(pair.assign(**frames.groupable(pair[panel_keys])), panel_keys):
             extra = ", ".join(f"{k}={fmt.number(v, LABEL_DIGITS)}" for k, v in values.items())
-            for scenario in (fwd, bwd):
-                side = part[part["scenario"] == scenario]
+            for word in (fwd, bwd):
+                side = part[part["scenario"] == word]
                 series = _series_over_n(side, "time_median_s", ["impl"], k=1e3) if len(side) else []
-                title = f"{scenario}" + (f" ({extra})" if extra else "")
+                title = f"{word}" + (f" ({extra})" if extra else "")
                 panels.append(Panel(title, [s for s in series if len(s.x) >= 2][:10]))
         panels = panels[:12]
         if any(p.series for p in panels):

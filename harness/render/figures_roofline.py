@@ -10,12 +10,11 @@ import numpy as np
 import pandas as pd
 
 from harness.analysis import frames
-from harness.cost import costmodel
 from harness.measure import calibrate
 from harness.render.draw import Panel, Series
 from harness.render.panels import series_by
 from harness.render.plots import Roofs, lines, roofline
-from harness.sweep.point import point_from_row
+from harness.scenarios.interface import cost_of, point_from_row
 
 
 def flops(rows: pd.DataFrame, envs: dict[str, dict]) -> tuple[pd.DataFrame, list, list]:
@@ -30,7 +29,7 @@ def flops(rows: pd.DataFrame, envs: dict[str, dict]) -> tuple[pd.DataFrame, list
             continue
         achieved = row["tflops_per_s"] * 1e12
         try:
-            intensity = row["useful_flops"] / costmodel.compulsory_bytes(point_from_row(row))
+            intensity = row["useful_flops"] / cost_of(point_from_row(row)).compulsory_bytes
         except Exception:  # a point the cost model cannot rebuild: leave the roofline out
             intensity = float("nan")
         roof = min(peak, intensity * cal.get("mem_bandwidth_bytes_per_s", float("inf")))

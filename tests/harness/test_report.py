@@ -16,7 +16,7 @@ from harness.cli import report as report_cli
 from harness.errors import CliError
 from harness.render import page, report
 from harness.results import RowWriter, write_env
-from harness.sweep.point import Point
+from harness.scenarios.interface import Point
 
 SECTIONS = (
     "claims",
@@ -79,8 +79,8 @@ def synthetic_rows() -> list[dict]:
     for n in (128, 256, 512, 1024):
         block = {"scenario": "block", "heads": 4, "head_dim": 64, "seq_len": n}
         out.append(row(Point("sdpa", **block), 3e-3, 1e6, mixer_time_s=1e-8 * n * n))
-        out.append(row(Point("lstm", mixer="lstm", **block), 5e-3, 1e6, mixer_time_s=2e-6 * n))
-        out.append(row(Point("conv", mixer="conv", **block), 2e-3, 1e6, mixer_time_s=1e-6 * n))
+        out.append(row(Point("lstm", **block), 5e-3, 1e6, mixer_time_s=2e-6 * n))
+        out.append(row(Point("conv", **block), 2e-3, 1e6, mixer_time_s=1e-6 * n))
     failed = {
         **Point("full", seq_len=65536).columns(),
         "run_id": "r1",
