@@ -11,9 +11,10 @@ a scenario's name.
 Identity: :attr:`Point.point_id` is the sha1 of the JSON of :meth:`Point.fields` (sorted keys),
 cut to 12 hex digits. ``fields()`` is flat, one entry per row column: the 26 fields every point
 has had since the first results (the shape and mask fields, and :data:`FIRST_SETTINGS`: a
-setting that the point's scenario does not have counts at the value it had then), plus every field added since then (a mask field,
-a scenario setting, a method parameter) only when it is not at its default. So a point that
-could be written before keeps its id, and committed baselines still match.
+setting that the point's scenario does not have counts at the value it had then), plus every
+field added since then (a mask field, a scenario setting, a method parameter) only when it is
+not at its default. So a point that could be written before keeps its id, and committed
+baselines still match.
 """
 
 from __future__ import annotations
