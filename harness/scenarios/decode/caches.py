@@ -1,10 +1,12 @@
 """The cache kinds of the decode scenario: how a step holds the context between the projections
 and the attention core. A point's ``cache`` names one class of :data:`CACHES`; adding a kind
-is adding a class here.
+(a recurrent ``state``, say) is adding a class here.
 
-Each kind says what a point with it is, before any tensor exists (its reasons, the positions a
-layer holds, the attention call of one step), and, per layer at run time, how a step attends
-(:meth:`LayerCache.attend`).
+Each kind says what a point with it is, before any tensor exists: why a model cannot use it
+(:meth:`LayerCache.reasons`), the bytes one layer holds (:meth:`LayerCache.layer_bytes`), the
+attention call of one step (:meth:`LayerCache.step_call`) and the bytes that step reads and
+writes (:meth:`LayerCache.step_traffic`); and, per layer at run time, how a step stores and
+attends (:meth:`LayerCache.attend`, :meth:`LayerCache.attend_at`).
 
 - :class:`NoCache` (``none``): nothing is kept but the token embeddings; every step recomputes
   the whole prefix through every layer: the O(n²)-per-token baseline.
@@ -62,14 +64,23 @@ class LayerCache:
         return []
 
     @staticmethod
-    def slots(capacity: int, mask: MaskSpec) -> int:
-        """Positions one layer holds for a generation of ``capacity`` positions."""
+    def layer_bytes(
+        batch: int, kv_heads: int, head_dim: int, capacity: int, mask: MaskSpec, size: int
+    ) -> int:
+        """Bytes one layer holds for a generation of ``capacity`` positions (``size`` bytes an
+        element): the analytic figure the measured cache bytes are checked against."""
         raise NotImplementedError
 
     @staticmethod
     def step_call(pos: int, mask: MaskSpec) -> tuple[int, int, MaskSpec]:
         """(queries, keys, mask) of one layer's attention call at the step at ``pos``."""
         raise NotImplementedError
+
+    @staticmethod
+    def step_traffic(kv_row: int, keys: int) -> int:
+        """Bytes one layer's store is read and written by a step over ``keys`` keys
+        (``kv_row``: the bytes of one position's K and V)."""
+        return kv_row * (keys + 1)  # read the held keys, write the new one
 
     @classmethod
     def for_layer(cls, batch: int, kv_heads: int, head_dim: int, capacity: int, mask: MaskSpec,
@@ -113,12 +124,16 @@ class NoCache(LayerCache):
     recomputes = True
 
     @staticmethod
-    def slots(capacity: int, mask: MaskSpec) -> int:
+    def layer_bytes(batch, kv_heads, head_dim, capacity, mask, size) -> int:
         return 0
 
     @staticmethod
     def step_call(pos: int, mask: MaskSpec) -> tuple[int, int, MaskSpec]:
         return pos + 1, pos + 1, mask
+
+    @staticmethod
+    def step_traffic(kv_row: int, keys: int) -> int:
+        return 0  # the prefix is read again as token embeddings: the step's inputs
 
 
 class FullCache(LayerCache):
@@ -142,8 +157,9 @@ class FullCache(LayerCache):
         self.mask = mask  # the model's mask (causal, maybe a window): the core applies it
 
     @staticmethod
-    def slots(capacity: int, mask: MaskSpec) -> int:
-        return capacity
+    def layer_bytes(batch, kv_heads, head_dim, capacity, mask, size) -> int:
+        """K and V, (B, H_kv, capacity, D) each."""
+        return 2 * batch * kv_heads * capacity * head_dim * size
 
     @staticmethod
     def step_call(pos: int, mask: MaskSpec) -> tuple[int, int, MaskSpec]:
@@ -215,10 +231,11 @@ class RollingCache(LayerCache):
         return []
 
     @staticmethod
-    def slots(capacity: int, mask: MaskSpec) -> int:
+    def layer_bytes(batch, kv_heads, head_dim, capacity, mask, size) -> int:
+        """K and V over the window's W slots (fewer when the generation is shorter)."""
         if mask.left is None:
             raise ValueError("a rolling cache needs a finite causal window: window = [W - 1, 0]")
-        return min(mask.left + 1, capacity)
+        return 2 * batch * kv_heads * min(mask.left + 1, capacity) * head_dim * size
 
     @staticmethod
     def step_call(pos: int, mask: MaskSpec) -> tuple[int, int, MaskSpec]:

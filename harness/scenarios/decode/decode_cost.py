@@ -108,12 +108,16 @@ class DecodeCost(PointCost):
 
     @cached_property
     def cache_bytes(self) -> int:
-        """2 · layers · B · H_kv · slots · D · bytes: the slots one layer's cache holds."""
+        """Every layer's store, as its cache kind counts it (K/V caches: 2 · B · H_kv · slots
+        · D · bytes per layer)."""
         p = self.point
         capacity = p.seq_len + p.settings.gen_tokens
-        slots = CACHES[p.settings.cache].slots(capacity, p.mask)
-        d_kv = kv_dim(p.heads, p.kv_heads, p.head_dim)
-        return 2 * p.settings.layers * p.batch * slots * d_kv * itemsize(p.dtype)
+        kind = CACHES[p.settings.cache]
+        size = itemsize(p.dtype)
+        per_layer = kind.layer_bytes(
+            p.batch, p.kv_heads or p.heads, p.head_dim, capacity, p.mask, size
+        )
+        return p.settings.layers * per_layer
 
     @cached_property
     def compulsory_bytes(self) -> float:
@@ -130,7 +134,7 @@ class DecodeCost(PointCost):
         table = (p.seq_len + p.settings.gen_tokens) * d * size if p.settings.pos == "learned" else 0
         weights = self.weight_bytes - table + (d * size if table else 0)
         kv_row = 2 * p.batch * kv_dim(p.heads, p.kv_heads, p.head_dim) * size  # one position
-        read_write = 0 if CACHES[p.settings.cache].recomputes else kv_row * (self.step.n_k + 1)
+        read_write = CACHES[p.settings.cache].step_traffic(kv_row, self.step.n_k)
         inputs = p.batch * self.step.n_q * d * size  # the new token, or the whole prefix again
         return p.settings.layers * (weights + read_write) + inputs + p.batch * d * size
 
