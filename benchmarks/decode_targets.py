@@ -39,12 +39,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from harness.cost.decode import decode_flops_per_token
 from harness.execute.runner import run_point
 from harness.measure.device import get_device
 from harness.measure.timing import TimingConfig
 from harness.results import load_rows
-from harness.sweep.point import point_from_row
+from harness.scenarios.interface import cost_of, point_from_row
 from harness.sweep.suite import MeasureConfig, load_suite
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,7 +78,7 @@ def judge(df: pd.DataFrame, impl: str) -> list[tuple[str, float, bool | None]]:
         out.append(("no-cache time exponent >= 1.5", e, e >= NONE_MIN))
         # what the executed FLOPs alone predict (projections + FFN are O(n) of the recompute)
         rows = none.to_dict("records")
-        flops = [decode_flops_per_token(point_from_row(r), executed=True) for r in rows]
+        flops = [cost_of(point_from_row(r)).executed_flops for r in rows]
         e = slope(none["seq_len"], pd.Series(flops))
         out.append(("no-cache FLOP-model exponent (causal pairs + linear layers)", e, None))
     both = full.merge(none, on="seq_len", suffixes=("_full", "_none"))

@@ -30,9 +30,9 @@ from harness.measure import calibrate, env
 from harness.measure.device import get_device
 from harness.measure.timing import TimingConfig, measure
 from harness.registry import NotSupportedError
-from harness.scenarios.attention import check_attention, make_inputs
-from harness.scenarios.base import check_plan
-from harness.sweep.point import Point
+from harness.scenarios.attention.attention_case import make_inputs
+from harness.scenarios.attention.checking import check_attention
+from harness.scenarios.interface import Point, check_plan
 
 
 def _qkv(n: int, dtype=torch.bfloat16, heads: int = 16, d: int = 64):

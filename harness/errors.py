@@ -13,3 +13,10 @@ class SuiteError(CliError):
 
 class DeviceUnavailable(CliError):
     """A device a suite asks for is not usable on this machine (e.g. cuda without a GPU)."""
+
+
+def first_line(exc: BaseException, limit: int = 500) -> str:
+    """``Type: first line of the message``, at most ``limit`` characters: how an exception is
+    told in one row ``reason`` or one availability line."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}".strip()[:limit]

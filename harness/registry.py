@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from harness.errors import first_line
 from harness.masks import MaskSpec
 from harness.spec import AttnFn, Capabilities, Cost, Param, ParamValue, Problem
 
@@ -83,11 +84,6 @@ def tiny_qkv(device_type: str, dtype: torch.dtype, head_dim: int = 64) -> tuple[
     )
 
 
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0] if lines else ''}".strip()[:300]
-
-
 # (name, probe, device type) -> reason; holding the probe itself keeps keys from being reused
 _PROBES: dict[tuple[str, ProbeFn, str], str | None] = {}
 
@@ -102,7 +98,7 @@ def _probe_reason(name: str, probe: ProbeFn, device_type: str) -> str | None:
                 result.float().sum().item()  # wait for the device: async kernel errors surface
             _PROBES[key] = None
         except Exception as exc:  # a broken backend fails in many ways; the reason says which
-            _PROBES[key] = f"probe on {device_type}: {_first_line(exc)}"
+            _PROBES[key] = f"probe on {device_type}: {first_line(exc, 300)}"
     return _PROBES[key]
 
 
@@ -180,7 +176,7 @@ class Implementation:
         try:
             reason = self.availability()
         except Exception as exc:  # an optional backend's import can fail in many ways
-            return _first_line(exc)
+            return first_line(exc, 300)
         if reason:
             return reason
         if device_type is None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.cost import costmodel
+from harness.scenarios.interface import cost_of
 from harness.sweep.suite import load_suite
 
 
@@ -27,9 +27,9 @@ def estimate(path: str, rate: float) -> tuple[int, float, float, float]:
     total_flops, longest, seconds = 0.0, 0.0, 5.0
     for point in suite.points:
         try:
-            flops = costmodel.executed_flops(point)
+            flops = cost_of(point).executed_flops
         except Exception:  # an implementation that is not registered here: no model
-            flops = costmodel.useful_flops(point)
+            flops = cost_of(point).useful_flops
         t = flops / rate
         per_point = max(m.budget_s, m.min_samples * t) + 3 * t
         if point.scenario.startswith("block"):

@@ -14,11 +14,11 @@ import numpy as np
 import pandas as pd
 
 from harness.measure.passes import split_samples
-from harness.sweep.point import POINT_FIELDS
+from harness.schema import POINT_COLUMNS
 
 SHAPE_FIELDS = ("heads", "head_dim", "d_model")
 SHAPE_PARTNER = {"heads": "d_model", "head_dim": "d_model", "d_model": "head_dim"}
-KEY_FIELDS: tuple[str, ...] = (*POINT_FIELDS, "d_model")
+KEY_FIELDS: tuple[str, ...] = (*POINT_COLUMNS, "d_model")
 # metric -> power of time it scales with; their bootstrap resamples time_samples_s
 TIME_METRICS = {"time_median_s": 1.0, "tokens_per_s": -1.0, "tflops_per_s": -1.0}
 MISSING = "-"  # group-key stand-in for None/NaN (pandas cannot group or merge on them reliably)

@@ -1,9 +1,10 @@
 """The device's regime: the analytic work of each row, how busy it kept the device, and where
 along a swept axis that busyness is level.
 
-**Work and utilization, per row.** A row's *work* comes from the cost model: the FLOPs or
-compulsory bytes of what its metric times. Its *utilization* is the achieved rate
-``FLOPs / time`` as a fraction of a bound from the run's calibration (env.json):
+A row's *work* comes from its scenario's cost model (``PointCost.work``,
+:mod:`harness.scenarios.interface`): the FLOPs or compulsory bytes of what its metric times.
+Its *utilization* is the achieved rate ``FLOPs / time`` as a fraction of a bound from the run's
+calibration (env.json):
 
 - ``roofline`` (default): ``min(peak, intensity x bandwidth)`` with ``intensity = FLOPs /
   compulsory bytes`` of the point: a memory-bound point is busy when it moves bytes at the
@@ -40,9 +41,9 @@ import pandas as pd
 
 from harness.analysis.fits import fit_exponent
 from harness.analysis.powerfit import Fit, sample_medians
-from harness.cost import costmodel
+from harness.cost import components
 from harness.measure import calibrate
-from harness.sweep.point import point_from_row
+from harness.scenarios.interface import cost_of, point_from_row
 
 RULES = ("roofline", "peak")
 WORK_KINDS = ("flops", "bytes")
@@ -72,11 +73,11 @@ def row_costs(row: dict, metric: str, kind: str = "flops") -> tuple[float, float
     for one result row; NaN where the cost model cannot rebuild the row's point."""
     nan = float("nan")
     try:
-        point = point_from_row(row)
+        cost = cost_of(point_from_row(row))
         timed = _time_column(metric)
-        work = costmodel.metric_work(point, metric, kind)
-        flops = costmodel.metric_work(point, timed, "flops")
-        nbytes = costmodel.metric_work(point, timed, "bytes")
+        work = cost.work(metric, kind)
+        flops = cost.work(timed, "flops")
+        nbytes = cost.work(timed, "bytes")
     except Exception:  # a row the cost model cannot rebuild (old schema, unknown impl): unknown
         return nan, nan, nan
     return work, flops, nbytes
@@ -84,7 +85,7 @@ def row_costs(row: dict, metric: str, kind: str = "flops") -> tuple[float, float
 
 def flop_crossover(d_model: int, mixer: str = "lstm") -> float:
     """The n where a self-attention layer's FLOPs equal the ``mixer`` layer's (cost model)."""
-    return costmodel.flop_crossover(d_model, mixer)
+    return components.flop_crossover(d_model, mixer)
 
 
 # --- utilization per row -------------------------------------------------------------------

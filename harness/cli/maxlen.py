@@ -6,14 +6,14 @@ import argparse
 import json
 import sys
 
-from harness import registry
 from harness.cli.argtypes import parse_size
 from harness.dtypes import DTYPES
 from harness.errors import CliError, SuiteError
 from harness.execute.maxlen import find_max_len, report, verification_notice
 from harness.execute.runner import default_budget
 from harness.measure.device import get_device
-from harness.sweep.point import SCENARIOS, Point
+from harness.scenarios import interface
+from harness.scenarios.interface import Point, scenario_of
 from harness.sweep.suite import parse_suite
 
 
@@ -25,7 +25,7 @@ def add_cli(sub) -> None:
         "(predicted, then verified in capped child processes)",
     )
     p.add_argument("impl", metavar="IMPL", help="implementation name (see `attnbench list`)")
-    p.add_argument("--scenario", choices=SCENARIOS, default="attention")
+    p.add_argument("--scenario", choices=interface.names(), default="attention")
     p.add_argument("--device", default="cpu", help="cpu, cuda or auto (default: cpu)")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
     for name in (
@@ -111,10 +111,9 @@ def cmd_maxlen(args: argparse.Namespace) -> int:
         if value is not None and not 0 < value < float("inf"):
             raise CliError(f"{flag} {value}: must be > 0")
     point = build_point(args)
-    if point.mixer == "attention":
-        reasons = registry.get(point.impl).not_supported(point.problem())
-        if reasons:
-            raise CliError(f"{point.impl} cannot run this point: {'; '.join(reasons)}")
+    reasons = scenario_of(point).support(point)
+    if reasons:
+        raise CliError(f"{point.impl} cannot run this point: {'; '.join(reasons)}")
     try:
         device = get_device(point.device)
     except RuntimeError as exc:

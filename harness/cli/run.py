@@ -13,8 +13,8 @@ from harness.distributed.plan import LaunchOptions
 from harness.distributed.shard import parse_shard, run_here
 from harness.errors import CliError
 from harness.execute.session import RunOptions, configure
+from harness.scenarios.case import CHECK_MODES
 from harness.sweep.suite import load_suite
-from harness.sweep.vocab import CHECK_MODES
 
 DEFAULT_SUITE = SUITES_DIR / "smoke.toml"
 

@@ -1,5 +1,5 @@
-"""Run directories as compare reads them: rows keyed by point (every
-:class:`~harness.sweep.point.Point` field, via its stable id, never by position) and env.json.
+"""Run directories as compare reads them: rows keyed by point (every field of its
+:class:`~harness.scenarios.interface.Point`, via its stable id, never by position) and env.json.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 from harness.compare.findings import CompareError
 from harness.errors import CliError
 from harness.results import ENV_FILE, ResultsError, load_env, load_rows
-from harness.sweep.point import point_from_row
+from harness.scenarios.interface import point_from_row
 
 Run = tuple[dict[str, dict], dict]  # (point_id -> row with its "_label", env.json)
 

@@ -1,6 +1,4 @@
-"""Analytic cost models: FLOPs, bytes moved and memory of every scenario (decode included).
-
-``costmodel`` answers per point (attention, block, decode); ``decode`` is the decode model,
-``cache`` the KV-cache size, ``components`` the block's parts both build on, and ``checksize``
-how far the ``auto`` agreement check goes (it sets the check's memory).
+"""The shared cost formulas (:mod:`harness.cost.components`) that every scenario's cost model
+adds up; each scenario's own model (FLOPs, bytes, predicted memory of its points) is in its
+folder under :mod:`harness.scenarios`.
 """

@@ -1,17 +1,106 @@
-"""Costs of a block's components, the pieces every scenario's model adds up: parameter counts
-and per-token FLOPs of the dense layers, live activations, and the attention core's workspace.
+"""The shared cost formulas every scenario's cost model adds up: the attention core (FLOPs from
+the exact kept-pair count, bytes in and out, the implementation's own workspace) and the parts
+of a transformer block (parameter counts, per-token FLOPs, live activations).
+
+FLOPs count a multiply-add as 2. Attention forward is ``4·B·H·D`` per kept (query, key) pair
+(QKᵀ and PV, 2·D each), from the exact kept-pair count of :func:`harness.masks.kept_pairs`
+(causal n=4 keeps 10 pairs, not 8); softmax is not counted (FlashAttention's convention). An
+implementation whose work is not the kept pairs (a linear-complexity approximation) declares its
+own forward count (:attr:`harness.spec.Cost.flops`), which replaces it. Backward is 2.5x forward
+(FlashAttention's benchmarks: 2 matmuls recomputed + 3 gradients over the 2 of forward), so a
+timed forward + backward counts 3.5x. Linear layers (projections, FFN, LSTM, conv) count
+2·in·out per token forward, 2x that backward.
+
+Per-layer costs (Vaswani et al. 2017, Table 1, constants made explicit), per token:
+self-attention core 4·n·d (non-causal), recurrent (LSTM) 16·d² (4 gates x (W_ih + W_hh)),
+convolution 2·k·d² (Conv1d d -> d, kernel k): hence n < d is where attention's O(n²·d) beats
+recurrence's O(n·d²) up to constants; :func:`flop_crossover` gives the exact n.
 
 Widths as :class:`harness.model.transformer.BlockConfig` builds them (``d = heads · head_dim``,
-``d_kv = kv_heads · head_dim``); FLOPs count a multiply-add as 2; counts are elements, not bytes.
+``d_kv = kv_heads · head_dim``); counts are elements unless a name says bytes.
 """
 
 from __future__ import annotations
 
 from harness import registry
+from harness.dtypes import itemsize
+from harness.masks import kept_pairs
 from harness.spec import Problem
 
+BACKWARD_FACTOR = 2.5  # attention backward / forward FLOPs (FlashAttention benchmark convention)
+LINEAR_BACKWARD_FACTOR = 2.0  # dX and dW, each as costly as the forward matmul
 LSTM_FLOPS_PER_D2 = 16  # per token: 4 gates x (W_ih x + W_hh h) x 2 FLOPs
 FFN_MULT = 4  # hidden = 4·d for relu/gelu; SwiGLU uses 2/3 of that in three matrices
+
+# --- the attention core --------------------------------------------------------------------
+
+
+def attention_pairs(problem: Problem) -> int:
+    """Exact kept (query, key) pairs of one head."""
+    return kept_pairs(problem.mask, problem.n_q, problem.n_k)
+
+
+def attention_flops(impl: str, problem: Problem, backward: bool | None = None) -> float:
+    """Useful FLOPs of one call of ``impl``'s core: its own declared forward count, else
+    4·B·H·D·kept_pairs; x3.5 with backward (``backward`` None: the problem's own)."""
+    own = registry.get(impl).cost.flops
+    if own is not None:
+        fwd = float(own(problem))
+    else:
+        fwd = 4.0 * problem.batch * problem.heads * problem.head_dim * attention_pairs(problem)
+    backward = problem.backward if backward is None else backward
+    return fwd * (1 + BACKWARD_FACTOR) if backward else fwd
+
+
+def executed_attention_flops(impl: str, problem: Problem) -> float:
+    """FLOPs ``impl`` really executes for ``problem``: its declared pair count at block
+    granularity (``Cost.executed_pairs``) at the useful FLOPs per pair; else the useful FLOPs."""
+    useful = attention_flops(impl, problem)
+    cost = registry.get(impl).cost
+    if cost.executed_pairs is None or cost.flops is not None:
+        return useful
+    return useful / max(attention_pairs(problem), 1) * cost.executed_pairs(problem)
+
+
+def attention_io_bytes(impl: str, problem: Problem) -> tuple[int, int]:
+    """(inputs, output) bytes of one attention call: q, k, v (B, H[_kv], n, D) plus what the
+    method itself must read (``Cost.io_bytes``: e.g. projection matrices), and out."""
+    size = itemsize(problem.dtype)
+    q = problem.batch * problem.heads * problem.n_q * problem.head_dim
+    kv = 2 * problem.batch * problem.n_kv_heads * problem.n_k * problem.head_dim
+    own = registry.get(impl).cost.io_bytes
+    extra = int(own(problem)) if own is not None else 0
+    return (q + kv) * size + extra, q * size
+
+
+def attention_workspace(impl: str, problem: Problem) -> int:
+    """The implementation's own ``memory_model`` workspace in bytes for ``problem``; 0 when it
+    declares none."""
+    model = registry.get(impl).cost.memory_model
+    return int(model(problem)) if model is not None else 0
+
+
+def flop_crossover(
+    d_model: int,
+    mixer: str = "lstm",
+    *,
+    kernel: int = 3,
+    causal: bool = False,
+    projections: bool = False,
+) -> float:
+    """Sequence length n where a self-attention layer's FLOPs equal the ``mixer`` layer's.
+
+    Per token: attention core 4·n·d (2·n·d causal) plus, with ``projections``, 8·d² for Q/K/V/O;
+    LSTM 16·d²; conv 2·k·d². Returns 0 when attention costs more at every n. The textbook
+    "self-attention is cheaper when n < d" drops these constants."""
+    d = float(d_model)
+    other = LSTM_FLOPS_PER_D2 * d * d if mixer == "lstm" else 2 * kernel * d * d
+    proj = 8 * d * d if projections else 0.0
+    per_key = (2 if causal else 4) * d
+    return max((other - proj) / per_key, 0.0)
+
+
+# --- the parts of a block ------------------------------------------------------------------
 
 
 def ffn_hidden(d_model: int, ffn: str) -> int:
@@ -27,9 +116,9 @@ def ffn_up_width(d_model: int, ffn: str) -> int:
     return 2 * hidden if ffn == "swiglu" else hidden
 
 
-def kv_dim(point) -> int:
+def kv_dim(heads: int, kv_heads: int | None, head_dim: int) -> int:
     """Width of K (and of V): H_kv · D (H_kv = heads without grouped K/V)."""
-    return (point.kv_heads or point.heads) * point.head_dim
+    return (kv_heads or heads) * head_dim
 
 
 def attention_params(d_model: int, d_kv: int) -> int:
@@ -58,6 +147,16 @@ def projection_flops(d_model: int, d_kv: int) -> int:
     return 2 * d_model * (2 * d_model + 2 * d_kv)
 
 
+def lstm_flops(d_model: int) -> int:
+    """Forward FLOPs per token of an LSTM layer d -> d."""
+    return LSTM_FLOPS_PER_D2 * d_model * d_model
+
+
+def conv_flops(d_model: int, kernel: int) -> int:
+    """Forward FLOPs per token of a Conv1d d -> d with ``kernel`` taps."""
+    return 2 * kernel * d_model * d_model
+
+
 def ffn_flops(d_model: int, ffn: str) -> int:
     """Forward FLOPs per token of the FFN: 2·d·hidden per matrix, three matrices for SwiGLU."""
     return 2 * d_model * ffn_hidden(d_model, ffn) * (3 if ffn == "swiglu" else 2)
@@ -67,11 +166,3 @@ def activation_bytes(tokens: int, d_model: int, ffn: str, size: int) -> int:
     """Activations of one block live at once in inference over ``tokens`` tokens of ``size``
     bytes: residual + normed input + q/k/v + mixer out (6·d), or the FFN hidden (2·up)."""
     return tokens * size * (6 * d_model + 2 * ffn_up_width(d_model, ffn))
-
-
-def attention_workspace(point, problem: Problem | None = None) -> int:
-    """The implementation's own ``memory_model`` workspace in bytes for ``problem`` (the
-    point's own call by default); 0 when it declares none."""
-    problem = problem or point.problem()
-    model = registry.get(point.impl).cost.memory_model
-    return int(model(problem)) if model is not None else 0

@@ -5,7 +5,8 @@ fixed by the suite file's fingerprint), never on their order in the file, the ma
 is installed on it, so every worker of a cluster computes the same shards on its own.
 
 Balancing rule (longest-processing-time first, Graham 1969): predict each point's wall time
-(:func:`predicted_seconds`), sort by (predicted time descending, point_id), and give each point
+(:func:`predicted_seconds`, from the FLOPs its scenario's cost model plans for it:
+``PointCost.planned_flops``), sort by (predicted time descending, point_id), and give each point
 to the shard with the least predicted load so far (ties: the lowest shard number). The busiest
 shard then exceeds the mean load by at most one point's predicted time.
 
@@ -22,17 +23,14 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
-import numpy as np
-
 from harness import registry
-from harness.cost import costmodel
 from harness.errors import CliError
 from harness.execute.session import RunOptions, RunResult, run_suite
 from harness.results import ENV_FILE, ROWS_FILE, ResultsError, iter_rows, load_env, write_env
-from harness.sweep.point import Point
+from harness.scenarios.interface import Point, scenario_of
 from harness.sweep.suite import MeasureConfig, Suite
 
-RULE = "lpt-predicted-seconds-v1"  # recorded in env.json: shards of different rules never mix
+RULE = "lpt-predicted-seconds-v2"  # recorded in env.json: shards of different rules never mix
 # Nominal throughput (FLOP/s) of the attention call on each device kind. Only the ratio of one
 # point's time to another's matters for balancing, so an order of magnitude is enough.
 NOMINAL_FLOPS = {"cpu": 1e11, "cuda": 1e14}
@@ -72,66 +70,14 @@ def parse_shard(text: str) -> ShardSpec:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def approx_pairs(point: Point) -> float:
-    """Kept (query, key) pairs of one head in O(n_q) time: exact for causal, windows and
-    dilation, approximate for global tokens and block-sparse layouts. (The exact count,
-    :func:`harness.masks.kept_pairs`, takes minutes at n = 64k; balancing needs no precision.)"""
-    mask, n_q, n_k = point.mask, point.n_q, point.seq_len
-    p = np.arange(n_k - n_q, n_k, dtype=np.int64)  # absolute query positions
-    if mask.block_size is not None:  # count key blocks per query block, in whole blocks
-        b = mask.block_size
-        blocks = _row_counts(
-            np.arange(-(-n_k // b)), -(-n_k // b), mask.left, mask.right, 1, mask.causal
-        )
-        per_row = b * np.minimum(blocks + mask.random_blocks, -(-n_k // b))[p // b]
-    else:
-        per_row = _row_counts(p, n_k, mask.left, mask.right, mask.dilation, mask.causal)
-    extra = mask.global_tokens * n_q  # global columns (rows of global queries are ~ n_k each)
-    return float(np.minimum(per_row, n_k).sum() + extra)
-
-
-def _row_counts(
-    p: np.ndarray, n_k: int, left: int | None, right: int | None, d: int, causal: bool
-) -> np.ndarray:
-    """Keys j in [0, n_k) with -left·d <= j - p <= right·d, (j - p) % d == 0, causal j <= p."""
-    lo = np.zeros_like(p) if left is None else np.maximum(p - left * d, 0)
-    hi = np.full_like(p, n_k - 1) if right is None else np.minimum(p + right * d, n_k - 1)
-    if causal:
-        hi = np.minimum(hi, p)
-    first = -((p - lo) // d)  # smallest multiple-of-d offset >= lo - p
-    last = (hi - p) // d
-    return np.maximum(last - first + 1, 0)
-
-
-def estimated_flops(point: Point) -> float:
-    """Useful FLOPs of a point's work, from :func:`approx_pairs` and the cost model's dense
-    layers (see :mod:`harness.cost.costmodel` for the conventions). Decode: prefill + all steps."""
-    core = 4.0 * point.batch * point.heads * point.head_dim * approx_pairs(point)
-    if point.scenario.startswith("attention"):
-        return core * (1 + costmodel.BACKWARD_FACTOR if point.backward else 1)
-    linear = costmodel.linear_flops_per_token(point) * point.batch * point.seq_len
-    if point.scenario.startswith("block"):
-        core = core if point.mixer == "attention" else 0.0
-        return (linear + core) * (3 if point.backward else 1)
-    causal_core = 2.0 * point.batch * point.heads * point.head_dim * point.seq_len**2
-    step = costmodel.linear_flops_per_token(point) * point.batch
-    step_core = 4.0 * point.batch * point.heads * point.head_dim * point.seq_len
-    if point.cache == "none":  # every step recomputes the prefix
-        step, step_core = linear, causal_core
-    return point.layers * (linear + causal_core + point.gen_tokens * (step + step_core))
-
-
 def declared_unsupported(point: Point) -> bool:
     """True when the implementation's *declared* capabilities exclude the point (the runner
     skips it at once). Declared data is the same on every machine running this harness
     version; availability (what is installed here) is not, so it is deliberately ignored."""
-    if point.mixer != "attention":
-        return False
     try:
-        impl = registry.get(point.impl)
+        return bool(scenario_of(point).declared_support(point))
     except registry.UnknownImplementation:
         return False
-    return bool(impl.caps.reasons(point.problem()))
 
 
 @lru_cache(maxsize=65536)
@@ -143,7 +89,8 @@ def predicted_seconds(point: Point, budget_s: float = 2.0) -> float:
     if declared_unsupported(point):
         return SKIPPED_S
     device = point.device.split(":", 1)[0]
-    call_s = estimated_flops(point) / NOMINAL_FLOPS.get(device, NOMINAL_FLOPS["cpu"])
+    flops = scenario_of(point).cost(point).planned_flops
+    call_s = flops / NOMINAL_FLOPS.get(device, NOMINAL_FLOPS["cpu"])
     timed = max(min(budget_s, 50 * call_s), MIN_TIMED_CALLS * call_s)
     return POINT_OVERHEAD_S + UNTIMED_CALLS * call_s + timed
 

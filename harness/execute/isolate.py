@@ -31,26 +31,19 @@ import resource
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 
-from harness import registry
+from harness import registry, scenarios
 from harness.execute.runner import default_budget, point_row, run_point, time_pass
 from harness.measure.device import get_device
-from harness.scenarios import build_case
-from harness.sweep.point import Point
+from harness.scenarios.case import CaseOptions
+from harness.scenarios.interface import Point, point_from_row, scenario_of
 from harness.sweep.suite import MeasureConfig
 
 # Imported once in the forkserver; every child starts with them loaded.
-_PRELOAD = (
-    "torch",
-    "harness.execute.runner",
-    "harness.scenarios.attention",
-    "harness.scenarios.block",
-    "harness.scenarios.decode",
-    "harness.execute.isolate",
-)
+_PRELOAD = ("torch", "harness.execute.runner", *scenarios.modules(), "harness.execute.isolate")
 _EXIT_GRACE_S = 10.0  # a child that sent its result but does not exit is killed after this
 
 
@@ -74,7 +67,7 @@ def isolated_executor(
     """
 
     def execute(point: Point, pass_index: int = 0) -> dict:
-        payload = {"point": asdict(point), "config": config, "mem_budget": mem_budget,
+        payload = {"point": point.fields(), "config": config, "mem_budget": mem_budget,
                    "pass_index": pass_index}
         outcome = run_isolated(point_task, payload, timeout_s)
         row = point_row(point) if pass_index == 0 else {}
@@ -88,7 +81,7 @@ def isolated_executor(
 def point_task(payload: dict) -> dict:
     """Child side of :func:`isolated_executor`: one :func:`harness.execute.runner.run_point` call
     (first pass) or :func:`harness.execute.runner.time_pass` call (a later pass)."""
-    point = Point(**payload["point"])
+    point = point_from_row(payload["point"])
     config: MeasureConfig = payload["config"]
     if config.threads:
         torch.set_num_threads(config.threads)
@@ -102,14 +95,13 @@ def point_task(payload: dict) -> dict:
 def capped_run_task(payload: dict) -> dict:
     """Child side of a memory-capped run (``attnbench maxlen``): warm up at ``warmup_len``,
     cap further allocation at ``budget`` bytes, then build and run the point once."""
-    point = Point(**payload["point"])
+    point = point_from_row(payload["point"])
     if payload.get("threads"):
         torch.set_num_threads(payload["threads"])
     device = get_device(point.device)
-    impl = None if point.mixer != "attention" else registry.get(point.impl)
 
     def call(p: Point) -> None:
-        case = build_case(p, impl, device, "none")
+        case = scenario_of(p).build_case(p, device, CaseOptions(check="none"))
         device.synchronize()
         case.run()
         device.synchronize()

@@ -1,7 +1,7 @@
 """``attnbench maxlen IMPL``: the largest sequence length that fits a memory budget.
 
 Two answers, side by side: the *predicted* maximum from the analytic model
-(:func:`harness.cost.costmodel.predict_peak_bytes`, the same figure the runner skips points by) and
+(the scenario's ``PointCost.peak_bytes``, the same figure the runner skips points by) and
 the *verified* maximum, found by running the point once per candidate length in a child process
 whose memory is capped at the budget (CPU: ``RLIMIT_DATA`` over the child's baseline after a
 small warm-up run; CUDA: the allocator's per-process memory fraction). The search starts at the
@@ -11,18 +11,18 @@ A candidate that runs out of memory, is killed, or crashes does not fit. One tha
 ``--time-limit`` is *unknown*; the search treats it as not fitting and the report says so, since
 the verified figure is then a lower bound set by time, not by memory.
 
-The command line (arguments -> :class:`~harness.sweep.point.Point`) is :mod:`harness.cli.maxlen`.
+The command line (arguments -> :class:`~harness.scenarios.interface.Point`) is
+:mod:`harness.cli.maxlen`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 
-from harness.cost.costmodel import predict_peak_bytes, useful_flops
 from harness.errors import CliError
 from harness.execute.isolate import capped_run_task, run_isolated
-from harness.sweep.point import Point
+from harness.scenarios.interface import Point, cost_of
 
 SEARCH_CAP = 2**34  # no sequence length beyond this is searched (the prediction stops here)
 
@@ -42,7 +42,7 @@ class MaxLenResult:
 
     def as_dict(self) -> dict:
         return {
-            "point": asdict(self.point),
+            "point": self.point.fields(),
             "budget_bytes": self.budget,
             "multiple": self.multiple,
             "predicted_max_seq_len": self.predicted,
@@ -96,7 +96,7 @@ def predicted_max(point: Point, budget: int, multiple: int) -> int:
     """Largest multiple of ``multiple`` whose predicted peak memory is within ``budget``."""
     def fits(n: int) -> bool:
         try:
-            return predict_peak_bytes(replace(point, seq_len=n)) <= budget
+            return cost_of(replace(point, seq_len=n)).peak_bytes <= budget
         except Exception as exc:  # a gap in the model: say so at the command line
             raise CliError(f"no memory prediction for {point.label()}: {exc}") from None
 
@@ -167,7 +167,8 @@ def _verify_run(
     point: Point, budget: int, multiple: int, time_limit_s: float | None, threads: int | None
 ) -> dict:
     """One capped child run of ``point``: its outcome record (status, reason, seconds, peak)."""
-    payload = {"point": asdict(point), "budget": budget, "warmup_len": multiple, "threads": threads}
+    payload = {"point": point.fields(), "budget": budget, "warmup_len": multiple,
+               "threads": threads}
     outcome = run_isolated(capped_run_task, payload, time_limit_s)
     record = outcome.result or {"status": outcome.status, "reason": outcome.reason}
     record["wall_s"] = round(outcome.seconds, 3)
@@ -185,7 +186,7 @@ def verification_notice(point: Point, budget: int, multiple: int, time_limit: fl
     if not predicted:
         return "maxlen: nothing fits the model; verifying from the smallest length"
     runs = max(predicted // multiple, 2).bit_length() + 3  # gallop + bisection, ~log2 steps
-    flops = useful_flops(replace(point, seq_len=predicted)) * (1 + point.backward)
+    flops = cost_of(replace(point, seq_len=predicted)).useful_flops * (1 + point.backward)
     per_run = CHILD_START_S + (flops / CPU_FLOPS_GUESS if point.device == "cpu" else 1.0)
     total = runs * min(per_run, time_limit)
     slow = " (slow: --no-verify gives the prediction alone)" if total > 60 else ""
@@ -204,7 +205,7 @@ def report(result: MaxLenResult) -> str:
         f"({result.budget} B), lengths in multiples of {result.multiple}"
     ]
     if result.predicted:
-        peak = predict_peak_bytes(replace(p, seq_len=result.predicted))
+        peak = cost_of(replace(p, seq_len=result.predicted)).peak_bytes
         lines.append(
             f"  predicted max seq_len: {result.predicted} (predicted peak {peak / gib:.3f} GiB)"
         )

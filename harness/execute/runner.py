@@ -28,26 +28,18 @@ from functools import partial
 
 import torch
 
-from harness import registry
-from harness.cost import costmodel
+from harness.errors import first_line
 from harness.execute.passlog import PassLog, final_row, pass_record
 from harness.measure import passes
 from harness.measure.contention import Interval
 from harness.measure.device import Device, get_device
-from harness.measure.nvml import clock_columns
+from harness.measure.nvml import ClockReading, clock_columns
 from harness.measure.refkernel import ReferenceKernel, summarize
 from harness.measure.timing import measure
 from harness.results import RowWriter
-from harness.scenarios import build_case, decode
-from harness.sweep.point import Point
+from harness.scenarios.case import Case, CaseOptions
+from harness.scenarios.interface import Point, PointCost, scenario_of
 from harness.sweep.suite import MeasureConfig
-
-MIXER_FAMILIES = {"lstm": "recurrent", "conv": "convolution"}
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"[:500]
 
 
 def _is_oom(exc: BaseException) -> bool:
@@ -59,21 +51,8 @@ def _is_oom(exc: BaseException) -> bool:
 
 def point_row(point: Point) -> dict:
     """The identity columns of a point's row (no measurement yet)."""
-    impl_family = MIXER_FAMILIES.get(point.impl)
-    if impl_family is None:
-        try:
-            impl_family = registry.get(point.impl).family
-        except KeyError:
-            impl_family = None
-    return {**point.columns(), "family": impl_family,
+    return {**point.columns(), "family": scenario_of(point).family(point),
             "threads": torch.get_num_threads() if point.device == "cpu" else None}
-
-
-def support_reasons(point: Point, impl) -> list[str]:
-    """Why ``impl`` cannot run ``point`` here (empty = it can); decode adds its own rules."""
-    if point.scenario == "decode":
-        return decode.not_supported(point, impl)
-    return impl.not_supported(point.problem())
 
 
 def run_point(point: Point, config: MeasureConfig, device: Device,
@@ -83,28 +62,30 @@ def run_point(point: Point, config: MeasureConfig, device: Device,
     None)."""
     row = point_row(point)
     row["device_name"] = device.name()
-    impl = None if point.mixer != "attention" else registry.get(point.impl)
-    if impl is not None:
-        try:
-            reasons = support_reasons(point, impl)
-        except Exception as exc:  # a plug-in's own support check failing is this point's error
-            return {**row, "status": "error", "reason": f"support check: {_first_line(exc)}"}
-        if reasons:
-            return {**row, "status": "skipped", "reason": "; ".join(reasons)}
+    scenario = scenario_of(point)
     try:
-        predicted = costmodel.predict_peak_bytes(point)
+        reasons = scenario.support(point)
+    except Exception as exc:  # a plug-in's own support check failing is this point's error
+        return {**row, "status": "error", "reason": f"support check: {first_line(exc)}"}
+    if reasons:
+        return {**row, "status": "skipped", "reason": "; ".join(reasons)}
+    cost = scenario.cost(point)
+    try:
+        predicted = cost.peak_bytes
     except Exception as exc:  # a model gap must not stop the sweep; the row says so
-        predicted, row["prediction_error"] = None, _first_line(exc)
+        predicted, row["prediction_error"] = None, first_line(exc)
     row["predicted_mem_bytes"] = predicted
     if mem_budget is not None and predicted is not None and predicted > mem_budget:
         return {**row, "status": "skipped",
                 "reason": f"predicted peak {predicted / 2**20:.0f} MiB > budget "
                           f"{mem_budget / 2**20:.0f} MiB"}
     try:
+        clock_start = device.clock()  # SM clock and throttle reasons around the point (GPU)
+        case = scenario.build_case(point, device, _options(config))
         ref = ref or ReferenceKernel(device, point.device)
-        row.update(_measure_point(point, impl, config, device, ref))
+        row.update(_measure_case(case, cost, config, device, ref, clock_start))
     except Exception as exc:
-        row.update(status="oom" if _is_oom(exc) else "error", reason=_first_line(exc))
+        row.update(status="oom" if _is_oom(exc) else "error", reason=first_line(exc))
     finally:
         gc.collect()
         if device.kind == "cuda":
@@ -112,10 +93,15 @@ def run_point(point: Point, config: MeasureConfig, device: Device,
     return row
 
 
-def _measure_point(point: Point, impl, config: MeasureConfig, device: Device,
-                   ref: ReferenceKernel) -> dict:
-    clock_start = device.clock()  # SM clock and throttle reasons around the point (GPU)
-    case = build_case(point, impl, device, config.check, config.decode_graph)
+def _options(config: MeasureConfig, check: str | None = None) -> CaseOptions:
+    """How the runner wants a Case built: the suite's check (or ``check``) and launch mode."""
+    return CaseOptions(check=check or config.check, graph=config.decode_graph)
+
+
+def _measure_case(case: Case, cost: PointCost, config: MeasureConfig, device: Device,
+                  ref: ReferenceKernel, clock_start: ClockReading) -> dict:
+    """The first pass of a built Case: first call, agreement, peak memory, a timing pass,
+    the scenario's extras, throughput and the status they add up to."""
     device.synchronize()
     start = time.perf_counter()
     finite = _all_finite(case.run())
@@ -125,12 +111,12 @@ def _measure_point(point: Point, impl, config: MeasureConfig, device: Device,
     out.update(case.check())
     memory = device.peak_memory(case.run)
     out.update(peak_mem_bytes=memory.peak_bytes, mem_method=memory.method, **memory.extra)
-    timing, bracket = _timed_pass(case.run, point, config, device, ref)
+    timing, bracket = _timed_pass(case.run, config, device, ref)
     out.update(timing.columns())
     out.update(bracket)
     out["first_call_s"] = first_call_s
     out.update(case.extra(timing, partial(measure, device=device, config=_side_timing(config))))
-    out.update(_throughput(point, case.tokens, timing.median))
+    out.update(_throughput(cost, case.tokens, timing.median))
     out.update(clock_columns(clock_start, device.clock()))
     nonfinite = out.pop("nonfinite", False) or not finite  # NaN/inf even with check = none
     out.pop("grad_agree", None)
@@ -146,7 +132,7 @@ def _measure_point(point: Point, impl, config: MeasureConfig, device: Device,
     return out
 
 
-def _timed_pass(run: Callable[[], object], point: Point, config: MeasureConfig, device: Device,
+def _timed_pass(run: Callable[[], object], config: MeasureConfig, device: Device,
                 ref: ReferenceKernel):
     """One timing of ``run`` between two reference-kernel timings, with the contention
     readings of the timed interval; returns (Measurement, columns of the bracket)."""
@@ -164,15 +150,14 @@ def time_pass(point: Point, config: MeasureConfig, device: Device,
               ref: ReferenceKernel | None = None) -> dict:
     """A later pass of an ``ok`` point: build its Case again and time it (no memory or
     agreement). Returns the pass record; a failure is its ``status``/``reason``, not raised."""
-    impl = None if point.mixer != "attention" else registry.get(point.impl)
     try:
         ref = ref or ReferenceKernel(device, point.device)
-        case = build_case(point, impl, device, "none", config.decode_graph)
-        timing, bracket = _timed_pass(case.run, point, config, device, ref)
+        case = scenario_of(point).build_case(point, device, _options(config, "none"))
+        timing, bracket = _timed_pass(case.run, config, device, ref)
         record = {"status": "ok", "time_samples_s": list(timing.samples),
                   "calls_per_sample": timing.calls_per_sample, **bracket}
     except Exception as exc:
-        record = {"status": "oom" if _is_oom(exc) else "error", "reason": _first_line(exc)}
+        record = {"status": "oom" if _is_oom(exc) else "error", "reason": first_line(exc)}
     finally:
         gc.collect()
         if device.kind == "cuda":
@@ -194,12 +179,12 @@ def _side_timing(config: MeasureConfig):
     return replace(config.timing, budget_s=config.timing.budget_s / 2)
 
 
-def _throughput(point: Point, tokens: int, median_s: float) -> dict:
-    useful = costmodel.useful_flops(point)
+def _throughput(cost: PointCost, tokens: int, median_s: float) -> dict:
+    useful = cost.useful_flops
     return {
         "tokens_per_s": tokens / median_s,
         "useful_flops": useful,
-        "executed_flops": costmodel.executed_flops(point),
+        "executed_flops": cost.executed_flops,
         "tflops_per_s": useful / median_s / 1e12 if useful else None,
     }
 

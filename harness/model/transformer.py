@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from harness.model import FFNS, MIXERS, NORMS, POSITIONS
 from harness.spec import AttnFn
-from harness.sweep.vocab import FFNS, MIXERS, NORMS, POSITIONS
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ import pandas as pd
 from harness import fmt, registry
 from harness.analysis import frames
 from harness.render.plots import Panel, Series
+from harness.scenarios import interface
 
 LABEL_DIGITS = 6  # significant digits of a number in a label (as "%g" writes it)
 METRIC_LABELS = {
@@ -69,8 +70,13 @@ def with_interval(ok: pd.DataFrame, agg: pd.DataFrame, over: str, metric: str, k
 
 def claimed_exponent(impl: str, metric: str, over: str, scenario: str) -> float | None:
     """The exponent in n an attention implementation declares (registry ``cost``), for time or
-    memory of the attention scenarios (a block or decode step is not a pure power of n)."""
-    if over != "seq_len" or not scenario.startswith("attention"):
+    memory of a scenario that times the core alone (a block or decode step is not a pure power
+    of n)."""
+    try:
+        core_alone = interface.get(scenario).core_exponents
+    except interface.UnknownScenario:
+        core_alone = False
+    if over != "seq_len" or not core_alone:
         return None
     try:
         cost = registry.get(impl).cost

@@ -25,6 +25,7 @@ from harness.render.panels import (
     with_interval,
 )
 from harness.render.plots import Panel, Series, lines, loglog_panels
+from harness.scenarios import interface
 
 OVERS = ("d_model", "heads", "window", "conv_kernel")
 # what each other-variable plot holds fixed: heads at fixed d_model, d_model at fixed heads
@@ -173,27 +174,24 @@ def layers(rows: pd.DataFrame) -> tuple[pd.DataFrame, list]:
     return pd.DataFrame(table), [("layers-mixer-time", image)]
 
 
-BACKWARD = "+backward"
-
-
 def forward_backward(rows: pd.DataFrame) -> list:
     """Forward and forward+backward time against seq_len, side by side, per scenario pair."""
     ok = frames.select(rows, "time_median_s")
     images = []
-    for fwd in sorted(s for s in set(ok["scenario"]) if not s.endswith(BACKWARD)):
-        bwd = fwd + BACKWARD
+    for fwd in sorted(set(ok["scenario"])):
+        bwd = interface.backward_pair(fwd)
         pair = ok[ok["scenario"].isin([fwd, bwd])]
-        if bwd not in set(pair["scenario"]) or pair["seq_len"].nunique() < 2:
+        if bwd is None or bwd not in set(pair["scenario"]) or pair["seq_len"].nunique() < 2:
             continue
         keys = [k for k in frames.group_keys(pair, "seq_len") if k != "scenario"]
         panel_keys = [k for k in keys if k != "impl"]
         panels = []
         for values, part in split_rows(pair, panel_keys):
             extra = ", ".join(f"{k}={_num(v)}" for k, v in values.items())
-            for scenario in (fwd, bwd):
-                side = part[part["scenario"] == scenario]
+            for word in (fwd, bwd):
+                side = part[part["scenario"] == word]
                 series = series_over_n(side, "time_median_s", ["impl"], k=1e3) if len(side) else []
-                title = f"{scenario}" + (f" ({extra})" if extra else "")
+                title = f"{word}" + (f" ({extra})" if extra else "")
                 panels.append(Panel(title, [s for s in series if len(s.x) >= 2][:10]))
         panels = panels[:12]
         if any(p.series for p in panels):

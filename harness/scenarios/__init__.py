@@ -1,24 +1,45 @@
-"""Scenarios turn a Point into a :class:`Case`: the timed zero-argument callable plus how to
-check and describe it. One module per scenario; :func:`build_case` dispatches on the name.
+"""Scenarios: what a sweep point times. One folder per scenario, ``harness/scenarios/<name>/``,
+found by looking (as the implementations are): adding a scenario is adding a folder.
+
+A folder holds two things:
+
+- its ``__init__.py`` declares ``COLUMNS``, the row columns the scenario adds (its settings, as
+  point columns, then its measurements) with :class:`harness.columns.Column`. It imports nothing
+  heavy: :mod:`harness.schema` reads it, and the ``table`` verb never imports torch.
+- its modules define the behaviour: one of them registers a
+  :class:`harness.scenarios.interface.Scenario` subclass with
+  :func:`harness.scenarios.interface.register` (its typed settings, ``problem()``, ``cost()``,
+  ``support()``, ``build_case()``). :func:`harness.scenarios.interface.get` imports them.
+
+This module is the light half of the discovery: the folders and their declared columns.
 """
 
 from __future__ import annotations
 
-from harness.scenarios import attention, block, decode
-from harness.scenarios.base import Case, CheckPlan, check_plan
+import importlib
+import pkgutil
 
-__all__ = ["Case", "CheckPlan", "build_case", "check_plan"]
-
-# a point's scenario without "+backward" -> the module whose build() makes its Case
-BUILDERS = {"attention": attention, "block": block}
+from harness.columns import Column
 
 
-def build_case(point, impl, device, check: str = "auto", decode_graph: str = "auto") -> Case:
-    """The Case for ``point`` run by ``impl`` (a registry Implementation) on ``device``;
-    ``decode_graph`` is how a decode step is launched (see :mod:`decode_step`)."""
-    base = point.scenario.removesuffix("+backward")
-    if base == "decode":
-        return decode.build(point, impl, device, check_plan(point, check), decode_graph)
-    if base not in BUILDERS:
-        raise ValueError(f"unknown scenario {point.scenario!r}")
-    return BUILDERS[base].build(point, impl, device, check_plan(point, check))
+def folders() -> list[str]:
+    """The scenario folders (subpackages of this package), sorted by name."""
+    return sorted(info.name for info in pkgutil.iter_modules(__path__) if info.ispkg)
+
+
+def modules() -> list[str]:
+    """The dotted names of every module in every folder (the behaviour; nothing imported but
+    the folders' light ``__init__``)."""
+    out = []
+    for name in folders():
+        package = importlib.import_module(f"{__name__}.{name}")
+        out += [f"{package.__name__}.{i.name}" for i in pkgutil.iter_modules(package.__path__)]
+    return out
+
+
+def declared_columns() -> list[Column]:
+    """Every folder's ``COLUMNS``, folder by folder in name order."""
+    out: list[Column] = []
+    for name in folders():
+        out.extend(importlib.import_module(f"{__name__}.{name}").COLUMNS)
+    return out

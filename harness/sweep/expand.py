@@ -2,7 +2,10 @@
 cartesian product of the swept values, and each combination built into a :class:`Point`.
 
 Rules between fields of one point are checked here, as the point is built: ``d_model`` must
-split into ``heads``, ``kv_heads`` divide ``heads``, the mask fields make one valid mask.
+split into ``heads``, ``kv_heads`` divide ``heads``, the mask fields make one valid mask that
+fits the sequence, the scenario accepts its settings, and each method parameter is one the
+implementation declares, within its declared range. A parameter reaches only the points of
+implementations that declare it.
 """
 
 from __future__ import annotations
@@ -10,24 +13,45 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterator
-from dataclasses import fields
 
 from harness import registry
 from harness.errors import SuiteError
 from harness.masks import MaskError
 from harness.measure.device import resolve_device_name
-from harness.sweep.point import Point
-from harness.sweep.validate import SuiteReporter, is_swept, validate_axes
-from harness.sweep.vocab import MIXER_IMPLS
+from harness.scenarios import interface, packing
+from harness.scenarios.interface import Point, Scenario, SettingsError
+from harness.spec import Param
+from harness.sweep.validate import SHAPE_AXES, Axes, SuiteReporter, is_swept
 
 MAX_POINTS = 100_000  # a typo'd sweep must not expand for minutes before it is refused
-POINT_FIELD_NAMES = frozenset(f.name for f in fields(Point))
 
 # One implementation's share of a suite: (implementation name, its own [[variant]] axes).
 Entry = tuple[str, dict]
 
 
-def entries(impls: list[str], variants: list[dict], err: SuiteReporter) -> list[Entry]:
+def suite_axes(
+    scenario: Scenario, impls: list[str], variants: list[dict], err: SuiteReporter
+) -> Axes:
+    """The keys a suite may use: point fields, the scenario's settings, and the method
+    parameters the suite's registered implementations declare."""
+    params: dict[str, list[Param]] = {}
+    fields = SHAPE_AXES | set(interface.settings_types(scenario))
+    named = [*impls, *(v.get("implementation") for v in variants if isinstance(v, dict))]
+    for impl in dict.fromkeys(n for n in named if isinstance(n, str)):
+        try:
+            declared = registry.get(impl).params
+        except registry.UnknownImplementation:
+            continue  # reported by entries()
+        for name, param in declared.items():
+            if name in fields:
+                err.fail("implementations", impl, f"declares a parameter {name!r}, a point field")
+            params.setdefault(name, []).append(param)
+    return Axes(scenario, params)
+
+
+def entries(
+    impls: list[str], variants: list[dict], scenario: Scenario, axes: Axes, err: SuiteReporter
+) -> list[Entry]:
     """The (implementation, variant axes) pairs a suite runs: each listed implementation with
     no axes of its own, replaced by its ``[[variant]]`` blocks (several add up)."""
     runs: list[Entry] = [(impl, {}) for impl in impls]
@@ -36,20 +60,28 @@ def entries(impls: list[str], variants: list[dict], err: SuiteReporter) -> list[
         impl = variant.get("implementation")
         if not isinstance(impl, str):
             err.fail(f"{at}.implementation", impl, "each [[variant]] needs an implementation name")
-        axes = {k: v for k, v in variant.items() if k != "implementation"}
-        validate_axes(axes, at, err, lists=None)
-        runs = [(i, a) for i, a in runs if i != impl or a] + [(impl, axes)]
+        own = {k: v for k, v in variant.items() if k != "implementation"}
+        axes.validate(own, at, err, lists=None)
+        for key in own.keys() & axes.params.keys() - _declared(impl).keys():
+            err.fail(f"{at}.{key}", own[key], f"{impl} declares no parameter {key!r}")
+        runs = [(i, a) for i, a in runs if i != impl or a] + [(impl, own)]
     if not runs:
         err.fail("implementations", impls, "no implementation to run")
-    known = set(registry.names()) | MIXER_IMPLS
+    known = set(registry.names()) | set(scenario.baselines)
     for impl, _ in runs:
         if impl not in known:
-            err.fail(
-                "implementations",
-                impl,
-                f"unknown implementation (known: {', '.join(sorted(known))})",
-            )
+            err.fail("implementations", impl, _unknown(impl, known))
     return runs
+
+
+def _unknown(impl: str, known: set[str]) -> str:
+    """Why ``impl`` is not an implementation of this suite's scenario: another scenario's
+    baseline, or nobody's."""
+    words = [w for w in interface.names() if impl in interface.get(w).baselines]
+    owners = sorted({w.split("+")[0] for w in words})
+    if owners:
+        return f"{impl} runs in the {' and '.join(owners)} scenario only"
+    return f"unknown implementation (known: {', '.join(sorted(known))})"
 
 
 def grid(base: dict, sweep: dict, axes: dict) -> tuple[dict, dict]:
@@ -63,55 +95,83 @@ def grid(base: dict, sweep: dict, axes: dict) -> tuple[dict, dict]:
     return fixed, swept
 
 
+def _own_grid(impl: str, base: dict, sweep: dict, axes: dict, params: Axes) -> tuple[dict, dict]:
+    """:func:`grid` without the method parameters ``impl`` does not declare."""
+    fixed, swept = grid(base, sweep, axes)
+    declared = _declared(impl)
+    foreign = {k for k in params.params if k not in declared}
+    return (
+        {k: v for k, v in fixed.items() if k not in foreign},
+        {k: v for k, v in swept.items() if k not in foreign},
+    )
+
+
+def _declared(impl: str) -> dict[str, Param]:
+    try:
+        return registry.get(impl).params
+    except registry.UnknownImplementation:
+        return {}
+
+
 def expand_points(
-    runs: list[Entry], scenario: str, base: dict, sweep: dict, err: SuiteReporter
+    runs: list[Entry], scenario: str, base: dict, sweep: dict, axes: Axes, err: SuiteReporter
 ) -> tuple[Point, ...]:
     """Every point of the suite, in order: implementation by implementation, then the
     cartesian product of its swept values (keys sorted). At most MAX_POINTS, none twice."""
-    total = sum(math.prod(len(v) for v in grid(base, sweep, axes)[1].values()) for _, axes in runs)
+    grids = [(impl, _own_grid(impl, base, sweep, own, axes)) for impl, own in runs]
+    total = sum(math.prod(len(v) for v in swept.values()) for _, (_, swept) in grids)
     if total > MAX_POINTS:
         err.fail("sweep", f"{total} points", f"more than {MAX_POINTS} points; split the suite")
     points: list[Point] = []
-    for impl, axes in runs:
-        points.extend(_combinations(impl, scenario, *grid(base, sweep, axes), err))
+    for impl, (fixed, swept) in grids:
+        points.extend(_combinations(impl, scenario, fixed, swept, axes, err))
     if len(set(points)) != len(points):
         err.fail("sweep", "", "the suite produces the same point twice")
     return tuple(points)
 
 
 def _combinations(
-    impl: str, scenario: str, fixed: dict, swept: dict, err: SuiteReporter
+    impl: str, scenario: str, fixed: dict, swept: dict, axes: Axes, err: SuiteReporter
 ) -> Iterator[Point]:
     keys = sorted(swept)
     for combo in itertools.product(*(swept[k] for k in keys)):
         values = {**fixed, **dict(zip(keys, combo, strict=True))}
-        yield make_point(impl, scenario, values, err)
+        yield make_point(impl, scenario, values, axes, err)
 
 
-def make_point(impl: str, scenario: str, values: dict, err: SuiteReporter) -> Point:
+def make_point(impl: str, scenario: str, values: dict, axes: Axes, err: SuiteReporter) -> Point:
     """The Point of one combination of suite values (``window`` and ``d_model`` resolved into
-    point fields, ``device = "auto"`` into the device found here)."""
+    point fields, ``device = "auto"`` into the device found here, the scenario's settings and
+    the implementation's parameters gathered)."""
     label = f"point({impl}, {values})"
     values = _shape_fields(values, label, err)
-    if impl in MIXER_IMPLS:
-        if not scenario.startswith("block"):
-            err.fail(f"{label}: implementations", impl, "lstm/conv mixers need the block scenario")
-        values["mixer"] = impl
-    elif values.get("mixer", "attention") != "attention":
-        err.fail(
-            f"{label}: mixer",
-            values["mixer"],
-            "set the mixer by listing 'lstm'/'conv' as implementations",
-        )
-    if values.get("q_len") is not None and not scenario.startswith("attention"):
-        err.fail(f"{label}: q_len", values["q_len"], "q_len applies to attention scenarios only")
     values["device"] = resolve_device_name(values.get("device", "cpu"))
-    given = {k: v for k, v in values.items() if k in POINT_FIELD_NAMES}
-    point = Point(impl=impl, scenario=scenario, **given)
+    settings = {k: values.pop(k) for k in list(values) if k in axes.settings}
+    params = {k: values.pop(k) for k in list(values) if k in axes.params}
+    for name, value in params.items():
+        problems = _declared(impl)[name].reasons(name, value)
+        if problems:
+            err.fail(f"{label}: {name}", value, "; ".join(problems))
+    sc = axes.scenario
     try:
-        point.mask  # noqa: B018 - validates the mask fields together
+        if "documents" in values:
+            values["documents"] = packing.parse(values["documents"])
+        if isinstance(values.get("global_tokens"), list):
+            values["global_tokens"] = tuple(values["global_tokens"])
+        point = Point(
+            impl=impl,
+            scenario=scenario,
+            **{k: v for k, v in values.items() if k in SHAPE_AXES},
+            settings=sc.make_settings(impl, settings),
+            params=tuple(params.items()),
+        )
+        point.mask.check_lengths(point.n_q, point.seq_len)  # every mask field together
+    except SettingsError as exc:
+        err.fail(f"{label}: {exc.key}", exc.value, str(exc))
     except MaskError as exc:
         raise SuiteError(f"{err.where}: {label}: {exc}") from None
+    for problem in sc.point_errors(point):
+        err.fail(f"{label}: {problem.key}", problem.value, str(problem))
     return point
 
 

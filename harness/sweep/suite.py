@@ -7,6 +7,7 @@ implementations = ["full", "sdpa"]
 [fixed]                           # one value for every point
 heads = 8
 head_dim = 64                     # or d_model = 512 (head_dim = d_model / heads)
+documents = "uniform:512"         # packed documents (harness.scenarios.packing); or a list
 [sweep]                           # lists; cartesian product
 seq_len = [1024, 2048]
 [[variant]]                       # an implementation plus axes for it alone
@@ -16,9 +17,17 @@ window = [[127, 0], [255, 0]]     # [left, right]; -1 = unbounded side
 budget_s = 1.0                    # per point and pass
 passes = 3                        # timing passes, each in an order shuffled by order_seed
 ```
+The keys of ``[fixed]``, ``[sweep]`` and ``[[variant]]`` are the point fields (shape, mask,
+dtype, device), the settings of the suite's scenario (``qk_std`` for attention, ``ffn`` for
+block, ``cache`` for decode, ...: each scenario declares its own) and the method parameters
+the suite's implementations declare (a parameter reaches only the points of implementations
+that declare it).
+
 Every problem is reported as one line naming the file, the key and the value (SuiteError):
 TOML syntax (with line and column), unknown keys, wrong types, non-finite numbers, impossible
-values (seq_len <= 0, d_model % heads != 0, window sides < -1, unknown dtype/device), unknown
+values (seq_len <= 0, d_model % heads != 0, window sides < -1, unknown dtype/device, a method
+parameter out of its declared range), masks that do not fit the sequence (documents that do
+not sum to seq_len, global positions outside it, prefix_len beyond it), unknown
 implementations (with the known ones listed) and sweeps of more than MAX_POINTS points.
 Nothing in a suite is executed or imported; implementation names are looked up in the registry.
 
@@ -37,10 +46,11 @@ from pathlib import Path
 
 from harness.errors import SuiteError
 from harness.measure.timing import TimingConfig
-from harness.sweep.expand import entries, expand_points
-from harness.sweep.point import SCENARIOS, Point
-from harness.sweep.validate import SuiteReporter, required, table, validate_axes, validate_value
-from harness.sweep.vocab import CHECK_MODES, GRAPH_MODES
+from harness.scenarios import interface
+from harness.scenarios.case import CHECK_MODES, GRAPH_MODES
+from harness.scenarios.interface import Point
+from harness.sweep.expand import entries, expand_points, suite_axes
+from harness.sweep.validate import SuiteReporter, required, table, validate_value
 
 # fmt: off
 TOP_KEYS = {"name", "description", "scenario", "implementations", "device", "fixed", "sweep",
@@ -118,15 +128,17 @@ def parse_suite(doc: dict, where: str = "<suite>", sha256: str = "") -> Suite:
     variants = doc.get("variant", [])
     if not isinstance(variants, list) or not all(isinstance(v, dict) for v in variants):
         err.fail("variant", variants, "must be an array of tables ([[variant]])")
-    validate_axes(fixed, "fixed", err, lists=False)
-    validate_axes(sweep, "sweep", err, lists=True)
+    axes = suite_axes(interface.get(scenario), impls, variants, err)
+    axes.validate(fixed, "fixed", err, lists=False)
+    axes.validate(sweep, "sweep", err, lists=True)
     both = set(fixed) & set(sweep)
     if both:
         key = sorted(both)[0]
         err.fail(f"sweep.{key}", sweep[key], "also set in [fixed]; set it in one place")
     base = {"device": device, **fixed}
     validate_value("device", device, err)
-    points = expand_points(entries(impls, variants, err), scenario, base, sweep, err)
+    runs = entries(impls, variants, axes.scenario, axes, err)
+    points = expand_points(runs, scenario, base, sweep, axes, err)
     return Suite(
         name=name,
         scenario=scenario,
@@ -150,8 +162,8 @@ def _top_level(doc: dict, err: SuiteReporter) -> tuple[str, str, list[str]]:
     if not isinstance(doc.get("description", ""), str):
         err.fail("description", doc["description"], "must be a string")
     scenario = required(doc, "scenario", str, err)
-    if scenario not in SCENARIOS:
-        err.fail("scenario", scenario, f"unknown scenario (one of {list(SCENARIOS)})")
+    if scenario not in interface.names():
+        err.fail("scenario", scenario, f"unknown scenario (one of {list(interface.names())})")
     impls = doc.get("implementations", [])
     if not isinstance(impls, list) or not all(isinstance(i, str) for i in impls):
         err.fail("implementations", impls, "must be a list of implementation names")

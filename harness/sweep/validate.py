@@ -1,32 +1,47 @@
 """The rules one suite value must follow, and the one-line :class:`SuiteError` that names the
 file, the key and the value when it does not.
 
-A point field set in ``[fixed]``, ``[sweep]`` or a ``[[variant]]`` is checked here on its own
-(type, allowed words, sign); rules between fields (``d_model % heads``, the mask fields together)
+The keys of ``[fixed]``, ``[sweep]`` and ``[[variant]]`` are the point fields (shape, mask,
+dtype/device), the settings of the suite's scenario (declared with the scenario:
+:attr:`harness.scenarios.interface.Scenario.settings`) and the method parameters the suite's
+implementations declare (:class:`harness.spec.Param`). :class:`Axes` holds the rules of one
+suite; a value is checked here on its own (type, allowed words, sign); rules between fields
+(``d_model % heads``, the mask fields together, a parameter's range for each implementation)
 are checked when the point is built (:mod:`harness.sweep.expand`).
+
+A value that is itself a list: a window is ``[left, right]``; ``documents`` may be the list of
+lengths; ``global_tokens`` may be the list of positions. In ``[fixed]`` such a list is the one
+value; in ``[sweep]`` and a ``[[variant]]`` a list of numbers is a sweep (of counts for
+``global_tokens``), so a list of positions or lengths is swept as a list of lists.
 """
 
 from __future__ import annotations
 
+import math
+import typing
+from dataclasses import dataclass, field, fields
+
 from harness.dtypes import DTYPES
 from harness.errors import SuiteError
-from harness.sweep.vocab import CACHES, DEVICES, FFNS, MIXERS, NORMS, POSITIONS
+from harness.scenarios import packing
+from harness.scenarios.interface import Scenario, settings_types
+from harness.spec import Param
 
+DEVICES = ("cpu", "cuda", "auto")
 # fmt: off
 # Point fields a suite may set, with their types (bool is checked before int: True is an int).
 FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
     "device": str, "dtype": str, "batch": int, "seq_len": int, "q_len": int, "heads": int,
     "kv_heads": int, "head_dim": int, "causal": bool, "window_left": int, "window_right": int,
-    "dilation": int, "global_tokens": int, "block_size": int, "random_blocks": int, "seed": int,
-    "norm": str, "ffn": str, "pos": str, "mixer": str, "conv_kernel": int, "layers": int,
-    "cache": str, "gen_tokens": int,
+    "dilation": int, "global_tokens": (int, list), "block_size": int, "random_blocks": int,
+    "seed": int, "documents": (str, list), "prefix_len": int,
 }
-AXES = set(FIELD_TYPES) | {"window", "d_model"}
-_CHOICES = {"dtype": tuple(DTYPES), "device": DEVICES, "norm": NORMS, "ffn": FFNS,
-            "pos": POSITIONS, "mixer": MIXERS, "cache": CACHES}
+SHAPE_AXES = set(FIELD_TYPES) | {"window", "d_model"}
+_CHOICES = {"dtype": tuple(DTYPES), "device": DEVICES}
 _POSITIVE = {"batch", "seq_len", "q_len", "heads", "kv_heads", "head_dim", "dilation",
-             "block_size", "conv_kernel", "layers", "gen_tokens", "d_model"}
-_NON_NEGATIVE = {"global_tokens", "random_blocks", "seed"}
+             "block_size", "d_model"}
+_NON_NEGATIVE = {"random_blocks", "seed", "prefix_len"}
+LIST_VALUES = {"window", "documents", "global_tokens"}  # keys whose one value may be a list
 # fmt: on
 
 
@@ -64,48 +79,85 @@ def table(doc: dict, key: str, err: SuiteReporter) -> dict:
     return value
 
 
-def is_pair(value) -> bool:
-    """A window written as ``[left, right]`` (two ints)."""
-    return (
-        isinstance(value, list)
-        and len(value) == 2
-        and all(isinstance(s, int) and not isinstance(s, bool) for s in value)
+def _numbers(value) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(s, int) and not isinstance(s, bool) for s in value
     )
 
 
-def is_swept(key: str, value) -> bool:
-    """Is ``value`` a list of values for ``key`` (a window pair alone is one value)?"""
-    return isinstance(value, list) and not (key == "window" and is_pair(value))
+def is_swept(key: str, value, lists: bool | None = None) -> bool:
+    """Is ``value`` a list of values for ``key``? A window pair is one value, so is a list of
+    document lengths, and a list of global positions in ``[fixed]`` (``lists`` False)."""
+    if not isinstance(value, list):
+        return False
+    if key == "window":
+        return not (len(value) == 2 and _numbers(value))
+    if key == "documents":
+        return not (value and _numbers(value))
+    if key == "global_tokens":
+        return not (lists is False and _numbers(value))
+    return True
 
 
-def validate_axes(axes: dict, where: str, err: SuiteReporter, lists: bool | None) -> None:
-    """Every key a point field; lists=True: every value a non-empty list; False: scalars;
-    None: either."""
-    for key, value in axes.items():
-        if key not in AXES:
-            err.fail(f"{where}.{key}", value, f"unknown key (point fields: {sorted(AXES)})")
-        swept = is_swept(key, value)
-        if lists is True and not swept:
-            err.fail(f"{where}.{key}", value, "[sweep] values must be lists")
-        if lists is False and swept:
-            err.fail(f"{where}.{key}", value, "must be a single value (lists belong in [sweep])")
-        values = value if swept else [value]
-        if swept and not values:
-            err.fail(f"{where}.{key}", value, "empty list")
-        for item in values:
-            validate_value(key, item, err, f"{where}.{key}")
+@dataclass(frozen=True)
+class Axes:
+    """The keys one suite's tables may use: the point fields, the settings of its scenario and
+    the parameters its implementations declare (name -> the declarations, one per
+    implementation that declares it)."""
+
+    scenario: Scenario
+    params: dict[str, list[Param]] = field(default_factory=dict)
+
+    @property
+    def settings(self) -> dict[str, type]:
+        return settings_types(self.scenario)
+
+    def known(self) -> list[str]:
+        return sorted(SHAPE_AXES | set(self.settings) | set(self.params))
+
+    def validate(self, axes: dict, where: str, err: SuiteReporter, lists: bool | None) -> None:
+        """Every key known; lists=True: every value a non-empty list; False: scalars;
+        None: either."""
+        for key, value in axes.items():
+            if key not in SHAPE_AXES and key not in self.settings and key not in self.params:
+                err.fail(f"{where}.{key}", value, f"unknown key (point fields: {self.known()})")
+            swept = is_swept(key, value, lists)
+            if lists is True and not swept:
+                err.fail(f"{where}.{key}", value, "[sweep] values must be lists")
+            if lists is False and swept:
+                problem = "must be a single value (lists belong in [sweep])"
+                err.fail(f"{where}.{key}", value, problem)
+            values = value if swept else [value]
+            if swept and not values:
+                err.fail(f"{where}.{key}", value, "empty list")
+            for item in values:
+                self.value(key, item, err, f"{where}.{key}")
+
+    def value(self, key: str, value, err: SuiteReporter, at: str | None = None) -> None:
+        """One value of ``key``: its type, allowed words and sign."""
+        at = at or key
+        if key in self.settings:
+            _setting_value(self.scenario, key, self.settings[key], value, err, at)
+        elif key in self.params:
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                err.fail(at, value, "must be a number (a method parameter)")
+            if isinstance(value, float) and not math.isfinite(value):
+                err.fail(at, value, "must be a finite number")
+        else:
+            validate_value(key, value, err, at)
 
 
 def validate_value(key: str, value, err: SuiteReporter, at: str | None = None) -> None:
     """One value of point field ``key``: its type, allowed words and sign."""
     at = at or key
     if key == "window":
-        if not is_pair(value) or any(s < -1 for s in value):
+        if not (_numbers(value) and len(value) == 2) or any(s < -1 for s in value):
             err.fail(at, value, "a window is [left, right] with sides >= -1 (-1 = unbounded)")
         return
     kind = int if key == "d_model" else FIELD_TYPES[key]
     if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
-        err.fail(at, value, f"must be {kind.__name__}")
+        names = "/".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+        err.fail(at, value, f"must be {names}")
     if key in _CHOICES and value not in _CHOICES[key]:
         err.fail(at, value, f"must be one of {list(_CHOICES[key])}")
     if key in _POSITIVE and value <= 0:
@@ -114,3 +166,32 @@ def validate_value(key: str, value, err: SuiteReporter, at: str | None = None) -
         err.fail(at, value, "must be >= 0")
     if key in ("window_left", "window_right") and value < -1:
         err.fail(at, value, "must be >= -1 (-1 = unbounded)")
+    if key == "documents":
+        try:
+            packing.parse(value)
+        except ValueError as exc:
+            err.fail(at, value, str(exc))
+    if key == "global_tokens":
+        if isinstance(value, int) and value < 0:
+            err.fail(at, value, "must be >= 0")
+        if isinstance(value, list) and (not _numbers(value) or min(value, default=0) < 0):
+            err.fail(at, value, "global positions are whole numbers >= 0")
+
+
+def _setting_value(scenario: Scenario, key: str, hint, value, err: SuiteReporter, at: str) -> None:
+    """A value of one of the scenario's settings: its annotated type and its field metadata
+    (``choices``, inclusive ``minimum``, exclusive ``above``)."""
+    kinds = typing.get_args(hint) or (hint,)
+    if float in kinds:
+        kinds = (*kinds, int)
+    if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
+        err.fail(at, value, f"must be {'/'.join(k.__name__ for k in kinds)}")
+    if isinstance(value, float) and not math.isfinite(value):
+        err.fail(at, value, "must be a finite number")
+    meta = next(f.metadata for f in fields(scenario.settings) if f.name == key)
+    if "choices" in meta and value not in meta["choices"]:
+        err.fail(at, value, f"must be one of {list(meta['choices'])}")
+    if "minimum" in meta and value < meta["minimum"]:
+        err.fail(at, value, f"must be >= {meta['minimum']}")
+    if "above" in meta and value <= meta["above"]:
+        err.fail(at, value, f"must be > {meta['above']}")

@@ -18,7 +18,7 @@ import torch
 from harness import registry
 from harness.oracle.agreement import tolerance
 from harness.oracle.reference import reference_attention
-from harness.sweep.point import Point
+from harness.scenarios.interface import Point
 
 DEVICE = os.environ.get("ATTNBENCH_BENCH_DEVICE", "cpu")
 SEQ_LENS = (256, 1024)

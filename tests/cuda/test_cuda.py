@@ -13,15 +13,14 @@ import pytest
 import torch
 
 from harness import registry
-from harness.cost import costmodel
 from harness.execute.runner import run_point, run_points
 from harness.masks import MaskSpec
 from harness.measure.device import get_device
 from harness.measure.timing import TimingConfig, measure
 from harness.oracle.agreement import tolerance
 from harness.results import RowWriter, load_rows
-from harness.scenarios import build_case
-from harness.sweep.point import Point
+from harness.scenarios.case import CaseOptions
+from harness.scenarios.interface import Point, cost_of, scenario_of
 from harness.sweep.suite import MeasureConfig
 
 pytestmark = [
@@ -69,7 +68,7 @@ def test_allocator_peak_matches_the_analytic_figure(impl, lo, hi):
     row = run_point(point, FAST, get_device("cuda"))
     assert row["status"] == "ok", row.get("reason")
     assert row["mem_method"] == "cuda-allocator"
-    predicted = costmodel.predict_call_bytes(point)
+    predicted = cost_of(point).call_bytes
     assert lo * predicted <= row["peak_mem_bytes"] <= hi * predicted, (row, predicted)
 
 
@@ -149,7 +148,7 @@ def _decode_point(**kw) -> Point:
         impl="sdpa", scenario="decode", device="cuda", dtype="bfloat16", batch=1, heads=8,
         head_dim=64, layers=2, seq_len=1031, gen_tokens=4, causal=True, cache="full",
     )  # fmt: skip
-    return Point(**{**base, **kw})
+    return Point.of(**{**base, **kw})
 
 
 @pytest.mark.parametrize("mode", ["none", "cuda-graph", "compile"])
@@ -176,8 +175,8 @@ def test_decode_on_cuda_with_and_without_a_graph(mode, cache, window):
 def test_graph_replay_equals_the_eager_step():
     point = _decode_point()
     device = get_device("cuda")
-    graph = build_case(point, registry.get("sdpa"), device, "none", decode_graph="cuda-graph")
-    eager = build_case(point, registry.get("sdpa"), device, "none", decode_graph="none")
+    graph = scenario_of(point).build_case(point, device, CaseOptions("none", "cuda-graph"))
+    eager = scenario_of(point).build_case(point, device, CaseOptions("none", "none"))
     assert graph.columns["decode_graph"] == "cuda-graph"
     replayed = graph.run().clone()
     tol = tolerance(torch.bfloat16)

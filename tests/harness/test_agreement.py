@@ -15,9 +15,15 @@ import torch
 from harness import registry
 from harness.masks import MaskSpec
 from harness.oracle.agreement import TOLERANCES, judge, output_agreement
-from harness.scenarios.attention import check_attention, checked_rows, judge_rows, make_inputs
-from harness.scenarios.base import boundary_rows, check_plan, sample_rows
-from harness.sweep.point import Point
+from harness.scenarios.attention.attention_case import make_inputs
+from harness.scenarios.attention.checking import (
+    boundary_rows,
+    check_attention,
+    checked_rows,
+    judge_rows,
+    sample_rows,
+)
+from harness.scenarios.interface import Point, check_plan
 
 N, D = 16384, 32
 WINDOW = (255, 0)  # a causal sliding window of 256 keys

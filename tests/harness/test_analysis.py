@@ -9,7 +9,7 @@ import pytest
 from harness.analysis.fits import fit_exponent, fit_exponents, local_slopes
 from harness.analysis.frames import covarying
 from harness.analysis.powerfit import asymptotic_start, local_slopes_xy
-from harness.sweep.point import Point
+from harness.scenarios.interface import Point
 
 X = np.array([256, 512, 1024, 2048, 4096, 8192], dtype=float)
 

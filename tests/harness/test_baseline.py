@@ -10,7 +10,7 @@ import pytest
 from harness.cli import main
 from harness.compare.baseline import find_baseline, list_baselines, machine_key, save_baseline, slug
 from harness.results import ENV_FILE, ROWS_FILE, ResultsError, RowWriter, load_rows, write_env
-from harness.sweep.point import Point
+from harness.scenarios.interface import Point
 
 ENV = {
     "run_id": "r1",

@@ -15,7 +15,7 @@ from harness.analysis.verdicts import evaluate, judge
 from harness.cli import claims as claims_cli
 from harness.errors import CliError
 from harness.results import RowWriter, write_env
-from harness.sweep.point import Point
+from harness.scenarios.interface import Point
 
 NS = (512, 1024, 2048, 4096)
 
@@ -25,7 +25,7 @@ def make_rows(impl, metric_fn, ns=NS, noise=0.0, status="ok", seed=0, **fields):
     rng = np.random.default_rng(seed)
     out = []
     for n in ns:
-        point = Point(impl, seq_len=n, **fields)
+        point = Point.of(impl, seq_len=n, **fields)
         value = metric_fn(point)
         samples = list(value * np.exp(rng.normal(0, noise, 20))) if noise else [value] * 5
         out.append(

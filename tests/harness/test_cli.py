@@ -163,7 +163,7 @@ def test_resume_without_out_is_a_usage_error(capsys):
 
 def _small_run(path: Path, suite: str, impls=("sdpa", "full")) -> Path:
     from harness.results import RowWriter, write_env
-    from harness.sweep.point import Point
+    from harness.scenarios.interface import Point
 
     writer = RowWriter(path)
     for impl in impls:
@@ -235,7 +235,7 @@ def test_json_guard_turns_nan_into_null():
 
 def test_maxlen_says_up_front_how_long_verification_takes():
     from harness.execute.maxlen import verification_notice
-    from harness.sweep.point import Point
+    from harness.scenarios.interface import Point
 
     slow = verification_notice(Point("sdpa"), 256 * 2**20, 64, 120.0)
     fast = verification_notice(Point("full", causal=True), 256 * 2**20, 64, 120.0)

@@ -20,7 +20,7 @@ from harness.compare.thresholds import CompareOptions, Threshold, parse_threshol
 from harness.compare.timechange import time_change
 from harness.render.findings import markdown
 from harness.results import ROWS_FILE, RowWriter, write_env
-from harness.sweep.point import Point
+from harness.scenarios.interface import Point
 
 POINTS = [
     Point(impl=impl, seq_len=n, heads=4, head_dim=32, causal=causal)

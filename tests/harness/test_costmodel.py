@@ -5,15 +5,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.cost import costmodel as cm
-from harness.cost.cache import analytic_cache_bytes
-from harness.cost.components import ffn_hidden
+from harness.cost.components import attention_pairs, ffn_hidden, flop_crossover
 from harness.model.transformer import BlockConfig, build_block
-from harness.sweep.point import Point
+from harness.scenarios.interface import Point, cost_of, scenario_of
 
 
 def tiny(**kw) -> Point:
     return Point(**{"impl": "full", "batch": 1, "heads": 1, "head_dim": 1, **kw})
+
+
+def useful(point: Point) -> float:
+    return cost_of(point).useful_flops
 
 
 @pytest.mark.parametrize(
@@ -28,41 +30,38 @@ def tiny(**kw) -> Point:
 )
 def test_attention_flops_count_exact_kept_pairs(fields, pairs):
     point = tiny(**fields)
-    assert cm.attention_pairs(point.problem()) == pairs
-    assert cm.useful_flops(point) == 4 * pairs
+    assert attention_pairs(scenario_of(point).problem(point)) == pairs
+    assert useful(point) == 4 * pairs
 
 
 def test_flops_scale_with_batch_heads_head_dim_and_backward():
     point = Point("full", batch=2, heads=3, head_dim=5, seq_len=7)
-    assert cm.useful_flops(point) == 4 * 2 * 3 * 5 * 49
+    assert useful(point) == 4 * 2 * 3 * 5 * 49
     backward = Point("full", scenario="attention+backward", batch=2, heads=3, head_dim=5, seq_len=7)
-    assert cm.useful_flops(backward) == pytest.approx(3.5 * 4 * 2 * 3 * 5 * 49)
+    assert useful(backward) == pytest.approx(3.5 * 4 * 2 * 3 * 5 * 49)
     gqa = Point("full", batch=2, heads=4, kv_heads=1, head_dim=5, seq_len=7)
-    assert cm.useful_flops(gqa) == 4 * 2 * 4 * 5 * 49  # K/V sharing saves memory, not FLOPs
+    assert useful(gqa) == 4 * 2 * 4 * 5 * 49  # K/V sharing saves memory, not FLOPs
 
 
 def test_block_flops_per_mixer_by_hand():
     # d = 8, n = 3, gelu FFN hidden 32: 2·(8·32 + 32·8) = 1024 FLOPs per token
-    lstm = Point("lstm", scenario="block", mixer="lstm", heads=2, head_dim=4, seq_len=3)
-    assert cm.useful_flops(lstm) == 3 * (16 * 64 + 1024)
-    conv = Point(
-        "conv", scenario="block", mixer="conv", heads=2, head_dim=4, seq_len=3, conv_kernel=5
-    )
-    assert cm.useful_flops(conv) == 3 * (2 * 5 * 64 + 1024)
+    lstm = Point.of("lstm", "block", heads=2, head_dim=4, seq_len=3)
+    assert useful(lstm) == 3 * (16 * 64 + 1024)
+    conv = Point.of("conv", "block", heads=2, head_dim=4, seq_len=3, conv_kernel=5)
+    assert useful(conv) == 3 * (2 * 5 * 64 + 1024)
     attn = Point("sdpa", scenario="block", heads=2, head_dim=4, seq_len=3)
     core = 4 * 2 * 4 * 9
-    assert cm.useful_flops(attn) == 3 * (2 * 8 * 32 + 1024) + core
+    assert useful(attn) == 3 * (2 * 8 * 32 + 1024) + core
     back = Point("sdpa", scenario="block+backward", heads=2, head_dim=4, seq_len=3)
-    assert cm.useful_flops(back) == pytest.approx(3 * 3 * (512 + 1024) + 3.5 * core)
+    assert useful(back) == pytest.approx(3 * 3 * (512 + 1024) + 3.5 * core)
 
 
 @pytest.mark.parametrize("mixer", ["attention", "lstm", "conv"])
 @pytest.mark.parametrize("ffn", ["gelu", "swiglu"])
 def test_weight_bytes_match_the_real_block(mixer, ffn):
-    point = Point(
+    point = Point.of(
         "sdpa" if mixer == "attention" else mixer,
-        scenario="block",
-        mixer=mixer,
+        "block",
         heads=4,
         head_dim=8,
         kv_heads=2,
@@ -75,22 +74,22 @@ def test_weight_bytes_match_the_real_block(mixer, ffn):
     )
     block = build_block(cfg, seed=0, device="cpu", dtype=torch.float32)
     params = sum(p.numel() for p in block.parameters())
-    assert cm.block_weight_bytes(point) == 4 * params
+    assert cost_of(point).weight_bytes == 4 * params
     assert ffn_hidden(32, ffn) == cfg.ffn_hidden
 
 
 def test_flop_crossover_of_attention_and_recurrence():
-    assert cm.flop_crossover(512, "lstm") == 4 * 512  # 4·n·d = 16·d²
-    assert cm.flop_crossover(512, "lstm", projections=True) == 2 * 512
-    assert cm.flop_crossover(512, "lstm", causal=True) == 8 * 512
-    assert cm.flop_crossover(512, "conv", kernel=3) == pytest.approx(1.5 * 512)
-    assert cm.flop_crossover(512, "conv", kernel=3, projections=True) == 0.0
+    assert flop_crossover(512, "lstm") == 4 * 512  # 4·n·d = 16·d²
+    assert flop_crossover(512, "lstm", projections=True) == 2 * 512
+    assert flop_crossover(512, "lstm", causal=True) == 8 * 512
+    assert flop_crossover(512, "conv", kernel=3) == pytest.approx(1.5 * 512)
+    assert flop_crossover(512, "conv", kernel=3, projections=True) == 0.0
 
 
 def test_decode_step_flops_and_cache_bytes():
-    point = Point(
+    point = Point.of(
         "sdpa",
-        scenario="decode",
+        "decode",
         heads=2,
         head_dim=4,
         seq_len=10,
@@ -100,10 +99,10 @@ def test_decode_step_flops_and_cache_bytes():
         causal=True,
     )
     per_token = 2 * 8 * 32 + 1024  # projections + FFN for one token
-    assert cm.useful_flops(point) == 3 * (per_token + 4 * 2 * 4 * 11)  # attends to 10 + itself
-    none = Point(
+    assert useful(point) == 3 * (per_token + 4 * 2 * 4 * 11)  # attends to 10 + itself
+    none = Point.of(
         "sdpa",
-        scenario="decode",
+        "decode",
         heads=2,
         head_dim=4,
         seq_len=10,
@@ -112,11 +111,11 @@ def test_decode_step_flops_and_cache_bytes():
         cache="none",
         causal=True,
     )
-    assert cm.executed_flops(none) > 5 * cm.useful_flops(none)
-    assert analytic_cache_bytes(point) == 2 * 3 * 1 * 2 * 11 * 4 * 4
-    rolling = Point(
+    assert cost_of(none).executed_flops > 5 * useful(none)
+    assert cost_of(point).cache_bytes == 2 * 3 * 1 * 2 * 11 * 4 * 4
+    rolling = Point.of(
         "sdpa",
-        scenario="decode",
+        "decode",
         heads=2,
         head_dim=4,
         seq_len=100,
@@ -126,28 +125,28 @@ def test_decode_step_flops_and_cache_bytes():
         window_right=0,
         causal=True,
     )
-    assert analytic_cache_bytes(rolling) == 2 * 1 * 1 * 2 * 16 * 4 * 4
-    assert analytic_cache_bytes(none) == 0
+    assert cost_of(rolling).cache_bytes == 2 * 1 * 1 * 2 * 16 * 4 * 4
+    assert cost_of(none).cache_bytes == 0
 
 
 def test_peak_memory_prediction_of_eager_and_flash_attention():
     mib = 2**20
     full = Point("full", heads=8, head_dim=64, seq_len=1024)
     # q, k, v and out: 2 MiB each; scores + probabilities 2·8·1024²·4 B = 64 MiB
-    assert cm.predict_call_bytes(full) == 2 * mib + 64 * mib
-    assert cm.predict_peak_bytes(full) == 8 * mib + 64 * mib
+    assert cost_of(full).call_bytes == 2 * mib + 64 * mib
+    assert cost_of(full).peak_bytes == 8 * mib + 64 * mib
     flash = Point("sdpa-flash", heads=8, head_dim=64, seq_len=1024)
-    assert cm.predict_call_bytes(flash) == 2 * mib
-    assert cm.predict_call_bytes(Point("full", seq_len=2048)) > 3.9 * cm.predict_call_bytes(full)
-    assert cm.compulsory_bytes(full) == 8 * mib
+    assert cost_of(flash).call_bytes == 2 * mib
+    assert cost_of(Point("full", seq_len=2048)).call_bytes > 3.9 * cost_of(full).call_bytes
+    assert cost_of(full).compulsory_bytes == 8 * mib
 
 
 @pytest.mark.parametrize("scenario", ["block", "block+backward", "decode"])
 def test_every_scenario_has_positive_models(scenario):
     point = Point("sdpa", scenario=scenario, causal=scenario == "decode", seq_len=256)
-    assert cm.useful_flops(point) > 0
-    assert cm.predict_peak_bytes(point) > cm.predict_call_bytes(point) > 0
-    assert cm.compulsory_bytes(point) > 0
+    assert useful(point) > 0
+    assert cost_of(point).peak_bytes > cost_of(point).call_bytes > 0
+    assert cost_of(point).compulsory_bytes > 0
 
 
 def test_calibration_measures_positive_rates_and_picks_the_dtype_peak():

@@ -3,26 +3,19 @@ check can fail, support reasons, the runner's row, and the cost formulas."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 import torch
 
 from harness import registry
-from harness.cost.cache import analytic_cache_bytes
-from harness.cost.decode import (
-    decode_flops_per_token,
-    decode_step_bytes,
-    predict_decode_peak_bytes,
-)
 from harness.execute.runner import run_point
 from harness.measure.device import get_device
 from harness.measure.timing import TimingConfig
-from harness.model.kvcache import FullCache
-from harness.scenarios import build_case
-from harness.scenarios import decode as dec
-from harness.sweep.point import Point
-from harness.sweep.problems import step_problem
+from harness.scenarios.case import CaseOptions
+from harness.scenarios.decode import decode_case as dec
+from harness.scenarios.decode.caches import FullCache
+from harness.scenarios.decode.decode_cost import step_problem
+from harness.scenarios.decode.step_launch import resolve_mode
+from harness.scenarios.interface import Point, cost_of, scenario_of
 from harness.sweep.suite import MeasureConfig
 
 CPU = get_device("cpu", False)
@@ -46,11 +39,19 @@ def _point(
         window_left=None if window is None else window - 1,
         window_right=None if window is None else 0,
     )
-    return Point(**{**base, **kw})
+    return Point.of(**{**base, **kw})
+
+
+def build_case(point: Point, check: str = "auto", graph: str = "auto"):
+    return scenario_of(point).build_case(point, CPU, CaseOptions(check, graph))
+
+
+def step_bytes(point: Point) -> int:
+    return cost_of(point).step_bytes
 
 
 def _check(point: Point, mode: str = "auto") -> dict:
-    case = build_case(point, registry.get(point.impl), CPU, mode)
+    case = build_case(point, mode)
     case.run()
     return case.check()
 
@@ -129,7 +130,7 @@ def test_a_broken_cache_is_a_mismatch(monkeypatch):
 def test_the_timed_step_repeats_without_growing_the_cache(cache, window):
     """Many timed calls redo one step: same output, same cache bytes, before and after the
     re-prefill that measures prefill_s."""
-    case = build_case(_point("full", cache, window=window), registry.get("full"), CPU, "none")
+    case = build_case(_point("full", cache, window=window), "none")
     first = case.run()
     before = case.extra(None, None)
     again = [case.run() for _ in range(5)]
@@ -150,10 +151,10 @@ def test_the_timed_step_repeats_without_growing_the_cache(cache, window):
     ],
 )
 def test_unsupported_points_say_why(point, reason):
-    reasons = dec.not_supported(point, registry.get(point.impl))
+    reasons = scenario_of(point).support(point)
     assert any(reason in r for r in reasons), reasons
     with pytest.raises(ValueError, match="decode: "):
-        build_case(point, registry.get(point.impl), CPU, "none")
+        build_case(point, "none")
 
 
 def test_rolling_prefill_is_stepwise_only_without_window_support():
@@ -179,7 +180,8 @@ def test_runner_row_has_the_decode_columns():
 
 def test_flops_per_token_linear_with_a_cache_quadratic_without():
     def core(n: int, cache: str, executed: bool) -> float:
-        return decode_flops_per_token(_point(cache=cache, n=n), executed=executed)
+        cost = cost_of(_point(cache=cache, n=n))
+        return cost.executed_flops if executed else cost.useful_flops
 
     per_key = 4 * 2 * 3 * 10 * 2  # 4·B·H·D per key, two layers
     assert core(101, "full", False) - core(100, "full", False) == per_key
@@ -190,21 +192,19 @@ def test_flops_per_token_linear_with_a_cache_quadratic_without():
 
 def test_predicted_peak_covers_the_cache_and_grows_with_context():
     small, big = _point(n=100), _point(n=1000)
-    assert predict_decode_peak_bytes(big) > predict_decode_peak_bytes(small)
-    rolling = replace(big, cache="rolling", window_left=15, window_right=0, impl="full")
-    assert predict_decode_peak_bytes(rolling) > analytic_cache_bytes(rolling)
+    assert cost_of(big).peak_bytes > cost_of(small).peak_bytes
+    rolling = _point("full", "rolling", n=1000, window=16)
+    assert cost_of(rolling).peak_bytes > cost_of(rolling).cache_bytes > 0
 
 
 @pytest.mark.parametrize("requested", ["cuda-graph", "compile"])
 def test_graph_modes_on_cpu_fall_back_to_eager_and_say_why(requested):
-    case = build_case(_point(), registry.get("sdpa"), CPU, "none", decode_graph=requested)
+    case = build_case(_point(), "none", graph=requested)
     assert case.columns["decode_graph"] == "none"
     assert case.columns["decode_graph_reason"] == "unavailable: CUDA graphs need a CUDA device"
 
 
 def test_auto_graph_mode_is_eager_on_cpu_and_a_cuda_graph_on_cuda():
-    from harness.scenarios.decode_step import resolve_mode
-
     assert resolve_mode("auto", "cpu") == ("none", None)
     assert resolve_mode("auto", "cuda") == ("cuda-graph", None)
     assert resolve_mode("compile", "cuda") == ("compile", None)
@@ -215,19 +215,17 @@ def test_auto_graph_mode_is_eager_on_cpu_and_a_cuda_graph_on_cuda():
 def test_step_bytes_count_weights_and_the_kv_read_and_written():
     """One more context token adds exactly one K/V row per layer to read; a full rolling ring
     reads a constant number; the cost model's compulsory bytes are the same figure."""
-    from harness.cost import costmodel
-
     kv_row = 2 * 2 * 3 * 10 * 4  # K and V of one position: 2 · B · H_kv · D · 4 bytes
-    grow = decode_step_bytes(_point(n=101)) - decode_step_bytes(_point(n=100))
+    grow = step_bytes(_point(n=101)) - step_bytes(_point(n=100))
     assert grow == 2 * kv_row  # two layers
-    rolling = [decode_step_bytes(_point("full", "rolling", n=n, window=16)) for n in (40, 90)]
+    rolling = [step_bytes(_point("full", "rolling", n=n, window=16)) for n in (40, 90)]
     assert rolling[0] == rolling[1]
     d, hidden, size = 30, 120, 4  # gelu FFN 4·d, RoPE: no position table
     weights = (2 * d * d + 2 * d * d + 4 * d) + (d * hidden + hidden + hidden * d + d) + 4 * d
     point = _point(n=100)
     expected = 2 * (weights * size + kv_row * (101 + 1)) + 2 * (2 * d * size)
-    assert decode_step_bytes(point) == expected
-    assert costmodel.compulsory_bytes(point) == expected
+    assert step_bytes(point) == expected
+    assert cost_of(point).compulsory_bytes == expected
 
 
 def test_runner_row_names_the_launch_and_the_bandwidth_fraction():
@@ -237,7 +235,7 @@ def test_runner_row_names_the_launch_and_the_bandwidth_fraction():
     row = run_point(_point(n=200), config, CPU)
     assert row["status"] == "ok", row.get("reason")
     assert row["decode_graph"] == "none" and "unavailable" in row["decode_graph_reason"]
-    assert row["step_bytes"] == decode_step_bytes(_point(n=200))
+    assert row["step_bytes"] == step_bytes(_point(n=200))
     # a measured fraction of the measured bandwidth: positive and physically at most ~1
     assert 0 < row["bw_fraction"] < 2 and row["bw_source"]
 

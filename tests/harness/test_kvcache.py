@@ -5,13 +5,18 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.cost.cache import analytic_cache_bytes
 from harness.masks import MaskSpec
-from harness.model.kvcache import DecoderStack, FullCache, RollingCache, cache_nbytes
 from harness.model.transformer import BlockConfig, build_block
 from harness.oracle.reference import reference_attention, repeat_kv
-from harness.sweep.point import Point
-from harness.sweep.problems import single_query_mask
+from harness.scenarios.decode.caches import (
+    FullCache,
+    RollingCache,
+    cache_nbytes,
+    single_query_mask,
+)
+from harness.scenarios.decode.stack import DecoderStack
+from harness.scenarios.decode.step_launch import StaticStep
+from harness.scenarios.interface import Point, cost_of
 
 
 def _kv(batch: int, kv_heads: int, n: int, head_dim: int, seed: int):
@@ -154,7 +159,7 @@ def test_gqa_cache_matches_repeated_kv_heads():
     ],
 )
 def test_measured_cache_bytes_equal_the_analytic_formula(cache, kv_heads, window, slots):
-    point = Point(
+    point = Point.of(
         impl="full",
         scenario="decode",
         seq_len=37,
@@ -170,7 +175,7 @@ def test_measured_cache_bytes_equal_the_analytic_formula(cache, kv_heads, window
     )
     stack = _ref_stack(kv_heads, cache, point.mask, 42, layers=3, dtype=torch.float32)
     measured = cache_nbytes(stack.new_caches())
-    assert measured == analytic_cache_bytes(point) == 2 * 3 * 2 * (kv_heads or 4) * slots * 6 * 4
+    assert measured == cost_of(point).cache_bytes == 2 * 3 * 2 * (kv_heads or 4) * slots * 6 * 4
 
 
 @pytest.mark.parametrize(
@@ -186,8 +191,6 @@ def test_measured_cache_bytes_equal_the_analytic_formula(cache, kv_heads, window
 def test_static_step_equals_the_dynamic_step(cache, mask, pos, n):
     """The graph-safe step (position in a device tensor, caches written with index_copy_)
     computes what the eager step computes, and leaves the same caches behind."""
-    from harness.scenarios.decode_step import StaticStep
-
     cfg = BlockConfig(heads=3, head_dim=6, kv_heads=1, causal=True, max_len=20, pos=pos)
     blocks = [build_block(cfg, i, "cpu", torch.float64).eval() for i in range(2)]
     stacks = [DecoderStack(blocks, reference_attention, mask, cache, 2, 20) for _ in range(2)]
@@ -205,8 +208,6 @@ def test_static_step_equals_the_dynamic_step(cache, mask, pos, n):
 def test_one_static_rolling_step_serves_every_position_once_the_ring_is_full():
     """A full ring always holds ``window`` keys: moving the device-side position alone (what
     a replayed CUDA graph sees) reproduces consecutive eager steps."""
-    from harness.scenarios.decode_step import StaticStep
-
     mask = MaskSpec(causal=True, window=(3, 0))
     cfg = BlockConfig(heads=2, head_dim=8, causal=True, max_len=30)
     blocks = [build_block(cfg, i, "cpu", torch.float64).eval() for i in range(2)]

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, replace
+from dataclasses import replace
 
 import pytest
 
 from harness.cli import main
-from harness.cost.costmodel import predict_peak_bytes
 from harness.execute.isolate import capped_run_task, run_isolated
 from harness.execute.maxlen import find_max_len, largest_fitting, predicted_max
-from harness.sweep.point import Point
+from harness.scenarios.interface import Point, cost_of
 
 
 class Counted:
@@ -47,15 +46,15 @@ def test_prediction_is_the_largest_length_within_budget():
     point = Point(impl="full", heads=8, head_dim=64)
     budget = 2 * 2**30
     n = predicted_max(point, budget, 64)
-    assert predict_peak_bytes(replace(point, seq_len=n)) <= budget
-    assert predict_peak_bytes(replace(point, seq_len=n + 64)) > budget
+    assert cost_of(replace(point, seq_len=n)).peak_bytes <= budget
+    assert cost_of(replace(point, seq_len=n + 64)).peak_bytes > budget
     flash = predicted_max(replace(point, impl="sdpa-flash"), budget, 64)
     assert flash > 10 * n  # O(n) memory reaches much further than O(n^2)
 
 
 def test_capped_run_reports_oom_instead_of_meeting_the_oom_killer():
     point = Point(impl="full", heads=2, head_dim=16, seq_len=2048)
-    payload = {"point": asdict(point), "budget": 8 * 2**20, "warmup_len": 64, "threads": 1}
+    payload = {"point": point.fields(), "budget": 8 * 2**20, "warmup_len": 64, "threads": 1}
     over = run_isolated(capped_run_task, payload, timeout_s=120).result
     assert over["status"] == "oom" and "allocate" in over["reason"]
     assert over["limit"] == "RLIMIT_DATA"

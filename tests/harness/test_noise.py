@@ -18,7 +18,7 @@ from harness.measure import contention, passes
 from harness.measure.timing import TimingConfig
 from harness.render.findings import summary
 from harness.results import RowWriter, load_rows, write_env
-from harness.sweep.point import Point
+from harness.scenarios.interface import Point
 from harness.sweep.suite import MeasureConfig, parse_suite
 
 POINTS = [Point(impl="sdpa", seq_len=n, heads=2, head_dim=16) for n in range(16, 16 + 12)]

@@ -13,7 +13,7 @@ import pytest
 from harness.analysis import claims as cl
 from harness.analysis import regime
 from harness.analysis.verdicts import evaluate
-from harness.sweep.point import Point
+from harness.scenarios.interface import Point
 
 H100 = {"h100": {"run_id": "h100", "calibration": {
     "matmul_flops_per_s": 767e12, "mem_bandwidth_bytes_per_s": 3.35e12, "dtype": "bfloat16"}}}
@@ -45,7 +45,7 @@ def timed_rows(points, utils, envs, *, metric="time_median_s", noise=0.02, seed=
 
 
 def attention(impl, ns, dtype="bfloat16", **kw):
-    return [Point(impl, seq_len=n, batch=4, heads=16, head_dim=128, dtype=dtype, device="cuda",
+    return [Point.of(impl, seq_len=n, batch=4, heads=16, head_dim=128, dtype=dtype, device="cuda",
                   **kw) for n in ns]
 
 
@@ -133,7 +133,7 @@ def test_eager_at_5_to_7_percent_steady_gets_a_confirmed_time_verdict():
 
 
 def test_a_kv_cache_step_rising_5x_gets_no_time_verdict_and_is_not_refuted():
-    points = [Point("sdpa", scenario="decode", cache="full", seq_len=n, heads=32, head_dim=128,
+    points = [Point.of("sdpa", scenario="decode", cache="full", seq_len=n, heads=32, head_dim=128,
                     layers=2, dtype="bfloat16", device="cuda")
               for n in (1024, 2048, 4096, 8192, 16384, 32768)]
     utils = np.geomspace(0.006, 0.03, len(points))  # launch-bound: utilization rises 5x
@@ -155,7 +155,7 @@ def test_latency_bound_lstm_and_conv_get_no_time_verdict(claim_id, over, values)
     for v in values:
         kw = {"d_model": v} if over == "d_model" else {over: v}
         d_model = kw.pop("d_model", 1024)
-        points.append(Point(mixer, scenario="block", mixer=mixer, seq_len=1024, heads=8,
+        points.append(Point.of(mixer, scenario="block", mixer=mixer, seq_len=1024, heads=8,
                             head_dim=d_model // 8, dtype="bfloat16", device="cuda", **kw))
     utils = np.geomspace(0.0013, 0.027, len(points))  # 0.13-2.7 % and rising
     rows = timed_rows(points, utils, H100, metric="mixer_time_s", seed=6)
@@ -180,7 +180,7 @@ CPU_NS = [512, 768, 1024, 1536, 2048, 3072, 4096, 8192]
 
 
 def cpu_rows(utils, seed=7):
-    points = [Point("full", seq_len=n, heads=8, head_dim=64) for n in CPU_NS]
+    points = [Point.of("full", seq_len=n, heads=8, head_dim=64) for n in CPU_NS]
     return timed_rows(points, utils, CPU, noise=0.03, seed=seed)
 
 

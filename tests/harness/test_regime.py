@@ -14,9 +14,8 @@ from harness.analysis import claims as cl
 from harness.analysis import regime
 from harness.analysis.verdicts import evaluate
 from harness.cli import claims as claims_cli
-from harness.cost import costmodel
 from harness.results import RowWriter, json_safe, write_env
-from harness.sweep.point import Point
+from harness.scenarios.interface import Point, cost_of
 
 D_MODELS = (256, 512, 1024, 2048, 4096)
 
@@ -26,11 +25,15 @@ def env(peak: float, bandwidth: float = 1e15, run_id: str = "r") -> dict[str, di
     return {run_id: {"run_id": run_id, "calibration": cal}}
 
 
+def mixer_flops(point: Point) -> float:
+    return cost_of(point).work("mixer_time_s")
+
+
 def lstm_rows(time_fn, run_id: str = "r") -> pd.DataFrame:
     """LSTM mixer rows over d_model (heads 8, n 1024) with mixer time time_fn(point)."""
     out = []
     for d in D_MODELS:
-        point = Point("lstm", scenario="block", mixer="lstm", heads=8, head_dim=d // 8,
+        point = Point.of("lstm", scenario="block", mixer="lstm", heads=8, head_dim=d // 8,
                       seq_len=1024)
         t = time_fn(point)
         out.append({**point.columns(), "d_model": d, "status": "ok", "run_id": run_id,
@@ -48,7 +51,7 @@ def claim(**kw) -> cl.Claim:
 
 
 def lstm_flops(d: int) -> float:
-    return costmodel.mixer_flops(Point("lstm", scenario="block", mixer="lstm", heads=8,
+    return mixer_flops(Point.of("lstm", scenario="block", mixer="lstm", heads=8,
                                        head_dim=d // 8, seq_len=1024))
 
 
@@ -83,12 +86,12 @@ def test_a_false_claim_over_steady_utilization_is_refuted_and_a_floor_withholds_
 
 def p_time(point: Point, util: float, peak: float = 1e12) -> float:
     """The mixer time at ``util`` of ``peak`` (the roofline is the peak: bandwidth 1e15)."""
-    return costmodel.mixer_flops(point) / (util * peak)
+    return mixer_flops(point) / (util * peak)
 
 
 def test_leading_points_where_utilization_still_rises_are_left_out_and_said():
     def time(p: Point) -> float:  # an overhead below d 1024, then the true d² growth
-        return max(costmodel.mixer_flops(p) / 1e12, 0.01)
+        return max(mixer_flops(p) / 1e12, 0.01)
 
     verdict = evaluate(claim(), lstm_rows(time), env(1.2e12))
     assert verdict.verdict == "confirmed" and verdict.measured == pytest.approx(2.0, abs=0.01)
@@ -116,7 +119,7 @@ def test_work_verdicts_match_the_analytic_exponents_exactly(impl, scenario, over
         kw = {**fields, over: v}
         if over == "heads":
             kw["head_dim"] = 256 // v  # d_model 256 held
-        point = Point(impl, scenario=scenario, **kw)
+        point = Point.of(impl, scenario=scenario, **kw)
         rows.append({**point.columns(), "d_model": point.d_model, "status": "oom",
                      "run_id": "r"})  # failed on the device: the work is still known
     hold = ["d_model"] if over == "heads" else []
@@ -134,9 +137,9 @@ def test_work_verdicts_match_the_analytic_exponents_exactly(impl, scenario, over
 def test_no_time_verdict_where_kernel_efficiency_varies_with_head_dim():
     rows = []
     for heads, tflops in ((4, 640.0), (8, 480.0), (16, 240.0), (32, 120.0)):
-        point = Point("sdpa", heads=heads, head_dim=512 // heads, seq_len=4096, batch=4,
+        point = Point.of("sdpa", heads=heads, head_dim=512 // heads, seq_len=4096, batch=4,
                       dtype="bfloat16")
-        t = costmodel.attention_flops(point.problem()) / (tflops * 1e12)
+        t = cost_of(point).useful_flops / (tflops * 1e12)
         rows.append({**point.columns(), "d_model": 512, "status": "ok", "run_id": "r",
                      "time_median_s": t})
     c = cl.parse_claims({"claim": [{"id": "mh", "impl": "sdpa", "scenario": "attention",
@@ -151,10 +154,10 @@ def test_no_time_verdict_where_kernel_efficiency_varies_with_head_dim():
 
 
 def test_utilization_of_rows_uses_the_roofline_and_thread_count():
-    point = Point("full", seq_len=1024, heads=8, head_dim=64)
+    point = Point.of("full", seq_len=1024, heads=8, head_dim=64)
     row = {**point.columns(), "status": "ok", "run_id": "r", "time_median_s": 1.0, "threads": 1}
-    flops = costmodel.executed_flops(point)
-    nbytes = costmodel.compulsory_bytes(point)
+    flops = cost_of(point).executed_flops
+    nbytes = cost_of(point).compulsory_bytes
     e = env(4 * flops)
     e["r"]["calibration"]["threads"] = 2  # a 1-thread row gets half the 2-thread peak
     got = regime.attach(pd.DataFrame([row]), e, "time_median_s")

@@ -16,10 +16,9 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.cost.costmodel import predict_peak_bytes
 from harness.execute.isolate import describe_exit, run_isolated
 from harness.results import ROWS_FILE, load_rows
-from harness.sweep.point import point_from_row
+from harness.scenarios.interface import cost_of, point_from_row
 from harness.sweep.suite import load_suite
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -263,7 +262,7 @@ def test_over_budget_full_point_is_skipped_with_the_prediction_and_the_rest_runs
     frame = load_rows(out).set_index(["impl", "seq_len"])
     skipped = frame.loc[("full", 2048)]
     point = next(p for p in load_suite(suite).points if p.impl == "full" and p.seq_len == 2048)
-    predicted = predict_peak_bytes(point)
+    predicted = cost_of(point).peak_bytes
     assert predicted > 16 * 2**20 and skipped["predicted_mem_bytes"] == predicted
     assert skipped["status"] == "skipped"
     assert skipped["reason"] == f"predicted peak {predicted / 2**20:.0f} MiB > budget 16 MiB"
@@ -386,9 +385,12 @@ DANGEROUS = re.compile(
 
 def test_no_code_path_executes_imports_or_unpickles_file_contents():
     """Suites, claims and results are parsed as TOML/JSON data; the only dynamic imports are
-    the registry's own package and installed entry points (and the CLI's fixed module list)."""
+    the registry's own package and installed entry points, the scenario folders of the
+    harness's own scenarios package (and the CLI's fixed module list)."""
     dynamic_import_ok = (
         "harness/registry.py",
+        "harness/scenarios/__init__.py",
+        "harness/scenarios/interface.py",
         "harness/cli/__init__.py",
         "harness/execute/isolate.py",
     )

@@ -18,7 +18,7 @@ from harness.cli import report as report_cli
 from harness.errors import CliError
 from harness.render import checks, efficiency, page, panels, plots, report
 from harness.results import RowWriter, write_env
-from harness.sweep.point import Point
+from harness.scenarios.interface import Point
 
 SECTIONS = (
     "claims",
@@ -67,24 +67,24 @@ def row(point: Point, seconds: float, mem: float, **extra) -> dict:
 def synthetic_rows() -> list[dict]:
     out = []
     for n in (512, 1024, 2048, 4096):
-        out.append(row(Point("full", seq_len=n), 2e-10 * n**2, 8.0 * 8 * n * n + 4e5))
-        out.append(row(Point("sdpa-flash", seq_len=n), 8e-11 * n**2, 2048.0 * n + 1e6))
+        out.append(row(Point.of("full", seq_len=n), 2e-10 * n**2, 8.0 * 8 * n * n + 4e5))
+        out.append(row(Point.of("sdpa-flash", seq_len=n), 8e-11 * n**2, 2048.0 * n + 1e6))
     for h in (1, 2, 4, 8):
         for d in (256, 512, 1024):
             out.append(
                 row(
-                    Point("sdpa", heads=h, head_dim=d // h, seq_len=1024),
+                    Point.of("sdpa", heads=h, head_dim=d // h, seq_len=1024),
                     1e-6 * d * h**0.1,
                     4.0 * d * 1024,
                 )
             )
     for n in (128, 256, 512, 1024):
         block = {"scenario": "block", "heads": 4, "head_dim": 64, "seq_len": n}
-        out.append(row(Point("sdpa", **block), 3e-3, 1e6, mixer_time_s=1e-8 * n * n))
-        out.append(row(Point("lstm", mixer="lstm", **block), 5e-3, 1e6, mixer_time_s=2e-6 * n))
-        out.append(row(Point("conv", mixer="conv", **block), 2e-3, 1e6, mixer_time_s=1e-6 * n))
+        out.append(row(Point.of("sdpa", **block), 3e-3, 1e6, mixer_time_s=1e-8 * n * n))
+        out.append(row(Point.of("lstm", **block), 5e-3, 1e6, mixer_time_s=2e-6 * n))
+        out.append(row(Point.of("conv", **block), 2e-3, 1e6, mixer_time_s=1e-6 * n))
     failed = {
-        **Point("full", seq_len=65536).columns(),
+        **Point.of("full", seq_len=65536).columns(),
         "run_id": "r1",
         "status": "skipped",
         "reason": "predicted peak 131072 MiB > budget",
@@ -225,13 +225,13 @@ def two_runs(base) -> list:
                 for impl, k in (("sdpa", 1.0), ("full", 2.0)):
                     t = slow * k * 1e-9 * n**2 * (2.5 if "backward" in scenario else 1)
                     r = row(
-                        Point(impl, scenario=scenario, seq_len=n),
+                        Point.of(impl, scenario=scenario, seq_len=n),
                         t,
                         1e3 * n,
                         run_id=f"r{i}",
                         suite="s",
                     )
-                    writer.write({**r, "point_id": Point(impl, scenario, seq_len=n).point_id})
+                    writer.write({**r, "point_id": Point.of(impl, scenario, seq_len=n).point_id})
         write_env(
             base / f"run{i}",
             {
@@ -400,10 +400,11 @@ def test_a_beaten_calibration_is_flagged_in_verdicts_tables_and_notes(tmp_path, 
 
 def test_history_points_are_counted_per_implementation(tmp_path):
     dirs = two_runs(tmp_path)
-    extra = row(Point("full", seq_len=2048), 4e-3, 1e6, suite="s")  # full only, both runs
+    extra = row(Point.of("full", seq_len=2048), 4e-3, 1e6, suite="s")  # full only, both runs
     for i, d in enumerate(dirs):
         writer = RowWriter(d)
-        writer.write({**extra, "run_id": f"r{i}", "point_id": Point("full", seq_len=2048).point_id})
+        point_id = Point.of("full", seq_len=2048).point_id
+        writer.write({**extra, "run_id": f"r{i}", "point_id": point_id})
     report.build_report(dirs, tmp_path / "out", claims_path=None)
     history = pd.read_csv(tmp_path / "out" / "tables" / "history.csv")
     points = history.groupby("impl")["points"].unique()
@@ -412,9 +413,9 @@ def test_history_points_are_counted_per_implementation(tmp_path):
 
 def test_legends_name_only_what_varies():
     rows = pd.DataFrame(
-        [{**Point("full", seq_len=n).columns(), "status": "ok", "pct": 1.0} for n in (512, 1024)]
+        [{**Point.of("full", seq_len=n).columns(), "status": "ok", "pct": 1.0} for n in (512, 1024)]
         + [
-            {**Point("bigbird", seq_len=n, block_size=64, random_blocks=r).columns(),
+            {**Point.of("bigbird", seq_len=n, block_size=64, random_blocks=r).columns(),
              "status": "ok", "pct": 2.0}
             for n in (512, 1024)
             for r in (0, 3)

@@ -10,8 +10,8 @@ from harness.execute.runner import run_point
 from harness.measure.device import CpuDevice
 from harness.measure.timing import TimingConfig
 from harness.registry import register
+from harness.scenarios.interface import Point
 from harness.spec import Capabilities, Cost
-from harness.sweep.point import Point
 from harness.sweep.suite import MeasureConfig
 
 FAST = MeasureConfig(timing=TimingConfig(budget_s=0.05, min_samples=3, warmup_calls=1))
@@ -145,7 +145,7 @@ def test_large_points_check_sampled_rows():
 )
 def test_block_rows_report_the_attention_share(norm, ffn, pos):
     row = run(
-        Point(
+        Point.of(
             impl="sdpa",
             scenario="block",
             seq_len=65,
@@ -166,7 +166,7 @@ def test_block_rows_report_the_attention_share(norm, ffn, pos):
 @pytest.mark.parametrize("mixer", ["lstm", "conv"])
 def test_block_mixer_baselines(mixer):
     row = run(
-        Point(
+        Point.of(
             impl=mixer, mixer=mixer, scenario="block", seq_len=40, heads=2, head_dim=16, causal=True
         )
     )

@@ -3,6 +3,7 @@ column table and every metric list of the table, figure, compare and analysis co
 
 from __future__ import annotations
 
+import importlib
 import re
 import subprocess
 import sys
@@ -10,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from harness import schema
+from harness import scenarios, schema
 from harness.analysis import claims, frames, regime
 from harness.compare import thresholds
 from harness.render import panels, table
 from harness.results import ROW_COLUMNS
-from harness.sweep.point import POINT_FIELDS
+from harness.scenarios import interface
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "results" / "README.md"
@@ -107,4 +108,28 @@ def test_analysis_metric_lists_are_declared():
 
 def test_point_columns_are_the_point_fields_in_order():
     """Renderers read the point fields from the schema (no torch import): same names, order."""
-    assert schema.POINT_COLUMNS == POINT_FIELDS
+    assert interface.point_fields() == schema.POINT_COLUMNS
+
+
+@pytest.mark.parametrize("word", interface.names())
+def test_every_setting_of_a_scenario_is_a_point_column_of_its_folder(word):
+    """A scenario's settings dataclass and the columns its folder declares name the same
+    fields: rows carry every setting as a documented point column."""
+    scenario = interface.get(word)
+    folder = importlib.import_module(type(scenario).__module__.rsplit(".", 1)[0])
+    declared = {c.name for c in folder.COLUMNS if c.point}
+    assert set(interface.settings_types(scenario)) == declared
+
+
+def test_every_column_a_scenario_adds_is_in_the_schema_once():
+    names = [c.name for c in schema.COLUMNS]
+    for column in scenarios.declared_columns():
+        assert names.count(column.name) == 1 and schema.BY_NAME[column.name] == column
+
+
+def test_schema_and_results_import_no_torch():
+    """The table verb reads the schema: the scenario folders declare their columns without
+    importing torch."""
+    code = "import harness.results, sys; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.stdout.strip() == "False", out.stderr

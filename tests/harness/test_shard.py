@@ -12,16 +12,18 @@ import torch
 
 from harness.cli import main
 from harness.distributed.shard import (
+    MIN_TIMED_CALLS,
+    NOMINAL_FLOPS,
+    POINT_OVERHEAD_S,
+    UNTIMED_CALLS,
     ShardSpec,
-    approx_pairs,
     parse_shard,
     partition,
     predicted_seconds,
     select_shard,
 )
-from harness.masks import kept_pairs
 from harness.results import ENV_FILE, iter_rows, load_env
-from harness.sweep.point import Point
+from harness.scenarios.interface import Point, cost_of
 from harness.sweep.suite import load_suite
 
 # 48 points: 12 tiny sdpa points are measured; the other 36 are outside their implementation's
@@ -142,19 +144,36 @@ def test_declared_unsupported_points_cost_almost_nothing() -> None:
 
 
 @pytest.mark.parametrize(
-    "mask",
+    "point",
     [
-        {},
-        {"causal": True},
-        {"window_left": 7, "window_right": 0},
-        {"window_left": 3, "window_right": 5, "dilation": 2},
-        {"causal": True, "window_left": None, "window_right": 4, "dilation": 3},
+        Point("full", seq_len=4096, causal=True),
+        Point("bigbird", seq_len=4096, block_size=64, window_left=1, window_right=1,
+              global_tokens=64, random_blocks=2),
+        Point.of("sdpa", "block+backward", seq_len=2048),
+        Point.of("sdpa", "decode", seq_len=4096, causal=True, cache="none", gen_tokens=4),
     ],
+    ids=["causal", "bigbird", "block", "decode"],
 )
-@pytest.mark.parametrize("n_q", [None, 31])
-def test_approx_pairs_is_exact_for_causal_window_and_dilation(mask: dict, n_q) -> None:
-    point = Point("full", seq_len=97, q_len=n_q, **mask)
-    assert approx_pairs(point) == kept_pairs(point.mask, point.n_q, point.seq_len)
+def test_the_planner_prices_a_point_by_its_scenarios_planned_flops(point: Point) -> None:
+    """One FLOP model: the planner's call time is the scenario's planned FLOPs (a decode
+    point's prefill and generated steps included) at the nominal rate."""
+    cost = cost_of(point)
+    call_s = cost.planned_flops / NOMINAL_FLOPS["cpu"]
+    timed = max(min(60.0, 50 * call_s), MIN_TIMED_CALLS * call_s)
+    expected = POINT_OVERHEAD_S + UNTIMED_CALLS * call_s + timed
+    assert predicted_seconds(point, 60.0) == pytest.approx(expected, rel=1e-12)
+    assert cost.planned_flops >= cost.executed_flops > 0
+
+
+def test_a_decode_point_plans_its_prefill_and_every_generated_step() -> None:
+    point = Point.of("sdpa", "decode", seq_len=512, causal=True, gen_tokens=4)
+    cost = cost_of(point)
+    prefill = cost_of(point).planned_flops - 4 * cost.executed_flops
+    # the prefill: every layer's dense layers over 512 tokens plus 512·513/2 causal pairs
+    layers, d, heads, head_dim = 2, 512, 8, 64
+    per_token = 2 * d * (4 * d) + 2 * d * 4 * d * 2  # W_Q/K/V/O + gelu FFN
+    pairs = 512 * 513 // 2
+    assert prefill == pytest.approx(layers * (per_token * 512 + 4 * heads * head_dim * pairs))
 
 
 @pytest.mark.parametrize("text", ["0/2", "3/2", "a/b", "2", "1/0"])

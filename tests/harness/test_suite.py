@@ -15,7 +15,7 @@ from harness import registry
 from harness.errors import SuiteError
 from harness.sweep.expand import MAX_POINTS
 from harness.sweep.suite import MEASURE_KEYS, TOP_KEYS, load_suite, parse_suite
-from harness.sweep.validate import AXES
+from harness.sweep.validate import SHAPE_AXES
 
 BASE = {"name": "t", "scenario": "attention", "implementations": ["full"]}
 
@@ -174,6 +174,8 @@ values = st.recursive(
     ),
     max_leaves=6,
 )
+# the point fields plus some scenario settings (each suite accepts its own scenario's)
+AXES = SHAPE_AXES | {"norm", "ffn", "pos", "conv_kernel", "layers", "cache", "gen_tokens", "qk_std"}
 axis_keys = st.sampled_from(sorted(AXES)) | st.text(max_size=6)
 tables = st.dictionaries(axis_keys, values, max_size=4)
 sweeps = st.dictionaries(axis_keys, st.lists(scalars, max_size=3) | values, max_size=3)

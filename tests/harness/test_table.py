@@ -13,7 +13,7 @@ import pytest
 from harness import markdown
 from harness.render import pivot, table
 from harness.results import ROW_COLUMNS
-from harness.sweep.point import Point
+from harness.scenarios.interface import Point
 
 README = Path(__file__).resolve().parents[2] / "results" / "README.md"
 SPARSE_IMPLS = {  # a sparse-cpu-like suite: [[variant]] fields owned by one implementation each
@@ -55,12 +55,12 @@ def decode_rows() -> pd.DataFrame:
         for cache in ("none", "full"):
             for kv in (4, 1):
                 rows.append(
-                    _row(Point("sdpa", "decode", heads=4, kv_heads=kv, cache=cache, seq_len=n))
+                    _row(Point.of("sdpa", "decode", heads=4, kv_heads=kv, cache=cache, seq_len=n))
                 )
-            rows.append(_row(Point("full", "decode", heads=4, cache=cache, seq_len=n)))
+            rows.append(_row(Point.of("full", "decode", heads=4, cache=cache, seq_len=n)))
         rows.append(
             _row(
-                Point(
+                Point.of(
                     "local",
                     "decode",
                     heads=4,

@@ -5,10 +5,9 @@ An eager step of a small-batch decoder is launch-bound on a GPU: ~120 kernels pe
 layers, each a few microseconds of launch for a few microseconds of work, so the O(n) KV-cache
 read that the scenario exists to show hides under a constant. A CUDA graph launches the whole
 step at once. Capturing needs static buffers: :class:`StaticStep` keeps the token and its
-position in device memory, and :meth:`harness.model.kvcache.DecoderStack.static_step` writes the
-caches
-in place at that position with ``index_copy_`` (no Python int that changes per step is baked
-into the graph). A graph holds one key count: the timed step repeats position ``seq_len``, so one
+position in device memory, and :meth:`.stack.DecoderStack.static_step` writes the caches in place
+at that position with ``index_copy_`` (no Python int that changes per step is baked into the
+graph). A graph holds one key count: the timed step repeats position ``seq_len``, so one
 capture serves all of its replays.
 
 On a CPU there are no CUDA graphs: a requested graph mode falls back to the eager step and the
@@ -24,8 +23,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from harness.model.kvcache import DecoderStack
-from harness.sweep.vocab import GRAPH_MODES
+from harness.errors import first_line
+from harness.scenarios.case import GRAPH_MODES
+from harness.scenarios.decode.stack import DecoderStack
 
 NO_CUDA = "unavailable: CUDA graphs need a CUDA device"
 WARMUP_STEPS = 3  # before capture: compilation, autotuning and allocator pools settle
@@ -92,8 +92,7 @@ def launch(
     try:
         run, note = (cuda_graph(step), None) if mode == "cuda-graph" else reduce_overhead(step)
     except Exception as exc:  # a core that syncs with the host cannot be captured: say so
-        first = (str(exc).strip().splitlines() or [""])[0]
-        return StepLaunch(eager, "none", f"{mode} failed: {type(exc).__name__}: {first}"[:300])
+        return StepLaunch(eager, "none", f"{mode} failed: {first_line(exc)}"[:300])
     return StepLaunch(run, mode, note)
 
 

@@ -1,0 +1,47 @@
+"""What one result-row column is: its name, the unit it is stored in, how it is displayed and a
+one-line description.
+
+The columns themselves are declared where their values come from: the columns every row has in
+:mod:`harness.schema`, the columns a scenario adds in its folder's ``__init__``
+(``harness/scenarios/<name>/__init__.py``); :mod:`harness.schema` gathers them into one table.
+This module imports nothing, so both can import it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# display format kind -> how a value of that kind is shown
+KINDS = {
+    "text": "shown as written",
+    "int": "an integer (a shape, a count, a setting)",
+    "bool": "true or false",
+    "seconds": "a duration; tables show ms",
+    "bytes": "a size; tables show MiB",
+    "flops": "a count of floating-point operations; tables show GFLOP",
+    "rate": "an amount per second, in the column's unit",
+    "error": "an error or tolerance, in scientific notation",
+    "share": "a fraction of a whole; tables show %",
+    "number": "a real number, to 4 significant digits",
+}
+
+
+@dataclass(frozen=True)
+class Column:
+    """One row column: ``unit`` as stored ("" = none or text), ``kind`` a key of KINDS."""
+
+    name: str
+    unit: str
+    kind: str
+    doc: str
+    many: bool = False  # a list: one value per sample, per timing pass or per document
+    point: bool = False  # a field of the sweep point: identifies the point (in point_id)
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"column {self.name}: unknown kind {self.kind!r}")
+
+
+def point_column(*args, **kwargs) -> Column:
+    """A point field's column (``point=True``)."""
+    return Column(*args, point=True, **kwargs)

@@ -1,0 +1,18 @@
+"""``attention`` and ``attention+backward``: the attention core alone on fresh (B, H, N, D)
+inputs, forward or forward + backward, checked against the float64 reference on the same
+inputs and mask (:mod:`.attention_case`, :mod:`.checking`).
+
+Its one setting is ``qk_std``: the standard deviation q and k are drawn with (v is always
+N(0, 1)). Approximate methods are judged by it: FAVOR+'s estimator variance grows like
+exp(|q|²/√D).
+"""
+
+from harness.columns import point_column
+
+COLUMNS = (
+    point_column(
+        "qk_std", "", "number",
+        "attention scenarios: the standard deviation q and k are drawn with (v: 1); every "
+        "implementation and the float64 reference see the same inputs",
+    ),
+)  # fmt: skip

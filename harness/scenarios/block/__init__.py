@@ -1,0 +1,37 @@
+"""``block`` and ``block+backward``: the common transformer block (:mod:`harness.model`) with the
+attention core plugged in, or an LSTM / convolution mixer in its place as a baseline
+(:mod:`.block_case`). Rows add the mixer timed alone on the same shapes and its share of the
+block's time.
+"""
+
+from harness.columns import Column, point_column
+
+# the block's layout: the decode scenario's model has the same settings
+LAYOUT = (
+    point_column("norm", "", "text", "block and decode scenarios: `pre` or `post` layer norm"),
+    point_column(
+        "ffn", "", "text",
+        "block and decode scenarios: feed-forward kind, `relu`, `gelu` or `swiglu`",
+    ),
+    point_column(
+        "pos", "", "text",
+        "block and decode scenarios: position encoding, `sinusoidal`, `learned` or `rope`",
+    ),
+)  # fmt: skip
+COLUMNS = (
+    *LAYOUT,
+    point_column(
+        "mixer", "", "text", "block scenario: `attention`, or the `lstm` / `conv` baseline"
+    ),
+    point_column(
+        "conv_kernel", "tokens", "int", "block scenario: kernel width of the `conv` mixer"
+    ),
+    Column(
+        "attn_share", "", "share",
+        "block scenario with the attention mixer: attention's share of block time",
+    ),
+    Column(
+        "mixer_time_s", "s", "seconds", "block scenario: the mixer timed alone on the same shapes"
+    ),
+    Column("mixer_share", "", "share", "block scenario: the mixer's share of block time"),
+)  # fmt: skip

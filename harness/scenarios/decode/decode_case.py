@@ -1,0 +1,270 @@
+"""The ``decode`` scenario: prefill a context of ``seq_len`` tokens through ``layers`` causal
+blocks, then time one generated token's step.
+
+The timed call feeds the next token embedding at position ``seq_len`` and runs every layer:
+``full``: one query against ``seq_len + 1`` cached keys (O(n)); ``rolling``: against at most
+``window`` keys (O(w)); ``none``: the whole prefix again (O(n²)). The step writes at a fixed
+position rather than advancing a pointer, so the many timed calls redo the same step and the
+cache never grows; caches are pre-sized for ``seq_len + gen_tokens`` positions, which the
+agreement check walks through ``gen_tokens`` steps deep on a second, fresh set of caches.
+
+Inputs are seeded N(0, 1) token embeddings (B, seq_len + gen_tokens, d_model); outputs are the
+last block's hidden states (no final norm or vocabulary head: they are the same for every cache).
+
+``[measure] decode_graph``: how the timed step is launched (:mod:`.step_launch`): ``auto`` (a
+CUDA graph on CUDA, eager on CPU), ``none``, ``cuda-graph`` or ``compile``. Rows name the mode used
+(``decode_graph``) and why a requested one was not (``decode_graph_reason``), the bytes a step
+must move (``step_bytes``: weights, the K/V it reads, the K/V it writes) and the fraction of the
+measured memory bandwidth that reached (``bw_fraction``).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import torch
+from torch import Tensor
+
+from harness.masks import MaskSpec
+from harness.measure import calibrate
+from harness.measure.device import Device
+from harness.model import FFNS, NORMS, POSITIONS
+from harness.model.transformer import BlockConfig, build_block
+from harness.oracle.agreement import output_agreement, tolerance
+from harness.oracle.reference import reference_attention
+from harness.registry import Implementation
+from harness.scenarios.case import Case, CaseOptions, CheckPlan
+from harness.scenarios.decode import step_launch
+from harness.scenarios.decode.caches import CACHES, cache_nbytes
+from harness.scenarios.decode.decode_cost import (
+    DecodeCost,
+    prefill_problem,
+    sequence_problem,
+    step_problem,
+)
+from harness.scenarios.decode.stack import DecoderStack
+from harness.scenarios.interface import Point, Scenario, SettingsError, check_plan, register
+from harness.spec import Problem
+
+MODEL_MASK_FEATURES = frozenset({"causal", "window"})
+
+
+@dataclass(frozen=True)
+class DecodeSettings:
+    """The decoder: the block's layout, its depth, its cache kind and the tokens the check
+    generates."""
+
+    norm: str = field(default="pre", metadata={"choices": NORMS})
+    ffn: str = field(default="gelu", metadata={"choices": FFNS})
+    pos: str = field(default="rope", metadata={"choices": POSITIONS})
+    layers: int = field(default=2, metadata={"minimum": 1})
+    cache: str = field(default="full", metadata={"choices": tuple(CACHES)})
+    gen_tokens: int = field(default=8, metadata={"minimum": 1})
+
+
+def stepwise_prefill(point: Point, impl: Implementation) -> bool:
+    """A cache kind that can fill token by token does so when the core cannot apply the model's
+    mask to a parallel prefill (exact either way; O(n·W) with more overhead)."""
+    kind = CACHES[point.settings.cache]
+    return kind.fills_by_steps and bool(impl.not_supported(prefill_problem(point)))
+
+
+class CoreAttend:
+    """The registry core, prepared once per (n_q, n_k, mask) outside the timed step."""
+
+    def __init__(self, impl: Implementation, point: Point):
+        self.impl, self.point = impl, point
+        self._prepared: dict[tuple, object] = {}
+
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec) -> Tensor:
+        key = (q.shape[2], k.shape[2], mask)
+        fn = self._prepared.get(key)
+        if fn is None:
+            fn = self._prepared[key] = self.impl.prepare(self.point.attention_call(*key))
+        return fn(q, k, v)
+
+
+def block_config(point: Point) -> BlockConfig:
+    """Every layer's block: the point's shape and layout, causal, long enough for the
+    generated tokens."""
+    s = point.settings
+    return BlockConfig(
+        heads=point.heads,
+        head_dim=point.head_dim,
+        kv_heads=point.kv_heads,
+        norm=s.norm,
+        ffn=s.ffn,
+        pos=s.pos,
+        causal=True,
+        max_len=point.seq_len + s.gen_tokens,
+    )
+
+
+def make_stack(point: Point, impl: Implementation) -> DecoderStack:
+    """Seeded blocks (layer i from seed + i) with ``impl`` as the core and the point's cache."""
+    cfg = block_config(point)
+    blocks = [
+        build_block(cfg, point.seed + i, point.device, point.torch_dtype).eval()
+        for i in range(point.settings.layers)
+    ]
+    return DecoderStack(
+        blocks,
+        CoreAttend(impl, point),
+        point.mask,
+        point.settings.cache,
+        point.batch,
+        point.seq_len + point.settings.gen_tokens,
+        stepwise_prefill(point, impl),
+    )
+
+
+def make_tokens(point: Point) -> Tensor:
+    """Seeded embeddings of the context and the tokens to generate: (B, n + gen_tokens, d)."""
+    gen = torch.Generator(device=point.device).manual_seed(point.seed + 1)
+    shape = (point.batch, point.seq_len + point.settings.gen_tokens, point.d_model)
+    return torch.randn(shape, generator=gen, device=point.device, dtype=point.torch_dtype)
+
+
+@register
+class Decode(Scenario):
+    """One generated token's step; see the module docstring."""
+
+    variants: ClassVar[dict[str, bool]] = {"decode": False}
+    settings = DecodeSettings
+
+    def point_errors(self, point: Point) -> list[SettingsError]:
+        if point.q_len is not None:
+            problem = "q_len applies to attention scenarios only"
+            return [SettingsError("q_len", point.q_len, problem)]
+        return []
+
+    def problem(self, point: Point) -> Problem:
+        return step_problem(point)
+
+    def cost(self, point: Point) -> DecodeCost:
+        return DecodeCost(point)
+
+    def support(self, point: Point) -> list[str]:
+        """The model's rules (causal, a window at most, what the cache kind needs), then the
+        core's reasons for the step and, unless the cache fills by steps, the prefill."""
+        out = []
+        if not point.causal:
+            out.append("decode is causal: set causal = true")
+        extra = point.mask.features - MODEL_MASK_FEATURES
+        if extra:
+            out.append(f"decode supports causal (sliding-window) models, not {sorted(extra)}")
+        out += CACHES[point.settings.cache].reasons(point.mask)
+        if out:
+            return out
+        impl = self.core(point)
+        step = impl.not_supported(step_problem(point))
+        prefill = impl.not_supported(prefill_problem(point))
+        if CACHES[point.settings.cache].fills_by_steps and prefill:
+            return step  # the cache fills token by token: the prefill is steps too
+        return step + [r for r in prefill if r not in step]
+
+    def build_case(self, point: Point, device: Device, options: CaseOptions) -> Case:
+        """Prefill once (untimed), then time the step at position seq_len, launched as
+        ``options.graph`` says (captured or compiled here, outside the timing)."""
+        reasons = self.support(point)
+        if reasons:
+            raise ValueError("decode: " + "; ".join(reasons))
+        plan = check_plan(point, options.check)
+        stack = make_stack(point, self.core(point))
+        x = make_tokens(point)
+        n = point.seq_len
+        with torch.no_grad():
+            stack.prefill(x[:, :n])
+        step = step_launch.launch(stack, x[:, n : n + 1], n, options.graph, device.kind)
+        run = step.run
+        cost = self.cost(point)
+
+        def check() -> dict:
+            return check_decode(stack, run, x, point, plan)
+
+        def extra(measurement, timer) -> dict:
+            device.synchronize()
+            start = time.perf_counter()
+            with torch.no_grad():
+                stack.prefill(x[:, :n])  # same inputs, same positions: the caches end as they were
+            device.synchronize()
+            prefill_s = time.perf_counter() - start
+            alloc = device.peak_memory(stack.new_caches)
+            return {
+                **_bandwidth_columns(cost.step_bytes, measurement, device),
+                "prefill_s": prefill_s,
+                "prefill_tokens_per_s": point.batch * n / prefill_s,
+                "cache_bytes": cache_nbytes(stack.caches),
+                "cache_bytes_analytic": cost.cache_bytes,
+                "cache_alloc_bytes": alloc.peak_bytes,
+            }
+
+        columns = {
+            "check": "none",  # the check replaces it with float64 or recompute
+            "prefill_mode": "stepwise" if stack.stepwise_prefill else "parallel",
+            "step_keys": cost.step.n_k,
+            "decode_graph": step.mode,
+            "decode_graph_reason": step.reason,
+            "step_bytes": cost.step_bytes,
+        }
+        return Case(run=run, tokens=point.batch, check=check, extra=extra, columns=columns)
+
+
+def _bandwidth_columns(step_bytes: int, measurement, device: Device) -> dict:
+    """``bw_fraction``: step_bytes per median step time over the measured memory bandwidth."""
+    if measurement is None:
+        return {}
+    bandwidth, source = calibrate.bandwidth_for(device)
+    return {"bw_fraction": step_bytes / measurement.median / bandwidth, "bw_source": source}
+
+
+def check_decode(stack: DecoderStack, run, x: Tensor, point: Point, plan: CheckPlan) -> dict:
+    """``gen_tokens`` cached steps (fresh caches) against full recomputation of the sequence.
+
+    ``full`` plan: against a float64 copy of the stack with the float64 reference core; the
+    same-dtype recomputation with the same core (where the core supports that whole-sequence
+    call) gives ``naive_err`` and ``recompute_max_abs_err``. ``rows`` plan (long contexts):
+    against that same-dtype recomputation, or float64 where the core cannot recompute.
+    The timed step must reproduce step 0 (same state, same position).
+    """
+    if plan.mode == "none":
+        return {"agree": None}
+    n, g = point.seq_len, point.settings.gen_tokens
+    can_recompute = not stack.attend.impl.not_supported(sequence_problem(point))
+    fresh = stack.fresh()
+    with torch.no_grad():
+        fresh.prefill(x[:, :n])
+        steps = torch.cat([fresh.step(x[:, t : t + 1], t) for t in range(n, n + g)], dim=1)
+        del fresh
+        timed = run()
+        # causal, so row t of one forward over all n + g tokens is step t's recomputation
+        recomputed = stack.forward(x)[:, n:] if can_recompute else None
+        use_ref = plan.mode == "full" or recomputed is None
+        ref = reference_stack(stack).forward(x.double())[:, n:] if use_ref else None
+    result = output_agreement(steps, ref if use_ref else recomputed, point.torch_dtype)
+    result["check"] = "float64" if use_ref else "recompute"
+    if recomputed is not None:
+        result["recompute_max_abs_err"] = _max_err(steps, recomputed)
+        if ref is not None:
+            result["naive_err"] = _max_err(recomputed, ref)
+    result["timed_step_max_abs_err"] = _max_err(timed, steps[:, :1])
+    tol = tolerance(point.torch_dtype).atol
+    result["agree"] = result["agree"] and result["timed_step_max_abs_err"] <= tol
+    return result
+
+
+def _max_err(a: Tensor, b: Tensor) -> float:
+    return float((a.double() - b.double()).abs().max())
+
+
+def reference_stack(stack: DecoderStack) -> DecoderStack:
+    """A float64 copy of the blocks with the float64 reference core, recomputing (no cache)."""
+    blocks = [copy.deepcopy(b).double() for b in stack.blocks]
+
+    def attend(q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec) -> Tensor:
+        return reference_attention(q, k, v, mask)
+
+    return DecoderStack(blocks, attend, stack.mask, "none", stack.batch, stack.capacity)
