@@ -139,12 +139,12 @@ class MaskSpec:
             raise MaskError(f"global position {self.global_tokens[-1]} is outside {where}")
         if self.prefix_len > n_k:
             raise MaskError(f"prefix_len {self.prefix_len} > sequence length {n_k}")
-        if self.block_size is not None and isinstance(self.global_tokens, tuple):
-            b, last = self.block_size, self.global_tokens[-1]
-            if (last + 1) % b and last + 1 != n_k:
+        if self.block_size is not None and self.global_runs:
+            b, end = self.block_size, min(self.global_runs[-1][1], n_k)
+            if end % b and end != n_k:
                 raise MaskError(
                     f"global positions must be whole blocks of block_size={b}: the block of "
-                    f"position {last} is cut short before the sequence ends at {n_k}"
+                    f"position {end - 1} is cut short before the sequence ends at {n_k}"
                 )
 
     def describe(self) -> str:
@@ -192,13 +192,12 @@ def _normal_globals(g) -> Globals:
 
 
 def _check_whole_blocks(g: Globals, b: int) -> None:
-    """Block-sparse global tokens must be whole blocks: a multiple of b, or positions that fill
-    their blocks (the last named block may stop early, where the sequence ends: checked by
-    :meth:`MaskSpec.check_lengths`)."""
-    if isinstance(g, int):
-        if g % b:
-            raise MaskError(f"global_tokens={g} must be a multiple of block_size={b}")
-        return
-    for a, e in positions_to_runs(g):
-        if a % b or (e % b and e != g[-1] + 1):
+    """Block-sparse global tokens must be whole blocks: runs of positions that start where a
+    block starts and end where one ends. Only the last run may end early, where the sequence
+    ends (:meth:`MaskSpec.check_lengths` knows where that is)."""
+    runs = positions_to_runs(g) if isinstance(g, tuple) else ((0, g),)
+    for a, e in runs[:-1]:
+        if a % b or e % b:
             raise MaskError(f"global positions must be whole blocks of block_size={b}, got {g}")
+    if runs and runs[-1][0] % b:
+        raise MaskError(f"global positions must be whole blocks of block_size={b}, got {g}")
