@@ -192,12 +192,13 @@ def _normal_globals(g) -> Globals:
 
 
 def _check_whole_blocks(g: Globals, b: int) -> None:
-    """Block-sparse global tokens must be whole blocks: runs of positions that start where a
-    block starts and end where one ends. Only the last run may end early, where the sequence
-    ends (:meth:`MaskSpec.check_lengths` knows where that is)."""
-    runs = positions_to_runs(g) if isinstance(g, tuple) else ((0, g),)
-    for a, e in runs[:-1]:
-        if a % b or e % b:
-            raise MaskError(f"global positions must be whole blocks of block_size={b}, got {g}")
-    if runs and runs[-1][0] % b:
+    """Block-sparse global tokens must be whole blocks: a count that is a multiple of b, or
+    runs of positions that start where a block starts and end where one ends. Only the last
+    run may end early, where the sequence ends (:meth:`MaskSpec.check_lengths` knows where)."""
+    if isinstance(g, int):
+        if g % b:
+            raise MaskError(f"global_tokens={g} must be a multiple of block_size={b}")
+        return
+    runs = positions_to_runs(g)
+    if any(a % b for a, _ in runs) or any(e % b for _, e in runs[:-1]):
         raise MaskError(f"global positions must be whole blocks of block_size={b}, got {g}")

@@ -28,7 +28,12 @@ def _scores_bytes(p: Problem) -> int:
     "full",
     family="dense",
     caps=Capabilities(mask_features=MASK_FEATURES, grouped_kv=True),  # the definition itself
-    cost=Cost(time_exponent=2, memory_exponent=2, memory_model=_scores_bytes),
+    cost=Cost(
+        time_exponent=2,
+        memory_exponent=2,
+        memory_model=_scores_bytes,
+        executed_pairs=lambda p: p.n_q * p.n_k,  # every score is computed, then masked
+    ),
     description="eager softmax(QK^T)V, materialized (n_q, n_k) scores",
 )
 def full_attention(

@@ -188,8 +188,8 @@ def _workspace_bytes(p: Problem) -> int:
         return fused_workspace_bytes(p)
     acc = itemsize(_acc(p.dtype))
     fold = _fold(p.mask.documents)
-    rows_per_slice = p.n_q // fold
-    tile = p.batch * p.heads * fold * min(BLOCK_Q, rows_per_slice) * min(BLOCK_K, p.n_k) * acc
+    rows, cols = min(BLOCK_Q, p.n_q // fold), min(BLOCK_K, p.n_k // fold)  # per slice
+    tile = p.batch * p.heads * fold * rows * cols * acc
     rows = p.batch * p.heads * p.n_q * acc * (p.head_dim + 3)
     return 4 * tile + rows * (3 if p.backward else 1)
 

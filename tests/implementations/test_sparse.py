@@ -100,9 +100,12 @@ def test_future_tokens_do_not_change_the_past(case, cut, seed):
 
 
 def _empty_row_cases():
-    """Every implementation that declares causal masks over n_q > n_k."""
+    """Every exact implementation that declares causal masks over n_q > n_k (approximations
+    define such rows by their own reference, which the matrix holds them to)."""
     for impl in registry.all_implementations():
-        if "causal" in impl.caps.mask_features and impl.caps.unequal_lengths:
+        if "causal" in impl.caps.mask_features and impl.caps.unequal_lengths and not (
+            impl.approximate
+        ):
             yield pytest.param(impl.name, id=impl.name)
 
 
