@@ -114,17 +114,21 @@ def _cover(masks: dict[str, MaskSpec], wanted: set[str]) -> dict[str, MaskSpec]:
 
 def cases():
     """(implementation, shape, mask, dtype) for the whole matrix: float32 on every shape a mask
-    fits, each other dtype on one shape per mask, in turn."""
+    fits, each other dtype on one of those shapes per mask, in turn."""
     for impl in registry.all_implementations():
         if impl.family in COMPILED_FAMILIES:
             yield from _compiled_cases(impl)
             continue
-        dtypes = sorted(impl.caps.dtypes, key=str)
-        for s, shape in enumerate(SHAPES):
-            for i, (mask_id, mask) in enumerate(_supported_masks(impl, shape).items()):
-                for j, dtype in enumerate(dtypes):
-                    if dtype == torch.float32 or (i + j) % len(SHAPES) == s:
-                        yield _case(impl, shape, mask_id, mask, dtype)
+        shapes_of: dict[str, list[tuple]] = {}
+        for shape in SHAPES:
+            for mask_id in _supported_masks(impl, shape):
+                shapes_of.setdefault(mask_id, []).append(shape)
+        for i, (mask_id, shapes) in enumerate(shapes_of.items()):
+            for j, dtype in enumerate(sorted(impl.caps.dtypes, key=str)):
+                chosen = shapes if dtype == torch.float32 else [shapes[(i + j) % len(shapes)]]
+                for shape in chosen:
+                    mask = catalog(*shape[2:4])[mask_id]
+                    yield _case(impl, shape, mask_id, mask, dtype)
 
 
 def _compiled_cases(impl: Implementation):
