@@ -2,10 +2,11 @@
 
 The layout is :func:`harness.masks.block_layout`, the very one ``dense_mask`` describes: sliding
 blocks (``window`` counted in blocks), ``random_blocks`` seeded random key blocks per query
-block, and global blocks (``global_tokens`` whole blocks) that attend to and are attended by
-everything. Each query block is one tile whose keys are the blocks of its layout row (runs of
-adjacent blocks stay views, others are gathered), so the executed pairs are exactly the
-layout's blocks: O(n·b·(2w + 1 + r + g/b)). Causal drops future blocks and masks the diagonal.
+block, and global blocks (``global_tokens`` whole blocks: the first ones, or named ones such as
+HF BigBird's first and last blocks) that attend to and are attended by everything.
+Each query block is one tile whose keys are the blocks of its layout row (runs of adjacent
+blocks stay views, others are gathered), so the executed pairs are exactly the layout's
+blocks: O(n·b·(2w + 1 + r + g/b)). Causal drops future blocks and masks the diagonal.
 
 On CUDA (fp32/fp16/bf16) the fused Triton kernels of :mod:`implementations._kernels.triton_attn` run
 the same layout as CSR lists of key blocks per query block (one launch; the transposed lists
@@ -21,7 +22,7 @@ from harness.masks import MaskSpec
 from harness.registry import register
 from harness.spec import AttnFn, Capabilities, Cost, Problem
 from implementations._kernels.tilekernel import plan_workspace_bytes, tile_attention
-from implementations._kernels.tiles import bigbird_plan, device_plan
+from implementations._kernels.tiles import device_plan, plan_shape
 from implementations._kernels.triton_attn import (
     executed_pairs,
     fused_reasons,
@@ -49,21 +50,21 @@ def _reasons(p: Problem) -> list[str]:
 def _workspace(p: Problem) -> int:
     if use_triton(p.device, p.dtype, p.head_dim):
         return fused_workspace_bytes(p)
-    plan = bigbird_plan(p.mask, p.n_q, p.n_k, p.dtype)
-    return plan_workspace_bytes(plan, p)
+    return plan_workspace_bytes(plan_shape(p.mask, p.n_q, p.n_k, p.device), p)
 
 
 def _executed(p: Problem) -> int:
     if use_triton(p.device, p.dtype, p.head_dim):
         return executed_pairs(p.mask, p.n_q, p.n_k, p.head_dim, p.dtype)
-    return bigbird_plan(p.mask, p.n_q, p.n_k, p.dtype).executed_pairs
+    return plan_shape(p.mask, p.n_q, p.n_k, p.device).executed_pairs
 
 
 @register(
     "bigbird",
     family="block-sparse",
     caps=Capabilities(
-        dtypes=FLOAT_DTYPES, mask_features={"causal", "window", "global", "block_sparse"}
+        dtypes=FLOAT_DTYPES,
+        mask_features={"causal", "window", "global", "global_positions", "block_sparse"},
     ),
     cost=Cost(
         time_exponent=1, memory_exponent=1, memory_model=_workspace, executed_pairs=_executed

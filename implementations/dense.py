@@ -13,7 +13,7 @@ from torch import Tensor
 from harness.dtypes import itemsize
 from harness.masks import MaskSpec, dense_mask
 from harness.registry import register
-from harness.spec import Capabilities, Cost, Problem
+from harness.spec import MASK_FEATURES, Capabilities, Cost, Problem
 
 
 def _scores_bytes(p: Problem) -> int:
@@ -27,10 +27,13 @@ def _scores_bytes(p: Problem) -> int:
 @register(
     "full",
     family="dense",
-    caps=Capabilities(
-        mask_features={"causal", "window", "dilation", "global", "block_sparse"}, grouped_kv=True
+    caps=Capabilities(mask_features=MASK_FEATURES, grouped_kv=True),  # the definition itself
+    cost=Cost(
+        time_exponent=2,
+        memory_exponent=2,
+        memory_model=_scores_bytes,
+        executed_pairs=lambda p: p.n_q * p.n_k,  # every score is computed, then masked
     ),
-    cost=Cost(time_exponent=2, memory_exponent=2, memory_model=_scores_bytes),
     description="eager softmax(QK^T)V, materialized (n_q, n_k) scores",
 )
 def full_attention(

@@ -3,11 +3,18 @@
 flash-attn >= 2.1 aligns causal masks bottom-right and its ``window_size=(left, right)`` is
 exactly :mod:`harness.masks`'s window, so both map one to one. Grouped K/V is native.
 Layout: flash-attn takes (B, N, H, D); we transpose from (B, H, N, D).
+
+Packed documents run ``flash_attn_varlen_func``: the B sequences of the call laid end to end,
+(B·N, H, D), with ``cu_seqlens`` the document boundaries repeated B times; causality and the
+window apply inside each document, as the mask definition says. (Not run on this project's
+CPU machines: flash-attn has no CPU path.)
 """
 
 from __future__ import annotations
 
+import itertools
 import math
+from functools import lru_cache
 
 import torch
 from torch import Tensor
@@ -29,13 +36,21 @@ def _probe(device_type: str) -> Tensor:
     return flash_attn_attention(*tiny_qkv(device_type, torch.float16), MaskSpec(causal=True))
 
 
+@lru_cache(maxsize=16)
+def _cu_seqlens(documents: tuple[int, ...], batch: int, device: str) -> Tensor:
+    """int32 (batch·len(documents) + 1,) document boundaries of B sequences laid end to end
+    (built once per shape, not in every timed call)."""
+    bounds = [0, *itertools.accumulate(list(documents) * batch)]
+    return torch.tensor(bounds, dtype=torch.int32, device=device)
+
+
 @register(
     "flash-attn",
     family="flash",
     caps=Capabilities(
         devices={"cuda"},
         dtypes=HALF_DTYPES,
-        mask_features={"causal", "window"},
+        mask_features={"causal", "window", "documents"},
         grouped_kv=True,
         max_head_dim=256,
     ),
@@ -48,16 +63,20 @@ def flash_attn_attention(
     q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, scale: float | None = None
 ) -> Tensor:
     """q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D) -> (B, H, n_q, D)."""
-    from flash_attn import flash_attn_func
+    from flash_attn import flash_attn_func, flash_attn_varlen_func
 
-    left = -1 if mask.left is None else mask.left
-    right = -1 if mask.right is None else mask.right
-    out = flash_attn_func(
-        q.transpose(1, 2),
-        k.transpose(1, 2),
-        v.transpose(1, 2),  # (B, N, H, D)
-        softmax_scale=1.0 / math.sqrt(q.shape[-1]) if scale is None else scale,
-        causal=mask.causal,
-        window_size=(left, right),
+    window = (-1 if mask.left is None else mask.left, -1 if mask.right is None else mask.right)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    b, h, n_q, _ = q.shape
+    q, k, v = (x.transpose(1, 2) for x in (q, k, v))  # (B, N, H, D)
+    if mask.documents is None:
+        out = flash_attn_func(q, k, v, softmax_scale=scale, causal=mask.causal, window_size=window)
+        return out.transpose(1, 2)
+    q, k, v = (x.reshape(-1, *x.shape[2:]) for x in (q, k, v))  # (B·N, H, D), end to end
+    cu_seqlens = _cu_seqlens(mask.documents, b, str(q.device))
+    longest = max(mask.documents)
+    out = flash_attn_varlen_func(
+        q, k, v, cu_seqlens, cu_seqlens, longest, longest,
+        softmax_scale=scale, causal=mask.causal, window_size=window,
     )
-    return out.transpose(1, 2)
+    return out.reshape(b, n_q, h, out.shape[-1]).transpose(1, 2)

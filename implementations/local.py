@@ -1,20 +1,25 @@
 """``local``, ``dilated``, ``longformer``: sliding-window attention that computes only the band.
 
 On CUDA (fp32/fp16/bf16, D <= 256) all three run the fused Triton kernels of
-:mod:`implementations._kernels.triton_attn`: one launch per call, the band computed arithmetically
-per query block (dilation: each residue class's rows and keys loaded with stride d, no
-permutation), forward and backward fused. On CPU, and for float64, they run the tile kernel
-of :mod:`implementations._kernels.tilekernel` over the band plan of
-:func:`implementations._kernels.tiles.window_plan`: query blocks of 64 rows each attend to the key
-span ``[first - left, last + right]`` of the block (a view, no copy), so a causal window of w keys
+:mod:`implementations._kernels.triton_attn`: one launch per call, the band computed
+arithmetically per query block, forward and backward fused (``fused_reasons`` refuses the mask
+features those kernels lack, rather than computing another mask). On CPU, and for float64,
+they run the tile kernel of :mod:`implementations._kernels.tilekernel` over the band tiles of
+:mod:`implementations._kernels.bandplan`: query blocks of 64 rows each attend to the key span
+``[first - left, last + right]`` of the block (a view, no copy), so a causal window of w keys
 costs ``64 + w - 1`` executed keys per query: time and memory O(n·w), never O(n²).
 
-- ``local``: window ``(left, right)``, causal or not.
+- ``local``: window ``(left, right)``, causal or not; a bidirectional prefix (prefix-LM).
 - ``dilated``: Longformer's dilated window. Queries and keys are regrouped into the d residue
   classes ``p mod d`` (a permutation, O(n) copies), where the dilated window is a plain band:
   cost O(n·w), not O(n·w·d).
-- ``longformer``: window (optionally dilated) plus ``g`` global tokens: each band tile also
-  takes the ``g`` global keys, and the first ``g`` query rows take every key: O(n·(w + g)).
+- ``longformer``: window (optionally dilated) plus global tokens, the first g or at named
+  positions: each band tile also takes the global keys (up to its causal bound), and global
+  rows take every key up to theirs: O(n·(w + g)).
+
+All three take packed documents: each document is planned as its own sequence (equal
+documents are folded into the batch), so no tile holds a key outside its rows' document and
+the work is Σ over documents, not n².
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from harness.masks import MaskSpec
 from harness.registry import register
 from harness.spec import AttnFn, Capabilities, Cost, Problem
 from implementations._kernels.tilekernel import plan_workspace_bytes, tile_attention
-from implementations._kernels.tiles import device_plan, tile_plan
+from implementations._kernels.tiles import device_plan, plan_shape
 from implementations._kernels.triton_attn import (
     executed_pairs,
     fused_reasons,
@@ -60,26 +65,26 @@ def _prepare(problem: Problem) -> AttnFn:
 def _workspace(p: Problem) -> int:
     if use_triton(p.device, p.dtype, p.head_dim):
         return fused_workspace_bytes(p)
-    plan = tile_plan(p.mask, p.n_q, p.n_k, p.dtype, p.device)
-    return plan_workspace_bytes(plan, p)
+    return plan_workspace_bytes(plan_shape(p.mask, p.n_q, p.n_k, p.device), p)
 
 
 def _executed(p: Problem) -> int:
     if use_triton(p.device, p.dtype, p.head_dim):
         return executed_pairs(p.mask, p.n_q, p.n_k, p.head_dim, p.dtype)
-    return tile_plan(p.mask, p.n_q, p.n_k, p.dtype, p.device).executed_pairs
+    return plan_shape(p.mask, p.n_q, p.n_k, p.device).executed_pairs
 
 
 _COST = Cost(time_exponent=1, memory_exponent=1, memory_model=_workspace, executed_pairs=_executed)
 
+_PACKED = {"causal", "window", "documents", "prefix"}
 _VARIANTS = {
-    "local": ({"causal", "window"}, "sliding window computed band tile by band tile, O(n·w)"),
+    "local": (_PACKED, "sliding window computed band tile by band tile, O(n·w)"),
     "dilated": (
-        {"causal", "window", "dilation"},
+        _PACKED | {"dilation"},
         "dilated sliding window via residue classes, O(n·w) for any dilation",
     ),
     "longformer": (
-        {"causal", "window", "dilation", "global"},
+        _PACKED | {"dilation", "global", "global_positions"},
         "sliding (dilated) window plus global rows and columns, O(n·(w+g))",
     ),
 }

@@ -18,7 +18,7 @@ from torch import Tensor
 from harness.dtypes import FLOAT_DTYPES, itemsize
 from harness.masks import MaskSpec, dense_mask
 from harness.registry import register
-from harness.spec import AttnFn, Capabilities, Cost, Problem
+from harness.spec import MASK_FEATURES, AttnFn, Capabilities, Cost, Problem
 
 
 @lru_cache(maxsize=1)  # an (n, n) mask is 256 MiB at n = 16k: keep only the latest
@@ -58,7 +58,7 @@ def _workspace(p: Problem) -> int:
     family="dense",
     caps=Capabilities(
         dtypes=FLOAT_DTYPES,
-        mask_features={"causal", "window", "dilation", "global", "block_sparse"},
+        mask_features=MASK_FEATURES,  # any mask: it is the definition, materialized
     ),
     cost=Cost(
         time_exponent=2,

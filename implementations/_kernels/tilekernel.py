@@ -27,7 +27,7 @@ from torch import Tensor
 from harness.dtypes import itemsize
 from harness.spec import Problem
 from implementations._kernels.tilepool import map_tiles
-from implementations._kernels.tiles import Plan, Tile
+from implementations._kernels.tiles import Plan, PlanShape, Tile
 
 
 def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -44,7 +44,8 @@ def _gather(x3: Tensor, keys: tuple[tuple[int, int], ...]) -> Tensor:
 
 
 def _scores(q_t: Tensor, k_t: Tensor, tile: Tile, scale: float, buf: Tensor | None) -> Tensor:
-    """(BH, rows, D) x (BH, cols, D) -> (BH, rows, cols) = QKᵀ·scale + bias, one fused GEMM.
+    """(BH, rows, D) x (BH, cols, D) -> (BH, rows, cols) = QKᵀ·scale + bias, one GEMM (the bias
+    fused into it when it spans every column, else added to its columns after).
 
     ``buf`` is reused between equal-shaped tiles: writing into a warm buffer measured ~10%
     faster than allocating a fresh ~1 MiB one per tile.
@@ -52,14 +53,19 @@ def _scores(q_t: Tensor, k_t: Tensor, tile: Tile, scale: float, buf: Tensor | No
     kt = k_t.transpose(1, 2)
     shape = (q_t.shape[0], q_t.shape[1], k_t.shape[1])
     out = buf if buf is not None and buf.shape == shape else None
-    if tile.bias is None:
+    # .to: a no-op except in a low-precision backward (float32 there)
+    bias = None if tile.bias is None else tile.bias.to(q_t.dtype)
+    if bias is not None and bias.shape[-1] == shape[-1]:
         if out is None:
-            return torch.bmm(q_t, kt).mul_(scale)
-        return torch.baddbmm(out, q_t, kt, beta=0.0, alpha=scale, out=out)
-    bias = tile.bias.to(q_t.dtype)  # no-op except in a low-precision backward (float32 there)
+            return torch.baddbmm(bias, q_t, kt, alpha=scale)
+        return torch.baddbmm(bias, q_t, kt, alpha=scale, out=out)
     if out is None:
-        return torch.baddbmm(bias, q_t, kt, alpha=scale)
-    return torch.baddbmm(bias, q_t, kt, alpha=scale, out=out)
+        s = torch.bmm(q_t, kt).mul_(scale)
+    else:
+        s = torch.baddbmm(out, q_t, kt, beta=0.0, alpha=scale, out=out)
+    if bias is not None:
+        s[:, :, tile.bias_at : tile.bias_at + bias.shape[-1]] += bias
+    return s
 
 
 def tile_forward(
@@ -152,61 +158,45 @@ class _TileAttention(torch.autograd.Function):
         return dq.to(q3.dtype), dk.to(k3.dtype), dv.to(v3.dtype), None, None
 
 
-def _class_slices(n: int, d: int, shift: int) -> list[slice]:
-    """Per class r = (i + shift) mod d, the strided slice of the n rows in it."""
-    return [slice((r - shift) % d, n, d) for r in range(d)]
-
-
-def _to_classes(x: Tensor, d: int, shift: int) -> Tensor:
-    """(B, H, n, D) -> (B, H, n, D) regrouped by class ``(i + shift) mod d``, ascending within
-    a class: one gathering copy (memory-bound, O(n·D))."""
-    if d == 1:
-        return x
-    return torch.cat([x[:, :, s] for s in _class_slices(x.shape[2], d, shift)], dim=2)
-
-
-def _from_classes(x: Tensor, d: int, shift: int) -> Tensor:
-    """Inverse of :func:`_to_classes` (a differentiable strided scatter)."""
-    if d == 1:
-        return x
-    out, c = torch.empty_like(x), 0
-    for s in _class_slices(x.shape[2], d, shift):
-        m = len(range(s.start, s.stop, s.step))
-        out[:, :, s] = x[:, :, c : c + m]
-        c += m
-    return out
-
-
 def tile_attention(
     q: Tensor, k: Tensor, v: Tensor, plan: Plan, scale: float | None = None
 ) -> Tensor:
     """q: (B, H, n_q, D), k/v: (B, H, n_k, D) -> (B, H, n_q, D), exact masked attention.
 
-    Regroups rows/keys into plan order (dilation classes), flattens (B, H) into one batch
-    dimension for the GEMMs, and undoes both on the way out; autograd flows through all of it.
+    Folds equal documents into the batch (``plan.fold``: a view), regroups rows/keys into plan
+    order (dilation classes: one gathering copy each), flattens (B, H) into one batch
+    dimension for the GEMMs, and undoes all of it on the way out; autograd flows through.
     """
     b, h, n_q, d = q.shape
     scale = 1.0 / math.sqrt(d) if scale is None else scale
-    classes, off = plan.classes, plan.n_k - plan.n_q
-    q, k, v = _to_classes(q, classes, off), _to_classes(k, classes, 0), _to_classes(v, classes, 0)
-    q3 = q.reshape(b * h, n_q, d).contiguous()  # (BH, n_q, D)
-    k3 = k.reshape(b * h, k.shape[2], d).contiguous()  # (BH, n_k, D)
-    v3 = v.reshape(b * h, v.shape[2], v.shape[3]).contiguous()
-    out = _TileAttention.apply(q3, k3, v3, plan, scale).view(b, h, n_q, v.shape[3])
-    return _from_classes(out, classes, off)
+    if plan.fold > 1:  # (B, H, m·l, D) -> (B, H·m, l, D): each document one batch slice
+        q, k, v = (x.reshape(b, h * plan.fold, plan.n_q, x.shape[-1]) for x in (q, k, v))
+    if plan.q_order is not None:
+        q = q.index_select(2, plan.q_order)
+        k, v = k.index_select(2, plan.k_order), v.index_select(2, plan.k_order)
+    q3 = q.reshape(-1, plan.n_q, d).contiguous()  # (BH, n_q, D)
+    k3 = k.reshape(-1, plan.n_k, d).contiguous()  # (BH, n_k, D)
+    v3 = v.reshape(-1, plan.n_k, v.shape[-1]).contiguous()
+    out = _TileAttention.apply(q3, k3, v3, plan, scale).view(*q.shape[:3], v.shape[-1])
+    if plan.q_order is not None:  # back to row order: a differentiable scatter
+        out = torch.empty_like(out).index_copy(2, plan.q_order, out)
+    return out.reshape(b, h, n_q, v.shape[-1])
 
 
-def plan_workspace_bytes(plan: Plan, problem: Problem) -> int:
+def plan_workspace_bytes(shape: PlanShape, problem: Problem) -> int:
     """Predicted peak extra bytes: per worker thread the largest tile's scores and
-    probabilities (more copies in backward) and a tile's concatenated K/V; the class-ordered
-    copies of q/k/v/out (dilation); O(n) row state; float32 gradients, dK/dV per worker."""
+    probabilities (more copies in backward) and a tile's concatenated K/V, over every
+    (batch, head) slice (and folded document); the regrouped copies of q/k/v/out (dilation);
+    O(n) row state; float32 gradients, dK/dV per worker."""
     bh, dim = problem.batch * problem.heads, problem.head_dim
     elem = itemsize(problem.dtype)
     workers = torch.get_num_threads() if problem.device_type == "cpu" else 1
-    big = max(((t.r1 - t.r0) * t.n_cols for t in plan.tiles), default=0)
-    cols = max((t.n_cols for t in plan.tiles), default=0)
-    tile = workers * bh * (big * 4 * (5 if problem.backward else 3) + 2 * cols * dim * elem)
-    rows = bh * plan.n_q * 4
-    permuted = 0 if plan.classes == 1 else bh * 2 * (plan.n_q + plan.n_k) * dim * elem
-    grads = bh * (4 * plan.n_q + (2 + 2 * workers) * plan.n_k) * dim * 4 if problem.backward else 0
+    slices = bh * shape.fold
+    per_tile = shape.max_area * 4 * (5 if problem.backward else 3) + 2 * shape.max_cols * dim * elem
+    tile = workers * slices * per_tile
+    rows = bh * shape.n_q * 4
+    permuted = bh * 2 * (shape.n_q + shape.n_k) * dim * elem if shape.permuted else 0
+    grads = 0
+    if problem.backward:
+        grads = bh * (4 * shape.n_q + (2 + 2 * workers) * shape.n_k) * dim * 4
     return tile + rows + permuted + grads

@@ -1,49 +1,54 @@
 """Tile plans for sparse attention: which query rows meet which key ranges, built once per shape.
 
 A :class:`Plan` lists tiles. A tile is a run of query rows plus the key ranges those rows may
-need; a bias of 0/-inf inside the tile removes the pairs the mask drops. Every kept pair of
-:func:`harness.masks.mask_rows` lies in exactly one tile, so the kernel in
-:mod:`implementations._kernels.tilekernel` computes exactly the masked softmax while touching only
-``sum(rows * keys)`` pairs: the executed pairs at tile granularity.
+need; a bias of 0/-inf over some of its columns removes the pairs the mask drops. Every kept
+pair of :func:`harness.masks.dense_mask` lies in exactly one tile, so the kernel in
+:mod:`implementations._kernels.tilekernel` computes exactly the masked softmax while touching
+only ``sum(rows * keys)`` pairs: the executed pairs at tile granularity.
 
-Dilation is handled by residue classes: query position ``p`` only keeps keys with
-``j ≡ p (mod d)``, so permuting queries and keys into ``d`` classes turns a dilated window into
-``d`` contiguous undilated bands (``Plan.classes = d``: plan rows are the queries of class 0,
-then class 1, ...; likewise the keys). That is what makes the cost O(n·w) instead of O(n·w·d).
+- Window masks (window, causal, dilation, global tokens, prefix): the band tiles of
+  :mod:`implementations._kernels.bandplan` (dilation by residue classes: the plan's rows and
+  keys are regrouped, ``Plan.q_order``/``k_order``).
+- BigBird layouts: one tile per query block holding the key blocks of its layout row.
+- Packed documents: each document is its own sequence (the mask's rule 5), so the plan is one
+  document plan per document, shifted to where the document starts: the iteration space never
+  meets a key outside the query's document, and executed pairs are ~Σ lᵢ·(its band), not n².
+  Equal documents are folded into the batch instead (``Plan.fold``): one plan of one document
+  over ``B·H·count`` slices, the same GEMMs a batch of separate sequences runs.
 
-Rows with no kept key are in no tile: their output stays zero. Only rows before the first key
-(``p < 0``, when ``n_q > n_k``) can be empty: every other row keeps its own position (``rel = 0``
-is in every window, every dilation class and every layout's diagonal block). Plan building
-asserts that no tile row is empty, so a disagreement with the mask fails loudly, not as NaN.
+:func:`plan_shape` gives what predictions need (executed pairs, the largest tile) from the
+geometry alone, in O(tiles) numpy work: no bias, no mask. Bias tensors are built only by
+:func:`tile_plan`, for a run.
 """
 
 from __future__ import annotations
 
-import math
+from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from harness.masks import MaskSpec, block_layout, keep_pairs
+from implementations._kernels.bandplan import BandTiles, Ranges, band_tiles
 
 BAND_BLOCK = 64  # query rows per band tile: (64, 64 + w) tiles measured fastest on 2-core CPU
-
-Ranges = tuple[tuple[int, int], ...]
 
 
 @dataclass(frozen=True)
 class Tile:
-    """Query rows ``[r0, r1)`` (in ``Plan.q_index`` order) against the concatenated key ranges.
+    """Query rows ``[r0, r1)`` (plan order) against the concatenated key ranges (plan order).
 
-    ``bias``: (r1 - r0, n_cols) 0/-inf in the plan's dtype, or None when every pair is kept.
-    """
+    ``bias``: (r1 - r0, width) 0/-inf in the plan's dtype over the tile's columns
+    ``[bias_at, bias_at + width)``; None when every pair is kept."""
 
     r0: int
     r1: int
     keys: Ranges
     bias: Tensor | None
+    bias_at: int = 0
 
     @property
     def n_cols(self) -> int:
@@ -52,19 +57,21 @@ class Tile:
 
 @dataclass(frozen=True)
 class Plan:
-    """Tiles over rows and keys in class order: with ``classes = d`` the plan's rows are the
-    queries with ``p ≡ 0 (mod d)`` (ascending), then ``p ≡ 1``, ...; its keys likewise by
-    ``j mod d``. ``classes = 1`` is the identity order."""
+    """Tiles over plan rows and keys. ``q_order``/``k_order`` (long): the query row / key of
+    each plan position (None = identity). ``fold = m > 1``: the tiles are one document's and
+    the sequence is m equal documents, run as m batch slices."""
 
     n_q: int
     n_k: int
     tiles: tuple[Tile, ...]
-    classes: int = 1
+    q_order: Tensor | None = None
+    k_order: Tensor | None = None
+    fold: int = 1
 
     @property
     def executed_pairs(self) -> int:
-        """(query, key) pairs computed per (batch, head), counting masked pairs inside tiles."""
-        return sum((t.r1 - t.r0) * t.n_cols for t in self.tiles)
+        """(query, key) pairs computed per (batch, head) of the whole sequence."""
+        return self.fold * sum((t.r1 - t.r0) * t.n_cols for t in self.tiles)
 
     @property
     def covers_all_rows(self) -> bool:
@@ -72,156 +79,139 @@ class Plan:
         return sum(t.r1 - t.r0 for t in self.tiles) == self.n_q
 
     def to(self, device: torch.device | str) -> Plan:
-        """The same plan with its bias tensors on ``device``."""
+        """The same plan with its tensors on ``device``."""
         tiles = tuple(
-            Tile(t.r0, t.r1, t.keys, None if t.bias is None else t.bias.to(device))
+            Tile(t.r0, t.r1, t.keys, None if t.bias is None else t.bias.to(device), t.bias_at)
             for t in self.tiles
         )
-        return Plan(self.n_q, self.n_k, tiles, self.classes)
+        q, k = (None if o is None else o.to(device) for o in (self.q_order, self.k_order))
+        return Plan(self.n_q, self.n_k, tiles, q, k, self.fold)
+
+
+@dataclass(frozen=True)
+class PlanShape:
+    """A plan's size without building it: executed pairs per (batch, head), the largest tile
+    (rows x keys) and widest key set, equal documents folded into the batch, and whether the
+    rows and keys are regrouped (a copy of q, k, v and the output)."""
+
+    n_q: int
+    n_k: int
+    executed_pairs: int
+    max_area: int
+    max_cols: int
+    fold: int = 1
+    permuted: bool = False
 
 
 class _BiasMaker:
-    """Turns keep masks into 0/-inf biases, sharing one tensor among equal masks (band tiles
-    in the interior of the sequence all have the same pattern: memory O(w²), not O(n·w))."""
+    """Turns keep masks into 0/-inf biases over the columns that drop a pair, sharing one
+    tensor among equal masks (interior band tiles all have the same pattern, and a causal
+    tile's masked columns are its last block: memory O(w²), not O(n·w))."""
 
     def __init__(self, dtype: torch.dtype):
         self.dtype = dtype
         self.cache: dict[tuple, Tensor] = {}
 
-    def __call__(self, keep: Tensor) -> Tensor | None:
+    def __call__(self, keep: Tensor) -> tuple[Tensor | None, int]:
         if not bool(keep.any(-1).all()):
             raise AssertionError("a tile row keeps no key: plan and mask disagree")
-        if bool(keep.all()):
-            return None
-        key = (tuple(keep.shape), keep.numpy().tobytes())
+        dropped = (~keep).any(0).nonzero().flatten()
+        if dropped.numel() == 0:
+            return None, 0
+        a, b = int(dropped[0]), int(dropped[-1]) + 1
+        part = keep[:, a:b].contiguous()
+        key = (tuple(part.shape), part.numpy().tobytes())
         if key not in self.cache:
-            bias = torch.zeros(keep.shape, dtype=self.dtype)
-            self.cache[key] = bias.masked_fill_(~keep, float("-inf"))
-        return self.cache[key]
+            bias = torch.zeros(part.shape, dtype=self.dtype)
+            self.cache[key] = bias.masked_fill_(~part, float("-inf"))
+        return self.cache[key], a
 
 
-def _merge(ranges: list[tuple[int, int]]) -> Ranges:
-    """Drop empty ranges and join touching neighbours, so a band stays one view, not a copy."""
-    out: list[tuple[int, int]] = []
-    for a, b in ranges:
-        if b <= a:
-            continue
-        if out and out[-1][1] == a:
-            out[-1] = (out[-1][0], b)
-        else:
-            out.append((a, b))
-    return tuple(out)
+def _orders(n_q: int, n_k: int, d: int) -> tuple[Tensor, Tensor]:
+    """Query rows and keys in class order: positions ``p ≡ 0 (mod d)`` first, ascending."""
+    p, j = torch.arange(n_q) + n_k - n_q, torch.arange(n_k)
+    q_order = torch.cat([torch.nonzero(torch.remainder(p - r, d) == 0).flatten() for r in range(d)])
+    k_order = torch.cat([j[r::d] for r in range(d)])
+    return q_order, k_order
 
 
-def _cols(keys: Ranges, k_index: Tensor | None) -> Tensor:
-    """Original key indices of a tile's concatenated ranges, (1, n_cols)."""
-    cols = torch.cat([torch.arange(a, b) for a, b in keys])
-    return (cols if k_index is None else k_index[cols])[None, :]
+def _band_plan_tiles(
+    spec: MaskSpec, n_q: int, n_k: int, block: int, make_bias: _BiasMaker, shift: int
+) -> list[Tile]:
+    """The band tiles of one sequence (or document, at ``shift``), biases built."""
+    geom = band_tiles(spec, n_q, n_k, block)
+    d, tiles = spec.dilation, []
+    k_order = None if d == 1 else _orders(n_q, n_k, d)[1]
+    for t in range(geom.r.size):
+        keys = geom.keys(t)
+        rows = int(geom.a1[t] - geom.a0[t])
+        p = (int(geom.r[t]) + d * torch.arange(int(geom.a0[t]), int(geom.a1[t])))[:, None]
+        cols = torch.cat([torch.arange(a, b) for a, b in keys])
+        cols = (cols if k_order is None else k_order[cols])[None, :]
+        bias, at = make_bias(keep_pairs(spec, n_q, n_k, p, cols))
+        r0 = int(geom.row0[t]) + shift
+        tiles.append(Tile(r0, r0 + rows, tuple((a + shift, b + shift) for a, b in keys), bias, at))
+    return tiles
 
 
-@lru_cache(maxsize=32)
-def window_plan(
-    spec: MaskSpec, n_q: int, n_k: int, dtype: torch.dtype = torch.float32, block: int = BAND_BLOCK
-) -> Plan:
-    """Band tiles for window + causal + dilation + global tokens (no ``block_size``).
-
-    Per residue class r (p ≡ j ≡ r mod d), class coordinates a = (p - r) / d, c = (j - r) / d
-    turn the dilated window into the band ``a - left <= c <= a + right``. A tile of ``block``
-    consecutive class queries takes the key span of its first and last query, plus the global
-    keys of every class; the first ``g`` positions (global rows) take every key.
-    """
-    d, off, g = spec.dilation, n_k - n_q, spec.global_tokens
-    left, right = spec.left, spec.right
-    if spec.causal:
-        right = 0 if right is None else min(right, 0)
-    p_all = torch.arange(n_q) + off
-    j_all = torch.arange(n_k)
-    q_order = torch.cat([p_all[(p_all - r) % d == 0] - off for r in range(d)])
-    k_order = torch.cat([j_all[(j_all - r) % d == 0] for r in range(d)])
-    k_start = [0]  # where class r's keys begin in the permuted key order
-    for r in range(d):
-        k_start.append(k_start[-1] + len(range(r, n_k, d)))
-    globals_ = [
-        (k_start[r], k_start[r] + min(max(math.ceil((g - r) / d), 0), k_start[r + 1] - k_start[r]))
-        for r in range(d)
-    ]
-    make_bias, tiles = _BiasMaker(dtype), []
-    row = 0
-    for r in range(d):
-        rows = q_order[(q_order + off - r) % d == 0]  # class r's query rows, ascending
-        n_keys = k_start[r + 1] - k_start[r]
-        first_a = (int(rows[0]) + off - r) // d if len(rows) else 0
-        a = torch.arange(len(rows)) + first_a  # class coordinates of the rows
-        empty = _empty_rows(spec, a, rows + off, right, n_keys)
-        starts = _row_runs(rows + off, empty, g, block)
-        for s, e, is_global in starts:
-            if is_global:
-                keys = ((0, n_k),)
-            else:
-                a0, a1 = first_a + s, first_a + e - 1  # class coordinates of the run's ends
-                lo = max(0 if left is None else a0 - left, globals_[r][1] - k_start[r])
-                hi = min(n_keys - 1 if right is None else a1 + right, n_keys - 1)
-                keys = _merge([*globals_, (k_start[r] + lo, k_start[r] + hi + 1)])
-            p = (rows[s:e] + off)[:, None]
-            keep = keep_pairs(spec, n_q, n_k, p, _cols(keys, None if d == 1 else k_order))
-            tiles.append(Tile(row + s, row + e, keys, make_bias(keep)))
-        row += len(rows)
-    return Plan(n_q, n_k, tuple(tiles), classes=d)
-
-
-def _empty_rows(spec: MaskSpec, a: Tensor, p: Tensor, right: int | None, n_keys: int) -> int:
-    """How many of a class's first rows keep no key (they form a prefix: keys only shrink as
-    p falls). a: class coordinates, p: positions, both ascending; ``right`` in class steps."""
-    if spec.causal:
-        return int((p < 0).sum())  # p >= 0 keeps itself; p < 0 sees no key at or before it
-    if spec.global_tokens:
-        return 0  # p < 0 < g: a global row, keeps every key
-    if n_keys == 0:
-        return len(p)
-    return 0 if right is None else int((a + right < 0).sum())
-
-
-def _row_runs(p: Tensor, empty: int, g: int, block: int) -> list[tuple[int, int, bool]]:
-    """Split one class's rows (positions p, ascending) into runs (start, end, is_global):
-    the first ``empty`` rows are skipped; global rows (p < g) and band rows never share a run."""
-    n_global = max(int((p < g).sum()), empty)
-    runs = []
-    for lo, hi, is_global in ((empty, n_global, True), (n_global, len(p), False)):
-        for s in range(lo, hi, block):
-            runs.append((s, min(s + block, hi), is_global))
-    return runs
-
-
-@lru_cache(maxsize=32)
-def bigbird_plan(spec: MaskSpec, n_q: int, n_k: int, dtype: torch.dtype = torch.float32) -> Plan:
-    """One tile per BigBird query block: the key blocks of its layout row, the global key
-    blocks (every block for a global query block), causal future blocks dropped."""
-    if spec.block_size is None:
-        raise ValueError("bigbird_plan needs block_size")
+def _bigbird_tiles(spec: MaskSpec, n_q: int, n_k: int, make_bias: _BiasMaker) -> list[Tile]:
+    """One tile per BigBird query block: the key blocks of its layout row with the global
+    blocks folded in (every block for a global query block), causal future blocks dropped;
+    rows before the first key (n_q > n_k) see the global keys, or every key if 0 is global."""
+    if spec.prefix_len:
+        raise ValueError("the BigBird tile plan has no prefix rule")
     b, off = spec.block_size, n_k - n_q
-    layout = block_layout(spec, n_q, n_k)
-    nb, g_blocks = layout.shape[0], spec.global_tokens // b
-    kb = torch.arange(nb)
-    make_bias, tiles = _BiasMaker(dtype), []
-    if spec.global_tokens and not spec.causal:  # rows before the first key (p < 0) are global
-        for r0 in range(0, min(-off, n_q), b):
-            r1 = min(r0 + b, -off, n_q)
-            tiles.append(Tile(r0, r1, ((0, n_k),), None))
-    for qb in range(nb):
+    cols_of = _bigbird_columns(spec, n_q, n_k)
+    tiles = []
+    negative = min(-off, n_q)
+    if negative > 0 and not spec.causal:
+        keys = _runs_to_ranges(spec, n_k) if not _zero_global(spec) else ((0, n_k),)
+        for r0 in range(0, negative, b):
+            if keys:
+                tiles.append(Tile(r0, min(r0 + b, negative), keys, None))
+    for qb in range(cols_of.shape[0]):
         r0, r1 = max(qb * b - off, 0), min((qb + 1) * b - off, n_q)
         if r1 <= r0:
             continue
-        cols = torch.ones(nb, dtype=torch.bool) if qb < g_blocks else layout[qb] | (kb < g_blocks)
-        if spec.causal:
-            cols &= kb <= qb
-        keys = _merge([(int(c) * b, min((int(c) + 1) * b, n_k)) for c in cols.nonzero().flatten()])
-        # Inside the gathered blocks the layout and global rules keep every pair: only
-        # causality masks (the diagonal block). Tests hold this against dense_mask.
+        keys = _merge_blocks(cols_of[qb].nonzero().flatten().tolist(), b, n_k)
         p = (torch.arange(r0, r1) + off)[:, None]
-        cols = _cols(keys, None)
-        keep = cols <= p if spec.causal else torch.ones(len(p), cols.shape[1], dtype=torch.bool)
-        tiles.append(Tile(r0, r1, keys, make_bias(keep)))
-    return Plan(n_q, n_k, tuple(tiles))
+        cols = torch.cat([torch.arange(a, e) for a, e in keys])[None, :]
+        keep = cols <= p if spec.causal else torch.ones(r1 - r0, cols.shape[1], dtype=torch.bool)
+        bias, at = make_bias(keep)  # inside the gathered blocks only causality drops pairs
+        tiles.append(Tile(r0, r1, keys, bias, at))
+    return tiles
+
+
+def _zero_global(spec: MaskSpec) -> bool:
+    runs = spec.global_runs
+    return bool(runs) and runs[0][0] == 0
+
+
+def _runs_to_ranges(spec: MaskSpec, n_k: int) -> Ranges:
+    return tuple((a, min(e, n_k)) for a, e in spec.global_runs if a < n_k)
+
+
+@lru_cache(maxsize=32)
+def _bigbird_columns(spec: MaskSpec, n_q: int, n_k: int) -> Tensor:
+    """bool (nb, nb): the key blocks each query block's tile holds."""
+    b, layout = spec.block_size, block_layout(spec, n_q, n_k).clone()
+    g_blocks = sorted({x // b for a, e in spec.global_runs for x in range(a, e, b)})
+    layout[g_blocks] = True
+    layout[:, g_blocks] = True
+    if spec.causal:
+        layout &= torch.ones_like(layout).tril()
+    return layout
+
+
+def _merge_blocks(blocks: list[int], b: int, n_k: int) -> Ranges:
+    out: list[tuple[int, int]] = []
+    for c in blocks:
+        a, e = c * b, min((c + 1) * b, n_k)
+        if out and out[-1][1] == a:
+            out[-1] = (out[-1][0], e)
+        else:
+            out.append((a, e))
+    return tuple(out)
 
 
 def band_block(device: str) -> int:
@@ -232,11 +222,67 @@ def band_block(device: str) -> int:
 
 
 def tile_plan(spec: MaskSpec, n_q: int, n_k: int, dtype: torch.dtype, device: str) -> Plan:
-    """The plan of a mask for a device, on the host: BigBird's layout tiles when
-    ``spec.block_size`` is set, else the band tiles of :func:`band_block` rows."""
+    """The plan of a mask for a device, on the host (biases built: O(executed pairs))."""
+    spec.check_lengths(n_q, n_k)
+    make_bias, block = _BiasMaker(dtype), band_block(device)
     if spec.block_size is not None:
-        return bigbird_plan(spec, n_q, n_k, dtype)
-    return window_plan(spec, n_q, n_k, dtype, band_block(device))
+        return Plan(n_q, n_k, tuple(_bigbird_tiles(spec, n_q, n_k, make_bias)))
+    local, d = spec.without_documents(), spec.dilation
+    docs = spec.documents or (n_q,)
+    if spec.documents is not None and len(set(docs)) == 1:  # equal documents: fold
+        n, fold = docs[0], len(docs)
+        tiles = _band_plan_tiles(local, n, n, block, make_bias, 0)
+        return Plan(n, n, tuple(tiles), *_maybe_orders(n, n, d), fold=fold)
+    if spec.documents is None:
+        tiles = _band_plan_tiles(local, n_q, n_k, block, make_bias, 0)
+        return Plan(n_q, n_k, tuple(tiles), *_maybe_orders(n_q, n_k, d))
+    tiles, q_parts, start = [], [], 0
+    for n in docs:
+        tiles += _band_plan_tiles(local, n, n, block, make_bias, start)
+        q_parts.append(start + (_orders(n, n, d)[0] if d > 1 else torch.arange(n)))
+        start += n
+    order = torch.cat(q_parts) if d > 1 else None
+    return Plan(n_q, n_k, tuple(tiles), order, order)
+
+
+def _maybe_orders(n_q: int, n_k: int, d: int) -> tuple[Tensor | None, Tensor | None]:
+    return _orders(n_q, n_k, d) if d > 1 else (None, None)
+
+
+def plan_shape(spec: MaskSpec, n_q: int, n_k: int, device: str) -> PlanShape:
+    """:class:`PlanShape` of :func:`tile_plan`'s plan from its geometry alone: O(tiles)."""
+    spec.check_lengths(n_q, n_k)
+    if spec.block_size is not None:
+        return _bigbird_shape(spec, n_q, n_k)
+    block, local = band_block(device), spec.without_documents()
+    docs = Counter(spec.documents or (n_q,))
+    executed = area = cols = 0
+    for n, count in docs.items():
+        m_q, m_k = (n, n) if spec.documents is not None else (n_q, n_k)
+        geom: BandTiles = band_tiles(local, m_q, m_k, block)
+        n_cols = geom.n_cols()
+        executed += count * int((geom.rows * n_cols).sum())
+        area = max(area, int((geom.rows * n_cols).max(initial=0)))
+        cols = max(cols, int(n_cols.max(initial=0)))
+    fold = len(spec.documents) if spec.documents is not None and len(docs) == 1 else 1
+    return PlanShape(n_q, n_k, executed, area, cols, fold, permuted=spec.dilation > 1)
+
+
+def _bigbird_shape(spec: MaskSpec, n_q: int, n_k: int) -> PlanShape:
+    b, off = spec.block_size, n_k - n_q
+    cols_of = _bigbird_columns(spec, n_q, n_k).numpy()
+    nb = cols_of.shape[0]
+    widths = np.minimum(b, n_k - np.arange(nb) * b)
+    cols = cols_of.astype(np.int64) @ widths
+    starts = np.arange(nb) * b - off
+    rows = np.clip(np.minimum(starts + b, n_q) - np.maximum(starts, 0), 0, None)
+    negative = max(min(-off, n_q), 0) if not spec.causal else 0
+    neg_cols = n_k if _zero_global(spec) else sum(e - a for a, e in _runs_to_ranges(spec, n_k))
+    neg_rows = negative if neg_cols else 0
+    executed = int((rows * cols).sum()) + neg_rows * neg_cols
+    area = max(int((rows * cols).max(initial=0)), min(neg_rows, b) * neg_cols)
+    widest = max(int(cols[rows > 0].max(initial=0)), neg_cols if neg_rows else 0)
+    return PlanShape(n_q, n_k, executed, area, widest)
 
 
 @lru_cache(maxsize=32)

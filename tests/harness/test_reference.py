@@ -68,3 +68,19 @@ def test_naive_same_dtype_error_is_small_but_nonzero_in_half():
     q, k, v = make_qkv(1, 2, 64, 64, 32, dtype=torch.bfloat16, seed=8)
     err = (naive_attention(q, k, v).double() - reference_attention(q, k, v)).abs().max()
     assert 0 < err < 5e-2
+
+
+def test_packed_documents_equal_each_document_on_its_own():
+    """Rule 5: the oracle over packed documents is the oracle over each document alone (with
+    every rule counted from the document's start: windows, globals, prefix)."""
+    docs = (30, 1, 47, 19)
+    packed = MaskSpec(causal=True, window=(5, 0), global_tokens=(0, 3), prefix_len=4,
+                      documents=docs)
+    alone = MaskSpec(causal=True, window=(5, 0), global_tokens=(0, 3), prefix_len=4)
+    q, k, v = make_qkv(1, 2, 97, 97, 16, seed=9)
+    out, start = reference_attention(q, k, v, packed), 0
+    for n in docs:
+        part = (slice(None), slice(None), slice(start, start + n))
+        expected = reference_attention(q[part], k[part], v[part], alone)
+        assert torch.allclose(out[part], expected, atol=1e-12, rtol=0)
+        start += n
