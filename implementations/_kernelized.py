@@ -171,9 +171,10 @@ class KernelState:
 
     def read(self, q: Tensor) -> Tensor:
         """Outputs of queries q (B, H, n, D) that see exactly the absorbed keys: (B, H, n, Dv)."""
-        fq = fold_heads(self.query_features(q), self.kv_heads)
-        out = normalise(torch.bmm(fq, self.matrix))
-        return unfold_heads(out, self.batch, self.heads).to(q.dtype)
+        num = torch.bmm(fold_heads(self.query_features(q), self.kv_heads), self.matrix)
+        out = normalise(num)
+        del num  # each temporary is freed as soon as the next exists: the workspace model
+        return self._outputs(out, q.dtype)
 
     def advance(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         """The next t tokens, causal among themselves: q (B, H, t, D), k/v (B, H_kv, t, D)
@@ -184,7 +185,12 @@ class KernelState:
         out, self.matrix = causal_chunks(
             fq, fk, with_ones(v, self.dtype), self.matrix, self.chunk, group
         )
-        return unfold_heads(out, self.batch, self.heads).to(q.dtype)
+        del fq, fk
+        return self._outputs(out, q.dtype)
+
+    def _outputs(self, out: Tensor, dtype: torch.dtype) -> Tensor:
+        """(B·H_kv, n·G, Dv) in the compute dtype -> (B, H, n, Dv) in ``dtype``."""
+        return unfold_heads(out, self.batch, self.heads).to(dtype)
 
 
 def kernel_attention(state: KernelState, q: Tensor, k: Tensor, v: Tensor, causal: bool) -> Tensor:
@@ -277,24 +283,49 @@ def state_bytes(p: Problem, features: int, extra_per_head: int = 0) -> int:
 
 
 def kernel_workspace(p: Problem, features: int, chunk: int, map_temps: int = 0) -> int:
-    """Predicted peak bytes of one forward call beyond inputs and output (closed form).
+    """Predicted peak bytes of one forward call beyond its inputs and output (closed form):
+    the largest of the phases of :class:`KernelState`'s code, in allocation order.
 
-    Live at the peak (compute dtype c): key and query features (n·F each), ``[V | 1]`` and
-    ``[numerator | normaliser]`` ((n·(Dv + 1) each; causal only, the non-causal path frees the
-    keys' before the queries' appear), the state, one chunk's scores and product (causal), the
-    feature map's own temporaries (``map_temps`` elements per key row) and, for half inputs, the
-    float32 output before it is rounded (n_q·Dv·4).
+    A feature map over r rows peaks at r·(F + ``map_temps``) elements (its own temporaries).
+    Not causal: the keys' phase (φ(K), ``[V | 1]``), then the queries' (φ(Q), its regrouped copy
+    under grouped K/V, ``[numerator | normaliser]``, the outputs). Causal over t positions:
+    φ(K), φ(Q) and ``[V | 1]`` stay live while the chunk-major ``[numerator | normaliser]``
+    (padded to whole chunks), one chunk's scores and the outputs are made. Half inputs add the
+    float32 outputs before rounding. The state (F·(Dv + 1) per K/V head) is live throughout.
     """
-    size = compute_dtype(p.dtype).itemsize
-    bk, bq, dv = p.batch * p.n_kv_heads, p.batch * p.heads, p.head_dim
-    state = bk * features * (dv + 1)
-    temps = bk * p.n_k * map_temps
-    if p.mask.causal:
-        c = min(chunk, max(p.n_k, 1))
-        chunk_temps = bq * c * (2 * c + 2 * (dv + 1))
-        live = bk * p.n_k * (features + dv + 1) + bq * p.n_q * (features + dv + 1) + chunk_temps
+    c, size = compute_dtype(p.dtype).itemsize, p.dtype.itemsize
+    bk, bq, dv, f = p.batch * p.n_kv_heads, p.batch * p.heads, p.head_dim, features
+    grouped = p.heads != p.n_kv_heads
+    out_bytes = bq * p.n_q * dv * size
+    tail = [2 * bq * p.n_q * dv] if grouped else []  # the outputs regrouped
+    if p.dtype != compute_dtype(p.dtype):
+        # float32 outputs (and their regrouped copy) live while they are rounded
+        tail.append((2 if grouped else 1) * bq * p.n_q * dv + out_bytes // c)
+    if not p.mask.causal:
+        keys, queries = bk * p.n_k, bq * p.n_q
+        phases = [
+            keys * (f + map_temps),
+            keys * (f + dv + 1),
+            queries * (f + map_temps),
+            2 * queries * f if grouped else 0,  # φ(Q) and its regrouped copy
+            queries * (f + dv + 1),
+            queries * (2 * dv + 1),
+        ]
     else:
-        live = max(bk * p.n_k * (features + dv + 1) + temps, bq * p.n_q * (features + dv + 1))
-        temps = 0
-    half_out = bq * p.n_q * dv * size if p.dtype in HALF_DTYPES else 0
-    return (state + live + temps) * size + half_out
+        t = min(p.n_q, p.n_k)
+        prefix, step = bk * (p.n_k - t), min(chunk, max(t, 1))
+        padded = -(-t // step) * step
+        fk, fq, v1 = bk * t * f, bq * t * f, bk * t * (dv + 1)
+        loop = fk + fq + v1 + bq * padded * (dv + 1)
+        phases = [
+            prefix * (f + dv + 1 + map_temps),
+            fk + map_temps * bk * t,
+            fk + bq * t * (f + map_temps),
+            fk + 2 * fq if grouped else 0,
+            loop + bq * step * step,
+            loop + bq * padded * dv,
+            2 * bq * padded * dv,
+        ]
+    state = bk * f * (dv + 1)
+    peak = max(phases + tail) + state
+    return max(peak * c - out_bytes, 0)

@@ -106,16 +106,34 @@ def _flops(p: Problem) -> int:
     return 4 * p.batch * p.n_kv_heads * k * p.n_k * d + 4 * p.batch * p.heads * p.n_q * k * d
 
 
+def sdpa_buffers(p: Problem, n_kv: int) -> int:
+    """SDPA's own workspace over ``n_kv`` keys: the log-sum-exp per query row (float32) and,
+    on the CPU, its flash kernel's per-thread blocks (q_split rows × (min(n_kv, 512) scores +
+    D accumulators + 2 statistics) in float32, plus a half copy of the scores for half inputs),
+    as measured with torch 2.13."""
+    lse = p.batch * p.heads * p.n_q * 4
+    if p.device_type != "cpu":
+        return lse
+    q_split = 256 if p.n_q >= 768 else 64 if p.n_q >= 192 else 32
+    kv = min(n_kv, 512)
+    block = q_split * (kv + p.head_dim + 2) * 4
+    if p.dtype in HALF_DTYPES:
+        block += q_split * kv * 2
+    return lse + torch.get_num_threads() * block
+
+
 def _workspace(p: Problem) -> int:
-    """The projected keys and values (k·D per K/V head each, in the projection dtype, plus
-    their rounded copies for half inputs on the CPU, where one float32 copy of K or V lives
-    while it is projected) and SDPA's per-row softmax statistics."""
+    """Peak bytes beyond inputs and output: the projected K and V (k·D per K/V head each) with
+    SDPA's buffers beside the output; for half inputs on the CPU, first a float32 copy of K
+    (then V) with its float32 projection beside the already rounded other one."""
     kd = p.batch * p.n_kv_heads * _k(p) * p.head_dim
-    proj = projection_dtype(p.dtype, p.device_type)
-    out = 2 * kd * proj.itemsize
-    if proj != p.dtype:
-        out += 2 * kd * p.dtype.itemsize + p.batch * p.n_kv_heads * p.n_k * p.head_dim * 4
-    return out + 2 * p.batch * p.heads * p.n_q * 4
+    size = p.dtype.itemsize
+    out = p.batch * p.heads * p.n_q * p.head_dim * size
+    final = 2 * kd * size + sdpa_buffers(p, _k(p)) + out
+    cast = 0
+    if projection_dtype(p.dtype, p.device_type) != p.dtype:
+        cast = p.batch * p.n_kv_heads * p.n_k * p.head_dim * 4 + kd * (4 + size)
+    return max(final, cast) - out
 
 
 @register(

@@ -117,17 +117,23 @@ def _flops(p: Problem) -> int:
 
 
 def _workspace(p: Problem) -> int:
-    """The larger of the two n-sized softmax kernels with its scores (2·m·n per head), the
-    m-sized landmark, kernel and iteration temporaries, and float32 copies of q, k, v and of
-    the output for half inputs."""
+    """Peak bytes beyond inputs and output, over the call's phases: an n-sized kernel's scores
+    and softmax (2·m·n per head), then the queries' softmax beside the output; the m-sized
+    landmark, kernel and iteration temporaries; for half inputs float32 copies of q, k, v
+    throughout and the float32 output while it is rounded."""
     m, d, bh = int(p.param("landmarks", LANDMARKS.default)), p.head_dim, p.batch * p.heads
-    size = 4 if p.dtype in HALF_DTYPES else p.dtype.itemsize
-    kernels = 2 * m * max(p.n_q, p.n_k) * bh
-    small = bh * (6 * m * m + 4 * m * d)
-    copies = 0
-    if p.dtype in HALF_DTYPES:
-        copies = (p.n_q * p.heads + 2 * p.n_k * p.n_kv_heads) * p.batch * d + bh * p.n_q * d
-    return (kernels + small + copies) * size
+    half = p.dtype in HALF_DTYPES
+    c = 4 if half else p.dtype.itemsize
+    out = bh * p.n_q * d * p.dtype.itemsize
+    copies = (p.n_q * p.heads + 2 * p.n_k * p.n_kv_heads) * p.batch * d * c if half else 0
+    small = bh * (2 * m * m + 4 * m * d) * c  # landmarks, Ã, B̃V, W: live to the end
+    phases = [
+        bh * 6 * m * m * c,  # the iteration's temporaries
+        2 * bh * m * p.n_k * c,  # softmax(Q̃ Kᵀ) and its scores
+        2 * bh * p.n_q * m * c,  # softmax(Q K̃ᵀ) and its scores
+        bh * p.n_q * (m + d) * c + (out if half else 0),  # F̃, the (float32) output, rounded
+    ]
+    return max(copies + small + max(phases) - out, 0)
 
 
 @register(
@@ -159,9 +165,10 @@ def nystrom_attention(
     qs = qc.reshape(b, kv, -1, d)
     q_tilde = segment_means(qc, landmarks).reshape(b, kv, -1, d)  # (B, H_kv, G·m, D)
     k_tilde = segment_means(k, landmarks)  # (B, H_kv, m, D)
-    b_v = torch.softmax(q_tilde @ k.transpose(-2, -1) * s, dim=-1) @ v  # (B, H_kv, G·m, D)
-    a_tilde = torch.softmax(q_tilde @ k_tilde.transpose(-2, -1) * s, dim=-1)
+    q_tilde, k_tilde_s = q_tilde * s, k_tilde * s  # the scale on the m-row side: no n×m copy
+    b_v = torch.softmax(q_tilde @ k.transpose(-2, -1), dim=-1) @ v  # (B, H_kv, G·m, D)
+    a_tilde = torch.softmax(q_tilde @ k_tilde.transpose(-2, -1), dim=-1)
     a_tilde = a_tilde.view(b, h, landmarks, landmarks)
     w = iterative_pinv(a_tilde, pinv_iters) @ b_v.view(b, h, landmarks, -1)  # (B, H, m, D)
-    f_tilde = torch.softmax(qs @ k_tilde.transpose(-2, -1) * s, dim=-1)  # (B, H_kv, G·n, m)
+    f_tilde = torch.softmax(qs @ k_tilde_s.transpose(-2, -1), dim=-1)  # (B, H_kv, G·n, m)
     return (f_tilde.view(b, h, n_q, landmarks) @ w).to(q.dtype)
