@@ -264,15 +264,17 @@ def kernel_flops(p: Problem, features: int) -> int:
     return keys + 2 * p.batch * p.heads * rows * features * (dv + 1)
 
 
-def chunked_extra_flops(p: Problem, chunk: int) -> int:
-    """What the chunked causal path executes beyond :func:`kernel_flops`: per chunk of C
-    positions the full C×C score block (half of it masked) and its product with ``[V | 1]``,
-    2·C·(F + Dv + 1) per query row — the price of doing the recurrence as matrix products."""
+def chunked_extra_flops(p: Problem, features: int, chunk: int) -> int:
+    """What the chunked causal path executes beyond :func:`kernel_flops`: per chunk of c
+    positions the full c×c score block (half of it masked) and its product with ``[V | 1]``,
+    2·c²·(F + Dv + 1) per query head — the price of running the recurrence as matrix products
+    (about as much again as :func:`kernel_flops` at C = F = Dv = 64). 0 when not causal."""
     if not p.mask.causal:
         return 0
-    c = min(chunk, max(p.n_k, 1))
-    rows = min(p.n_q, p.n_k)
-    return 2 * p.batch * p.heads * rows * c * (p.head_dim + p.head_dim + 1)
+    t = min(p.n_q, p.n_k)
+    c = min(chunk, max(t, 1))
+    squares = (t // c) * c * c + (t % c) ** 2
+    return 2 * p.batch * p.heads * squares * (features + p.head_dim + 1)
 
 
 def state_bytes(p: Problem, features: int, extra_per_head: int = 0) -> int:
