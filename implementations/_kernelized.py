@@ -225,11 +225,12 @@ def feature_definition(
     v: Tensor,
     mask: MaskSpec,
     rows: Tensor | None = None,
+    eps: float = 0.0,
     chunk: int = 256,
 ) -> Tensor:
     """The definition written out, in the inputs' dtype: weights ``w_ij = φ(q_i)ᵀφ(k_j)`` on
-    the kept pairs (:func:`harness.masks.keep_pairs`), ``out_i = Σ_j w_ij v_j / Σ_j w_ij``,
-    zeros for a row without keys. O(n_q·n_k) time, computed query chunk by query chunk
+    the kept pairs (:func:`harness.masks.keep_pairs`), ``out_i = Σ_j w_ij v_j / (Σ_j w_ij +
+    eps)``, zeros for a row without keys. O(n_q·n_k) time, computed query chunk by query chunk
     (memory O(chunk·n_k)).
 
     fq (B, H, n_q, F), fk (B, H_kv, n_k, F), v (B, H_kv, n_k, Dv); ``rows`` (1-D long) limits
@@ -246,7 +247,7 @@ def feature_definition(
             keep = keep_pairs(mask, n_q, n_k, part[:, None] + n_k - n_q, torch.arange(n_k)[None])
             weights = weights * keep.to(weights.device, weights.dtype)
         total = weights.sum(-1, keepdim=True)
-        out = (weights @ v) / torch.where(total > 0, total, torch.ones_like(total))
+        out = (weights @ v) / torch.where(total > 0, total + eps, torch.ones_like(total))
         outs.append(out)
     return torch.cat(outs, dim=-2)
 

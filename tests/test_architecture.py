@@ -49,7 +49,7 @@ LAYERS = (
     "harness.cli",
 )
 # the only modules a function body may import: dependencies that may be absent
-OPTIONAL = ("ray", "submitit", "xformers", "flash_attn", "triton", "pynvml")
+OPTIONAL = ("ray", "submitit", "xformers", "flash_attn", "triton", "pynvml", "fla")
 MAX_MODULE_LINES, MAX_FUNCTION_LINES = 300, 60
 WAIVER = "# size:"  # "# size: <why>" in a module's head or above a def waives its limit
 
