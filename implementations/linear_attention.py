@@ -69,8 +69,15 @@ def _no_scale(scale: float | None) -> None:
 
 def _state_of(q: Tensor, k: Tensor, mask: MaskSpec, chunk_size: int) -> LinearState:
     problem = Problem(
-        q.shape[0], q.shape[1], q.shape[-2], k.shape[-2], q.shape[-1], q.dtype, q.device.type,
-        mask, kv_heads=k.shape[1],
+        q.shape[0],
+        q.shape[1],
+        q.shape[-2],
+        k.shape[-2],
+        q.shape[-1],
+        q.dtype,
+        q.device.type,
+        mask,
+        kv_heads=k.shape[1],
     )
     return LinearState(problem, chunk_size)
 
@@ -110,9 +117,7 @@ def _workspace(p: Problem) -> int:
     description="linear transformer, φ = elu + 1: O(n·D²); causal chunk by chunk with a state",
     params={"chunk_size": CHUNK},
     reference=linear_reference,
-    recurrence=Recurrence(
-        new_state=LinearState, state_bytes=lambda p: state_bytes(p, p.head_dim)
-    ),
+    recurrence=Recurrence(new_state=LinearState, state_bytes=lambda p: state_bytes(p, p.head_dim)),
 )
 def linear_attention(
     q: Tensor,

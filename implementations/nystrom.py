@@ -37,8 +37,9 @@ from harness.registry import register
 from harness.spec import Capabilities, Cost, Param, Problem
 
 LANDMARKS = Param(64, "landmarks m: segment means of Q and K (m <= n)", minimum=1)
-PINV_ITERS = Param(6, "iterations of the Moore–Penrose approximation of the m×m kernel",
-                   minimum=1, maximum=100)
+PINV_ITERS = Param(
+    6, "iterations of the Moore–Penrose approximation of the m×m kernel", minimum=1, maximum=100
+)
 
 
 def segment_means(x: Tensor, m: int) -> Tensor:

@@ -164,9 +164,11 @@ def _flops(p: Problem) -> int:
         memory_exponent=1,
         memory_model=_workspace,
         flops=_flops,
-        io_bytes=lambda p: int(p.param("features", FEATURES.default))
-        * p.head_dim
-        * compute_dtype(p.dtype).itemsize,
+        io_bytes=lambda p: (
+            int(p.param("features", FEATURES.default))
+            * p.head_dim
+            * compute_dtype(p.dtype).itemsize
+        ),
     ),
     description="Performer FAVOR+, positive orthogonal random features: O(n·m·D)",
     params={"features": FEATURES, "chunk_size": CHUNK},
@@ -187,8 +189,15 @@ def performer_attention(
 ) -> Tensor:
     """q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D) -> (B, H, n_q, D)."""
     problem = Problem(
-        q.shape[0], q.shape[1], q.shape[-2], k.shape[-2], q.shape[-1], q.dtype, q.device.type,
-        mask, kv_heads=k.shape[1],
+        q.shape[0],
+        q.shape[1],
+        q.shape[-2],
+        k.shape[-2],
+        q.shape[-1],
+        q.dtype,
+        q.device.type,
+        mask,
+        kv_heads=k.shape[1],
     )
     state = PerformerState(problem, features, chunk_size, scale)
     return kernel_attention(state, q, k, v, mask.causal)

@@ -106,8 +106,9 @@ def test_causal_row_is_the_non_causal_call_on_its_prefix(name, n_q, n_k):
         if last < 0:
             assert torch.equal(causal[:, :, i], torch.zeros_like(causal[:, :, i]))
             continue
-        row = impl(q[:, :, i : i + 1], k[:, :, : last + 1], v[:, :, : last + 1], MaskSpec(),
-                   **params)
+        row = impl(
+            q[:, :, i : i + 1], k[:, :, : last + 1], v[:, :, : last + 1], MaskSpec(), **params
+        )
         torch.testing.assert_close(causal[:, :, i : i + 1], row, rtol=1e-12, atol=1e-12)
 
 
@@ -152,15 +153,19 @@ def test_an_implementation_without_a_recurrent_form_says_so():
     assert registry.get("sdpa").recurrence is None
 
 
-@pytest.mark.parametrize("name,causal", [(n, c) for n in PARAMS for c in (False, True)
-                                         if not c or n in CAUSAL])
+@pytest.mark.parametrize(
+    "name,causal", [(n, c) for n in PARAMS for c in (False, True) if not c or n in CAUSAL]
+)
 def test_gradients_match_the_definition(name, causal):
     mask = MaskSpec(causal=causal, seed=2)
-    q, k, v = make_qkv(1, 4, 29, 37, 12, kv_heads=2, dtype=torch.float64, seed=9,
-                       requires_grad=True)
+    q, k, v = make_qkv(
+        1, 4, 29, 37, 12, kv_heads=2, dtype=torch.float64, seed=9, requires_grad=True
+    )
     g = torch.randn(q.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
-    impl, params = registry.get(name), {**PARAMS[name], "chunk_size": 8} if name in CAUSAL \
-        else PARAMS[name]
+    impl, params = (
+        registry.get(name),
+        {**PARAMS[name], "chunk_size": 8} if name in CAUSAL else PARAMS[name],
+    )
     ref = torch.autograd.grad(impl.reference(q, k, v, mask, **params), (q, k, v), g)
     got = torch.autograd.grad(impl(q, k, v, mask, **params), (q, k, v), g)
     assert grad_agreement(got, ref, torch.float64)["grad_agree"]
@@ -172,14 +177,21 @@ def test_gradients_match_the_definition(name, causal):
 def favor_errors(qk_std: float, features: list[int]) -> list[float]:
     """Mean relative error vs exact softmax attention (float64) over 4 seeds of W."""
     gen = torch.Generator().manual_seed(0)
-    q, k = (torch.randn(1, 2, 256, 64, generator=gen, dtype=torch.float64) * qk_std
-            for _ in range(2))
+    q, k = (
+        torch.randn(1, 2, 256, 64, generator=gen, dtype=torch.float64) * qk_std for _ in range(2)
+    )
     v = torch.randn(1, 2, 256, 64, generator=gen, dtype=torch.float64)
     exact = reference_attention(q, k, v, MaskSpec())
     impl = registry.get("performer")
     return [
-        float(np.mean([rel_frobenius(impl(q, k, v, MaskSpec(seed=s), features=m), exact)
-                       for s in range(4)]))
+        float(
+            np.mean(
+                [
+                    rel_frobenius(impl(q, k, v, MaskSpec(seed=s), features=m), exact)
+                    for s in range(4)
+                ]
+            )
+        )
         for m in features
     ]
 
@@ -199,8 +211,9 @@ def test_favor_error_grows_with_the_qk_scale():
     assert unit > 10 * small, (small, unit)
 
 
-@pytest.mark.parametrize("name,causal", [(n, c) for n in PARAMS for c in (False, True)
-                                         if not c or n in CAUSAL])
+@pytest.mark.parametrize(
+    "name,causal", [(n, c) for n in PARAMS for c in (False, True) if not c or n in CAUSAL]
+)
 def test_flop_formula_counts_every_matrix_product(name, causal):
     """The declared formula against torch's FLOP counter (autograd on, so every product is an
     out-of-place op it counts; SDPA pinned to MATH, whose products it counts). Causal paths
@@ -232,8 +245,16 @@ def test_memory_model_predicts_the_measured_peak(name, causal, dtype, kv_heads):
     within 10%, at the defaults (B1 H8 D64) through the runner's prepared call."""
     n = 1024
     q, k, v = make_qkv(1, 8, n, n, 64, kv_heads=kv_heads, dtype=dtype, seed=n)
-    problem = Problem(1, 8, n, n, 64, dtype=dtype, mask=MaskSpec(causal=causal),
-                      kv_heads=None if kv_heads == 8 else kv_heads)
+    problem = Problem(
+        1,
+        8,
+        n,
+        n,
+        64,
+        dtype=dtype,
+        mask=MaskSpec(causal=causal),
+        kv_heads=None if kv_heads == 8 else kv_heads,
+    )
     attn = registry.get(name).prepare(problem)
 
     def call():
@@ -341,8 +362,10 @@ def test_fla_kernels_under_the_triton_interpreter(monkeypatch):
     try:
         out = impl.fn(q, k, v, MaskSpec(causal=True))
     except Exception as exc:  # the interpreter fails inside fla's own kernels, many ways
-        pytest.skip(f"fla's kernels do not run in Triton's interpreter: {type(exc).__name__}: "
-                    f"{str(exc).splitlines()[0][:120]}")
+        pytest.skip(
+            f"fla's kernels do not run in Triton's interpreter: {type(exc).__name__}: "
+            f"{str(exc).splitlines()[0][:120]}"
+        )
     ref = impl.reference(q.double(), k.double(), v.double(), MaskSpec(causal=True))
     naive = impl.reference(q, k, v, MaskSpec(causal=True))
     assert output_agreement(out, ref, torch.float32, naive=naive)["agree"]
