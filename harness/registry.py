@@ -10,7 +10,10 @@ An approximation of softmax attention (Performer, Linformer, ...) also declares 
 parameters (``params={"features": Param(256, "random features m", minimum=1)}``: the function
 takes them as keyword arguments) and ``reference``: a float64 evaluation of its own definition
 with the same signature (same random features or projections), which the agreement check
-holds it to; its distance from exact softmax attention is measured, not gated.
+holds it to; its distance from exact softmax attention is measured, not gated. A causal
+attention with a fixed-size recurrent state (linear attention) also declares ``recurrence``
+(:class:`harness.spec.Recurrence`): ``impl.new_state(problem)`` makes that state, whose
+``advance(q, k, v)`` decodes without a KV cache.
 
 An entry point names a module (registration happens at import) or a zero-argument callable.
 

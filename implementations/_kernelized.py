@@ -82,39 +82,30 @@ def chunk_keep(chunk: int, group: int, device: torch.device, dtype: torch.dtype)
 
 
 def causal_chunks(
-    fq: Tensor, fk: Tensor, v1: Tensor, state: Tensor, chunk: int, group: int
-) -> tuple[Tensor, Tensor]:
+    fq: Tensor, fk: Tensor, v1: Tensor, state: Tensor, chunk: int, group: int, out: Tensor
+) -> None:
     """Causal attention continuing ``state``: fq (BH, t·G, F) query rows at the t positions of
     fk (BH, t, F) / v1 (BH, t, Dv + 1), all after the keys in state (BH, F, Dv + 1).
 
-    Returns (outputs (BH, t·G, Dv), the state after the t keys). Without autograd the state is
-    updated in place and each chunk's ``[numerator | normaliser]`` is written straight into its
-    slot of one chunk-major buffer; with autograd both are built out of place (autograd then
-    keeps each chunk's state: O(n/C·F·Dv)).
+    Writes the outputs into ``out`` (BH, t·G, Dv) chunk by chunk and adds the t keys to
+    ``state``, both in place (no autograd: see :func:`causal_chunks_autograd`).
     """
-    if _needs_grad(fq, fk, v1, state):
-        return _causal_chunks_autograd(fq, fk, v1, state, chunk, group)
-    t, bh, dv1 = fk.shape[1], fk.shape[0], v1.shape[-1]
-    chunk = min(chunk, t)
-    keep = chunk_keep(chunk, group, fq.device, fq.dtype)
-    slots = fq.new_empty(-(-t // chunk), bh, chunk * group, dv1)  # (chunks, BH, C·G, Dv + 1)
-    for i, s in enumerate(range(0, t, chunk)):
+    t = fk.shape[1]
+    keep = chunk_keep(min(chunk, t), group, fq.device, fq.dtype)
+    for s in range(0, t, chunk):
         e = min(s + chunk, t)
         qc, kc, vc = fq[:, s * group : e * group], fk[:, s:e], v1[:, s:e]
         scores = torch.bmm(qc, kc.transpose(1, 2)).mul_(keep[: (e - s) * group, : e - s])
-        slot = slots[i, :, : (e - s) * group]
-        torch.bmm(scores, vc, out=slot)  # inside the chunk
-        slot.baddbmm_(qc, state)  # every earlier chunk
+        part = torch.bmm(scores, vc).baddbmm_(qc, state)  # inside the chunk + every earlier one
+        torch.div(part[..., :-1], part[..., -1:], out=out[:, s * group : e * group])
         state.baddbmm_(kc.transpose(1, 2), vc)
-    out = fq.new_empty(bh, slots.shape[0], chunk * group, dv1 - 1)
-    torch.div(slots[..., :-1].transpose(0, 1), slots[..., -1:].transpose(0, 1), out=out)
-    return out.view(bh, -1, dv1 - 1)[:, : t * group], state
 
 
-def _causal_chunks_autograd(
+def causal_chunks_autograd(
     fq: Tensor, fk: Tensor, v1: Tensor, state: Tensor, chunk: int, group: int
 ) -> tuple[Tensor, Tensor]:
-    """:func:`causal_chunks` out of place, for autograd."""
+    """:func:`causal_chunks` out of place, for autograd: (outputs (BH, t·G, Dv), new state).
+    Autograd keeps each chunk's state: O(n/C·F·Dv) for the backward pass."""
     t = fk.shape[1]
     keep = chunk_keep(min(chunk, t), group, fq.device, fq.dtype)
     parts = []
@@ -122,9 +113,16 @@ def _causal_chunks_autograd(
         e = min(s + chunk, t)
         qc, kc, vc = fq[:, s * group : e * group], fk[:, s:e], v1[:, s:e]
         scores = torch.bmm(qc, kc.transpose(1, 2)) * keep[: (e - s) * group, : e - s]
-        parts.append(torch.baddbmm(torch.bmm(scores, vc), qc, state))
+        parts.append(normalise(torch.baddbmm(torch.bmm(scores, vc), qc, state)))
         state = torch.baddbmm(state, kc.transpose(1, 2), vc)
-    return normalise(torch.cat(parts, dim=1)), state
+    return torch.cat(parts, dim=1), state
+
+
+SEGMENT_BYTES = 8 * 2**20
+"""Feature-map work per segment of positions. The feature maps, ``[V | 1]`` and the chunk
+loop's inputs exist for one segment at a time: workspace O(segment), not O(n), and buffers
+this size are reused from the heap call after call instead of being mapped afresh (glibc maps
+blocks over 32 MiB anew each time: page faults cost ~30% of the time at n = 16k)."""
 
 
 class KernelState:
@@ -132,8 +130,12 @@ class KernelState:
 
     Subclasses define the feature map: :meth:`query_features` and :meth:`key_features`
     ((B, H, t, D) -> (B, H, t, F) in the compute dtype; key features may rescale the state,
-    as FAVOR+'s stabiliser does). ``chunk`` is the causal chunk size C.
+    as FAVOR+'s stabiliser does) and ``map_temps``, the map's own temporaries per row in
+    elements. ``chunk`` is the causal chunk size C. Every method walks its tokens in segments
+    of :meth:`segment_len` positions.
     """
+
+    map_temps = 0
 
     def __init__(
         self,
@@ -147,6 +149,7 @@ class KernelState:
         chunk: int,
     ):
         self.batch, self.heads, self.kv_heads, self.chunk = batch, heads, kv_heads, chunk
+        self.features, self.value_dim = features, value_dim
         self.dtype = compute_dtype(dtype)
         shape = (batch * kv_heads, features, value_dim + 1)
         self.matrix = torch.zeros(shape, dtype=self.dtype, device=device)
@@ -160,37 +163,89 @@ class KernelState:
     def tensors(self) -> list[Tensor]:
         return [self.matrix]
 
+    def segment_len(self) -> int:
+        """Positions per segment: :data:`SEGMENT_BYTES` of features, a whole number of chunks."""
+        return segment_len(
+            self.batch,
+            self.heads,
+            self.kv_heads,
+            self.features + self.map_temps,
+            self.value_dim,
+            self.dtype.itemsize,
+            self.chunk,
+        )
+
     def absorb(self, k: Tensor, v: Tensor) -> None:
         """Add keys k/v (B, H_kv, t, D) that every later query sees: O(t·F·Dv)."""
-        fk = self.key_features(k).flatten(0, 1)  # (BH_kv, t, F)
-        v1 = with_ones(v, self.dtype)
-        if _needs_grad(fk, v1, self.matrix):
-            self.matrix = torch.baddbmm(self.matrix, fk.transpose(1, 2), v1)
-        else:
-            self.matrix.baddbmm_(fk.transpose(1, 2), v1)
+        seg = self.segment_len()
+        for s in range(0, k.shape[-2], seg):
+            fk = self.key_features(k[:, :, s : s + seg]).flatten(0, 1)  # (BH_kv, seg, F)
+            v1 = with_ones(v[:, :, s : s + seg], self.dtype)
+            if _needs_grad(fk, v1, self.matrix):
+                self.matrix = torch.baddbmm(self.matrix, fk.transpose(1, 2), v1)
+            else:
+                self.matrix.baddbmm_(fk.transpose(1, 2), v1)
+            del fk, v1  # one segment's buffers at a time: the workspace model counts on it
 
     def read(self, q: Tensor) -> Tensor:
         """Outputs of queries q (B, H, n, D) that see exactly the absorbed keys: (B, H, n, Dv)."""
-        num = torch.bmm(fold_heads(self.query_features(q), self.kv_heads), self.matrix)
-        out = normalise(num)
-        del num  # each temporary is freed as soon as the next exists: the workspace model
-        return self._outputs(out, q.dtype)
+        seg, group = self.segment_len(), self.heads // self.kv_heads
+        grad = _needs_grad(q, self.matrix)
+        out = None if grad else self._folded_output(q)
+        parts = []
+        for s in range(0, q.shape[-2], seg):
+            fq = fold_heads(self.query_features(q[:, :, s : s + seg]), self.kv_heads)
+            num = torch.bmm(fq, self.matrix)
+            del fq
+            if grad:
+                parts.append(normalise(num))
+            else:
+                e = min(s + seg, q.shape[-2])
+                torch.div(num[..., :-1], num[..., -1:], out=out[:, s * group : e * group])
+            del num
+        return self._outputs(torch.cat(parts, dim=1) if grad else out, q.dtype)
 
     def advance(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         """The next t tokens, causal among themselves: q (B, H, t, D), k/v (B, H_kv, t, D)
         -> (B, H, t, Dv); their keys join the state."""
-        fk = self.key_features(k).flatten(0, 1)
-        fq = fold_heads(self.query_features(q), self.kv_heads)
-        group = self.heads // self.kv_heads
-        out, self.matrix = causal_chunks(
-            fq, fk, with_ones(v, self.dtype), self.matrix, self.chunk, group
-        )
-        del fq, fk
-        return self._outputs(out, q.dtype)
+        seg, group = self.segment_len(), self.heads // self.kv_heads
+        grad = _needs_grad(q, k, v, self.matrix)
+        out = None if grad else self._folded_output(q)
+        parts = []
+        for s in range(0, k.shape[-2], seg):
+            fk = self.key_features(k[:, :, s : s + seg]).flatten(0, 1)
+            fq = fold_heads(self.query_features(q[:, :, s : s + seg]), self.kv_heads)
+            v1 = with_ones(v[:, :, s : s + seg], self.dtype)
+            if grad:
+                part, self.matrix = causal_chunks_autograd(
+                    fq, fk, v1, self.matrix, self.chunk, group
+                )
+                parts.append(part)
+            else:
+                rows = out[:, s * group : (s + fk.shape[1]) * group]
+                causal_chunks(fq, fk, v1, self.matrix, self.chunk, group, rows)
+            del fk, fq, v1
+        return self._outputs(torch.cat(parts, dim=1) if grad else out, q.dtype)
+
+    def _folded_output(self, q: Tensor) -> Tensor:
+        """The outputs' buffer in the folded layout: (B·H_kv, n·G, Dv), compute dtype."""
+        rows = q.shape[-2] * (self.heads // self.kv_heads)
+        shape = (self.batch * self.kv_heads, rows, self.value_dim)
+        return torch.empty(shape, dtype=self.dtype, device=q.device)
 
     def _outputs(self, out: Tensor, dtype: torch.dtype) -> Tensor:
         """(B·H_kv, n·G, Dv) in the compute dtype -> (B, H, n, Dv) in ``dtype``."""
         return unfold_heads(out, self.batch, self.heads).to(dtype)
+
+
+def segment_len(
+    batch: int, heads: int, kv_heads: int, row_elems: int, value_dim: int, size: int, chunk: int
+) -> int:
+    """Positions per segment: the query and key feature rows (``row_elems`` each, with the
+    map's temporaries) and ``[V | 1]`` of one position take ``per`` bytes; a segment takes
+    :data:`SEGMENT_BYTES` of them, rounded down to whole chunks (at least one chunk)."""
+    per = batch * (heads * row_elems + kv_heads * (row_elems + value_dim + 1)) * size
+    return max(chunk, SEGMENT_BYTES // per // chunk * chunk)
 
 
 def kernel_attention(state: KernelState, q: Tensor, k: Tensor, v: Tensor, causal: bool) -> Tensor:
@@ -289,46 +344,42 @@ def kernel_workspace(p: Problem, features: int, chunk: int, map_temps: int = 0) 
     """Predicted peak bytes of one forward call beyond its inputs and output (closed form):
     the largest of the phases of :class:`KernelState`'s code, in allocation order.
 
-    A feature map over r rows peaks at r·(F + ``map_temps``) elements (its own temporaries).
-    Not causal: the keys' phase (φ(K), ``[V | 1]``), then the queries' (φ(Q), its regrouped copy
-    under grouped K/V, ``[numerator | normaliser]``, the outputs). Causal over t positions:
-    φ(K), φ(Q) and ``[V | 1]`` stay live while the chunk-major ``[numerator | normaliser]``
-    (padded to whole chunks), one chunk's scores and the outputs are made. Half inputs add the
-    float32 outputs before rounding. The state (F·(Dv + 1) per K/V head) is live throughout.
+    Per segment of r positions (:func:`segment_len`): a feature map peaks at
+    r·(F + ``map_temps``) elements per head; keys hold φ(K) and ``[V | 1]``; queries φ(Q) (and a
+    regrouped copy under grouped K/V), then ``[numerator | normaliser]`` or, causal, one chunk's
+    C·C scores and C·(Dv + 1) product. The outputs' buffer (B·H·n_q·Dv in the compute dtype) is
+    the output itself for float32-like inputs without grouped K/V; otherwise it lives beside the
+    regrouped or rounded output. The state (F·(Dv + 1) per K/V head) is live throughout.
     """
     c, size = compute_dtype(p.dtype).itemsize, p.dtype.itemsize
     bk, bq, dv, f = p.batch * p.n_kv_heads, p.batch * p.heads, p.head_dim, features
     grouped = p.heads != p.n_kv_heads
-    out_bytes = bq * p.n_q * dv * size
-    tail = [2 * bq * p.n_q * dv] if grouped else []  # the outputs regrouped
-    if p.dtype != compute_dtype(p.dtype):
-        # float32 outputs (and their regrouped copy) live while they are rounded
-        tail.append((2 if grouped else 1) * bq * p.n_q * dv + out_bytes // c)
+    seg = segment_len(p.batch, p.heads, p.n_kv_heads, f + map_temps, dv, c, chunk)
+    out_c, out_bytes = bq * p.n_q * dv, bq * p.n_q * dv * size
+
+    def keys(r: int) -> list[int]:
+        return [bk * r * (f + map_temps), bk * r * (f + dv + 1)]
+
+    def queries(r: int, fk: int) -> list[int]:
+        return [fk + bq * r * (f + map_temps), fk + 2 * bq * r * f if grouped else 0]
+
     if not p.mask.causal:
-        keys, queries = bk * p.n_k, bq * p.n_q
-        phases = [
-            keys * (f + map_temps),
-            keys * (f + dv + 1),
-            queries * (f + map_temps),
-            2 * queries * f if grouped else 0,  # φ(Q) and its regrouped copy
-            queries * (f + dv + 1),
-            queries * (2 * dv + 1),
-        ]
+        r = min(seg, p.n_q)
+        before = keys(min(seg, p.n_k))
+        during = [*queries(r, 0), bq * r * (f + dv + 1)]
     else:
         t = min(p.n_q, p.n_k)
-        prefix, step = bk * (p.n_k - t), min(chunk, max(t, 1))
-        padded = -(-t // step) * step
-        fk, fq, v1 = bk * t * f, bq * t * f, bk * t * (dv + 1)
-        loop = fk + fq + v1 + bq * padded * (dv + 1)
-        phases = [
-            prefix * (f + dv + 1 + map_temps),
-            fk + map_temps * bk * t,
-            fk + bq * t * (f + map_temps),
-            fk + 2 * fq if grouped else 0,
-            loop + bq * step * step,
-            loop + bq * padded * dv,
-            2 * bq * padded * dv,
-        ]
-    state = bk * f * (dv + 1)
-    peak = max(phases + tail) + state
+        r, step = min(seg, t), min(chunk, max(t, 1))
+        before = keys(min(seg, p.n_k - t)) if p.n_k > t else []
+        fk = bk * r * f
+        loop = fk + bq * r * f + bk * r * (dv + 1) + bq * step * (step + dv + 1)
+        during = [*keys(r)[:1], *queries(r, fk), loop]
+    end = [out_c]
+    if grouped:
+        end.append(2 * out_c)  # the folded outputs and their regrouped copy
+    if size != c:
+        end.append((2 if grouped else 1) * out_c + out_bytes // c)  # rounded to the dtype
+    if p.mask.causal and p.n_q > p.n_k:
+        end.append(out_c + 2 * out_bytes // c)  # rows without keys: zeros, concatenated
+    peak = max([*before, *(out_c + x for x in during), *end]) + bk * f * (dv + 1)
     return max(peak * c - out_bytes, 0)

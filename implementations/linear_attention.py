@@ -54,6 +54,8 @@ class LinearState(KernelState):
         super().__init__(
             p.batch, p.heads, p.n_kv_heads, p.head_dim, p.head_dim, p.dtype, p.device, chunk_size
         )
+        # elu runs on a float32 copy of half inputs
+        self.map_temps = 0 if p.dtype == self.dtype else p.head_dim
 
     def query_features(self, q: Tensor) -> Tensor:
         return elu_features(q)

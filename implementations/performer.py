@@ -93,6 +93,7 @@ class PerformerState(KernelState):
         w = orthogonal_features(features, p.head_dim, p.mask.seed)
         self.w = w.to(device=p.device, dtype=self.dtype)
         self.scale = _scale(scale, p.head_dim)
+        self.map_temps = 2 * p.head_dim  # x' and x'² beside the m logits
         self.log_root_m = 0.5 * math.log(features)
         self.shift = torch.full((p.batch * p.n_kv_heads, 1, 1), -math.inf, device=p.device)
         self.shift = self.shift.to(self.dtype)
