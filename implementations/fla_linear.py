@@ -31,7 +31,7 @@ from harness.dtypes import HALF_DTYPES
 from harness.masks import MaskSpec
 from harness.registry import register, tiny_qkv
 from harness.spec import Capabilities, Cost, Problem
-from implementations._kernelized import feature_definition, kernel_flops
+from implementations._kernelized_spec import feature_definition, kernel_flops
 
 FLA_EPS = 1e-10  # fla.ops.linear_attn.utils: denominator + 1e-10
 FLA_CHUNK = 64  # rows per chunk of fla's chunk kernels

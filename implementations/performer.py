@@ -41,8 +41,10 @@ from harness.spec import Capabilities, Cost, Param, Problem, Recurrence
 from implementations._kernelized import (
     KernelState,
     compute_dtype,
-    feature_definition,
     kernel_attention,
+)
+from implementations._kernelized_spec import (
+    feature_definition,
     kernel_flops,
     kernel_workspace,
     state_bytes,

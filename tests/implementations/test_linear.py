@@ -21,7 +21,7 @@ from harness.oracle.agreement import grad_agreement, output_agreement, rel_frobe
 from harness.oracle.reference import reference_attention
 from harness.registry import NotSupportedError, problem_of
 from harness.spec import Problem
-from implementations._kernelized import chunked_extra_flops
+from implementations._kernelized_spec import chunked_extra_flops
 from tests.conftest import make_qkv
 
 # small method parameters where the defaults would not fit the odd test shapes (n = 33)
