@@ -32,6 +32,7 @@ from harness.masks import MaskSpec
 from harness.registry import register, tiny_qkv
 from harness.spec import Capabilities, Cost, Problem
 from implementations._kernelized_spec import feature_definition, kernel_flops
+from implementations.linear_attention import no_scale as _no_scale
 
 FLA_EPS = 1e-10  # fla.ops.linear_attn.utils: denominator + 1e-10
 FLA_CHUNK = 64  # rows per chunk of fla's chunk kernels
@@ -66,6 +67,7 @@ def fla_reference(
     rows: Tensor | None = None,
 ) -> Tensor:
     """fla's definition in the inputs' dtype: ``linear``'s with 1e-10 added to the normaliser."""
+    _no_scale(scale)
     return feature_definition(F.elu(q) + 1, F.elu(k) + 1, v, mask, rows, eps=FLA_EPS)
 
 
@@ -106,8 +108,7 @@ def fla_linear_attention(
     """q, k, v: (B, H, N, D) -> (B, H, N, D), causal."""
     from fla.ops.linear_attn import chunk_linear_attn
 
-    if scale is not None:
-        raise ValueError("linear attention has no softmax scale (φ(q)ᵀφ(k) is unscaled)")
+    _no_scale(scale)
     fq, fk = (F.elu(x).add_(1.0).transpose(1, 2) for x in (q, k))  # (B, N, H, D)
     out, _ = chunk_linear_attn(fq, fk, v.transpose(1, 2), scale=1.0, normalize=True)
     return out.transpose(1, 2)

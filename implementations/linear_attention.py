@@ -66,7 +66,8 @@ class LinearState(KernelState):
         return elu_features(k)
 
 
-def _no_scale(scale: float | None) -> None:
+def no_scale(scale: float | None) -> None:
+    """Refuse a softmax scale: φ(q)ᵀφ(k) has none (a silent one would change the kernel)."""
     if scale is not None:
         raise ValueError("linear attention has no softmax scale (φ(q)ᵀφ(k) is unscaled)")
 
@@ -98,7 +99,7 @@ def linear_reference(
     """The definition in the inputs' dtype (float64 inputs: the float64 reference), O(n²):
     weights φ(q_i)ᵀφ(k_j) over the kept pairs, normalised. ``chunk_size`` is not part of the
     definition (accepted so the signature matches); ``rows`` limits the output to those rows."""
-    _no_scale(scale)
+    no_scale(scale)
     return feature_definition(F.elu(q) + 1, F.elu(k) + 1, v, mask, rows)
 
 
@@ -132,5 +133,5 @@ def linear_attention(
     chunk_size: int = 64,
 ) -> Tensor:
     """q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D) -> (B, H, n_q, D)."""
-    _no_scale(scale)
+    no_scale(scale)
     return kernel_attention(_state_of(q, k, mask, chunk_size), q, k, v, mask.causal)
