@@ -79,7 +79,13 @@ def test_grouped_kv_where_declared():
         problem = Problem(1, 6, 40, 40, 16, mask=MaskSpec(causal=True), kv_heads=2)
         if impl.caps.grouped_kv and not impl.not_supported(problem):
             out = impl(q, k, v, MaskSpec(causal=True))
-            assert output_agreement(out, ref, torch.float32)["agree"], impl.name
+            # an approximation is held to its own definition (test_linear covers its GQA)
+            own = (
+                impl.reference(q.double(), k.double(), v.double(), MaskSpec(causal=True))
+                if impl.approximate
+                else ref
+            )
+            assert output_agreement(out, own, torch.float32)["agree"], impl.name
 
 
 def test_a_wrong_kernel_is_caught():
