@@ -10,7 +10,10 @@ An approximation of softmax attention (Performer, Linformer, ...) also declares 
 parameters (``params={"features": Param(256, "random features m", minimum=1)}``: the function
 takes them as keyword arguments) and ``reference``: a float64 evaluation of its own definition
 with the same signature (same random features or projections), which the agreement check
-holds it to; its distance from exact softmax attention is measured, not gated.
+holds it to; its distance from exact softmax attention is measured, not gated. A causal
+attention with a fixed-size recurrent state (linear attention) also declares ``recurrence``
+(:class:`harness.spec.Recurrence`): ``impl.new_state(problem)`` makes that state, whose
+``advance(q, k, v)`` decodes without a KV cache.
 
 An entry point names a module (registration happens at import) or a zero-argument callable.
 
@@ -33,7 +36,16 @@ from torch import Tensor
 
 from harness.errors import first_line
 from harness.masks import MaskSpec
-from harness.spec import AttnFn, Capabilities, Cost, Param, ParamValue, Problem
+from harness.spec import (
+    AttnFn,
+    Capabilities,
+    Cost,
+    Param,
+    ParamValue,
+    Problem,
+    Recurrence,
+    RecurrentState,
+)
 
 ENTRY_POINT_GROUP = "attnbench.implementations"
 BUILTIN_PACKAGE = "implementations"
@@ -121,12 +133,20 @@ class Implementation:
     probe: ProbeFn | None = field(default=None, repr=False)
     params: dict[str, Param] = field(default_factory=dict)
     reference: CoreFn | None = field(default=None, repr=False)
+    recurrence: Recurrence | None = field(default=None, repr=False)
 
     @property
     def approximate(self) -> bool:
         """Whether this is an approximation of softmax attention, judged against its own
         float64 definition (``reference``) rather than the exact reference."""
         return self.reference is not None
+
+    def new_state(self, problem: Problem) -> RecurrentState:
+        """An empty recurrent state for ``problem`` (its params over the declared defaults);
+        raises :class:`NotSupportedError` for an implementation without a recurrent form."""
+        if self.recurrence is None:
+            raise NotSupportedError(f"{self.name} has no recurrent state (no `recurrence`)")
+        return self.recurrence.new_state(problem, **self.param_values(dict(problem.params)))
 
     def param_values(self, given: dict[str, ParamValue] | None = None) -> dict[str, ParamValue]:
         """Every declared parameter's value: ``given`` over the declared defaults."""
@@ -238,13 +258,15 @@ def register(
     probe: ProbeFn | None = None,
     params: dict[str, Param] | None = None,
     reference: CoreFn | None = None,
+    recurrence: Recurrence | None = None,
 ) -> Callable[[CoreFn], CoreFn]:
     """Decorator that registers ``fn`` under ``name``; returns ``fn`` unchanged.
 
     ``probe(device_type)`` makes one tiny real call (see :func:`tiny_qkv`) and raises when the
     backend cannot run there; it is run once per process and device type. ``params``: method
     parameters ``fn`` takes as keyword arguments; ``reference``: for an approximation, the
-    float64 evaluation of its own definition (see the module docstring).
+    float64 evaluation of its own definition (see the module docstring); ``recurrence``: for a
+    causal attention with a fixed-size recurrent state, how to make and size that state.
     """
 
     def decorate(fn: CoreFn) -> CoreFn:
@@ -264,6 +286,7 @@ def register(
             probe=probe,
             params=dict(params or {}),
             reference=reference,
+            recurrence=recurrence,
         )
         return fn
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 from torch import Tensor
@@ -160,3 +161,33 @@ class Cost:
     )
     flops: Callable[[Problem], float] | None = None
     io_bytes: Callable[[Problem], int] | None = None
+
+
+class RecurrentState(Protocol):
+    """The fixed-size state of a recurrent attention (linear attention's ``[S | z]``) for one
+    batch of sequences: ``advance`` reads and extends it, so decoding needs no KV cache."""
+
+    def advance(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        """The next t tokens: q (B, H, t, D), k/v (B, H_kv, t, D), causal among themselves and
+        after every token advanced so far -> their outputs (B, H, t, D). Updates the state in
+        place; costs O(t), not O(tokens so far)."""
+        ...
+
+    def tensors(self) -> list[Tensor]:
+        """The tensors that make up the state (their storage is the state's memory)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Recurrence:
+    """A causal implementation's recurrent form (``cache = "state"`` decoding): a state of fixed
+    size replaces the KV cache, so a decode step is O(1) in the context length.
+
+    ``new_state(problem, **params)``: an empty state for the problem's batch, heads, kv_heads,
+    head_dim, dtype and device (``mask.seed`` seeds random features; ``params`` are the
+    implementation's method parameters, defaults filled). ``state_bytes(problem)``: its size
+    in bytes, closed-form (what ``tensors()`` hold).
+    """
+
+    new_state: Callable[..., RecurrentState]
+    state_bytes: Callable[[Problem], int]

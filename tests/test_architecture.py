@@ -62,7 +62,7 @@ ALLOWED_IMPORTS: dict[str, set[str]] = {
 }
 # fmt: on
 # the only modules a function body may import: dependencies that may be absent
-OPTIONAL = ("ray", "submitit", "xformers", "flash_attn", "triton", "pynvml")
+OPTIONAL = ("ray", "submitit", "xformers", "flash_attn", "triton", "pynvml", "fla")
 REPORTED = 12  # how many of the largest modules and functions the size report lists
 
 

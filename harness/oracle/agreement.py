@@ -2,9 +2,10 @@
 
 The attention rule is FlashAttention's test rule. An output agrees when, against the float64
 reference on the same inputs and mask, both its max abs error and its relative (Frobenius)
-error are at most ``k × naive + ε``, where ``naive`` is the same error of a naive
-implementation in the same dtype (:func:`harness.oracle.reference.naive_attention`), and ``k`` and
-``ε`` come from the table below (ε: one ulp of the dtype, at the largest reference value for
+error are within a multiple of the same error of a naive implementation in the same dtype
+(:func:`harness.oracle.reference.naive_attention`) plus ``ε``: ``k_abs × naive + ε`` for the max
+abs error, ``k × naive + ε`` for the relative error, with ``k``, ``k_abs`` and ``ε`` from the
+table below (ε: one ulp of the dtype, at the largest reference value for
 the absolute error). NaN/inf never agrees. A fixed ``atol``/``rtol`` cannot be the
 gate: attention outputs shrink as n grows (a row averages many values), so at n = 16k an
 output scaled by 0.5 sits inside any atol that bf16 rounding needs at n = 1k.
@@ -26,11 +27,18 @@ from torch import Tensor
 class Tolerance:
     """Per-dtype bounds.
 
-    Naive-relative rule: ``max_abs <= k·naive_max_abs + eps·max|ref|`` and
-    ``rel <= k·naive_rel + eps``. ``eps`` is the dtype's machine epsilon (one ulp at 1): the
-    absolute ε is one ulp of the largest reference value, FlashAttention's ``fwd_atol`` idea.
-    It covers outputs rounded one ulp differently from the naive ones where the naive error is
-    itself tiny (small problems, a max over few elements); every bug error is far above it.
+    Naive-relative rule: ``max_abs <= k_abs·naive_max_abs + eps·max|ref|`` and
+    ``rel <= k·naive_rel + eps``. ``k`` = 2 is FlashAttention's factor. The max abs error is an
+    extreme-value statistic: two correct computations that only sum in different orders
+    (PyTorch's MATH backend scales q and k separately; a chunked prefix sum against the
+    straightforward definition) differ in it by up to ~4x at n ~ 100 (measured 3.9x and 3.2x
+    over a few hundred seeded float32 cases), while their Frobenius errors, averaged over every
+    element, stay within 2x. So ``k_abs`` = 4: the bugs the rule exists for (a causal
+    off-by-one, a dropped tile, a wrong scale) are orders of magnitude beyond either bound.
+    ``eps`` is the dtype's machine epsilon (one ulp at 1): the absolute ε is one ulp of the
+    largest reference value, FlashAttention's ``fwd_atol`` idea. It covers outputs rounded one
+    ulp differently from the naive ones where the naive error is itself tiny (small problems, a
+    max over few elements); every bug error is far above it.
     ``atol``/``rtol``: the fixed rule for callers without a naive computation.
     ``grad_rel``: relative Frobenius error allowed for dq, dk, dv.
     """
@@ -40,6 +48,7 @@ class Tolerance:
     grad_rel: float
     eps: float
     k: float = 2.0
+    k_abs: float = 4.0
 
 
 # One table for the whole harness (tests use it too). fp16/bf16 fixed bounds follow their unit
@@ -116,7 +125,7 @@ def judge(
     tol = tolerance(dtype)
     max_abs, rel = err
     naive_abs, naive_rel = naive
-    bound_abs = tol.k * naive_abs + tol.eps * ref_scale
+    bound_abs = tol.k_abs * naive_abs + tol.eps * ref_scale
     bound_rel = tol.k * naive_rel + tol.eps
     finite = max_abs is not None and rel is not None
     failed = []
@@ -132,11 +141,12 @@ def judge(
         "tolerance": bound_abs,
         "rel_tolerance": bound_rel,
         "agree": finite and not failed,
-        "agree_rule": f"err <= {tol.k:g}*naive + eps (eps {tol.eps:.3g}, abs: x max|ref|)",
+        "agree_rule": f"max_abs <= {tol.k_abs:g}*naive + eps*max|ref|, "
+        f"rel <= {tol.k:g}*naive + eps (eps {tol.eps:.3g})",
         "nonfinite": not finite,
     }
     if failed:
-        out["mismatch_reason"] = "; ".join(failed) + f" ({tol.k:g} x naive + eps)"
+        out["mismatch_reason"] = "; ".join(failed) + " (naive-relative rule)"
     return out
 
 

@@ -138,9 +138,11 @@ def test_rule_bounds_both_errors():
     tol = TOLERANCES[torch.bfloat16]
     naive, scale = (1e-2, 1e-3), 0.5
     eps_abs = tol.eps * scale
-    within = judge((tol.k * 1e-2 + eps_abs, tol.k * 1e-3 + tol.eps), naive, torch.bfloat16, scale)
+    within = judge(
+        (tol.k_abs * 1e-2 + eps_abs, tol.k * 1e-3 + tol.eps), naive, torch.bfloat16, scale
+    )
     assert within["agree"] is True
-    abs_only = judge((tol.k * 1e-2 + 2 * eps_abs, 1e-3), naive, torch.bfloat16, scale)
+    abs_only = judge((tol.k_abs * 1e-2 + 2 * eps_abs, 1e-3), naive, torch.bfloat16, scale)
     rel_only = judge((1e-2, tol.k * 1e-3 + 2 * tol.eps), naive, torch.bfloat16, scale)
     assert abs_only["agree"] is False and "max_abs_err" in abs_only["mismatch_reason"]
     assert rel_only["agree"] is False and "rel_err" in rel_only["mismatch_reason"]
@@ -149,7 +151,7 @@ def test_rule_bounds_both_errors():
 
 def test_eps_is_the_dtype_ulp():
     for dtype, tol in TOLERANCES.items():
-        assert tol.eps == torch.finfo(dtype).eps and tol.k == 2
+        assert tol.eps == torch.finfo(dtype).eps and tol.k == 2 and tol.k_abs == 4
 
 
 @pytest.mark.parametrize("n", [4097, 8192, 16384, 65536, 65537])

@@ -1,0 +1,128 @@
+"""What the feature-space attention of :mod:`implementations._kernelized` is and costs, declared
+once for ``linear``, ``performer`` and ``fla-linear``: its definition written out (the O(n²)
+reference each one's ``reference`` evaluates with its own feature map) and one closed-form
+formula per cost (FLOPs, executed FLOPs of the chunked causal path, recurrent-state bytes,
+workspace). The tests hold the FLOPs to torch's FLOP counter and the workspace to the
+profiler's measured peak."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from harness.masks import MaskSpec, keep_pairs
+from harness.spec import Problem
+from implementations._kernelized import compute_dtype, segment_len
+
+
+def kernel_flops(p: Problem, features: int) -> int:
+    """Forward matrix-product FLOPs of the feature-space attention (feature maps excluded):
+    the keys' ``φ(K)ᵀ [V | 1]`` (2·n_k·F·(Dv + 1) per K/V head) and the queries' ``φ(Q) [S | z]``
+    (2·F·(Dv + 1) per query row that keeps a key). The causal recurrence costs the same."""
+    dv = p.head_dim
+    rows = min(p.n_q, p.n_k) if p.mask.causal else p.n_q
+    keys = 2 * p.batch * p.n_kv_heads * p.n_k * features * (dv + 1)
+    return keys + 2 * p.batch * p.heads * rows * features * (dv + 1)
+
+
+def chunked_extra_flops(p: Problem, features: int, chunk: int) -> int:
+    """What the chunked causal path executes beyond :func:`kernel_flops`: per chunk of c
+    positions the full c×c score block (half of it masked) and its product with ``[V | 1]``,
+    2·c²·(F + Dv + 1) per query head — the price of running the recurrence as matrix products
+    (about as much again as :func:`kernel_flops` at C = F = Dv = 64). 0 when not causal."""
+    if not p.mask.causal:
+        return 0
+    t = min(p.n_q, p.n_k)
+    c = min(chunk, max(t, 1))
+    squares = (t // c) * c * c + (t % c) ** 2
+    return 2 * p.batch * p.heads * squares * (features + p.head_dim + 1)
+
+
+def state_bytes(p: Problem, features: int, extra_per_head: int = 0) -> int:
+    """Bytes of the recurrent state ``[S | z]`` (B·H_kv, F, Dv + 1) in the compute dtype, plus
+    ``extra_per_head`` elements per K/V head (FAVOR+'s running stabiliser)."""
+    size = compute_dtype(p.dtype).itemsize
+    return p.batch * p.n_kv_heads * (features * (p.head_dim + 1) + extra_per_head) * size
+
+
+def kernel_workspace(p: Problem, features: int, chunk: int, map_temps: int = 0) -> int:
+    """Predicted peak bytes of one forward call beyond its inputs and output (closed form):
+    the largest of the phases of :class:`KernelState`'s code, in allocation order.
+
+    Per segment of r positions (:func:`segment_len`): a feature map peaks at
+    r·(F + ``map_temps``) elements per head; keys hold φ(K) and ``[V | 1]``; queries φ(Q) (and a
+    regrouped copy under grouped K/V), then ``[numerator | normaliser]`` or, causal, one chunk's
+    C·C scores and C·(Dv + 1) product. The outputs' buffer (B·H·n_q·Dv in the compute dtype) is
+    the output itself for float32-like inputs without grouped K/V; otherwise it lives beside the
+    regrouped or rounded output. The state (F·(Dv + 1) per K/V head) is live throughout.
+    """
+    c, size = compute_dtype(p.dtype).itemsize, p.dtype.itemsize
+    bk, bq, dv, f = p.batch * p.n_kv_heads, p.batch * p.heads, p.head_dim, features
+    grouped = p.heads != p.n_kv_heads
+    seg = segment_len(p.batch, p.heads, p.n_kv_heads, f + map_temps, dv, c, chunk)
+    out_c, out_bytes = bq * p.n_q * dv, bq * p.n_q * dv * size
+
+    def keys(r: int) -> list[int]:
+        return [bk * r * (f + map_temps), bk * r * (f + dv + 1)]
+
+    def queries(r: int, fk: int) -> list[int]:
+        return [fk + bq * r * (f + map_temps), fk + 2 * bq * r * f if grouped else 0]
+
+    if not p.mask.causal:
+        r = min(seg, p.n_q)
+        before = keys(min(seg, p.n_k))
+        during = [*queries(r, 0), bq * r * (f + dv + 1)]
+    else:
+        t = min(p.n_q, p.n_k)
+        r, step = min(seg, t), min(chunk, max(t, 1))
+        before = keys(min(seg, p.n_k - t)) if p.n_k > t else []
+        fk = bk * r * f
+        loop = fk + bq * r * f + bk * r * (dv + 1) + bq * step * (step + dv + 1)
+        during = [*keys(r)[:1], *queries(r, fk), loop]
+    end = [out_c]
+    if grouped:
+        end.append(2 * out_c)  # the folded outputs and their regrouped copy
+    if size != c:
+        end.append((2 if grouped else 1) * out_c + out_bytes // c)  # rounded to the dtype
+    if p.mask.causal and p.n_q > p.n_k:
+        end.append(out_c + 2 * out_bytes // c)  # rows without keys: zeros, concatenated
+    peak = max([*before, *(out_c + x for x in during), *end]) + bk * f * (dv + 1)
+    return max(peak * c - out_bytes, 0)
+
+
+def repeat_heads(x: Tensor, heads: int) -> Tensor:
+    """(B, H_kv, n, D) -> (B, heads, n, D): each K/V head shared by heads / H_kv query heads."""
+    return x if x.shape[1] == heads else x.repeat_interleave(heads // x.shape[1], dim=1)
+
+
+def feature_definition(
+    fq: Tensor,
+    fk: Tensor,
+    v: Tensor,
+    mask: MaskSpec,
+    rows: Tensor | None = None,
+    eps: float = 0.0,
+    chunk: int = 256,
+) -> Tensor:
+    """The definition written out, in the inputs' dtype: weights ``w_ij = φ(q_i)ᵀφ(k_j)`` on
+    the kept pairs (:func:`harness.masks.keep_pairs`), ``out_i = Σ_j w_ij v_j / (Σ_j w_ij +
+    eps)``, zeros for a row without keys. O(n_q·n_k) time, computed query chunk by query chunk
+    (memory O(chunk·n_k)).
+
+    fq (B, H, n_q, F), fk (B, H_kv, n_k, F), v (B, H_kv, n_k, Dv); ``rows`` (1-D long) limits
+    the result to those query rows: (B, H, len(rows) or n_q, Dv).
+    """
+    n_q, n_k = fq.shape[-2], fk.shape[-2]
+    fk, v = repeat_heads(fk, fq.shape[1]), repeat_heads(v, fq.shape[1])
+    ids = torch.arange(n_q) if rows is None else rows.cpu().long()
+    outs = []
+    for s in range(0, len(ids), chunk):
+        part = ids[s : s + chunk]
+        weights = fq[..., part.to(fq.device), :] @ fk.transpose(-2, -1)  # (B, H, c, n_k)
+        if not mask.is_dense:
+            keep = keep_pairs(mask, n_q, n_k, part[:, None] + n_k - n_q, torch.arange(n_k)[None])
+            weights = weights * keep.to(weights.device, weights.dtype)
+        total = weights.sum(-1, keepdim=True)
+        out = (weights @ v) / torch.where(total > 0, total + eps, torch.ones_like(total))
+        outs.append(out)
+    return torch.cat(outs, dim=-2)

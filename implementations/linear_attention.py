@@ -1,0 +1,137 @@
+"""``linear``: the linear transformer (Katharopoulos et al. 2020, "Transformers are RNNs").
+
+    φ(x) = elu(x) + 1 elementwise,  out_i = φ(q_i)ᵀ S_i / (φ(q_i)ᵀ z_i),
+    S_i = Σ_{j ∈ K(i)} φ(k_j) v_jᵀ,  z_i = Σ_{j ∈ K(i)} φ(k_j)
+
+with no 1/√D scaling and no epsilon (φ > 0, so the normaliser is positive whenever a key is
+kept). K(i) is every key, or the causal prefix ``j <= i + n_k - n_q`` (bottom-right). Not
+causal: O(n·D²) by associativity; causal: chunk by chunk with a running D×(D + 1) state (see
+:mod:`implementations._kernelized`), peak memory O(n·D + D²) per head. Its recurrent form
+(:class:`LinearState`) decodes one token in O(D²), whatever the context length.
+
+Not an approximation of softmax attention but a different attention: the agreement check holds
+it to its own float64 definition (:func:`linear_reference`); its distance from softmax attention
+is the measured ``approx_err``.
+"""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor
+
+from harness.dtypes import FLOAT_DTYPES
+from harness.masks import MaskSpec
+from harness.registry import register
+from harness.spec import Capabilities, Cost, Param, Problem, Recurrence
+from implementations._kernelized import (
+    KernelState,
+    compute_dtype,
+    kernel_attention,
+)
+from implementations._kernelized_spec import (
+    feature_definition,
+    kernel_flops,
+    kernel_workspace,
+    state_bytes,
+)
+
+CHUNK = Param(
+    64,
+    "causal chunk size C: positions per masked C×C block between state updates "
+    "(time O(n·(C + D)·D); no effect without causal)",
+    minimum=1,
+)
+
+
+def elu_features(x: Tensor) -> Tensor:
+    """φ(x) = elu(x) + 1 in the compute dtype: (…, D) -> (…, D), every entry > 0."""
+    return F.elu(x.to(compute_dtype(x.dtype))).add_(1.0)
+
+
+class LinearState(KernelState):
+    """The linear transformer's recurrent state: ``[S | z]`` (B·H_kv, D, Dv + 1)."""
+
+    def __init__(self, problem: Problem, chunk_size: int = 64):
+        p = problem
+        super().__init__(
+            p.batch, p.heads, p.n_kv_heads, p.head_dim, p.head_dim, p.dtype, p.device, chunk_size
+        )
+        # elu runs on a float32 copy of half inputs
+        self.map_temps = 0 if p.dtype == self.dtype else p.head_dim
+
+    def query_features(self, q: Tensor) -> Tensor:
+        return elu_features(q)
+
+    def key_features(self, k: Tensor) -> Tensor:
+        return elu_features(k)
+
+
+def no_scale(scale: float | None) -> None:
+    """Refuse a softmax scale: φ(q)ᵀφ(k) has none (a silent one would change the kernel)."""
+    if scale is not None:
+        raise ValueError("linear attention has no softmax scale (φ(q)ᵀφ(k) is unscaled)")
+
+
+def _state_of(q: Tensor, k: Tensor, mask: MaskSpec, chunk_size: int) -> LinearState:
+    problem = Problem(
+        q.shape[0],
+        q.shape[1],
+        q.shape[-2],
+        k.shape[-2],
+        q.shape[-1],
+        q.dtype,
+        q.device.type,
+        mask,
+        kv_heads=k.shape[1],
+    )
+    return LinearState(problem, chunk_size)
+
+
+def linear_reference(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: MaskSpec,
+    scale: float | None = None,
+    chunk_size: int = 64,
+    rows: Tensor | None = None,
+) -> Tensor:
+    """The definition in the inputs' dtype (float64 inputs: the float64 reference), O(n²):
+    weights φ(q_i)ᵀφ(k_j) over the kept pairs, normalised. ``chunk_size`` is not part of the
+    definition (accepted so the signature matches); ``rows`` limits the output to those rows."""
+    no_scale(scale)
+    return feature_definition(F.elu(q) + 1, F.elu(k) + 1, v, mask, rows)
+
+
+def _workspace(p: Problem) -> int:
+    # φ(k) = elu(k) + 1 is computed in place after elu; half inputs are copied to float32 first
+    copies = p.head_dim if p.dtype != compute_dtype(p.dtype) else 0
+    return kernel_workspace(p, p.head_dim, int(p.param("chunk_size", CHUNK.default)), copies)
+
+
+@register(
+    "linear",
+    family="linear",
+    caps=Capabilities(dtypes=FLOAT_DTYPES, mask_features={"causal"}, grouped_kv=True),
+    cost=Cost(
+        time_exponent=1,
+        memory_exponent=1,
+        memory_model=_workspace,
+        flops=lambda p: kernel_flops(p, p.head_dim),
+    ),
+    description="linear transformer, φ = elu + 1: O(n·D²); causal chunk by chunk with a state",
+    params={"chunk_size": CHUNK},
+    reference=linear_reference,
+    recurrence=Recurrence(new_state=LinearState, state_bytes=lambda p: state_bytes(p, p.head_dim)),
+)
+def linear_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: MaskSpec,
+    scale: float | None = None,
+    chunk_size: int = 64,
+) -> Tensor:
+    """q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D) -> (B, H, n_q, D)."""
+    no_scale(scale)
+    return kernel_attention(_state_of(q, k, mask, chunk_size), q, k, v, mask.causal)

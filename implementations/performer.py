@@ -1,0 +1,206 @@
+"""``performer``: FAVOR+ (Choromanski et al. 2021, "Rethinking Attention with Performers").
+
+Positive orthogonal random features estimate the softmax kernel ``exp(s·qᵀk)`` (s the softmax
+scale, 1/√D by default): with x' = √s·x and W (m, D),
+
+    φ(x) = exp(W x' − |x'|²/2 − c) / √m,   E[φ(q)ᵀφ(k)] ∝ exp(s·qᵀk)
+
+and attention is the feature-space attention of :mod:`implementations._kernelized` with F = m:
+O(n·m·D) time, O(n·(m + D)) memory; causal runs through the same chunked prefix machinery and
+the same recurrent state as ``linear``.
+
+- W: ⌈m/D⌉ blocks of D orthonormal rows (QR of a Gaussian matrix), the last block cut to
+  m mod D rows, each row rescaled to the length of an independent D-dimensional Gaussian vector
+  (the paper's orthogonal random features). Drawn in float64 on the CPU from ``mask.seed``, the
+  same for every head, device and dtype.
+- The stabiliser c (the official implementation's ``numerator_denominator_stabilizer``): for a
+  query, the largest of its m logits; for keys, the largest logit over all keys and features of
+  a (batch, K/V head). Each is a per-row or per-head constant, so it cancels exactly between
+  numerator and normaliser; it only keeps exp() in range. The recurrent state keeps a running
+  key maximum and rescales ``[S | z]`` when it grows, so decoding never needs future keys. The
+  official code's additive 1e-6 is not used: with it the output would depend on the stabiliser
+  (a prefix's key maximum is not the sequence's), and the causal and recurrent forms would
+  compute different functions.
+
+The agreement check holds it to :func:`performer_reference` (its own definition with the same
+W, in float64); its distance from exact softmax attention is the measured ``approx_err``.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import torch
+from torch import Tensor
+
+from harness.dtypes import FLOAT_DTYPES
+from harness.masks import MaskSpec
+from harness.registry import register
+from harness.spec import Capabilities, Cost, Param, Problem, Recurrence
+from implementations._kernelized import (
+    KernelState,
+    compute_dtype,
+    kernel_attention,
+)
+from implementations._kernelized_spec import (
+    feature_definition,
+    kernel_flops,
+    kernel_workspace,
+    state_bytes,
+)
+from implementations.linear_attention import CHUNK
+
+FEATURES = Param(256, "random features m of the FAVOR+ estimator (error ~ m^-1/2)", minimum=1)
+
+
+@lru_cache(maxsize=32)
+def orthogonal_features(features: int, head_dim: int, seed: int) -> Tensor:
+    """W (m, D) float64 on the CPU: blocks of D orthonormal rows scaled to Gaussian lengths."""
+    gen = torch.Generator().manual_seed(seed)
+    blocks = []
+    for _ in range(-(-features // head_dim)):
+        gaussian = torch.randn(head_dim, head_dim, generator=gen, dtype=torch.float64)
+        blocks.append(torch.linalg.qr(gaussian).Q.T)  # rows orthonormal
+    lengths = torch.randn(features, head_dim, generator=gen, dtype=torch.float64).norm(dim=1)
+    return torch.cat(blocks)[:features] * lengths[:, None]
+
+
+def favor_logits(x: Tensor, w: Tensor, scale: float) -> Tensor:
+    """W x' − |x'|²/2 with x' = √scale·x: (…, n, D) -> (…, n, m), in x's dtype."""
+    x = x * math.sqrt(scale)
+    logits = x @ w.T
+    return logits.sub_((x * x).sum(-1, keepdim=True) / 2)
+
+
+def _scale(scale: float | None, head_dim: int) -> float:
+    return 1.0 / math.sqrt(head_dim) if scale is None else scale
+
+
+class PerformerState(KernelState):
+    """FAVOR+'s recurrent state: ``[S | z]`` (B·H_kv, m, Dv + 1) and the running key-logit
+    maximum (B·H_kv, 1, 1) the key features are scaled by."""
+
+    def __init__(
+        self,
+        problem: Problem,
+        features: int = 256,
+        chunk_size: int = 64,
+        scale: float | None = None,
+    ):
+        p = problem
+        super().__init__(
+            p.batch, p.heads, p.n_kv_heads, features, p.head_dim, p.dtype, p.device, chunk_size
+        )
+        w = orthogonal_features(features, p.head_dim, p.mask.seed)
+        self.w = w.to(device=p.device, dtype=self.dtype)
+        self.scale = _scale(scale, p.head_dim)
+        self.map_temps = 2 * p.head_dim  # x' and x'² beside the m logits
+        self.log_root_m = 0.5 * math.log(features)
+        self.shift = torch.full((p.batch * p.n_kv_heads, 1, 1), -math.inf, device=p.device)
+        self.shift = self.shift.to(self.dtype)
+
+    def tensors(self) -> list[Tensor]:
+        return [self.matrix, self.shift]
+
+    def query_features(self, q: Tensor) -> Tensor:
+        logits = favor_logits(q.to(self.dtype), self.w, self.scale)
+        row_max = logits.detach().amax(-1, keepdim=True)
+        return logits.sub_(row_max + self.log_root_m).exp_()
+
+    def key_features(self, k: Tensor) -> Tensor:
+        """Key features under the running maximum; the state is rescaled first when the new
+        keys raise it (exp(old − new) <= 1: nothing overflows)."""
+        logits = favor_logits(k.to(self.dtype), self.w, self.scale)  # (B, H_kv, t, m)
+        block_max = logits.detach().amax(dim=(-2, -1)).view(-1, 1, 1)
+        shift = torch.maximum(self.shift, block_max)
+        # exp(-inf) = 0 rescales the empty state (zeros) to zeros: no host-side check needed
+        rescale = torch.exp(self.shift - shift)
+        if self.matrix.requires_grad or logits.requires_grad:
+            self.matrix = self.matrix * rescale
+        else:
+            self.matrix.mul_(rescale)
+        self.shift = shift
+        return logits.sub_(shift.view(*logits.shape[:2], 1, 1) + self.log_root_m).exp_()
+
+
+def performer_reference(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: MaskSpec,
+    scale: float | None = None,
+    features: int = 256,
+    chunk_size: int = 64,
+    rows: Tensor | None = None,
+) -> Tensor:
+    """The definition in the inputs' dtype (float64 inputs: the float64 reference), O(n²): the
+    same W and stabilisers, weights φ(q_i)ᵀφ(k_j) over the kept pairs, normalised.
+    ``chunk_size`` is not part of the definition; ``rows`` limits the output to those rows."""
+    w = orthogonal_features(features, q.shape[-1], mask.seed).to(q.device, q.dtype)
+    s = _scale(scale, q.shape[-1])
+    lq, lk = favor_logits(q, w, s), favor_logits(k, w, s)
+    fq = torch.exp(lq - lq.amax(-1, keepdim=True)) / math.sqrt(features)
+    fk = torch.exp(lk - lk.amax(dim=(-2, -1), keepdim=True)) / math.sqrt(features)
+    return feature_definition(fq, fk, v, mask, rows)
+
+
+def _workspace(p: Problem) -> int:
+    m = int(p.param("features", FEATURES.default))
+    # logits: x' (D) and x'² (D) live beside the m logits while the key features are made
+    return kernel_workspace(p, m, int(p.param("chunk_size", CHUNK.default)), 2 * p.head_dim)
+
+
+def _flops(p: Problem) -> int:
+    """Feature maps (2·m·D per query and per key row) plus the feature-space attention."""
+    m = int(p.param("features", FEATURES.default))
+    maps = 2 * m * p.head_dim * p.batch * (p.heads * p.n_q + p.n_kv_heads * p.n_k)
+    return maps + kernel_flops(p, m)
+
+
+@register(
+    "performer",
+    family="linear",
+    caps=Capabilities(dtypes=FLOAT_DTYPES, mask_features={"causal"}, grouped_kv=True),
+    cost=Cost(
+        time_exponent=1,
+        memory_exponent=1,
+        memory_model=_workspace,
+        flops=_flops,
+        io_bytes=lambda p: (
+            int(p.param("features", FEATURES.default))
+            * p.head_dim
+            * compute_dtype(p.dtype).itemsize
+        ),
+    ),
+    description="Performer FAVOR+, positive orthogonal random features: O(n·m·D)",
+    params={"features": FEATURES, "chunk_size": CHUNK},
+    reference=performer_reference,
+    recurrence=Recurrence(
+        new_state=PerformerState,
+        state_bytes=lambda p: state_bytes(p, int(p.param("features", FEATURES.default)), 1),
+    ),
+)
+def performer_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: MaskSpec,
+    scale: float | None = None,
+    features: int = 256,
+    chunk_size: int = 64,
+) -> Tensor:
+    """q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D) -> (B, H, n_q, D)."""
+    problem = Problem(
+        q.shape[0],
+        q.shape[1],
+        q.shape[-2],
+        k.shape[-2],
+        q.shape[-1],
+        q.dtype,
+        q.device.type,
+        mask,
+        kv_heads=k.shape[1],
+    )
+    state = PerformerState(problem, features, chunk_size, scale)
+    return kernel_attention(state, q, k, v, mask.causal)
