@@ -13,3 +13,14 @@ class SuiteError(CliError):
 
 class DeviceUnavailable(CliError):
     """A device a suite asks for is not usable on this machine (e.g. cuda without a GPU)."""
+
+
+class Interrupted(CliError):
+    """Ctrl-C, with what is true about the interrupted command's output (exit 130)."""
+
+    exit_code = 130
+
+
+class ResultsWarning(UserWarning):
+    """A results file the loader read only in part: a row left out (the line says where and
+    why) or an interrupted run's partial rows. The command line prints each as one line."""

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from harness import markdown
+from harness import fmt
 
 # display format kind -> how a value of that kind is shown
 KINDS = {
@@ -63,8 +63,13 @@ def P(*args, **kwargs) -> Column:
 
 COLUMNS: tuple[Column, ...] = (
     # which run, which point
-    C("run_id", "", "text", "the run the row belongs to (its folder name)"),
+    C("run_id", "", "text",
+      "the run the row belongs to: a unique id (UTC time and 6 hex digits) that names the run's "
+      "default folder, `runs/<suite>-<run_id>`"),
     C("suite", "", "text", "the suite the run was made from"),
+    C("schema_version", "", "int",
+      "the results format the row was written in (`harness.results.SCHEMA_VERSION`); a row "
+      "without one is version 1, and a newer version than attnbench reads is refused"),
     C("point_id", "", "text",
       "stable hash of every point field: rows are matched across runs by it"),
     P("impl", "", "text", "the registered implementation"),
@@ -208,6 +213,9 @@ COLUMNS: tuple[Column, ...] = (
     C("pass_ref_kernel_s", "s", "seconds", "the reference kernel's time in each pass", many=True),
     C("pass_contended", "", "bool", "whether each pass was contended", many=True),
     C("pass_errors", "", "text", "the passes that failed, and why", many=True),
+    C("partial", "", "bool",
+      "`true`: the run was interrupted before this point's last pass, and the row combines "
+      "the `passes` that finished (read from `passes.jsonl`); absent in a finished run"),
     C("ref_kernel_s", "s", "seconds",
       "median time of the fixed reference matmul timed before and after each pass: "
       "`compare --time-basis normalized` compares `time_median_s / ref_kernel_s`"),
@@ -261,7 +269,7 @@ def markdown_table() -> str:
         }
         for c in COLUMNS
     ]
-    return markdown.table(pd.DataFrame(rows))
+    return fmt.markdown_table(pd.DataFrame(rows))
 
 
 def generated_block() -> str:

@@ -7,11 +7,10 @@ import sys
 from pathlib import Path
 
 from harness.analysis.claims import DEFAULT_CLAIMS, load_claims
-from harness.analysis.runs import load_envs, load_run_rows
 from harness.analysis.verdict_text import render_text
 from harness.analysis.verdicts import evaluate_all
 from harness.measure.contention import usable_rows
-from harness.results import dumps_json
+from harness.results import dumps_json, load_envs, load_runs
 
 
 def add_cli(subparsers) -> None:
@@ -41,7 +40,7 @@ def cmd_claims(args) -> int:
     """Load the claims and the rows, judge, print the verdicts (text or ``--json``); exit 0."""
     claims = load_claims(args.claims)
     # rows measured under contention give no confirmed/refuted verdict unless asked
-    rows, note = usable_rows(load_run_rows(args.run_dirs), args.allow_contended)
+    rows, note = usable_rows(load_runs(args.run_dirs), args.allow_contended)
     if note:
         print(f"attnbench: warning: {note}", file=sys.stderr)
     verdicts = evaluate_all(claims, rows, load_envs(args.run_dirs))

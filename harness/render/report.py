@@ -9,10 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.analysis.claims import DEFAULT_CLAIMS
-from harness.analysis.runs import env_or_note, load_run_rows
 from harness.errors import CliError
 from harness.render.page import write
 from harness.render.sections import sections
+from harness.results import env_or_note, load_runs
 
 
 def build_report(
@@ -23,7 +23,7 @@ def build_report(
     baseline: str | None = None,
 ) -> Path:
     """Load the runs, compute every section, write the files; returns the HTML page's path."""
-    rows = load_run_rows(run_dirs)
+    rows = load_runs(run_dirs)
     envs, runs = {}, []
     for run_dir in run_dirs:
         env = env_or_note(run_dir)

@@ -30,26 +30,36 @@ Entry = tuple[str, dict]
 def entries(impls: list[str], variants: list[dict], err: SuiteReporter) -> list[Entry]:
     """The (implementation, variant axes) pairs a suite runs: each listed implementation with
     no axes of its own, replaced by its ``[[variant]]`` blocks (several add up)."""
+    known = set(registry.names()) | MIXER_IMPLS
     runs: list[Entry] = [(impl, {}) for impl in impls]
+    for impl in impls:
+        if impl not in known:
+            err.fail("implementations", impl, unknown_implementation(known))
     for index, variant in enumerate(variants):
         at = f"variant[{index}]"
         impl = variant.get("implementation")
         if not isinstance(impl, str):
             err.fail(f"{at}.implementation", impl, "each [[variant]] needs an implementation name")
+        if impl not in known:
+            err.fail(f"{at}.implementation", impl, unknown_implementation(known))
         axes = {k: v for k, v in variant.items() if k != "implementation"}
         validate_axes(axes, at, err, lists=None)
         runs = [(i, a) for i, a in runs if i != impl or a] + [(impl, axes)]
     if not runs:
         err.fail("implementations", impls, "no implementation to run")
-    known = set(registry.names()) | MIXER_IMPLS
-    for impl, _ in runs:
-        if impl not in known:
-            err.fail(
-                "implementations",
-                impl,
-                f"unknown implementation (known: {', '.join(sorted(known))})",
-            )
     return runs
+
+
+def unknown_implementation(known: set[str]) -> str:
+    """The problem of a name that is not registered: the known names, and the plug-ins whose
+    entry point failed to load (one of them may be the one meant)."""
+    text = f"unknown implementation (known: {', '.join(sorted(known))})"
+    broken = registry.load_errors()
+    if broken:
+        text += "; plug-ins that failed to load: " + "; ".join(
+            f"{name}: {reason}" for name, reason in broken.items()
+        )
+    return text
 
 
 def grid(base: dict, sweep: dict, axes: dict) -> tuple[dict, dict]:
@@ -74,8 +84,12 @@ def expand_points(
     points: list[Point] = []
     for impl, axes in runs:
         points.extend(_combinations(impl, scenario, *grid(base, sweep, axes), err))
-    if len(set(points)) != len(points):
-        err.fail("sweep", "", "the suite produces the same point twice")
+    seen: set[Point] = set()
+    for point in points:
+        if point in seen:
+            err.fail("point", point.label(), "produced twice (a [[variant]] or [sweep] value "
+                     "repeats another); each point must be measured once")
+        seen.add(point)
     return tuple(points)
 
 

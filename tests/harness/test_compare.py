@@ -16,9 +16,8 @@ import pytest
 from harness.cli import main
 from harness.compare.noise import time_scatter
 from harness.compare.runs import compare_runs
-from harness.compare.thresholds import CompareOptions, Threshold, parse_thresholds
-from harness.compare.timechange import time_change
-from harness.render.findings import markdown
+from harness.compare.rules import CompareOptions, Threshold, parse_thresholds, time_change
+from harness.render.comparison import markdown
 from harness.results import ROWS_FILE, RowWriter, write_env
 from harness.sweep.point import Point
 

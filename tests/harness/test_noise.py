@@ -11,12 +11,12 @@ import pandas as pd
 import pytest
 
 from harness.compare.runs import compare_runs
-from harness.compare.thresholds import CompareOptions, parse_thresholds
+from harness.compare.rules import CompareOptions, parse_thresholds
 from harness.execute.passlog import PASSES_FILE
 from harness.execute.runner import run_points
 from harness.measure import contention, passes
 from harness.measure.timing import TimingConfig
-from harness.render.findings import summary
+from harness.render.comparison import summary
 from harness.results import RowWriter, load_rows, write_env
 from harness.sweep.point import Point
 from harness.sweep.suite import MeasureConfig, parse_suite
