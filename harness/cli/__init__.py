@@ -92,7 +92,9 @@ def main(argv: list[str] | None = None) -> int:
 def _run(argv: list[str]) -> int:
     try:
         args = build_parser(_command_of(argv)).parse_args(argv)
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
+        return code
     except CliError as exc:
         print(f"attnbench: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -7,7 +7,7 @@ comparison produces -- one :class:`Finding` per point and metric, gathered in a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 
 from harness.errors import CliError
@@ -93,10 +93,12 @@ def load_run(run_dir: Path, notes: list[str]) -> Run:
     for number, row in enumerate(run.rows, 1):
         try:
             point = point_from_row(row)
-            label = point.label()
+            label, problem = point.label(), _missing_field(point)
         except (TypeError, ValueError, KeyError, AttributeError) as exc:
+            label, problem = "", f"{type(exc).__name__}: {exc}"
+        if problem:
             invalid.append(f"{run_dir}: row {number} ({row.get('impl')}) is not a valid point "
-                           f"({type(exc).__name__}: {exc}); row left out")
+                           f"({problem}); row left out")
             continue
         if point.point_id in index:
             notes.append(f"{run_dir}: point {label} appears more than once; using the last")
@@ -106,3 +108,11 @@ def load_run(run_dir: Path, notes: list[str]) -> Run:
         raise CompareError(f"{run_dir}: no usable rows ({len(invalid)} left out; the first: "
                            f"{invalid[0]})")
     return Run(index, run.env or {})
+
+
+def _missing_field(point) -> str | None:
+    """A point field that has a value by default but none in the row (``seq_len: NaN``)."""
+    for item in fields(point):
+        if getattr(point, item.name) is None and item.default not in (None, MISSING):
+            return f"{item.name} is missing"
+    return None
