@@ -51,7 +51,9 @@ def test_an_installed_attnbench_reads_its_own_copies(wheel: Path, tmp_path: Path
         "import harness, harness.cli.run as run, harness.analysis.claims as claims\n"
         "from harness.sweep.suite import load_suite\n"
         "print(harness.__file__); print(run.default_suite()); print(claims.DEFAULT_CLAIMS)\n"
-        "print(len(load_suite(run.default_suite()).points), len(claims.load_claims(claims.DEFAULT_CLAIMS)))\n"
+        "suite = load_suite(run.default_suite())\n"
+        "judged = claims.load_claims(claims.DEFAULT_CLAIMS)\n"
+        "print(len(suite.points), len(judged))\n"
     )
     env = {**os.environ, "PYTHONPATH": str(site)}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
