@@ -94,12 +94,13 @@ def run_suite(suite: Suite, measure: MeasureConfig, options: RunOptions,
     run_dir = options.out or Path("runs") / f"{suite.name}-{new_id}"
     done, run_id = resume_state(run_dir, suite, options)
     points = [p for p in suite.points if p.point_id not in done]
-    if run_id is None:
+    resumed = run_id is not None  # rows or finished passes to continue
+    if not resumed:
         make_run_dir(run_dir)
         run_id = new_id
         prepare_run(suite, run_dir, run_id)
     if on_open is not None:
-        on_open(run_dir, bool(done))
+        on_open(run_dir, resumed)
     executor = None
     if options.isolate or measure.isolate:
         timeout = options.point_timeout or measure.point_timeout_s

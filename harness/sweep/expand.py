@@ -87,8 +87,8 @@ def expand_points(
     seen: set[Point] = set()
     for point in points:
         if point in seen:
-            err.fail("point", point.label(), "produced twice (a [[variant]] or [sweep] value "
-                     "repeats another); each point must be measured once")
+            err.fail("point", point.label(), "the suite produces the same point twice (an "
+                     "implementation, a [sweep] value or a [[variant]] repeats another)")
         seen.add(point)
     return tuple(points)
 

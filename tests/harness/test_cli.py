@@ -374,7 +374,8 @@ def test_a_mismatching_plugin_gets_a_column_its_marks_and_exit_1(tmp_path, capsy
         (TINY + '[[variant]]\nimplementation = "dilatd"\ndilation = [2]\n',
          "variant[0].implementation = 'dilatd': unknown implementation"),
         (ONE + '[[variant]]\nimplementation = "sdpa"\nseq_len = [33, 33]\n',
-         "point = 'sdpa attention n=33 B=1 H=2 D=16 float32 causal': produced twice"),
+         "point = 'sdpa attention n=33 B=1 H=2 D=16 float32 causal': the suite produces the same "
+         "point twice"),
         ("", "empty suite file"),
         ("\n# only a comment\n", "empty suite file"),
     ],
