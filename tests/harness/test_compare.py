@@ -402,11 +402,17 @@ def test_an_all_skipped_current_run_lists_every_ok_point(tmp_path: Path, capsys)
     assert {f.metric for f in result.findings if f.level == "fail"} == {"status"}
 
 
-def test_a_file_gets_the_whole_table_uncut(base: Path, tmp_path: Path, capsys) -> None:
-    """Written to a file or pipe, no cell is cut or wrapped, however long the labels."""
+def test_a_file_gets_the_whole_table_uncut(tmp_path: Path, capsys) -> None:
+    """Written to a file or pipe, no cell is cut or wrapped, however long the labels (a
+    third-party plug-in's name, a mask with every feature)."""
+    name = "vendor-fused-sliding-window-attention-with-global-tokens-v2"
+    points = [Point(impl=name, seq_len=n, heads=4, head_dim=32, causal=True, window_left=255,
+                    window_right=0, dilation=2, global_tokens=16) for n in (128, 256)]
+    rng = np.random.default_rng(9)
+    base = write_run(tmp_path / "base", [make_row(p, rng) for p in points])
     cur = variant(base, tmp_path, lambda i, r: {**r, "agree": False})
     assert run_cli(base, cur, "--all") == 1
     out = capsys.readouterr().out
     assert "…" not in out and "..." not in out
-    for point in POINTS:
+    for point in points:
         assert point.label() in out  # each whole label on one line
