@@ -24,6 +24,13 @@ every machine and under any load;
 this script is where the gate meets real runs.
 
     .venv/bin/python scripts/gate_power.py --record-gate tests/harness/data/gate_samples.json
+
+On a machine shared with other work, give the recording and its neighbour the machine (a
+scheduling group ahead of the rest; the file notes the group it ran in), so the samples are
+those of a 2-core runner with one busy neighbour, not of whatever else was running:
+
+    setsid bash -c 'echo -15 > /proc/self/autogroup; exec .venv/bin/python \
+        scripts/gate_power.py --record-gate tests/harness/data/gate_samples.json'
 """
 
 from __future__ import annotations
@@ -135,6 +142,14 @@ def record_run(slow: int) -> list[dict]:
     return out
 
 
+def _autogroup() -> str:
+    """This process's scheduling group and its nice value (Linux autogroups), or why not."""
+    try:
+        return Path("/proc/self/autogroup").read_text().strip()
+    except OSError as exc:
+        return f"unknown ({exc.strerror})"
+
+
 def record_gate(path: Path, loaded: bool) -> None:
     """Record the gate suite's base, honest and 3x-slowed runs into ``path`` (JSON)."""
     load = neighbour() if loaded else None
@@ -148,6 +163,7 @@ def record_gate(path: Path, loaded: bool) -> None:
     info = {"recorded": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "machine": f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f} after",
             "neighbour": "busy loop pinned to CPU 0" if loaded else "none",
+            "scheduling": _autogroup(),
             "torch": torch.__version__, "suite": GATE_SUITE,
             "conditions": conditions}
     path.parent.mkdir(parents=True, exist_ok=True)

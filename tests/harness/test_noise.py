@@ -239,9 +239,10 @@ def _replayed_run(path: Path, recorded: list[dict]) -> Path:
 
 def test_ci_gate_flags_a_real_slowdown_and_passes_an_honest_rerun(tmp_path: Path) -> None:
     """Real runs of a small suite (a baseline, an honest rerun, and one with flash-tiled made
-    3x slower by a real delay), measured with a neighbour busy on one core and replayed through
-    the runner's passes into the gate of .ci/run. scripts/gate_power.py measures the gate's
-    false-alarm and detection rates on live runs."""
+    3x slower by a real delay), measured with a neighbour busy on one core (the recording had
+    the machine to itself and the neighbour: see the file's ``scheduling``) and replayed
+    through the runner's passes into the gate of .ci/run. scripts/gate_power.py measures the
+    gate's false-alarm and detection rates on live runs."""
     recorded = json.loads(GATE_SAMPLES.read_text())
     assert "busy" in recorded["neighbour"]
     runs = {name: _replayed_run(tmp_path / name, rows)
