@@ -182,9 +182,9 @@ def tidy(frame: pd.DataFrame, metrics: Sequence[str], baseline: str | None = Non
     varying = [c for c in axes.columns if axes[c].nunique() > 1]
     out = pd.concat([frame[["impl"]], axes[varying].replace(fmt.MISSING, "")], axis=1)
     out["status"] = frame["status"]
-    for metric in metrics:
-        if metric in frame.columns:
-            out[metric] = pd.to_numeric(frame[metric], errors="coerce")
+    nothing = pd.Series(index=frame.index, dtype=float)
+    for metric in metrics:  # a metric no row has stays a column, empty (not dropped)
+        out[metric] = pd.to_numeric(frame.get(metric, nothing), errors="coerce")
     if baseline and "time_median_s" in frame.columns:
         key = [c for c in lay.rows]
         base = out[(out["impl"] == baseline) & (out["status"] == "ok")]
@@ -213,10 +213,10 @@ def render(
 ) -> str:
     """The tables of ``frame`` (result rows) for ``metrics`` as text, markdown or CSV. A
     metric no row has a value of gets a line saying so instead of a table."""
-    empty = [m for m in metrics if m not in frame.columns or frame[m].isna().all()]
-    metrics = [m for m in metrics if m not in empty]
     if form == "csv":
         return tidy(frame, metrics, baseline).to_csv(index=False)
+    empty = [m for m in metrics if m not in frame.columns or frame[m].isna().all()]
+    metrics = [m for m in metrics if m not in empty]
     lay = layout(frame)
     write: Callable[[pd.DataFrame], str] = (
         fmt.markdown_table if form == "markdown" else _text_table

@@ -273,6 +273,9 @@ def test_table_metric_says_why_a_column_cannot_be_shown(tmp_path, capsys):
                        "time_median_s")
     assert code == 0 and "median time (ms)" in out
     assert "nvml_peak_bytes: no row of this run has a value (recorded for CUDA rows only)" in out
+    code, out, _ = cli(capsys, "table", run, "--metric", "nvml_peak_bytes", "--format", "csv")
+    header, *rows = out.strip().splitlines()
+    assert code == 0 and header.endswith(",nvml_peak_bytes") and all(r.endswith(",") for r in rows)
 
 
 def test_compare_of_two_suites_is_a_usage_error(tmp_path, capsys):
