@@ -20,3 +20,14 @@ def first_line(exc: BaseException, limit: int = 500) -> str:
     told in one row ``reason`` or one availability line."""
     lines = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {lines[0] if lines else ''}".strip()[:limit]
+
+
+class Interrupted(CliError):
+    """Ctrl-C, with what is true about the interrupted command's output (exit 130)."""
+
+    exit_code = 130
+
+
+class ResultsWarning(UserWarning):
+    """A results file the loader read only in part: a row left out (the line says where and
+    why) or an interrupted run's partial rows. The command line prints each as one line."""

@@ -1,5 +1,6 @@
-"""The one number formatter: every table, report, verdict reason and compare summary formats
-numbers through these functions, so a value reads the same everywhere.
+"""How values are written as text: the one number formatter and the one markdown table
+writer. Every table, report, verdict reason and compare summary formats numbers through these
+functions, so a value reads the same everywhere.
 
 Missing values (None, NaN) print as :data:`MISSING` unless the caller asks for another mark.
 """
@@ -7,6 +8,8 @@ Missing values (None, NaN) print as :data:`MISSING` unless the caller asks for a
 from __future__ import annotations
 
 import math
+
+import pandas as pd
 
 MISSING = "-"
 TIME_UNITS = (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9))
@@ -100,11 +103,18 @@ def signed_percent(fraction: float | None, decimals: int = 1, missing: str = MIS
     return f"{100 * fraction:+.{decimals}f}%"
 
 
+SIZE_UNITS = (("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30))
+
+
 def size(nbytes: float | None, missing: str = MISSING) -> str:
-    """Bytes in the unit a person reads: ``1.5 GiB`` from 1 GiB up, else whole ``MiB``."""
+    """Bytes in the unit a person reads: ``1.5 GiB``, ``5.4 PiB`` from 1 GiB up (the largest
+    binary unit that keeps the number >= 1), else whole ``MiB``."""
     if is_missing(nbytes):
         return missing
-    return f"{nbytes / 2**30:.1f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.0f} MiB"
+    for unit, scale in SIZE_UNITS:
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{nbytes / 2**20:.0f} MiB"
 
 
 def percent_range(low: float | None, high: float | None, missing: str = "n/a") -> str:
@@ -115,3 +125,21 @@ def percent_range(low: float | None, high: float | None, missing: str = "n/a") -
     a, b = 100 * low, 100 * high
     shown = (lambda v: f"{v:.2g}") if b < 10 else (lambda v: f"{v:.0f}")
     return f"{shown(a)}%" if shown(a) == shown(b) else f"{shown(a)}–{shown(b)}%"
+
+
+def markdown_table(frame: pd.DataFrame) -> str:
+    """``frame`` as a GitHub-flavoured pipe table: cells as given (format numbers first, with
+    the functions above), ``|`` escaped, newlines folded, missing values blank; columns whose
+    cells all read as numbers are right-aligned."""
+    shown = frame.astype(object).map(
+        lambda v: "" if is_missing(v) else str(v).replace("|", "\\|").replace("\n", " ")
+    )
+    shown.columns = [str(c).replace("|", "\\|") for c in shown.columns]
+    align = ["right" if _numeric_column(shown[c]) else "left" for c in shown.columns]
+    return shown.to_markdown(index=False, tablefmt="pipe", disable_numparse=True, colalign=align)
+
+
+def _numeric_column(column: pd.Series) -> bool:
+    """Every non-blank cell starts like a number ("1.5", "-3", "2.1x", "4.0 (!)")."""
+    filled = [str(v) for v in column if str(v) not in ("", MISSING)]
+    return bool(filled) and all(v.lstrip("-+")[:1].isdigit() for v in filled)

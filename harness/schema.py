@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness import markdown, scenarios
+from harness import fmt, scenarios
 from harness.columns import KINDS, Column, point_column
 
 __all__ = ["BY_NAME", "COLUMNS", "KINDS", "NAMES", "POINT_COLUMNS", "Column", "markdown_table"]
@@ -33,8 +33,13 @@ C, P = Column, point_column
 # which run, which point: the point fields every scenario has
 IDENTITY: tuple[Column, ...] = (
     # which run, which point
-    C("run_id", "", "text", "the run the row belongs to (its folder name)"),
+    C("run_id", "", "text",
+      "the run the row belongs to: a unique id (UTC time and 6 hex digits) that names the run's "
+      "default folder, `runs/<suite>-<run_id>`"),
     C("suite", "", "text", "the suite the run was made from"),
+    C("schema_version", "", "int",
+      "the results format the row was written in (`harness.results.SCHEMA_VERSION`); a row "
+      "without one is version 1, and a newer version than attnbench reads is refused"),
     C("point_id", "", "text",
       "stable hash of every point field: rows are matched across runs by it"),
     P("impl", "", "text", "the registered implementation"),
@@ -149,6 +154,9 @@ TAIL: tuple[Column, ...] = (
     C("pass_ref_kernel_s", "s", "seconds", "the reference kernel's time in each pass", many=True),
     C("pass_contended", "", "bool", "whether each pass was contended", many=True),
     C("pass_errors", "", "text", "the passes that failed, and why", many=True),
+    C("partial", "", "bool",
+      "`true`: the run was interrupted before this point's last pass, and the row combines "
+      "the `passes` that finished (read from `passes.jsonl`); absent in a finished run"),
     C("ref_kernel_s", "s", "seconds",
       "median time of the fixed reference matmul timed before and after each pass: "
       "`compare --time-basis normalized` compares `time_median_s / ref_kernel_s`"),
@@ -217,7 +225,7 @@ def markdown_table() -> str:
         }
         for c in COLUMNS
     ]
-    return markdown.table(pd.DataFrame(rows))
+    return fmt.markdown_table(pd.DataFrame(rows))
 
 
 def generated_block() -> str:

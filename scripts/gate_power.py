@@ -13,25 +13,64 @@ Each run is compared with the baseline (``attnbench baseline find``) under every
 next run of the same condition given as ``--confirm``. Rates are printed per gate and
 condition: honest runs that fail are false alarms, slowed runs that pass are misses.
 Targets: 0/5 false alarms, 5/5 detections.
+
+``--record-gate FILE`` measures the small gate suite of ``tests/harness/test_noise.py``
+(:data:`GATE_SUITE`: sdpa and flash-tiled at n = 128, 256, timed as the smoke suite is: three
+passes of 0.25 s, one thread) for real three times -- a baseline, an honest rerun and a run
+with flash-tiled made 3x slower -- with a neighbour busy on one core (``--neighbour off``:
+without), and writes every pass's raw samples and reference-kernel time to FILE. The test
+replays those recorded samples through the runner and the gate, so its verdict is the same on
+every machine and under any load;
+this script is where the gate meets real runs.
+
+    .venv/bin/python scripts/gate_power.py --record-gate tests/harness/data/gate_samples.json
+
+On a machine shared with other work, give the recording and its neighbour the machine (a
+scheduling group ahead of the rest; the file notes the group it ran in), so the samples are
+those of a 2-core runner with one busy neighbour, not of whatever else was running:
+
+    setsid bash -c 'echo -15 > /proc/self/autogroup; exec .venv/bin/python \
+        scripts/gate_power.py --record-gate tests/harness/data/gate_samples.json'
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
+import json
 import os
 import shlex
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
+import torch
+
+from harness import registry
 from harness.compare.baseline import find_baseline, run_suite
 from harness.compare.runs import compare_runs
-from harness.results import load_env, load_rows
+from harness.execute.passlog import PassLog
+from harness.execute.runner import run_points
+from harness.measure.timing import TimingConfig
+from harness.results import RowWriter, load_env, load_rows
+from harness.sweep.suite import MeasureConfig, parse_suite
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from false_alarm import gate_options  # noqa: E402
+from slowed import slow_down  # noqa: E402
+
+GATE_SUITE = {
+    "name": "gate", "scenario": "attention", "implementations": ["sdpa", "flash-tiled"],
+    "fixed": {"batch": 1, "heads": 2, "head_dim": 32},
+    "sweep": {"seq_len": [128, 256]},
+}
+GATE_MEASURE = MeasureConfig(timing=TimingConfig(budget_s=0.25, min_samples=5, warmup_calls=1),
+                             passes=3, check="none")
+RECORDED = ("time_samples_s", "calls_per_sample", "ref_kernel_s", "contended", "contention",
+            "status")
 
 CI_GATE = "--time-gate report"  # keep in step with .ci/run
 DEFAULT_GATES = (f"ci={CI_GATE}", "strict=")
@@ -80,6 +119,58 @@ def measure(args, runs: dict[str, list[Path]]) -> None:
                 load.wait()
 
 
+def record_run(slow: int) -> list[dict]:
+    """The gate suite measured for real (one thread; ``flash-tiled`` repeated ``slow`` times
+    per call): per point, its columns and every pass's recorded fields."""
+    points = list(parse_suite(GATE_SUITE).points)
+    original, threads = registry.get("flash-tiled"), torch.get_num_threads()
+    torch.set_num_threads(1)  # one thread: a neighbour time-shares it instead of stalling a team
+    try:
+        if slow > 1:
+            slow_down("flash-tiled", slow)
+        with tempfile.TemporaryDirectory() as tmp:
+            run_points(points, RowWriter(Path(tmp)), GATE_MEASURE, run_id="r", suite_name="gate")
+            logged = PassLog(Path(tmp)).read({p.point_id for p in points})
+    finally:
+        registry._REGISTRY["flash-tiled"] = original
+        torch.set_num_threads(threads)
+    out = []
+    for point in points:
+        _, records = logged[point.point_id]
+        passes = [{k: records[i][k] for k in RECORDED if k in records[i]} for i in sorted(records)]
+        out.append({"point": point.columns(), "passes": passes})
+    return out
+
+
+def _autogroup() -> str:
+    """This process's scheduling group and its nice value (Linux autogroups), or why not."""
+    try:
+        return Path("/proc/self/autogroup").read_text().strip()
+    except OSError as exc:
+        return f"unknown ({exc.strerror})"
+
+
+def record_gate(path: Path, loaded: bool) -> None:
+    """Record the gate suite's base, honest and 3x-slowed runs into ``path`` (JSON)."""
+    load = neighbour() if loaded else None
+    try:
+        conditions = {name: record_run(slow) for name, slow in
+                      (("base", 1), ("honest", 1), ("slow", 3))}
+    finally:
+        if load is not None:
+            load.kill()
+            load.wait()
+    info = {"recorded": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "machine": f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f} after",
+            "neighbour": "busy loop pinned to CPU 0" if loaded else "none",
+            "scheduling": _autogroup(),
+            "torch": torch.__version__, "suite": GATE_SUITE,
+            "conditions": conditions}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(info, indent=1) + "\n")
+    print(f"recorded {path} ({info['machine']}, neighbour: {info['neighbour']})")
+
+
 def failed(baseline: Path, run_dir: Path, text: str, confirm: Path | None) -> bool:
     """Whether the gate ``text`` fails ``run_dir``; ``confirm``: .ci/run's second run."""
     opts, extra = gate_options(text)
@@ -102,7 +193,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reuse", action="store_true", help="evaluate runs already in workdir")
     parser.add_argument("--gate", action="append", metavar="NAME=ARGS",
                         help="compare options to evaluate (repeatable); 'ci' adds a confirm run")
+    parser.add_argument("--record-gate", type=Path, metavar="FILE",
+                        help="record the test gate suite's real samples into FILE and exit")
     args = parser.parse_args(argv)
+    if args.record_gate is not None:
+        record_gate(args.record_gate, args.neighbour != "off")
+        return 0
     if args.runs < 2:
         parser.error("--runs must be >= 2 (the CI gate confirms with another run)")
     gates = dict(g.split("=", 1) for g in (args.gate or DEFAULT_GATES))

@@ -38,11 +38,11 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import SUITES_DIR
+from harness import bundled
 from harness.analysis.powerfit import MODELS
 from harness.errors import CliError
 
-DEFAULT_CLAIMS = SUITES_DIR / "claims.toml"
+DEFAULT_CLAIMS = bundled("claims.toml")  # the installed copy, or the checkout's suites/
 VERDICTS = ("confirmed", "refuted", "inconclusive")
 BOUNDS = ("both", "upper", "lower")
 RATIOS = ("impl/baseline", "baseline/impl")

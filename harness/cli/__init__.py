@@ -3,6 +3,10 @@
 Subcommands live in their own modules and add themselves with ``add_cli(subparsers)``. Only the
 module of the subcommand being run is imported (torch, pandas and matplotlib load after the
 arguments are parsed): ``attnbench --help`` lists the subcommands from :data:`COMMANDS` alone.
+
+Exit codes: 0 done; 1 a regression (``compare``), a wrong result (``run`` with a ``mismatch``
+row) or an internal error; 2 a usage error or unusable input; 130 interrupted (Ctrl-C); 141
+the reader of the output left (``| head``; ``compare`` exits with its verdict instead).
 """
 
 from __future__ import annotations
@@ -10,9 +14,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
+import warnings
 
-from harness.errors import CliError
+from harness.errors import CliError, ResultsWarning
 
 # subcommand -> (module with ``add_cli(subparsers)``, one-line help for ``attnbench --help``)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -24,8 +30,24 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "compare": ("harness.cli.compare", "regression check: baseline run vs current run"),
     "baseline": ("harness.cli.baseline", "save or find committed baselines"),
     "maxlen": ("harness.cli.maxlen", "largest seq_len that fits a memory budget"),
-    "merge": ("harness.cli.merge", "merge shard run directories into one run"),
+    "merge": ("harness.cli.run", "merge shard run directories into one run"),
 }
+SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20,
+              "gib": 2**30, "tib": 2**40, "tb": 10**12}
+
+
+def parse_size(text: str) -> int:
+    """``type=`` for sizes: '8GiB', '500MB', '1e9' -> bytes."""
+    match = re.fullmatch(r"\s*([0-9.eE+]+)\s*([a-zA-Z]*)\s*", text)
+    if not match or match.group(2).lower() not in SIZE_UNITS:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 8GiB, 500MB, 1000000)")
+    try:
+        value = float(match.group(1)) * SIZE_UNITS[match.group(2).lower()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"size must be > 0: {text!r}")
+    return int(value)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -61,17 +83,26 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", ResultsWarning)  # every row left out gets its line
+        warnings.showwarning = _one_line_warning
+        return _run(argv)
+
+
+def _run(argv: list[str]) -> int:
     try:
         args = build_parser(_command_of(argv)).parse_args(argv)
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
+        return code
     except CliError as exc:
         print(f"attnbench: {exc}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
-        print("attnbench: interrupted (finished rows are saved)", file=sys.stderr)
+    except KeyboardInterrupt:  # a verb with output to keep says so with an Interrupted
+        print("attnbench: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `attnbench table RUN | head`: the reader left; say nothing
-        _silence_stdout()
+        silence_stdout()
         return 141  # 128 + SIGPIPE, what a shell reports for a writer killed by a closed pipe
     except Exception as exc:
         if os.environ.get("ATTNBENCH_DEBUG"):
@@ -84,11 +115,20 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-def _silence_stdout() -> None:
-    """Point stdout at /dev/null so the interpreter's final flush cannot raise again."""
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Our own warnings as ``attnbench: warning: ...`` (one line, no source line); others as
+    Python prints them."""
+    if issubclass(category, ResultsWarning):
+        print(f"attnbench: warning: {message}", file=sys.stderr)
+    else:
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+
+def silence_stdout() -> None:
+    """Point stdout at /dev/null so no later write (the interpreter's final flush included)
+    can raise again once the reader of a pipe has left."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
     except (OSError, ValueError):
         pass
-

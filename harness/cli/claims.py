@@ -7,10 +7,9 @@ import sys
 from pathlib import Path
 
 from harness.analysis.claims import DEFAULT_CLAIMS, load_claims
-from harness.analysis.runs import load_envs, load_run_rows
 from harness.analysis.verdicts import judge_claims
 from harness.render.verdict_views import render_text
-from harness.results import dumps_json
+from harness.results import dumps_json, load_envs, load_runs
 
 
 def add_cli(subparsers) -> None:
@@ -40,7 +39,7 @@ def add_cli(subparsers) -> None:
 def cmd_claims(args) -> int:
     """Load the claims and the rows, judge, print the verdicts (text or ``--json``); exit 0."""
     claims = load_claims(args.claims)
-    rows, envs = load_run_rows(args.run_dirs), load_envs(args.run_dirs)
+    rows, envs = load_runs(args.run_dirs), load_envs(args.run_dirs)
     verdicts, note = judge_claims(claims, rows, envs, allow_contended=args.allow_contended)
     if note:
         print(f"attnbench: warning: {note}", file=sys.stderr)

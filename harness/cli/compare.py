@@ -1,6 +1,8 @@
 """``attnbench compare BASELINE_DIR CURRENT_DIR``: the regression check of
 :mod:`harness.compare.runs` from the command line. Exit 0 when nothing failed, 1 on any
-regression, 2 on unusable input (runs of two different suites included).
+regression, 2 on unusable input (runs of two different suites included). The exit status is
+the verdict even when the reader of the output leaves early (``| head``): a CI job that pipes
+the gate's output gets the gate's answer, never a false regression.
 """
 
 from __future__ import annotations
@@ -8,11 +10,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from harness.cli import silence_stdout
 from harness.compare.findings import CompareError
-from harness.compare.load import check_same_suite
-from harness.compare.runs import compare_runs
-from harness.compare.thresholds import BASES, CompareOptions, parse_amount, parse_thresholds
-from harness.render.findings import print_table, write_markdown
+from harness.compare.rules import BASES, CompareOptions, parse_amount, parse_thresholds
+from harness.compare.runs import check_same_suite, compare_runs
+from harness.render.comparison import print_table, write_markdown
 
 
 def options_from_args(args: argparse.Namespace) -> CompareOptions:
@@ -43,9 +45,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
     check_same_suite(args.baseline_dir, args.current_dir)
     opts = options_from_args(args)
     result = compare_runs(args.baseline_dir, args.current_dir, opts, args.confirm or ())
-    print_table(result, show_all=args.all)
-    if args.markdown:
+    if args.markdown:  # first: the summary is written whatever happens to stdout
         write_markdown(result, args.markdown, show_all=args.all)
+    try:
+        print_table(result, show_all=args.all)
+    except BrokenPipeError:  # the reader left (`| head`): the verdict stands
+        silence_stdout()
     return result.exit_code
 
 

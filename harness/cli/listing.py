@@ -1,13 +1,15 @@
-"""``attnbench list``: every implementation, available or not, and why."""
+"""``attnbench list``: every implementation, available or not, and why; plug-ins whose entry
+point failed to load are listed with the error. The table fits the terminal's width and is never
+cut in a file or a pipe."""
 
 from __future__ import annotations
 
 import json
 
-from rich.console import Console
 from rich.table import Table
 
 from harness import registry
+from harness.terminal import console
 
 
 def add_cli(sub) -> None:
@@ -25,16 +27,17 @@ def cmd_list(args) -> int:
     table = Table(title="attnbench implementations", show_lines=False)
     for col in ("name", "family", "status", "devices", "dtypes", "mask features",
                 "time~n^", "mem~n^"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")  # wrap in a narrow terminal, never cut
     for impl in impls:
         d = _describe(impl)
-        table.add_row(d["name"], d["family"], d["status"], ",".join(d["devices"]),
-                      ",".join(d["dtypes"]), ",".join(d["mask_features"]),
+        table.add_row(d["name"], d["family"], d["status"], ", ".join(d["devices"]),
+                      ", ".join(d["dtypes"]), ", ".join(d["mask_features"]),
                       f"{d['time_exponent']:g}", f"{d['memory_exponent']:g}")
-    Console(width=160).print(table)
-    print("block-scenario mixers (baselines, not attention cores): lstm, conv")
+    out = console()
+    out.print(table)
+    out.print("block-scenario mixers (baselines, not attention cores): lstm, conv")
     for name, reason in registry.load_errors().items():
-        print(f"plug-in {name}: {reason}")
+        out.print(f"plug-in {name}: {reason}", markup=False)
     return 0
 
 

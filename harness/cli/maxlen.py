@@ -6,9 +6,9 @@ import argparse
 import json
 import sys
 
-from harness.cli.argtypes import parse_size
+from harness.cli import parse_size
 from harness.dtypes import DTYPES
-from harness.errors import CliError, SuiteError
+from harness.errors import CliError, Interrupted, SuiteError
 from harness.execute.maxlen import find_max_len, report, verification_notice
 from harness.execute.runner import default_budget
 from harness.measure.device import get_device
@@ -122,14 +122,18 @@ def cmd_maxlen(args: argparse.Namespace) -> int:
     if not args.no_verify and not args.json:
         print(verification_notice(point, budget, args.multiple, args.time_limit), file=sys.stderr)
     log = None if args.json else (lambda line: print(f"  verify {line}", file=sys.stderr))
-    result = find_max_len(
-        point,
-        budget,
-        multiple=args.multiple,
-        verify=not args.no_verify,
-        time_limit_s=args.time_limit,
-        threads=args.threads,
-        log=log,
-    )
+    try:
+        result = find_max_len(
+            point,
+            budget,
+            multiple=args.multiple,
+            verify=not args.no_verify,
+            time_limit_s=args.time_limit,
+            threads=args.threads,
+            log=log,
+        )
+    except KeyboardInterrupt:  # maxlen keeps no files: say what there is instead
+        hint = "" if args.no_verify else " (add --no-verify for the prediction alone, at once)"
+        raise Interrupted(f"interrupted: maxlen saves nothing, no answer was found{hint}") from None
     print(json.dumps(result.as_dict(), indent=2) if args.json else report(result))
     return 0

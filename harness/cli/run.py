@@ -1,14 +1,23 @@
 """``attnbench run [SUITE]``: run a suite into a run directory, here (all of it or ``--shard
-K/N``) or as ``--shards N`` on Ray or Slurm; then print its comparison table."""
+K/N``) or as ``--shards N`` on Ray or Slurm; then print its comparison table. ``attnbench merge
+DIR... --out DIR`` puts shard runs back together (docs/distributed.md).
+
+``run`` exits 0 when every point ran or was skipped for a stated reason, 1 when a point's result
+disagrees with the float64 reference (``mismatch``: a wrong result is a failure, whatever the
+sweep did next), 2 on a usage or suite error, 130 when interrupted (the finished rows are kept,
+and the message says how to resume).
+"""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
-from harness import SUITES_DIR
-from harness.cli.argtypes import parse_size
+from harness import bundled
+from harness.cli import parse_size
 from harness.cli.table import print_table
 from harness.distributed.launch import launch
+from harness.distributed.merge import merge_runs, print_report
 from harness.distributed.plan import LaunchOptions
 from harness.distributed.shard import parse_shard, run_here
 from harness.errors import CliError
@@ -16,11 +25,20 @@ from harness.execute.session import RunOptions, configure
 from harness.scenarios.case import CHECK_MODES
 from harness.sweep.suite import load_suite
 
-DEFAULT_SUITE = SUITES_DIR / "smoke.toml"
+DEFAULT_SUITE = "smoke.toml"  # bundled: the checkout's suites/, or the installed package's copy
 
 
 def add_cli(sub) -> None:
-    """Add ``run``."""
+    """Add ``run`` and ``merge``."""
+    _add_run(sub)
+    p = sub.add_parser("merge", help="merge shard run directories into one run")
+    p.add_argument("dirs", nargs="+", type=Path, metavar="DIR", help="shard run directories")
+    p.add_argument("--out", type=Path, required=True, help="merged run directory")
+    p.add_argument("--force", action="store_true", help="overwrite --out if it holds results")
+    p.set_defaults(func=cmd_merge)
+
+
+def _add_run(sub) -> None:
     p = sub.add_parser("run", help="run a suite; rows go to DIR/rows.jsonl")
     p.add_argument("suite", nargs="?", help="suite TOML (default: the bundled smoke suite)")
     p.add_argument("--out", type=Path, help="run directory (default: runs/<suite>-<run id>)")
@@ -77,7 +95,20 @@ def cmd_run(args) -> int:
     result = run_here(suite, measure, options, args.shard)
     if not args.no_table:
         print_table(result.run_dir)
+    mismatched = result.counts.get("mismatch", 0)
+    if mismatched:
+        print(f"attnbench: {mismatched} point{'s' * (mismatched != 1)} disagree"
+              f"{'s' * (mismatched == 1)} with the float64 reference (status mismatch): exit 1",
+              file=sys.stderr)
+        return 1
     return 0
+
+
+def cmd_merge(args) -> int:
+    """Exit 0: complete; 1: written, but points or shards are missing; 2: refused."""
+    report = merge_runs(args.dirs, args.out, overwrite=args.force)
+    print_report(report)
+    return 0 if report.complete else 1
 
 
 def _launch_options(args) -> LaunchOptions:
@@ -91,6 +122,7 @@ def _launch_options(args) -> LaunchOptions:
 
 def default_suite() -> Path:
     """The bundled smoke suite, the suite of ``attnbench run`` without SUITE."""
-    if not DEFAULT_SUITE.is_file():
-        raise CliError(f"no SUITE given and the bundled default {DEFAULT_SUITE} is missing")
-    return DEFAULT_SUITE
+    path = bundled(DEFAULT_SUITE)
+    if not path.is_file():
+        raise CliError(f"no SUITE given and the bundled default {path} is missing")
+    return path

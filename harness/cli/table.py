@@ -7,7 +7,7 @@ from pathlib import Path
 
 from harness.errors import CliError
 from harness.render import table
-from harness.results import ResultsError, load_rows
+from harness.results import load_rows
 
 
 def add_cli(sub) -> None:
@@ -32,23 +32,19 @@ def cmd_table(args) -> int:
     if not args.run_dir.exists():
         raise CliError(f"{args.run_dir}: no such run directory")
     metrics = tuple(args.metric) if args.metric else None
-    unknown = [m for m in metrics or () if m not in table.METRICS]
-    if unknown:
-        raise CliError(f"--metric {unknown[0]}: unknown (one of {', '.join(table.METRICS)})")
+    for metric in metrics or ():
+        problem = table.metric_problem(metric)
+        if problem:
+            raise CliError(f"--metric {metric}: {problem} (metrics: {', '.join(table.METRICS)})")
     print_table(args.run_dir, metrics, args.fmt, args.baseline)
     return 0
 
 
 def print_table(run_dir: Path, metrics: tuple[str, ...] | None = None, fmt: str = "text",
                 baseline: str | None = None) -> None:
-    """Print the table of ``run_dir``'s rows (``metrics`` None: the default metrics)."""
-    try:
-        frame = load_rows(run_dir)
-    except ResultsError as exc:
-        raise CliError(str(exc)) from None
-    if frame.empty:
-        print("(no rows)")
-        return
+    """Print the table of ``run_dir``'s rows (``metrics`` None: the default metrics); rows the
+    loader leaves out are said on stderr, a run with no usable row is a CliError."""
+    frame = load_rows(run_dir)
     if baseline is not None and baseline not in set(frame["impl"]):
         impls = ", ".join(dict.fromkeys(frame["impl"].astype(str)))
         raise CliError(f"--baseline {baseline}: no rows of it in {run_dir} (has {impls})")

@@ -15,7 +15,14 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.results import ENV_FILE, ROWS_FILE, ResultsError, iter_rows, load_env, rows_path
+from harness.results import (
+    ENV_FILE,
+    ROWS_FILE,
+    ResultsError,
+    load_env,
+    read_run,
+    warn_problems,
+)
 
 DEFAULT_ROOT = Path("results/baselines")
 _SLUG_MAX = 80
@@ -49,7 +56,7 @@ def run_suite(run_dir: Path, env: dict) -> str:
     """The run's suite name: env.json's ``suite``, else the rows' single ``suite`` value."""
     if env.get("suite"):
         return str(env["suite"])
-    suites = {str(r["suite"]) for r in iter_rows(rows_path(run_dir)) if r.get("suite")}
+    suites = {str(r["suite"]) for r in read_run(run_dir).rows if r.get("suite")}
     if len(suites) != 1:
         raise ResultsError(f"{run_dir}: cannot tell the suite (found {sorted(suites) or 'none'})")
     return suites.pop()
@@ -63,12 +70,16 @@ def baseline_dir(root: Path, env: dict, suite: str) -> Path:
 def save_baseline(
     run_dir: Path | str, root: Path | str = DEFAULT_ROOT, force: bool = False
 ) -> Path:
-    """Copy a run's rows (complete JSON lines only) and env.json to its baseline directory."""
+    """Copy a run's usable rows (as the loader reads them) and env.json to its baseline
+    directory; an interrupted run (partial rows) is refused."""
     run_dir = Path(run_dir)
     env = load_env(run_dir)
-    rows = list(iter_rows(rows_path(run_dir)))
-    if not rows:
-        raise ResultsError(f"{run_dir}: no rows to save as a baseline")
+    run = read_run(run_dir)
+    if run.partial:
+        raise ResultsError(f"{run_dir}: an interrupted run ({run.partial} partial points) "
+                           "cannot be a baseline; finish it with `attnbench run --resume`")
+    warn_problems(run)
+    rows = list(run.rows)
     target = baseline_dir(Path(root), env, run_suite(run_dir, env))
     if (target / ROWS_FILE).exists() and not force:
         raise ResultsError(f"{target}: a baseline exists already (pass --force to replace it)")

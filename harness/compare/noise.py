@@ -19,11 +19,8 @@ import numpy as np
 import pandas as pd
 
 from harness import fmt
-from harness.compare.findings import CompareError, Finding
-from harness.compare.load import Run
-from harness.compare.rules import time_finding
-from harness.compare.thresholds import CompareOptions
-from harness.compare.timechange import has_reference, row_time
+from harness.compare.findings import CompareError, Finding, Run
+from harness.compare.rules import CompareOptions, has_reference, row_time, time_finding
 from harness.measure import contention
 
 
@@ -65,7 +62,7 @@ def time_scale(base: Run, cur: Run, opts: CompareOptions) -> float:
     """The factor that multiplies ``cur``'s times: the peak ratio with ``normalize_peak``."""
     if opts.time_basis == "normalized":  # the reference kernel already cancels machine speed
         return 1.0
-    return _peak_scale(base[1], cur[1]) if opts.normalize_peak else 1.0
+    return _peak_scale(base.env, cur.env) if opts.normalize_peak else 1.0
 
 
 def time_scatter(
@@ -95,11 +92,11 @@ def run_scatter(
     intervals, as disagreement between passes."""
     if opts.time_gate != "report":
         return None
-    if all(_in_passes(rows) for pair in runs for rows, _ in pair):
+    if all(_in_passes(run.rows) for pair in runs for run in pair):
         return None
     values = []
     for a, b in runs:
-        common = [(a[0][p], b[0][p]) for p in a[0].keys() & b[0].keys()]
+        common = [(a.rows[p], b.rows[p]) for p in a.rows.keys() & b.rows.keys()]
         values.append(time_scatter(common, opts.checks["time"].stat, opts.time_basis))
     scatter = max((v for v in values if v is not None), default=None)
     if scatter is not None and scatter > 0.1:
@@ -135,9 +132,9 @@ def confirm_failures(
     scale, out = time_scale(base, run, opts), []
     for f in findings:
         if f.metric == "time" and f.level == "fail":
-            pid, rows = f.point_id, run[0]
-            again = pid in rows and time_finding(
-                pid, "", base[0][pid], rows[pid], opts, scale, scatter
+            pid, rows = f.point_id, run.rows
+            again = rows.get(pid, {}).get("status") == "ok" and time_finding(
+                pid, "", base.rows[pid], rows[pid], opts, scale, scatter
             )
             if not again or again.level != "fail":
                 f = replace(f, level="warn", verdict=f"{f.verdict}, not in {name}")

@@ -1,7 +1,7 @@
 """Regression checks between two runs (``attnbench compare BASELINE_DIR CURRENT_DIR``).
 
-Rows are matched by point (:mod:`harness.compare.load`), never by position. Per point and
-metric a :class:`~harness.compare.findings.Finding` with a level:
+Rows are matched by point (:func:`harness.compare.findings.load_run`), never by position. Per
+point and metric a :class:`~harness.compare.findings.Finding` with a level:
 
 - ``fail``: a regression (exit status 1): status ok -> error/oom/mismatch/timeout/skipped, a
   missing point, peak memory above the threshold, ``agree`` going false or the error passing
@@ -24,8 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness.compare.baseline import machine_key
-from harness.compare.findings import LEVELS, Comparison, Finding
-from harness.compare.load import load_run
+from harness.compare.findings import LEVELS, CompareError, Comparison, Finding, load_run
 from harness.compare.noise import (
     confirm_failures,
     contention_notes,
@@ -33,8 +32,8 @@ from harness.compare.noise import (
     run_scatter,
     time_scale,
 )
-from harness.compare.rules import point_findings
-from harness.compare.thresholds import CompareOptions
+from harness.compare.rules import CompareOptions, point_findings
+from harness.results import ResultsError, load_env
 
 
 def _env_notes(base: dict, cur: dict, opts: CompareOptions) -> list[str]:
@@ -81,14 +80,13 @@ def compare_runs(
     fails against each of them (a burst of load on a shared machine rarely hits twice)."""
     notes: list[str] = []
     base, cur = load_run(Path(baseline), notes), load_run(Path(current), notes)
-    (base_rows, base_env), (cur_rows, cur_env) = base, cur
-    if base_env and cur_env:
-        notes += _env_notes(base_env, cur_env, opts)
+    if base.env and cur.env:
+        notes += _env_notes(base.env, cur.env, opts)
     others = [(load_run(Path(d), notes), Path(d).name) for d in confirm]
-    opts = resolve_basis(opts, [base_rows, cur_rows] + [run[0] for run, _ in others], notes)
+    opts = resolve_basis(opts, [base.rows, cur.rows] + [run.rows for run, _ in others], notes)
     notes += contention_notes(
-        [(str(baseline), base_rows), (str(current), cur_rows)]
-        + [(str(d), run[0]) for (run, _), d in zip(others, confirm, strict=True)]
+        [(str(baseline), base.rows), (str(current), cur.rows)]
+        + [(str(d), run.rows) for (run, _), d in zip(others, confirm, strict=True)]
     )
     # Scatter over every pair of runs, the largest kept: between runs of the same code it is
     # pure noise (a real regression cannot inflate it); against the baseline it also covers
@@ -97,20 +95,36 @@ def compare_runs(
     scatter = run_scatter(runs, opts, "the runs", notes)
     scale = time_scale(base, cur, opts)
     findings: list[Finding] = []
-    for pid, row in base_rows.items():
-        if pid in cur_rows:
-            findings += point_findings(pid, row, cur_rows[pid], opts, scale, scatter)
-    findings += _presence(base_rows, cur_rows)
+    for pid, row in base.rows.items():
+        if pid in cur.rows:
+            findings += point_findings(pid, row, cur.rows[pid], opts, scale, scatter)
+    findings += _presence(base.rows, cur.rows)
     for run, name in others:
         findings = confirm_failures(findings, base, run, name, opts, scatter)
     findings.sort(key=lambda f: (LEVELS.index(f.level), f.label, f.metric))
     return Comparison(
         str(baseline),
         str(current),
-        machine_key(base_env),
-        machine_key(cur_env),
+        machine_key(base.env),
+        machine_key(cur.env),
         tuple(findings),
         tuple(notes),
-        len(base_rows.keys() | cur_rows.keys()),
+        len(base.rows.keys() | cur.rows.keys()),
         opts.time_basis,
     )
+
+
+def check_same_suite(baseline_dir: Path, current_dir: Path) -> None:
+    """``compare`` of runs of two different suites is a usage error (every point would be
+    missing from the other run), not a list of regressions."""
+    suites = []
+    for run_dir in (baseline_dir, current_dir):
+        try:
+            suites.append(load_env(run_dir).get("suite"))
+        except ResultsError:  # compare itself reports an unusable run
+            return
+    if all(suites) and suites[0] != suites[1]:
+        raise CompareError(
+            f"compare: {baseline_dir} is a run of suite {suites[0]!r} and "
+            f"{current_dir} of {suites[1]!r}; compare two runs of one suite"
+        )

@@ -139,6 +139,7 @@ def run_here(
         measure,
         options,
         on_open=lambda run_dir, resumed: stamp(run_dir, suite, spec, resumed),
+        predict=lambda point: predicted_seconds(point, measure.timing.budget_s),
     )
 
 

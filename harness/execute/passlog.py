@@ -3,19 +3,19 @@ crash loses no pass, and the combination of a point's passes into its final row.
 
 The first pass's line holds the whole first-pass row; a later pass's line holds only its
 per-pass fields (:data:`PASS_FIELDS`: raw time samples in seconds, calls per sample, the
-reference-kernel bracket and the contention readings of that pass).
+reference-kernel bracket and the contention readings of that pass) plus ``partial_row``: the
+point's row combined over the passes finished so far. So the rows of an interrupted run stay
+readable (:func:`harness.results.read_run` marks them ``partial``) without the reader having
+to combine passes.
 """
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 
 from harness.measure import passes
-from harness.results import iter_rows
+from harness.results import PASSES_FILE, append_line, iter_rows, repair_tail
 
-PASSES_FILE = "passes.jsonl"
 # per-pass fields kept in passes.jsonl and combined into the row by passes.combine
 PASS_FIELDS = ("time_samples_s", "calls_per_sample", "ref_kernel_s", "contended", "contention",
                "other_cpu_cores", "cpu_steal_frac", "load_avg_1m", "gpu_other_processes",
@@ -24,25 +24,26 @@ PASS_FIELDS = ("time_samples_s", "calls_per_sample", "ref_kernel_s", "contended"
 
 class PassLog:
     """``passes.jsonl``: one line per finished pass of a point (the first pass's line holds the
-    whole first-pass row), appended and fsynced, so no finished pass is lost to a crash."""
+    whole first-pass row, a later one the row combined so far), appended and fsynced, so no
+    finished pass is lost to a crash."""
 
     def __init__(self, run_dir: Path):
         self.path = Path(run_dir) / PASSES_FILE
-        if self.path.is_file() and self.path.stat().st_size:  # a line cut by a kill: end it
-            with self.path.open("rb+") as fh:
-                fh.seek(-1, os.SEEK_END)
-                if fh.read(1) != b"\n":
-                    fh.write(b"\n")
+        repair_tail(self.path)  # a line cut by a kill: end it
+        self._first: dict[str, dict] = {}
+        self._records: dict[str, dict[int, dict]] = {}
 
     def write(self, point_id: str, index: int, record: dict, row: dict | None = None) -> None:
-        entry = {"point_id": point_id, "pass": index, "record": record}
+        """Log pass ``index`` of a point (``row``: its first-pass row, with pass 0)."""
+        entry: dict = {"point_id": point_id, "pass": index, "record": record}
         if row is not None:
             entry["row"] = row
-        line = json.dumps(entry, default=str)
-        with self.path.open("a", encoding="utf-8") as fh:
-            fh.write(line + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+            self._first[point_id] = row
+        self._records.setdefault(point_id, {})[index] = record
+        first = self._first.get(point_id)
+        if index > 0 and first is not None and first.get("status") == "ok":
+            entry["partial_row"] = final_row(first, self._records[point_id])
+        append_line(self.path, entry)
 
     def read(self, point_ids: set[str]) -> dict[str, tuple[dict | None, dict[int, dict]]]:
         """point_id -> (first-pass row, {pass index: record}) for ``point_ids``."""
@@ -56,6 +57,10 @@ class PassLog:
             row, records = out.get(pid, (None, {}))
             records[int(entry.get("pass", 0))] = entry["record"]
             out[pid] = (entry.get("row", row), records)
+        for pid, (row, records) in out.items():  # later passes continue the partial rows
+            if row is not None:
+                self._first[pid] = row
+            self._records[pid] = dict(records)
         return out
 
 

@@ -28,6 +28,7 @@ from functools import partial
 
 import torch
 
+from harness import fmt
 from harness.errors import first_line
 from harness.execute.passlog import PassLog, final_row, pass_record
 from harness.measure import passes
@@ -77,8 +78,7 @@ def run_point(point: Point, config: MeasureConfig, device: Device,
     row["predicted_mem_bytes"] = predicted
     if mem_budget is not None and predicted is not None and predicted > mem_budget:
         return {**row, "status": "skipped",
-                "reason": f"predicted peak {predicted / 2**20:.0f} MiB > budget "
-                          f"{mem_budget / 2**20:.0f} MiB"}
+                "reason": f"predicted peak {fmt.size(predicted)} > budget {fmt.size(mem_budget)}"}
     try:
         clock_start = device.clock()  # SM clock and throttle reasons around the point (GPU)
         case = scenario.build_case(point, device, _options(config))
@@ -209,13 +209,15 @@ def run_points(
     mem_budget: int | None = None,
     executor: Callable[..., dict] | None = None,
     on_row: Callable[[dict], None] | None = None,
+    on_pass: Callable[[Point, int, dict], None] | None = None,
 ) -> dict[str, int]:
     """Run ``points`` in ``config.passes`` shuffled passes, writing each point's row when its
     last pass finishes; returns status counts. Passes already in ``passes.jsonl`` (a resumed
     run) are not run again.
 
     ``executor(point)`` replaces :func:`run_point` and ``executor(point, pass_index=k)``
-    :func:`time_pass` (e.g. to run each in a child process)."""
+    :func:`time_pass` (e.g. to run each in a child process). ``on_pass(point, k, record)``
+    follows every pass that ran (progress)."""
     devices = _devices(points, config.flush_l2) if executor is None else {}
     refs: dict[str, ReferenceKernel] = {}
     log = PassLog(writer.path.parent)
@@ -243,10 +245,14 @@ def run_points(
                 st.first["point_id"] = st.first.get("point_id") or point.point_id
                 st.records[0] = pass_record(st.first)
                 log.write(point.point_id, 0, st.records[0], st.first)
+                if on_pass is not None:
+                    on_pass(point, 0, st.first)
             elif k not in st.records:
                 record = _later_pass(point, config, executor, devices, refs, k)
                 st.records[k] = {"pass": k, **record}
                 log.write(point.point_id, k, st.records[k])
+                if on_pass is not None:
+                    on_pass(point, k, st.records[k])
             if k == total - 1 or st.first.get("status") != "ok":
                 finish(point)
     return counts

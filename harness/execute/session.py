@@ -13,19 +13,22 @@ from __future__ import annotations
 import sys
 import tempfile
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from harness.errors import CliError
+from harness.errors import CliError, Interrupted
 from harness.execute.isolate import isolated_executor
+from harness.execute.passlog import PassLog
 from harness.execute.runner import run_points
 from harness.measure import calibrate, env
 from harness.measure.device import get_device
-from harness.results import ROWS_FILE, ResultsError, RowWriter, iter_rows, load_env, write_env
+from harness.results import PASSES_FILE, ROWS_FILE, RowWriter, iter_rows, load_env, write_env
+from harness.scenarios.interface import Point
 from harness.sweep.suite import MeasureConfig, Suite
+from harness.terminal import Progress, duration
 
 
 @dataclass(frozen=True)
@@ -72,10 +75,14 @@ def configure(suite: Suite, options: RunOptions) -> MeasureConfig:
 
 
 def run_suite(suite: Suite, measure: MeasureConfig, options: RunOptions,
-              on_open: Callable[[Path, bool], None] | None = None) -> RunResult:
+              on_open: Callable[[Path, bool], None] | None = None,
+              predict: Callable[[Point], float] | None = None) -> RunResult:
     """Measure every point of ``suite`` with ``measure`` into ``options.out`` (a new directory,
     or the one being resumed). ``on_open(run_dir, resumed)`` runs once ``env.json`` is in place,
-    before any point (a shard records itself there). Progress and a summary go to stderr."""
+    before any point (a shard records itself there). ``predict(point)``: the predicted seconds
+    of one pass of a point, for the expected time said before the run starts and the ETA of
+    the progress display. Progress and a summary go to stderr; Ctrl-C keeps every finished row
+    and pass and says how to resume (:class:`~harness.errors.Interrupted`, exit 130)."""
     for kind in sorted({p.device for p in suite.points}):  # refuse before anything is written
         try:
             get_device(kind)
@@ -83,28 +90,85 @@ def run_suite(suite: Suite, measure: MeasureConfig, options: RunOptions,
             raise CliError(f"{suite.path}: device = {kind!r}: {exc}") from None
     if measure.threads:  # before the resume check: the device fingerprint includes threads
         torch.set_num_threads(measure.threads)
-    run_dir = options.out or Path("runs") / f"{suite.name}-{env.new_run_id()}"
+    new_id = env.new_run_id()  # one id: the default folder is named after it
+    run_dir = options.out or Path("runs") / f"{suite.name}-{new_id}"
     done, run_id = resume_state(run_dir, suite, options)
     points = [p for p in suite.points if p.point_id not in done]
-    if not done:
+    resumed = run_id is not None  # rows or finished passes to continue
+    if not resumed:
         make_run_dir(run_dir)
-        run_id = env.new_run_id()
+        run_id = new_id
         prepare_run(suite, run_dir, run_id)
     if on_open is not None:
-        on_open(run_dir, bool(done))
+        on_open(run_dir, resumed)
     executor = None
     if options.isolate or measure.isolate:
         timeout = options.point_timeout or measure.point_timeout_s
         executor = isolated_executor(measure, options.mem_budget, timeout)
     writer = RowWriter(run_dir)
-    print(f"attnbench: {len(points)} points of suite {suite.name!r} -> {run_dir}"
-          + (f" ({len(done)} already done)" if done else ""), file=sys.stderr)
-    counts = with_progress(points, options.progress, lambda on_row: run_points(
-        points, writer, measure, run_id=run_id, suite_name=suite.name,
-        mem_budget=options.mem_budget, executor=executor, on_row=on_row))
+    plan = pass_plan(points, PassLog(run_dir), max(measure.passes, 1), predict)
+    print(f"attnbench: {plural(len(points), 'point')} of suite {suite.name!r} -> {run_dir}"
+          + (f" ({len(done)} already done)" if done else "")
+          + (f"; expected about {duration(sum(plan.values()))} "
+             "(predicted; the ETA follows the run's pace)" if predict and points else ""),
+          file=sys.stderr)
+    try:
+        with Progress(list(plan.values())) if options.progress and points else nullcontext() as bar:
+            counts = run_points(points, writer, measure, run_id=run_id, suite_name=suite.name,
+                                mem_budget=options.mem_budget, executor=executor,
+                                on_pass=_stepper(bar, plan, max(measure.passes, 1)))
+    except KeyboardInterrupt:
+        raise Interrupted(interrupted_message(suite, run_dir)) from None
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "nothing to run"
     print(f"attnbench: {summary}; rows in {run_dir / ROWS_FILE}", file=sys.stderr)
     return RunResult(run_dir, counts)
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 point``, ``2 points``."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def interrupted_message(suite: Suite, run_dir: Path) -> str:
+    """What Ctrl-C leaves behind in ``run_dir`` and the command that continues it."""
+    rows = run_dir / ROWS_FILE
+    finished = sum(1 for _ in iter_rows(rows)) if rows.is_file() else 0
+    return (f"interrupted: {plural(finished, 'finished row')} and every finished timing pass "
+            f"are saved in {run_dir}; continue with: attnbench run {suite.path} --out "
+            f"{run_dir} --resume")
+
+
+def pass_plan(points: list[Point], log: PassLog, passes: int,
+              predict: Callable[[Point], float] | None) -> dict[tuple[str, int], float]:
+    """(point id, pass) -> predicted seconds, for every pass still to run (passes logged in
+    ``passes.jsonl`` by an interrupted run are left out); 1 s each without a predictor."""
+    restored = log.read({p.point_id for p in points})
+    plan = {}
+    for point in points:
+        first, records = restored.get(point.point_id, (None, {}))
+        if first is not None and first.get("status") != "ok":
+            continue  # failed in its first pass: nothing left but writing its row
+        seconds = predict(point) if predict is not None else 1.0
+        for k in range(passes):
+            if k not in records:
+                plan[(point.point_id, k)] = seconds
+    return plan
+
+
+def _stepper(bar, plan: dict[tuple[str, int], float], passes: int):
+    """The runner's ``on_pass``: one progress step per pass; a point that fails its first
+    pass takes its later passes off the plan."""
+    if not isinstance(bar, Progress):
+        return None
+
+    def on_pass(point: Point, k: int, record: dict) -> None:
+        status = record.get("status")
+        if k == 0 and status != "ok":
+            bar.forget([plan.get((point.point_id, j), 0.0) for j in range(1, passes)])
+        what = f"{point.impl} n={point.seq_len} pass {k + 1}/{passes}: {status}"
+        bar.step(what, plan.get((point.point_id, k), 0.0))
+
+    return on_pass
 
 
 def make_run_dir(run_dir: Path) -> None:
@@ -126,19 +190,20 @@ def make_run_dir(run_dir: Path) -> None:
 
 
 def resume_state(run_dir: Path, suite: Suite, options: RunOptions) -> tuple[set[str], str | None]:
-    """Point ids already measured in ``run_dir`` (empty for a fresh run) and its run id."""
+    """Point ids already measured in ``run_dir`` and its run id; (empty, None) for a fresh run.
+    ``--resume`` of a directory that holds no results says so and starts a new run."""
     if run_dir.exists() and not run_dir.is_dir():
         raise CliError(f"--out {run_dir}: exists and is not a directory")
     rows_file = run_dir / ROWS_FILE
-    if not rows_file.exists():
+    if not rows_file.exists() and not (run_dir / PASSES_FILE).exists():
+        if options.resume:
+            print(f"attnbench: nothing to resume in {run_dir}; starting a new run",
+                  file=sys.stderr)
         return set(), None
     if not options.resume:
         raise CliError(f"--out {run_dir} already holds results; add --resume to continue it "
                        "or choose a new --out")
-    try:
-        recorded = load_env(run_dir)
-    except ResultsError as exc:
-        raise CliError(str(exc)) from None
+    recorded = load_env(run_dir)
     if recorded.get("suite_fingerprint") != suite.sha256 and not options.force:
         raise CliError(f"{run_dir} was run from a different suite file "
                        f"({recorded.get('suite_path')}); use --force to resume anyway")
@@ -147,8 +212,9 @@ def resume_state(run_dir: Path, suite: Suite, options: RunOptions) -> tuple[set[
     if here and recorded.get("fingerprint") != here and not options.force:
         raise CliError(f"{run_dir} was measured on {recorded.get('fingerprint')}, this is {here}; "
                        "use --force to mix them")
-    done = {row["point_id"] for row in iter_rows(rows_file) if "point_id" in row}
-    return done, recorded.get("run_id")
+    rows = iter_rows(rows_file) if rows_file.exists() else ()
+    done = {row["point_id"] for row in rows if "point_id" in row}
+    return done, recorded.get("run_id") or run_dir.name
 
 
 def prepare_run(suite: Suite, run_dir: Path, run_id: str) -> dict:
@@ -161,20 +227,3 @@ def prepare_run(suite: Suite, run_dir: Path, run_id: str) -> dict:
     info["calibration"] = calibrate.calibrate(device)
     write_env(run_dir, info)
     return info
-
-
-def with_progress(points: list, enabled: bool, body: Callable):
-    """``body(on_row)`` with a progress bar that ``on_row(row)`` advances (``on_row`` is None
-    when ``enabled`` is false or there is nothing to run); returns what ``body`` returns."""
-    if not enabled or not points:
-        return body(None)
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn())
-    with Progress(*columns, transient=False) as progress:
-        task = progress.add_task("running", total=len(points))
-
-        def on_row(row: dict) -> None:
-            progress.update(task, advance=1,
-                            description=f"{row['impl']} n={row['seq_len']}: {row['status']}")
-
-        return body(on_row)

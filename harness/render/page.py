@@ -1,7 +1,7 @@
 """The report's page: ``index.html`` (one self-contained HTML page, plots embedded as base64
 PNG, no network resources), ``report.md`` with ``plots/*.png``, and ``tables/*.csv``, written
 from a list of :class:`Section` (built by :mod:`harness.render.report`). Numbers in tables are
-written by :mod:`harness.fmt`; markdown tables by :func:`harness.markdown.table`.
+written by :mod:`harness.fmt`; markdown tables by :func:`harness.fmt.markdown_table`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness import fmt, markdown
+from harness import fmt
 from harness.render.plots import css_width
 
 CSS = """
@@ -69,8 +69,8 @@ def _shown(frame: pd.DataFrame) -> pd.DataFrame:
 
 def markdown_table(frame: pd.DataFrame) -> str:
     """A GitHub-flavoured markdown table, numbers to 4 significant digits
-    (:func:`harness.markdown.table` writes it)."""
-    return markdown.table(_shown(frame))
+    (:func:`harness.fmt.markdown_table` writes it)."""
+    return fmt.markdown_table(_shown(frame))
 
 
 def html_table(frame: pd.DataFrame, css_class: str = "") -> str:

@@ -4,12 +4,14 @@ per implementation.
 The row axes are the point fields that vary *within* some implementation (``seq_len``,
 ``causal``, a decode suite's ``cache``); fields that differ only *between* implementations (a
 suite's ``[[variant]]`` blocks: ``dilated`` at ``dilation = 2``) are said once, in a legend under
-the table. An implementation with no ok point (unavailable here) gets no column: one line under
-the table counts those points and says why.
+the table. An implementation with no measured point (unavailable here) gets no column: one line
+under the table counts those points and says why. A point that ran but disagrees with the float64
+reference (``mismatch``) is measured: its cell shows the value marked ``(!)``.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import pandas as pd
@@ -17,11 +19,14 @@ import pandas as pd
 from harness import fmt
 from harness.schema import POINT_COLUMNS
 
+MEASURED = ("ok", "mismatch")  # statuses whose rows hold measurements
+
 
 @dataclass
 class Layout:
     """How a frame's points are laid out: row axes, per-implementation variant labels, the
-    implementations shown as columns and the points left out (no ok point in their column)."""
+    implementations shown as columns and the points left out (no measured point in their
+    column)."""
 
     rows: list[str]
     variants: dict[str, str]
@@ -56,8 +61,8 @@ def layout(frame: pd.DataFrame) -> Layout:
     per_impl = axes[varying].groupby(frame["impl"]).nunique() if varying else pd.DataFrame()
     rows = [c for c in varying if (per_impl[c] > 1).any()]
     between = [c for c in varying if c not in rows]
-    ok = frame["status"].eq("ok").groupby(frame["impl"]).any()
-    shown = [impl for impl in _impl_order(frame) if ok.get(impl, False)]
+    measured = frame["status"].isin(MEASURED).groupby(frame["impl"]).any()
+    shown = [impl for impl in _impl_order(frame) if measured.get(impl, False)]
     variants = {}
     for impl in shown:
         part = axes.loc[frame["impl"] == impl, between]
@@ -109,27 +114,44 @@ def skipped_line(lay: Layout) -> str:
         + (f": {reason}" if reason else "")
         for (status, reason), impls in groups
     ]
-    return f"not shown (no ok point): {len(hidden)} points " + "; ".join(parts)
+    return f"not shown (no measured point): {len(hidden)} points " + "; ".join(parts)
 
 
 def notes(frame: pd.DataFrame, lay: Layout) -> list[str]:
-    """Lines under the tables: variants, points not shown, non-ok cells that are shown."""
+    """Lines under the tables: variants, points not shown, non-ok cells that are shown (reasons
+    that differ only in their numbers grouped), and what ``(!)`` marks."""
     lines = []
     if lay.variants:
         lines.append("variants: " + "; ".join(f"{k}: {v}" for k, v in lay.variants.items()))
     if line := skipped_line(lay):
         lines.append(line)
-    shown = frame[frame["impl"].isin(lay.shown) & frame["status"].ne("ok")]
-    if len(shown):
-        reasons = shown.get("reason", pd.Series(index=shown.index, dtype=object)).fillna("")
-        groups = shown.assign(reason=reasons).groupby(["impl", "status", "reason"], sort=True)
-        lines.append(
-            "not ok: "
-            + "; ".join(
-                f"{impl} ({len(g)}): {status}" + (f": {reason}" if reason else "")
-                for (impl, status, reason), g in groups
-            )
-        )
-    if "agree" in frame.columns and frame["agree"].eq(False).any():
+    shown = frame[frame["impl"].isin(lay.shown)]
+    failed = shown[~shown["status"].isin(MEASURED)]
+    if len(failed):
+        lines.append("not ok: " + _grouped(failed))
+    mismatched = shown[shown["status"].eq("mismatch")]
+    if len(mismatched):
+        lines.append("(!) disagrees with the float64 reference beyond tolerance: "
+                     + _grouped(mismatched, with_status=False))
+    elif "agree" in frame.columns and frame["agree"].eq(False).any():
         lines.append("(!) disagrees with the float64 reference beyond tolerance")
     return lines
+
+
+def _grouped(rows: pd.DataFrame, with_status: bool = True) -> str:
+    """``impl (n): status: reason`` per implementation and status, reasons that differ only
+    in their numbers said once ("and 3 more like it")."""
+    reasons = rows.get("reason", pd.Series(index=rows.index, dtype=object)).fillna("").astype(str)
+    keyed = rows.assign(reason=reasons, _shape=reasons.map(_shape_of))
+    parts = []
+    for (impl, status, _), group in keyed.groupby(["impl", "status", "_shape"], sort=True):
+        first, more = group["reason"].iloc[0], len(group) - 1
+        text = f"{impl} ({len(group)})" + (f": {status}" if with_status else "")
+        text += f": {first}" if first else ""
+        parts.append(text + (f" (and {more} more like it)" if more and first else ""))
+    return "; ".join(parts)
+
+
+def _shape_of(reason: str) -> str:
+    """A reason with its numbers blanked: reasons of one kind share it."""
+    return re.sub(r"[-+]?\d[\d.]*(?:e[-+]?\d+)?", "#", reason)

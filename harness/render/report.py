@@ -20,12 +20,12 @@ import pandas as pd
 
 from harness import fmt
 from harness.analysis.claims import DEFAULT_CLAIMS
-from harness.analysis.runs import env_or_note, load_run_rows
 from harness.errors import CliError
 from harness.render import checks, efficiency, pivot, scaling
 from harness.render import table as tables
 from harness.render.page import Section, write
 from harness.render.verdict_views import claims_section
+from harness.results import env_or_note, load_runs
 
 
 def build_report(
@@ -38,7 +38,7 @@ def build_report(
 ) -> Path:
     """Load the runs, compute every section, write the files; returns the HTML page's path.
     ``allow_contended``: rows measured under contention count in time verdicts too."""
-    rows = load_run_rows(run_dirs)
+    rows = load_runs(run_dirs)
     envs, runs = {}, []
     for run_dir in run_dirs:
         env = env_or_note(run_dir)

@@ -6,22 +6,31 @@ Text and markdown: one line per point shape and one column per implementation, l
 CSV is the tidy form: one line per point, raw units, the varying axes and every requested metric
 as columns.
 
-Which columns are metrics, and their units, follows from the documented row columns
-(:data:`harness.results.ROW_COLUMNS`) by their unit suffix (``_s``, ``_bytes``, ``_err``...);
-numbers are written by :mod:`harness.fmt`.
+Which columns are metrics, and how each is shown, follows from its declaration in
+:mod:`harness.schema` (its ``kind``: seconds as ms, bytes as MiB, ...); numbers are written by
+:mod:`harness.fmt`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 import pandas as pd
 
-from harness import fmt, markdown
-from harness.render.pivot import Layout, axis_values, layout, notes, sort_key, time_pivot
+from harness import fmt
+from harness.render.pivot import (
+    MEASURED,
+    Layout,
+    axis_values,
+    layout,
+    notes,
+    sort_key,
+    time_pivot,
+)
 from harness.results import ROW_COLUMNS
+from harness.schema import BY_NAME
 
 FORMATS = ("text", "markdown", "csv")
 
@@ -39,28 +48,20 @@ class Unit:
         return self.text(value * self.scale)
 
 
-MS = Unit("ms", 1e3, fmt.readable)
-MIB = Unit("MiB", 2**-20, fmt.readable)
-ERROR = Unit("", 1.0, partial(fmt.scientific, digits=1))
-COUNT = Unit("", 1.0, partial(fmt.fixed, decimals=0))
-# (name suffix, unit): the first suffix a column name ends with gives its unit; None = not a
-# metric (the raw sample list).
-UNIT_RULES: tuple[tuple[str, Unit | None], ...] = (
-    ("_samples_s", None),
-    ("tflops_per_s", Unit("TFLOP/s", 1.0, partial(fmt.number, digits=3))),
-    ("tokens_per_s", Unit("tokens/s", 1.0, partial(fmt.fixed, decimals=0, grouped=True))),
-    ("_flops", Unit("GFLOP", 1e-9, partial(fmt.number, digits=4))),
-    ("_bytes", MIB),
-    ("_bytes_analytic", MIB),
-    ("_s", MS),
-    ("_err", ERROR),
-    ("tolerance", ERROR),
-    ("_share", Unit("%", 100.0, partial(fmt.fixed, decimals=1))),
-    ("samples", COUNT),
-    ("_sample", COUNT),
-    ("_keys", COUNT),
-)
-PLAIN = Unit("", 1.0, partial(fmt.number, digits=4))  # a column without a unit rule
+# schema kind -> display unit; None: not shown as a number. A ``rate`` is shown in the unit the
+# column stores (TFLOP/s, tokens/s), so its label comes from the schema's ``unit``.
+KIND_UNITS: dict[str, Unit | None] = {
+    "seconds": Unit("ms", 1e3, fmt.readable),
+    "bytes": Unit("MiB", 2**-20, fmt.readable),
+    "flops": Unit("GFLOP", 1e-9, partial(fmt.number, digits=4)),
+    "rate": Unit("", 1.0, fmt.readable),
+    "error": Unit("", 1.0, partial(fmt.scientific, digits=1)),
+    "share": Unit("%", 100.0, partial(fmt.fixed, decimals=1)),
+    "int": Unit("", 1.0, partial(fmt.fixed, decimals=0)),
+    "number": Unit("", 1.0, partial(fmt.number, digits=4)),
+    "text": None,
+    "bool": None,
+}
 
 # Readable titles for the columns people ask for most; the rest are "<column> (<unit>)".
 TITLES = {
@@ -75,15 +76,33 @@ DEFAULT_METRICS = ("time_median_s", "peak_mem_bytes")
 
 
 def unit_of(column: str) -> Unit | None:
-    """The display unit of a documented metric column, None for a column that is not one."""
-    for suffix, unit in UNIT_RULES:
-        if column.endswith(suffix):
-            return unit
-    return None
+    """The display unit of a documented column (from its schema kind), None for a column that
+    is not one number per row (text, a flag, a point field, a list per sample or pass)."""
+    declared = BY_NAME.get(column)
+    if declared is None or declared.many or declared.point:
+        return None
+    unit = KIND_UNITS[declared.kind]
+    if unit is not None and declared.kind in ("rate", "number") and declared.unit:
+        return replace(unit, label=declared.unit)
+    return unit
 
 
 # Every documented row column that is a metric (``attnbench table --metric`` accepts these).
 METRICS: tuple[str, ...] = tuple(c for c in ROW_COLUMNS if unit_of(c) is not None)
+
+
+def metric_problem(column: str) -> str | None:
+    """Why ``column`` cannot be a ``--metric`` (None when it can)."""
+    declared = BY_NAME.get(column)
+    if declared is None:
+        return "not a documented row column (results/README.md lists them)"
+    if declared.many:
+        return "a list per row (one value per sample or pass), not one number"
+    if declared.point:
+        return "a point field: tables show it as a row axis, not as a metric"
+    if unit_of(column) is None:
+        return f"a {declared.kind} column, not a number"
+    return None
 
 
 def title(metric: str) -> str:
@@ -95,7 +114,8 @@ def title(metric: str) -> str:
 
 def fmt_value(metric: str, value) -> str:
     """``value`` of column ``metric`` in its display unit (``0.0123`` s -> ``12.3``)."""
-    return (unit_of(metric) or PLAIN).show(float(value))
+    unit = unit_of(metric) or KIND_UNITS["number"]
+    return unit.show(float(value))
 
 
 def cells(frame: pd.DataFrame, metric: str, lay: Layout) -> pd.DataFrame:
@@ -116,13 +136,16 @@ def cells(frame: pd.DataFrame, metric: str, lay: Layout) -> pd.DataFrame:
 
 
 def _cell(row: dict, metric: str) -> str:
-    if row.get("status") != "ok":
+    """The formatted value, marked ``(!)`` when the row disagrees with the reference; a row
+    that holds no measurement shows its status."""
+    if row.get("status") not in MEASURED:
         return str(row.get("status"))
     value = row.get(metric)
     if fmt.is_missing(value) or isinstance(value, (list, dict, str)):
         return "n/a"
     text = fmt_value(metric, value)
-    return f"{text} (!)" if row.get("agree") is False else text
+    wrong = row.get("agree") is False or row.get("status") == "mismatch"
+    return f"{text} (!)" if wrong else text
 
 
 def speedup(frame: pd.DataFrame, baseline: str, lay: Layout) -> pd.DataFrame | None:
@@ -159,9 +182,9 @@ def tidy(frame: pd.DataFrame, metrics: Sequence[str], baseline: str | None = Non
     varying = [c for c in axes.columns if axes[c].nunique() > 1]
     out = pd.concat([frame[["impl"]], axes[varying].replace(fmt.MISSING, "")], axis=1)
     out["status"] = frame["status"]
-    for metric in metrics:
-        if metric in frame.columns:
-            out[metric] = pd.to_numeric(frame[metric], errors="coerce")
+    nothing = pd.Series(index=frame.index, dtype=float)
+    for metric in metrics:  # a metric no row has stays a column, empty (not dropped)
+        out[metric] = pd.to_numeric(frame.get(metric, nothing), errors="coerce")
     if baseline and "time_median_s" in frame.columns:
         key = [c for c in lay.rows]
         base = out[(out["impl"] == baseline) & (out["status"] == "ok")]
@@ -185,18 +208,22 @@ def tidy(frame: pd.DataFrame, metrics: Sequence[str], baseline: str | None = Non
 def render(
     frame: pd.DataFrame,
     metrics: Sequence[str] = DEFAULT_METRICS,
-    fmt: str = "text",
+    form: str = "text",
     baseline: str | None = None,
 ) -> str:
-    """The tables of ``frame`` (result rows) for ``metrics`` as text, markdown or CSV."""
-    metrics = [m for m in metrics if m in frame.columns]
-    if fmt == "csv":
+    """The tables of ``frame`` (result rows) for ``metrics`` as text, markdown or CSV. A
+    metric no row has a value of gets a line saying so instead of a table."""
+    if form == "csv":
         return tidy(frame, metrics, baseline).to_csv(index=False)
+    empty = [m for m in metrics if m not in frame.columns or frame[m].isna().all()]
+    metrics = [m for m in metrics if m not in empty]
     lay = layout(frame)
-    write: Callable[[pd.DataFrame], str] = markdown.table if fmt == "markdown" else _text_table
+    write: Callable[[pd.DataFrame], str] = (
+        fmt.markdown_table if form == "markdown" else _text_table
+    )
 
     def block(head: str, table: pd.DataFrame) -> str:
-        return f"### {head}\n\n{write(table)}" if fmt == "markdown" else f"{head}\n{write(table)}"
+        return f"### {head}\n\n{write(table)}" if form == "markdown" else f"{head}\n{write(table)}"
 
     parts = [block(title(m), cells(frame, m, lay)) for m in metrics] if lay.shown else []
     if baseline and lay.shown:
@@ -204,7 +231,19 @@ def render(
         if ratio is not None and len(ratio.columns) > len(lay.rows):
             head = f"speedup vs {baseline} (its time / each time; >1 is faster)"
             parts.append(block(head, ratio))
-    lines = notes(frame, lay)
+    lines = [f"{m}: no row of this run has a value ({_why_empty(m)})" for m in empty]
+    lines += notes(frame, lay)
     if lines:
-        parts.append("\n".join(f"- {n}" if fmt == "markdown" else n for n in lines))
+        parts.append("\n".join(f"- {n}" if form == "markdown" else n for n in lines))
     return "\n\n".join(parts)
+
+
+def _why_empty(metric: str) -> str:
+    """Where a column is recorded, from its schema description (the scenario or device it
+    belongs to), for the line that says a run has none of it."""
+    doc = BY_NAME[metric].doc if metric in BY_NAME else ""
+    where = doc.split(":", 1)[0] if ":" in doc else ""
+    known = ("CUDA", "decode", "block", "backward")
+    if any(where.startswith(k) for k in known):
+        return f"recorded for {where} rows only"
+    return "not recorded for these rows"

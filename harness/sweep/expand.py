@@ -54,12 +54,18 @@ def entries(
 ) -> list[Entry]:
     """The (implementation, variant axes) pairs a suite runs: each listed implementation with
     no axes of its own, replaced by its ``[[variant]]`` blocks (several add up)."""
+    known = set(registry.names()) | set(scenario.baselines)
     runs: list[Entry] = [(impl, {}) for impl in impls]
+    for impl in impls:
+        if impl not in known:
+            err.fail("implementations", impl, _unknown(impl, known))
     for index, variant in enumerate(variants):
         at = f"variant[{index}]"
         impl = variant.get("implementation")
         if not isinstance(impl, str):
             err.fail(f"{at}.implementation", impl, "each [[variant]] needs an implementation name")
+        if impl not in known:
+            err.fail(f"{at}.implementation", impl, _unknown(impl, known))
         own = {k: v for k, v in variant.items() if k != "implementation"}
         axes.validate(own, at, err, lists=None)
         for key in own.keys() & axes.params.keys() - _declared(impl).keys():
@@ -67,21 +73,24 @@ def entries(
         runs = [(i, a) for i, a in runs if i != impl or a] + [(impl, own)]
     if not runs:
         err.fail("implementations", impls, "no implementation to run")
-    known = set(registry.names()) | set(scenario.baselines)
-    for impl, _ in runs:
-        if impl not in known:
-            err.fail("implementations", impl, _unknown(impl, known))
     return runs
 
 
 def _unknown(impl: str, known: set[str]) -> str:
     """Why ``impl`` is not an implementation of this suite's scenario: another scenario's
-    baseline, or nobody's."""
+    baseline, or nobody's (with the plug-ins whose entry point failed to load: one of them may
+    be the one meant)."""
     words = [w for w in interface.names() if impl in interface.get(w).baselines]
     owners = sorted({w.split("+")[0] for w in words})
     if owners:
         return f"{impl} runs in the {' and '.join(owners)} scenario only"
-    return f"unknown implementation (known: {', '.join(sorted(known))})"
+    text = f"unknown implementation (known: {', '.join(sorted(known))})"
+    broken = registry.load_errors()
+    if broken:
+        text += "; plug-ins that failed to load: " + "; ".join(
+            f"{name}: {reason}" for name, reason in broken.items()
+        )
+    return text
 
 
 def grid(base: dict, sweep: dict, axes: dict) -> tuple[dict, dict]:
@@ -125,8 +134,12 @@ def expand_points(
     points: list[Point] = []
     for impl, (fixed, swept) in grids:
         points.extend(_combinations(impl, scenario, fixed, swept, axes, err))
-    if len(set(points)) != len(points):
-        err.fail("sweep", "", "the suite produces the same point twice")
+    seen: set[Point] = set()
+    for point in points:
+        if point in seen:
+            err.fail("point", point.label(), "the suite produces the same point twice (an "
+                     "implementation, a [sweep] value or a [[variant]] repeats another)")
+        seen.add(point)
     return tuple(points)
 
 

@@ -121,6 +121,9 @@ def load_suite(path: str | Path) -> Suite:
 def parse_suite(doc: dict, where: str = "<suite>", sha256: str = "") -> Suite:
     """Validate a parsed TOML document and expand it into points."""
     err = SuiteReporter(where)
+    if not doc:
+        raise SuiteError(f"{where}: empty suite file (a suite needs name, scenario and "
+                         "implementations; suites/smoke.toml is an example)")
     name, scenario, impls = _top_level(doc, err)
     device = doc.get("device", "cpu")
     fixed = table(doc, "fixed", err)

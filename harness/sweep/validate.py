@@ -65,7 +65,7 @@ class SuiteReporter:
 def required(doc: dict, key: str, kind: type, err: SuiteReporter):
     """``doc[key]``, which must be present and a ``kind``."""
     if key not in doc:
-        err.fail(key, None, "required key missing")
+        raise SuiteError(f"{err.where}: {key}: required key missing")
     if not isinstance(doc[key], kind):
         err.fail(key, doc[key], f"must be a {kind.__name__}")
     return doc[key]

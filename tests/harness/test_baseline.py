@@ -9,7 +9,15 @@ import pytest
 
 from harness.cli import main
 from harness.compare.baseline import find_baseline, list_baselines, machine_key, save_baseline, slug
-from harness.results import ENV_FILE, ROWS_FILE, ResultsError, RowWriter, load_rows, write_env
+from harness.results import (
+    ENV_FILE,
+    ROWS_FILE,
+    SCHEMA_VERSION,
+    ResultsError,
+    RowWriter,
+    load_rows,
+    write_env,
+)
 from harness.scenarios.interface import Point
 
 ENV = {
@@ -50,7 +58,7 @@ def test_save_writes_fingerprint_and_suite_dirs(tmp_path: Path, capsys) -> None:
     assert cli("save", run, "--root", root) == 0
     target = root / "cpu-amd-epyc-9r14-t2" / "smoke"
     assert capsys.readouterr().out.strip() == str(target)
-    assert json.loads((target / ENV_FILE).read_text()) == ENV
+    assert json.loads((target / ENV_FILE).read_text()) == {**ENV, "schema_version": SCHEMA_VERSION}
     assert load_rows(target)["point_id"].tolist() == load_rows(run)["point_id"].tolist()
 
 

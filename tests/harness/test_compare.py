@@ -6,8 +6,11 @@ rare slow outliers, the shape CPU timings have), never with timings of this mach
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,12 +18,11 @@ import pytest
 
 from harness.cli import main
 from harness.compare.noise import time_scatter
+from harness.compare.rules import CompareOptions, Threshold, parse_thresholds, time_change
 from harness.compare.runs import compare_runs
-from harness.compare.thresholds import CompareOptions, Threshold, parse_thresholds
-from harness.compare.timechange import time_change
-from harness.render.findings import markdown
-from harness.results import ROWS_FILE, RowWriter, write_env
-from harness.scenarios.interface import Point
+from harness.render.comparison import markdown
+from harness.results import ENV_FILE, ROWS_FILE, RowWriter, write_env
+from harness.scenarios.interface import Point, point_fields
 
 POINTS = [
     Point(impl=impl, seq_len=n, heads=4, head_dim=32, causal=causal)
@@ -338,3 +340,79 @@ def test_parse_checks() -> None:
     for bad in ("time=median:", "speed=10%", "mem=max:5%", "time=median:10 parsecs"):
         with pytest.raises(ValueError):
             parse_thresholds(bad)
+
+
+# --- piped output and an all-skipped current run ----------------------------------------------
+
+
+@contextlib.contextmanager
+def closed_pipe():
+    """stdout is a pipe whose reader has left (``| true``, or ``| head`` once it has its lines):
+    every write fails with EPIPE, as it does for the real command. (Set inside the test: pytest
+    puts its own capture back on sys.stdout between a fixture's setup and the test.)"""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    stream, saved = os.fdopen(write_end, "w"), sys.stdout
+    sys.stdout = stream
+    try:
+        yield stream
+    finally:
+        sys.stdout = saved
+        with contextlib.suppress(OSError):
+            stream.close()
+
+
+def test_a_closed_pipe_keeps_compares_verdict(base: Path, tmp_path: Path) -> None:
+    """rich answers a broken pipe with SystemExit(1), the regression code; compare must exit
+    with its own verdict: 0 for a clean comparison, 1 for a regression."""
+    slow = variant(base, tmp_path, lambda i, r: scale_time(r, 3.0))
+    summary_md = tmp_path / "summary.md"
+    with closed_pipe():
+        clean = run_cli(base, base, "--all")
+    with closed_pipe():
+        regressed = run_cli(base, slow, "--all", "--markdown", summary_md)
+    assert (clean, regressed) == (0, 1)
+    assert "regressed" in summary_md.read_text()  # written even though stdout was gone
+
+
+def test_a_closed_pipe_is_141_for_table_and_list(base: Path) -> None:
+    with closed_pipe():
+        table = main(["table", str(base)])
+    with closed_pipe():
+        listing = main(["list"])
+    assert (table, listing) == (141, 141)
+
+
+def test_an_all_skipped_current_run_lists_every_ok_point(tmp_path: Path, capsys) -> None:
+    """What ``attnbench run suites/smoke.toml --mem-budget 1KiB`` writes: every point skipped
+    before it ran (no time, no memory, no reference-kernel time)."""
+    baseline = Path(__file__).resolve().parents[2] / "results/baselines/cpu-amd-epyc-t1/smoke"
+    identity = ("impl", "family", "device_name", "threads", "predicted_mem_bytes", "point_id")
+    skipped = []
+    for row in read_rows(baseline):
+        kept = {k: v for k, v in row.items() if k in point_fields() or k in identity}
+        skipped.append({**kept, "status": "skipped", "reason": "predicted peak 1 MiB > 1 KiB"})
+    cur = write_run(tmp_path / "skipped", skipped, json.loads((baseline / ENV_FILE).read_text()))
+    ok_points = sum(r["status"] == "ok" for r in read_rows(baseline))
+    assert run_cli(baseline, cur) == 1
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err and "internal error" not in err, err
+    assert out.count("ok -> skipped") == ok_points and f"{ok_points} regressions" in out
+    result = compare_runs(baseline, cur, CompareOptions())
+    assert {f.metric for f in result.findings if f.level == "fail"} == {"status"}
+
+
+def test_a_file_gets_the_whole_table_uncut(tmp_path: Path, capsys) -> None:
+    """Written to a file or pipe, no cell is cut or wrapped, however long the labels (a
+    third-party plug-in's name, a mask with every feature)."""
+    name = "vendor-fused-sliding-window-attention-with-global-tokens-v2"
+    points = [Point(impl=name, seq_len=n, heads=4, head_dim=32, causal=True, window_left=255,
+                    window_right=0, dilation=2, global_tokens=16) for n in (128, 256)]
+    rng = np.random.default_rng(9)
+    base = write_run(tmp_path / "base", [make_row(p, rng) for p in points])
+    cur = variant(base, tmp_path, lambda i, r: {**r, "agree": False})
+    assert run_cli(base, cur, "--all") == 1
+    out = capsys.readouterr().out
+    assert "…" not in out and "..." not in out
+    for point in points:
+        assert point.label() in out  # each whole label on one line

@@ -10,16 +10,18 @@ import signal
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from harness.cli import main
+from harness.errors import ResultsWarning
 from harness.execute.isolate import describe_exit, run_isolated
+from harness.execute.runner import run_point
+from harness.measure.device import get_device
 from harness.results import ROWS_FILE, load_rows
-from harness.scenarios.interface import cost_of, point_from_row
-from harness.sweep.suite import load_suite
+from harness.scenarios.interface import Point, cost_of, point_from_row
+from harness.sweep.suite import MeasureConfig, load_suite
 
 ROOT = Path(__file__).resolve().parents[2]
 MEASURE = "[measure]\nbudget_s = 0.05\nmin_samples = 3\nwarmup_calls = 1\nthreads = 2\n"
@@ -97,17 +99,10 @@ MALFORMED = {
 }
 
 
-def test_malformed_suites_and_a_missing_file_exit_nonzero_in_one_line(tmp_path):
-    """The real CLI, one process per case (in parallel): exit 2, one stderr line, no output."""
+def test_malformed_suites_and_a_missing_file_exit_nonzero_in_one_line(tmp_path, capsys):
+    """Exit 2, one stderr line naming the file and the problem, nothing written."""
     cases = {name: write_suite(tmp_path / f"{name}.toml", body) for name, body in MALFORMED.items()}
     cases["missing-file"] = tmp_path / "no-such-suite.toml"
-
-    def attempt(item):
-        name, suite = item
-        return name, cli("run", str(suite), "--out", str(tmp_path / f"out-{name}"))
-
-    with ThreadPoolExecutor(len(cases)) as pool:
-        results = dict(pool.map(attempt, cases.items()))
     expected = {
         "unknown-key": "colour",
         "unknown-impl": "fastest-attention",
@@ -115,11 +110,12 @@ def test_malformed_suites_and_a_missing_file_exit_nonzero_in_one_line(tmp_path):
         "broken-toml": "line",
         "missing-file": "not found",
     }
-    for name, result in results.items():
-        assert result.returncode == 2, (name, result.stderr)
-        assert_one_line(result.stderr)
-        assert str(cases[name]) in result.stderr and expected[name] in result.stderr
-        assert not (tmp_path / f"out-{name}").exists(), name
+    for name, suite in cases.items():
+        code, err = run_in_process(capsys, "run", str(suite), "--out", str(tmp_path / f"o-{name}"))
+        assert code == 2, (name, err)
+        assert_one_line(err)
+        assert str(suite) in err and expected[name] in err
+        assert not (tmp_path / f"o-{name}").exists(), name
 
 
 def run_in_process(capsys, *args: str) -> tuple[int, str]:
@@ -200,7 +196,9 @@ def test_a_suite_timeout_without_isolation_is_refused(tmp_path, capsys):
 # --- crash-safe resume ----------------------------------------------------------------------
 
 
-def test_a_run_killed_mid_sweep_resumes_with_every_point_once(tmp_path):
+def test_a_run_killed_mid_sweep_resumes_with_every_point_once(tmp_path, capsys):
+    """The killed run is a real process (SIGKILL mid-sweep, then half a line appended, as a
+    kill mid-write leaves it); the resume runs in this process."""
     suite = write_suite(
         tmp_path / "s.toml",
         'implementations = ["sdpa", "sdpa-math", "full"]\n[fixed]\nheads = 2\nhead_dim = 16\n'
@@ -225,11 +223,11 @@ def test_a_run_killed_mid_sweep_resumes_with_every_point_once(tmp_path):
     with rows.open("ab") as fh:  # what a kill in the middle of a write leaves behind
         fh.write(before[-1][: len(before[-1]) // 2])
 
-    resumed = cli(*args[3:], "--resume", "--no-progress", "--no-table")
-    assert resumed.returncode == 0, resumed.stderr
-    assert f"({len(before)} already done)" in resumed.stderr
+    code, err = run_in_process(capsys, *args[3:], "--resume", "--no-progress", "--no-table")
+    assert code == 0, err
+    assert f"({len(before)} already done)" in err
 
-    with pytest.warns(UserWarning, match="truncated"):
+    with pytest.warns(ResultsWarning, match="truncated"):
         frame = load_rows(out)
     ids = list(frame["point_id"])
     assert sorted(ids) == sorted(expected)  # every point, each exactly once
@@ -266,6 +264,11 @@ def test_over_budget_full_point_is_skipped_with_the_prediction_and_the_rest_runs
     assert predicted > 16 * 2**20 and skipped["predicted_mem_bytes"] == predicted
     assert skipped["status"] == "skipped"
     assert skipped["reason"] == f"predicted peak {predicted / 2**20:.0f} MiB > budget 16 MiB"
+    huge = Point("full", seq_len=2**25)
+    petabytes = cost_of(huge).peak_bytes / 2**50
+    assert petabytes > 1
+    row = run_point(huge, MeasureConfig(), get_device("cpu"), mem_budget=2**30)
+    assert row["reason"] == f"predicted peak {petabytes:.1f} PiB > budget 1.0 GiB"  # not MiB
     rest = frame.drop(index=("full", 2048))
     assert len(rest) == 3 and set(rest["status"]) == {"ok"}
 
@@ -343,6 +346,9 @@ def test_exit_descriptions():
 
 
 def test_isolated_sweep_survives_segfault_abort_and_hang(tmp_path, plugin_env):
+    """The one end-to-end run of the real command in a subprocess: ``python -m harness.cli run
+    --isolate`` with plug-ins installed as a third party installs them (an entry point found
+    on PYTHONPATH by the parent and its children), the table printed at the end."""
     suite = write_suite(
         tmp_path / "s.toml",
         'implementations = ["test-segfault", "sdpa", "test-abort", "test-hang", "full"]\n'
@@ -373,6 +379,7 @@ def test_isolated_sweep_survives_segfault_abort_and_hang(tmp_path, plugin_env):
     assert frame.loc["sdpa", "status"] == "ok" and frame.loc["full", "status"] == "ok"
     assert frame.loc["test-segfault", "family"] == "test"  # identity columns are filled in
     assert "2 error" in result.stderr and "1 timeout" in result.stderr
+    assert "median time (ms)" in result.stdout and "not shown" in result.stdout
 
 
 # --- security -------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import pytest
 
 from harness import scenarios, schema
 from harness.analysis import claims, frames, regime
-from harness.compare import thresholds
+from harness.compare import rules as thresholds
 from harness.render import panels, table
 from harness.results import ROW_COLUMNS
 from harness.scenarios import interface
@@ -84,8 +84,20 @@ def test_table_metric_lists_are_declared_with_matching_units():
     assert not undeclared(table.DEFAULT_METRICS)
     for name in table.METRICS:
         column = schema.BY_NAME[name]
-        expected = column.unit if column.kind == "rate" else TABLE_LABELS[column.kind]
+        own_unit = column.kind in ("rate", "number")
+        expected = column.unit if own_unit else TABLE_LABELS[column.kind]
         assert table.unit_of(name).label == expected, name
+
+
+def test_table_units_come_from_the_schema_kind_not_the_column_name(monkeypatch):
+    """A column's display unit is its declared kind: a name ending in ``_s`` that holds bytes
+    is shown in MiB, and an undeclared ``_s`` column is no metric at all."""
+    odd = schema.Column("spill_s", "B", "bytes", "bytes spilled (a name that looks like seconds)")
+    monkeypatch.setitem(schema.BY_NAME, "spill_s", odd)
+    assert table.unit_of("spill_s").label == "MiB"
+    assert table.fmt_value("spill_s", 3 * 2**20) == "3"
+    assert table.unit_of("made_up_s") is None
+    assert table.metric_problem("pass_medians_s") and table.metric_problem("seq_len")
 
 
 def test_figure_metric_lists_are_declared():

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness import markdown
+from harness import fmt
 from harness.render import pivot, table
 from harness.results import ROW_COLUMNS
 from harness.scenarios.interface import Point
@@ -139,7 +139,7 @@ def test_every_documented_metric_is_accepted_and_formatted():
 
 
 def test_markdown_writer_escapes_and_aligns():
-    out = markdown.table(pd.DataFrame({"a": ["1.5", None], "b": ["x|y", "z"]}))
+    out = fmt.markdown_table(pd.DataFrame({"a": ["1.5", None], "b": ["x|y", "z"]}))
     lines = out.splitlines()
     rule = lines[1].strip("|").split("|")
     assert rule[0].endswith(":") and rule[1].startswith(":")  # numbers right, text left

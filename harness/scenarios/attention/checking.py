@@ -67,6 +67,10 @@ def check_attention(
         return {"agree": None}
     with torch.no_grad():
         out = attn(q, k, v)
+    expected = (*q.shape[:-1], v.shape[-1])  # (B, H, n_q, D)
+    if tuple(out.shape) != expected:  # a wrong shape is a wrong result, not a crash
+        shown = " x ".join(map(str, out.shape)), " x ".join(map(str, expected))
+        return {"agree": False, "mismatch_reason": f"output shape {shown[0]} ≠ expected {shown[1]}"}
     rows, ref, naive = checked_rows(q, k, v, point, plan)
     result = judge_rows(out, rows, ref, naive, point.torch_dtype)
     if plan.grads and grad_out is not None:

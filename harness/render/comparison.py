@@ -1,5 +1,6 @@
 """A comparison (:class:`~harness.compare.findings.Comparison`) as people read it: a rich table
-for the terminal, a markdown summary for CI (e.g. ``$GITHUB_STEP_SUMMARY``) and one summary line.
+(the terminal's width on a terminal, never cut in a file or a pipe), a markdown summary for CI
+(e.g. ``$GITHUB_STEP_SUMMARY``) and one summary line.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from harness.compare.findings import Comparison, Finding
-from harness.markdown import table as markdown_table
+from harness.fmt import markdown_table
+from harness.terminal import console as make_console
 
 _MARK = {"fail": "FAIL", "warn": "warn", "info": "info", "ok": "ok"}
 _STYLE = {"fail": "bold red", "warn": "yellow", "info": "cyan", "ok": "dim"}
@@ -43,14 +45,14 @@ def summary(result: Comparison) -> str:
 def print_table(result: Comparison, show_all: bool = False, console: Console | None = None) -> None:
     """The warnings, the findings (all of them with ``show_all``, else those not ``ok``) as a
     rich table, and the summary line."""
-    if console is None:  # CI logs are not terminals: do not wrap the table at 80 columns
-        console = Console(highlight=False)
-        console = console if console.is_terminal else Console(highlight=False, width=200)
+    console = console or make_console()
     for note in result.warnings:
         console.print(f"[yellow]warning:[/] {escape(note)}")
     rows = _shown(result, show_all)
     if rows:
-        table = Table(*_COLUMNS, title=f"{result.baseline} -> {result.current}")
+        table = Table(title=f"{result.baseline} -> {result.current}")
+        for column in _COLUMNS:
+            table.add_column(column, overflow="fold")
         for f in rows:
             table.add_row(*(escape(c) for c in _cells(f)), style=_STYLE[f.level])
         console.print(table)

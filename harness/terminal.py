@@ -1,0 +1,119 @@
+"""What a person sees while attnbench works, on a terminal and in a file or pipe.
+
+- :func:`console`: a rich Console that fits the terminal's width, and on a file or a pipe never
+  wraps or cuts a line (a table is as wide as its cells). When the reader of a pipe leaves
+  (``| head``, ``| true``), writing raises :class:`BrokenPipeError`, which the command line
+  turns into exit 141 (``compare``: its verdict). rich's own handling,
+  ``Console.on_broken_pipe``, raises ``SystemExit(1)`` -- the exit status of a regression --
+  so it is replaced here.
+- :class:`Progress`: a run's progress counted in point-passes (a point timed in 3 passes is 3
+  steps): a bar on a terminal; elsewhere one plain line at most every :data:`LINE_EVERY_S`
+  seconds, each with the time so far and the expected time left (ETA), which starts from a
+  prediction and follows the pace the run actually keeps.
+"""
+
+from __future__ import annotations
+
+import errno
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import TextIO
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+from rich.progress import Progress as RichProgress
+
+WIDE = 10_000  # columns on a file or pipe: wide enough that nothing is ever wrapped or cut
+LINE_EVERY_S = 10.0  # plain progress lines, at most one per this many seconds
+
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """The reader left: stop writing and say so as the exception the CLI expects."""
+        self.quiet = True
+        raise BrokenPipeError(errno.EPIPE, "the reader closed the pipe")
+
+
+def console(stream: TextIO | None = None) -> Console:
+    """A rich Console on ``stream`` (default stdout): the terminal's width on a terminal; on a
+    file or pipe no colour and no wrapping or cutting at any width."""
+    stream = sys.stdout if stream is None else stream
+    probe = _Console(file=stream, highlight=False)
+    if probe.is_terminal:
+        return probe
+    return _Console(file=stream, highlight=False, width=WIDE, no_color=True)
+
+
+def duration(seconds: float) -> str:
+    """``42 s``, ``3.5 min``, ``1.2 h``: how long something takes, to a person."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+class Progress:
+    """A run's steps (point-passes) with their predicted seconds; :meth:`step` after each.
+
+    The expected time left is the prediction of the remaining steps scaled by how the run's
+    pace so far compares with the prediction of the steps done (a machine twice as slow as
+    predicted doubles it)."""
+
+    def __init__(self, predicted_s: Sequence[float], stream: TextIO | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.total = len(predicted_s)
+        self.left_s = float(sum(predicted_s))
+        self.stream = sys.stderr if stream is None else stream
+        self.clock = clock
+        self.start = self.last_line = clock()
+        self.done = 0
+        self.done_s = 0.0  # predicted seconds of the steps done
+        self._bar: RichProgress | None = None
+        self._task = None
+
+    def __enter__(self) -> Progress:
+        out = console(self.stream)
+        if out.is_terminal:
+            columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                       TimeElapsedColumn(), TextColumn("{task.fields[eta]}"))
+            self._bar = RichProgress(*columns, console=out)
+            self._bar.__enter__()
+            self._task = self._bar.add_task("running", total=self.total, eta="")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(*exc)
+
+    def eta_s(self) -> float:
+        """Expected seconds left."""
+        if self.done and self.done_s > 0:
+            return self.left_s * (self.clock() - self.start) / self.done_s
+        return self.left_s
+
+    def forget(self, predicted_s: Sequence[float]) -> None:
+        """Steps that will not run after all (a point that failed its first pass)."""
+        self.total -= len(predicted_s)
+        self.left_s = max(self.left_s - sum(predicted_s), 0.0)
+        if self._bar is not None:
+            self._bar.update(self._task, total=self.total)
+
+    def step(self, what: str, predicted_s: float) -> None:
+        """One step finished (``what`` says which: ``sdpa n=512 pass 2/3: ok``)."""
+        self.done += 1
+        self.done_s += predicted_s
+        self.left_s = max(self.left_s - predicted_s, 0.0)
+        finished = self.done >= self.total
+        eta = "" if finished else f"ETA {duration(self.eta_s())}"
+        if self._bar is not None:
+            self._bar.update(self._task, advance=1, description=what, eta=eta)
+            return
+        now = self.clock()
+        if now - self.last_line >= LINE_EVERY_S or finished:
+            self.last_line = now
+            share = 100 * self.done / max(self.total, 1)
+            print(f"attnbench: {self.done}/{self.total} point-passes ({share:.0f}%), "
+                  f"{duration(now - self.start)} so far" + (f", {eta}" if eta else "")
+                  + f"; last: {what}", file=self.stream, flush=True)

@@ -1,0 +1,68 @@
+"""The wheel a user installs carries the bundled suites and claims.toml, and an installed
+attnbench finds them through importlib.resources (not through the checkout). CI (.ci/run)
+installs the wheel into a fresh venv and runs ``attnbench run`` and ``attnbench claims``."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    out, source = tmp_path_factory.mktemp("dist"), tmp_path_factory.mktemp("src") / "attnbench"
+    # a copy of what the build reads, so the build's own folders stay out of the checkout
+    skip = shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "dist", ".venv")
+    for name in ("harness", "implementations", "suites"):
+        shutil.copytree(ROOT / name, source / name, ignore=skip)
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+         "-w", str(out), str(source)],
+        check=True, capture_output=True, cwd=out,
+        env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
+    )
+    (path,) = out.glob("attnbench-*.whl")
+    return path
+
+
+def test_the_wheel_ships_every_bundled_suite_and_the_claims(wheel: Path) -> None:
+    names = set(zipfile.ZipFile(wheel).namelist())
+    bundled = {f"harness/suites/{p.name}" for p in (ROOT / "suites").glob("*.toml")}
+    assert {"harness/suites/smoke.toml", "harness/suites/claims.toml"} <= bundled <= names
+    assert not any(n.startswith("suites/") for n in names)  # no top-level "suites" package
+
+
+def test_an_installed_attnbench_reads_its_own_copies(wheel: Path, tmp_path: Path) -> None:
+    """The wheel unpacked as pip installs it, imported from elsewhere: the default suite and
+    claims come from the installed package, and they parse."""
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    code = (
+        "import harness, harness.cli.run as run, harness.analysis.claims as claims\n"
+        "from harness.sweep.suite import load_suite\n"
+        "print(harness.__file__); print(run.default_suite()); print(claims.DEFAULT_CLAIMS)\n"
+        "suite = load_suite(run.default_suite())\n"
+        "judged = claims.load_claims(claims.DEFAULT_CLAIMS)\n"
+        "print(len(suite.points), len(judged))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr
+    package, suite, claims, counts = result.stdout.strip().splitlines()
+    for path in (package, suite, claims):
+        assert Path(path).is_relative_to(site), path
+    assert suite.endswith("harness/suites/smoke.toml")
+    assert claims.endswith("harness/suites/claims.toml")
+    points, judged = map(int, counts.split())
+    assert points == 48 and judged > 0
