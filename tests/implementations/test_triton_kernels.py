@@ -23,6 +23,9 @@ from implementations._kernels import triton_attn, triton_fwd
 from implementations._kernels.triton_plan import band_executed_pairs, band_plan
 from tests.conftest import make_qkv
 
+# on a GPU these run the compiled kernels: part of the GPU proof (``pytest -m cuda``); on CPU
+# they run in the interpreter as part of the ordinary suite
+pytestmark = pytest.mark.cuda
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 SPECS = {  # id -> mask: each of the kernels' iteration spaces and every mask feature
