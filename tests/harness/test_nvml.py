@@ -114,6 +114,8 @@ class FakeNvml(SimpleNamespace):
     def nvmlDeviceGetCurrentClocksEventReasons(self, board: dict) -> int:
         return board["reasons"]
 
+    nvmlDeviceGetCurrentClocksThrottleReasons = nvmlDeviceGetCurrentClocksEventReasons  # old name
+
     def nvmlDeviceGetComputeRunningProcesses(self, board: dict) -> list:
         return [SimpleNamespace(pid=pid) for pid in board["pids"]]
 
@@ -134,11 +136,11 @@ def fake_gpus(monkeypatch):
     monkeypatch.setattr(
         torch.cuda, "get_device_properties", lambda i: SimpleNamespace(uuid=cuda_uuids[i])
     )
-    nvml.unavailable_reason.cache_clear()
-    nvml.handle.cache_clear()
+    for cached in (nvml.unavailable_reason, nvml.handle):
+        cached.cache_clear()
     yield boards
-    nvml.unavailable_reason.cache_clear()
-    nvml.handle.cache_clear()
+    for cached in (nvml.unavailable_reason, nvml.handle):
+        cached.cache_clear()
 
 
 def test_a_cuda_index_reads_its_own_board_found_by_uuid(fake_gpus):
