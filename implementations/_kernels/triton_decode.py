@@ -65,8 +65,8 @@ def band_fwd_split(Q, K, V, PART_O, PART_ML, SLOTS, GPOS, GIDX, DS, DE,
         i = p - off
         dd = tl.arange(0, BLOCK_D)
         ld = ok[:, None] & (dd[None, :] < D)
-        rows = b.to(tl.int64) * sqb + h.to(tl.int64) * sqh + i[:, None] * sqn
-        q = tl.load(Q + rows + dd[None, :], mask=ld, other=0.0)
+        rows = b.to(tl.int64) * sqb + h.to(tl.int64) * sqh + i * sqn
+        q = tl.load(Q + rows[:, None] + dd[None, :], mask=ld, other=0.0)
         k_base = K + b.to(tl.int64) * skb + hk.to(tl.int64) * skh
         v_base = V + b.to(tl.int64) * svb + hk.to(tl.int64) * svh
         m_i = tl.zeros([BLOCK_M], dtype=tl.float32) + NEG
@@ -90,7 +90,8 @@ def band_fwd_split(Q, K, V, PART_O, PART_ML, SLOTS, GPOS, GIDX, DS, DE,
                                  tl.load(SP + 5), start, mid, post, end, sc2, BLOCK_N, BLOCK_D,
                                  D, DILATED, PRECISION)
         keep = stored_rows(ok, p, flags, GIDX, GLOBAL)
-        part = (split * H * n_q + (b * H + h) * n_q + i).to(tl.int64)
+        bh_all = tl.num_programs(1) * GROUP  # B·H
+        part = ((split * bh_all + b * H + h) * n_q + i).to(tl.int64)
         tl.store(PART_O + part[:, None] * D + dd[None, :], acc, mask=ld & keep[:, None])
         tl.store(PART_ML + part * 2, m_i * sc2, mask=keep)
         tl.store(PART_ML + part * 2 + 1, l_i, mask=keep)
@@ -119,12 +120,12 @@ def split_combine(PART_O, PART_ML, Out, LSE, sob, soh, son, H, n_q, n_split,
     ld = ok[:, None] & (dd[None, :] < D)
     m_all = tl.zeros([BLOCK], dtype=tl.float32) + NEG
     for s in range(0, n_split):
-        part = (s * H * n_q + bh * n_q + i).to(tl.int64)
+        part = ((s * tl.num_programs(1) + bh) * n_q + i).to(tl.int64)
         m_all = tl.maximum(m_all, tl.load(PART_ML + part * 2, mask=ok, other=NEG))
     l_all = tl.zeros([BLOCK], dtype=tl.float32)
     acc = tl.zeros([BLOCK, BLOCK_D], dtype=tl.float32)
     for s in range(0, n_split):
-        part = (s * H * n_q + bh * n_q + i).to(tl.int64)
+        part = ((s * tl.num_programs(1) + bh) * n_q + i).to(tl.int64)
         w = tl.math.exp2(tl.load(PART_ML + part * 2, mask=ok, other=NEG) - m_all)
         l_all += w * tl.load(PART_ML + part * 2 + 1, mask=ok, other=0.0)
         o = tl.load(PART_O + part[:, None] * D + dd[None, :], mask=ld, other=0.0)
