@@ -16,7 +16,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from implementations._kernels.triton_autotune import bwd_configs, dq_configs
+from implementations._kernels.triton_autotune import TUNE_KEY, configs, prune
 from implementations._kernels.triton_fwd import stored_rows
 from implementations._kernels.triton_primitives import (
     cross_bounds,
@@ -63,13 +63,15 @@ def dq_tile(dq, q, do, lse, delta, k, v, keep, sc2, MASKED: tl.constexpr,
 def dq_step(dq, q, do, lse, delta, lo, hi, k_base, v_base, skn, svn, r, step, c0, c_end, sc2,
             BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, D: tl.constexpr,
             MASKED: tl.constexpr, DILATED: tl.constexpr, PRECISION: tl.constexpr):
-    """One key block of the band for dQ (class keys c0 .. c0 + BLOCK_N)."""
+    """One key block of the band for dQ (class keys c0 .. c0 + BLOCK_N; a masked block's keys
+    clamped to the last, as in the forward)."""
     c = c0 + tl.arange(0, BLOCK_N)
+    if MASKED:
+        c = tl.minimum(c, c_end - 1)
     j = r + step * c if DILATED else c
     dd = tl.arange(0, BLOCK_D)
-    col_ok = c < c_end
-    k = load_rows(k_base + j[:, None] * skn + dd[None, :], col_ok, D, BLOCK_D, MASKED)
-    v = load_rows(v_base + j[:, None] * svn + dd[None, :], col_ok, D, BLOCK_D, MASKED)
+    k = load_rows(k_base + j[:, None] * skn + dd[None, :], c, D, BLOCK_D, False)
+    v = load_rows(v_base + j[:, None] * svn + dd[None, :], c, D, BLOCK_D, False)
     keep = kept(tl.arange(0, BLOCK_N), lo - c0, hi - c0)
     return dq_tile(dq, q, do, lse, delta, k, v, keep, sc2, MASKED, PRECISION)
 
@@ -93,9 +95,9 @@ def dq_rows(dq, q, do, lse, delta, x, p, ok, x0, p0, x1, p1, r, step, flags, SP,
             for e in range(tl.load(GIDX + tl.maximum(first, 0)), e1, BLOCK_N):
                 ev = e + tl.arange(0, BLOCK_N)
                 col_ok = ev < e1
-                j = tl.load(GPOS + ev, mask=col_ok, other=0)
-                k = load_rows(k_base + j[:, None] * skn + dd[None, :], col_ok, D, BLOCK_D, True)
-                v = load_rows(v_base + j[:, None] * svn + dd[None, :], col_ok, D, BLOCK_D, True)
+                j = tl.load(GPOS + tl.minimum(ev, e1 - 1))
+                k = load_rows(k_base + j[:, None] * skn + dd[None, :], col_ok, D, BLOCK_D, False)
+                v = load_rows(v_base + j[:, None] * svn + dd[None, :], col_ok, D, BLOCK_D, False)
                 keep = cross_keep(j, glo, ghi, lo, hi, r, step, DILATED) & col_ok[None, :]
                 dq = dq_tile(dq, q, do, lse, delta, k, v, keep, sc2, True, PRECISION)
     lo0, hi0 = own_bounds(x0, p0, p0 >= 0, SP, P, DS, DE, PREFIX, DOCS)
@@ -113,7 +115,8 @@ def dq_rows(dq, q, do, lse, delta, x, p, ok, x0, p0, x1, p1, r, step, flags, SP,
     return dq
 
 
-@triton.autotune(configs=dq_configs(), key=["n_bucket", "q_bucket", "BLOCK_D", "MODE_KEY"])
+@triton.autotune(configs=configs("band_dq"), key=TUNE_KEY,
+                 prune_configs_by={"early_config_prune": prune("band_dq")})
 @triton.jit
 def band_dq(Q, K, V, DO, DQ, LSE, DELTA, SLOTS, GPOS, GIDX, DS, DE,
             sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sdb, sdh, sdn, sgb, sgh, sgn,
@@ -164,19 +167,18 @@ def dkdv_step(dk, dv, k, v, lo, hi, q_base, do_base, lse_base, delta_base, sqn, 
               D: tl.constexpr, MASKED: tl.constexpr, DILATED: tl.constexpr,
               PRECISION: tl.constexpr):
     """One block of query rows (class rows c0 .. c0 + BLOCK_M, valid in [c_start, c_end))
-    for dK/dV; an unmasked block must hold valid rows only."""
+    for dK/dV. A masked block clamps its rows into the valid ones (no predicated loads): rows
+    outside are outside every key's interval, so they contribute nothing; an unmasked block
+    holds valid rows only."""
     a = c0 + tl.arange(0, BLOCK_M)
-    row_ok = (a >= c_start) & (a < c_end)
+    if MASKED:
+        a = tl.minimum(tl.maximum(a, c_start), c_end - 1)
     i = (r + step * a if DILATED else a) - off
     dd = tl.arange(0, BLOCK_D)
-    q = load_rows(q_base + i[:, None] * sqn + dd[None, :], row_ok, D, BLOCK_D, MASKED)
-    do = load_rows(do_base + i[:, None] * sdn + dd[None, :], row_ok, D, BLOCK_D, MASKED)
-    if MASKED:
-        lse = tl.load(lse_base + i, mask=row_ok, other=float("inf"))
-        delta = tl.load(delta_base + i, mask=row_ok, other=0.0)
-    else:
-        lse = tl.load(lse_base + i)
-        delta = tl.load(delta_base + i)
+    q = load_rows(q_base + i[:, None] * sqn + dd[None, :], a, D, BLOCK_D, False)
+    do = load_rows(do_base + i[:, None] * sdn + dd[None, :], a, D, BLOCK_D, False)
+    lse = tl.load(lse_base + i)
+    delta = tl.load(delta_base + i)
     keep = kept(tl.arange(0, BLOCK_M), lo - c0, hi - c0)
     return dkdv_tile(dk, dv, k, v, q, do, lse, delta, keep, sc2, MASKED, PRECISION)
 
@@ -191,18 +193,19 @@ def dkdv_cross(dk, dv, k, v, lo, hi, glo, ghi, q_base, do_base, lse_base, delta_
     for e in range(e0, e1, BLOCK_M):
         ev = e + tl.arange(0, BLOCK_M)
         row_ok = ev < e1
-        p = tl.load(GPOS + ev, mask=row_ok, other=off)
+        p = tl.load(GPOS + tl.minimum(ev, e1 - 1))
         i = p - off
-        q = load_rows(q_base + i[:, None] * sqn + dd[None, :], row_ok, D, BLOCK_D, True)
-        do = load_rows(do_base + i[:, None] * sdn + dd[None, :], row_ok, D, BLOCK_D, True)
-        lse = tl.load(lse_base + i, mask=row_ok, other=float("inf"))
-        delta = tl.load(delta_base + i, mask=row_ok, other=0.0)
+        q = load_rows(q_base + i[:, None] * sqn + dd[None, :], row_ok, D, BLOCK_D, False)
+        do = load_rows(do_base + i[:, None] * sdn + dd[None, :], row_ok, D, BLOCK_D, False)
+        lse = tl.load(lse_base + i)
+        delta = tl.load(delta_base + i)
         keep = cross_keep(p, glo, ghi, lo, hi, r, step, DILATED) & row_ok[None, :]
         dk, dv = dkdv_tile(dk, dv, k, v, q, do, lse, delta, keep, sc2, True, PRECISION)
     return dk, dv
 
 
-@triton.autotune(configs=bwd_configs(), key=["n_bucket", "q_bucket", "BLOCK_D", "MODE_KEY"])
+@triton.autotune(configs=configs("band_dkdv"), key=TUNE_KEY,
+                 prune_configs_by={"early_config_prune": prune("band_dkdv")})
 @triton.jit
 def band_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA, KSLOTS, GPOS, GIDX, DS, DE,
               sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sdb, sdh, sdn, sgb, sgh, sgn,

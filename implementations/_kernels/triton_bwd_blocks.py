@@ -10,7 +10,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from implementations._kernels.triton_autotune import fwd_configs
+from implementations._kernels.triton_autotune import TUNE_KEY, configs, prune
 from implementations._kernels.triton_bwd import dkdv_step, dq_step
 
 
@@ -28,8 +28,8 @@ def csr_dq(dq, q, do, lse, delta, p, k_base, v_base, skn, svn, COLS, e_start, e_
     return dq
 
 
-@triton.autotune(configs=fwd_configs(blocks=False),
-                 key=["n_bucket", "q_bucket", "BLOCK_D", "MODE_KEY"])
+@triton.autotune(configs=configs("blocks_dq"), key=TUNE_KEY,
+                 prune_configs_by={"early_config_prune": prune("blocks_dq")})
 @triton.jit
 def blocks_dq(Q, K, V, DO, DQ, LSE, DELTA, Q_POS, STARTS, MIDS, ENDS, COLS, ORDER,
               sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sdb, sdh, sdn, sgb, sgh, sgn,
@@ -77,8 +77,8 @@ def csr_dkdv(dk, dv, k, v, j, q_base, do_base, lse_base, delta_base, sqn, sdn, R
     return dk, dv
 
 
-@triton.autotune(configs=fwd_configs(blocks=False),
-                 key=["n_bucket", "q_bucket", "BLOCK_D", "MODE_KEY"])
+@triton.autotune(configs=configs("blocks_dkdv"), key=TUNE_KEY,
+                 prune_configs_by={"early_config_prune": prune("blocks_dkdv")})
 @triton.jit
 def blocks_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA, K_POS, STARTS, MIDS, ENDS, ROWS, ORDER,
                 sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sdb, sdh, sdn, sgb, sgh, sgn,

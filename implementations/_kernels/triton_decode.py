@@ -16,7 +16,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from implementations._kernels.triton_autotune import decode_configs
+from implementations._kernels.triton_autotune import TUNE_KEY, configs, prune
 from implementations._kernels.triton_fwd import fwd_band, fwd_cross, stored_rows
 from implementations._kernels.triton_primitives import NEG, cross_bounds, own_bounds, walk
 
@@ -42,7 +42,8 @@ def decode_rows(SP, GPOS, GROUP, ROWS: tl.constexpr, BLOCK_M: tl.constexpr):
     return head, ok, x, p, x0, p0, x1, p1, r, step, flags
 
 
-@triton.autotune(configs=decode_configs(), key=["n_bucket", "q_bucket", "BLOCK_D", "MODE_KEY"])
+@triton.autotune(configs=configs("band_fwd_split"), key=TUNE_KEY,
+                 prune_configs_by={"early_config_prune": prune("band_fwd_split")})
 @triton.jit
 def band_fwd_split(Q, K, V, PART_O, PART_ML, SLOTS, GPOS, GIDX, DS, DE,
                    sqb, sqh, sqn, skb, skh, skn, svb, svh, svn,

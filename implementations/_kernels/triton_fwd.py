@@ -19,7 +19,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from implementations._kernels.triton_autotune import fwd_configs
+from implementations._kernels.triton_autotune import TUNE_KEY, configs, prune
 from implementations._kernels.triton_primitives import (
     HALF_NEG,
     NEG,
@@ -54,16 +54,19 @@ def online(acc, l_i, m_i, s, v, sc2, MASKED: tl.constexpr, PRECISION: tl.constex
 def fwd_step(acc, l_i, m_i, q, lo, hi, k_base, v_base, skn, svn, r, step, c0, c_end, sc2,
              BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, D: tl.constexpr,
              MASKED: tl.constexpr, DILATED: tl.constexpr, PRECISION: tl.constexpr):
-    """One key block of the band: class keys c0 .. c0 + BLOCK_N (absolute r + step·c)."""
+    """One key block of the band: class keys c0 .. c0 + BLOCK_N (absolute r + step·c). A
+    masked block clamps its keys to the last one (no predicated loads): keys past it are
+    outside every row's interval, so their scores are masked."""
     c = c0 + tl.arange(0, BLOCK_N)
+    if MASKED:
+        c = tl.minimum(c, c_end - 1)
     j = r + step * c if DILATED else c
     dd = tl.arange(0, BLOCK_D)
-    col_ok = c < c_end
-    k = load_rows(k_base + j[:, None] * skn + dd[None, :], col_ok, D, BLOCK_D, MASKED)
+    k = load_rows(k_base + j[:, None] * skn + dd[None, :], c, D, BLOCK_D, False)
     s = mma(q, tl.trans(k), None, PRECISION)
     if MASKED:
         s = tl.where(kept(tl.arange(0, BLOCK_N), lo - c0, hi - c0), s, NEG)
-    v = load_rows(v_base + j[:, None] * svn + dd[None, :], col_ok, D, BLOCK_D, MASKED)
+    v = load_rows(v_base + j[:, None] * svn + dd[None, :], c, D, BLOCK_D, False)
     return online(acc, l_i, m_i, s, v, sc2, MASKED, PRECISION)
 
 
@@ -76,11 +79,11 @@ def fwd_cross(acc, l_i, m_i, q, lo, hi, glo, ghi, k_base, v_base, skn, svn, GPOS
     for e in range(e0, e1, BLOCK_N):
         ev = e + tl.arange(0, BLOCK_N)
         col_ok = ev < e1
-        j = tl.load(GPOS + ev, mask=col_ok, other=0)
-        k = load_rows(k_base + j[:, None] * skn + dd[None, :], col_ok, D, BLOCK_D, True)
+        j = tl.load(GPOS + tl.minimum(ev, e1 - 1))
+        k = load_rows(k_base + j[:, None] * skn + dd[None, :], col_ok, D, BLOCK_D, False)
         s = mma(q, tl.trans(k), None, PRECISION)
         keep = cross_keep(j, glo, ghi, lo, hi, r, step, DILATED) & col_ok[None, :]
-        v = load_rows(v_base + j[:, None] * svn + dd[None, :], col_ok, D, BLOCK_D, True)
+        v = load_rows(v_base + j[:, None] * svn + dd[None, :], col_ok, D, BLOCK_D, False)
         acc, l_i, m_i = online(acc, l_i, m_i, tl.where(keep, s, NEG), v, sc2, True, PRECISION)
     return acc, l_i, m_i
 
@@ -123,7 +126,8 @@ def stored_rows(ok, p, flags, GIDX, GLOBAL: tl.constexpr):
     return ok
 
 
-@triton.autotune(configs=fwd_configs(), key=["n_bucket", "q_bucket", "BLOCK_D", "MODE_KEY"])
+@triton.autotune(configs=configs("band_fwd"), key=TUNE_KEY,
+                 prune_configs_by={"early_config_prune": prune("band_fwd")})
 @triton.jit
 def band_fwd(Q, K, V, Out, LSE, SLOTS, GPOS, GIDX, DS, DE,
              sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sob, soh, son,
@@ -199,8 +203,8 @@ def csr_keys(acc, l_i, m_i, q, p, k_base, v_base, skn, svn, COLS, e_start, e_end
     return acc, l_i, m_i
 
 
-@triton.autotune(configs=fwd_configs(blocks=False),
-                 key=["n_bucket", "q_bucket", "BLOCK_D", "MODE_KEY"])
+@triton.autotune(configs=configs("blocks_fwd"), key=TUNE_KEY,
+                 prune_configs_by={"early_config_prune": prune("blocks_fwd")})
 @triton.jit
 def blocks_fwd(Q, K, V, Out, LSE, Q_POS, STARTS, MIDS, ENDS, COLS, ORDER,
                sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sob, soh, son,

@@ -18,7 +18,7 @@ from torch import Tensor
 
 from harness.masks import MaskSpec
 from implementations._kernels import triton_bwd, triton_bwd_blocks, triton_decode, triton_fwd
-from implementations._kernels.triton_autotune import decode_configs, fwd_configs
+from implementations._kernels.triton_autotune import configs_for, current_capability
 from implementations._kernels.triton_plan import block_tile, ceil_div
 from implementations._kernels.triton_tables import (
     band_tables,
@@ -41,10 +41,10 @@ AUTOTUNED = (  # every autotuned kernel: (module, name)
 
 def forward_blocks(key: tuple) -> dict:
     """``BLOCK_M``/``BLOCK_N`` of the band forward (``BLOCK_N`` of the decode kernel) for a
-    :func:`tune_key`: the config the autotuner chose for it in this process, else the first
-    config's."""
-    default = decode_configs() if is_decode(key[2]) else fwd_configs()
-    return CHOSEN.get(key) or default[0].kwargs
+    :func:`tune_key`: the config the autotuner chose for it in this process, else the default
+    config of the current GPU's class."""
+    kernel = "band_fwd_split" if is_decode(key[2]) else "band_fwd"
+    return CHOSEN.get(key) or configs_for(kernel, key[3], current_capability())[0].kwargs
 
 
 @contextlib.contextmanager
@@ -162,7 +162,7 @@ def _decode_forward(q, k, v, out, lse, mask: MaskSpec, tail: tuple):
     )
     triton_decode.split_combine[(ceil_div(n_q, 16), b * h)](
         part_o, part_ml, out, lse, *_strides(out), h, n_q, n_split, D=d, BLOCK_D=block_d(d),
-        BLOCK=16
+        BLOCK=16, enable_fp_fusion=True
     )
     return kernel
 
@@ -214,7 +214,8 @@ def _delta(out: Tensor, dout: Tensor) -> Tensor:
     b, h, n_q, d = out.shape
     delta = torch.empty((b * h, n_q), dtype=torch.float32, device=out.device)
     triton_bwd.delta_kernel[(ceil_div(n_q, 64), b * h)](
-        out, dout, delta, *_strides(out, dout), h, n_q, D=d, BLOCK_D=block_d(d), BLOCK=64
+        out, dout, delta, *_strides(out, dout), h, n_q, D=d, BLOCK_D=block_d(d), BLOCK=64,
+        enable_fp_fusion=True
     )
     return delta
 
