@@ -26,13 +26,8 @@ from torch import Tensor
 from harness.dtypes import FLOAT_DTYPES
 from harness.masks import MaskSpec
 from harness.spec import Problem
-from implementations._kernels.triton_plan import (
-    band_executed_pairs,
-    band_plan,
-    block_executed_pairs,
-    block_reasons,
-    fused_band_reasons,
-)
+from implementations._kernels.triton_blocklist import block_executed_pairs, block_reasons
+from implementations._kernels.triton_plan import band_executed_pairs, band_plan, fused_band_reasons
 from implementations._kernels.triton_tables import (
     band_tables,
     block_tables,
@@ -127,7 +122,9 @@ def fused_workspace_bytes(problem: Problem) -> int:
     Closed form."""
     rows = problem.batch * problem.heads * problem.n_q * 4
     total = rows * (2 if problem.backward else 1)
-    if problem.mask.block_size is None and is_decode(problem.n_q):
+    if problem.mask.block_size is None and is_decode(problem.n_q) and not fused_band_reasons(
+        problem.mask
+    ):
         plan = band_plan(problem.mask, problem.n_q, problem.n_k)
         keys = max((s[5] - s[4] for s in plan.slots), default=0)
         device = device_key(problem.device) if problem.device_type == "cuda" else "cpu"
@@ -165,5 +162,6 @@ def triton_attention(
     if k.shape[1] == 0 or q.shape[1] % k.shape[1]:
         raise ValueError(f"query heads ({q.shape[1]}) must be a multiple of K/V heads "
                          f"({k.shape[1]})")
+    mask.check_lengths(q.shape[-2], k.shape[-2])  # documents must tile the sequence
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     return _TritonAttention.apply(q, k, v, mask, scale)

@@ -19,7 +19,8 @@ from torch import Tensor
 from harness.masks import MaskSpec
 from implementations._kernels import triton_bwd, triton_bwd_blocks, triton_decode, triton_fwd
 from implementations._kernels.triton_autotune import configs_for, current_capability
-from implementations._kernels.triton_plan import block_tile, ceil_div
+from implementations._kernels.triton_blocklist import block_tile
+from implementations._kernels.triton_plan import ceil_div
 from implementations._kernels.triton_tables import (
     band_tables,
     block_d,

@@ -16,13 +16,8 @@ import torch
 from torch import Tensor
 
 from harness.masks import MaskSpec
-from implementations._kernels.triton_plan import (
-    BandPlan,
-    BlockPlan,
-    band_plan,
-    block_plan,
-    block_tile,
-)
+from implementations._kernels.triton_blocklist import BlockPlan, block_plan, block_tile
+from implementations._kernels.triton_plan import BandPlan, band_plan
 
 DECODE_MAX_ROWS = 16  # n_q up to this runs the split-KV decode kernels
 DEFAULT_SMS = 132  # an H100's SM count: the split count off a GPU (the interpreter)

@@ -9,6 +9,7 @@ import importlib.util
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,15 +23,9 @@ needs_no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the 
 
 
 def _proof(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHON": os.environ.get("PYTHON", _python())}
+    env = {**os.environ, "PYTHON": os.environ.get("PYTHON", sys.executable)}
     return subprocess.run(["bash", str(PROOF), *args], capture_output=True, text=True, env=env,
                           cwd=ROOT, timeout=600)
-
-
-def _python() -> str:
-    import sys
-
-    return sys.executable
 
 
 @needs_no_gpu

@@ -21,7 +21,7 @@ from harness.oracle.reference import reference_attention, reference_grads
 from harness.spec import Problem
 from implementations._kernels import triton_attn, triton_fwd, triton_launch
 from implementations._kernels.triton_plan import TABLE, band_executed_pairs, band_plan, own_bounds
-from implementations._kernels.triton_tables import split_count, tune_key
+from implementations._kernels.triton_tables import device_key, split_count, tune_key
 from tests.conftest import make_qkv
 
 # on a GPU these run the compiled kernels: part of the GPU proof (``pytest -m cuda``); on CPU
@@ -284,7 +284,7 @@ def test_split_kv_decode_matches_float64(case, monkeypatch):
     _check(out, q, k, v, mask, torch.float32)
     assert len(grids) == 1 and grids[0][1] == b * h_kv  # one program per K/V head, not B·H
     keys_per_class = -(-n_k // mask.dilation)
-    assert grids[0][0] == split_count(b * h_kv, grids[0][2], keys_per_class, "cpu")
+    assert grids[0][0] == split_count(b * h_kv, grids[0][2], keys_per_class, device_key(DEVICE))
     if keys_per_class > 256:
         assert grids[0][0] > 1  # the keys were split
 
