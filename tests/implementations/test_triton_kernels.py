@@ -20,6 +20,7 @@ from harness.oracle.agreement import grad_agreement, output_agreement
 from harness.oracle.reference import reference_attention, reference_grads
 from harness.spec import Problem
 from implementations._kernels import triton_attn, triton_fwd, triton_launch
+from implementations._kernels.triton_blocklist import block_entry_count, block_plan, block_tile
 from implementations._kernels.triton_plan import TABLE, band_executed_pairs, band_plan, own_bounds
 from implementations._kernels.triton_tables import device_key, split_count, tune_key
 from tests.conftest import make_qkv
@@ -369,3 +370,22 @@ def test_tables_prepared_on_cuda_are_the_ones_a_cuda0_call_finds(monkeypatch):
     triton_attn.prepare_tables(Problem(1, 2, 64, 64, 16, device="cuda", mask=mask))
     triton_tables.band_tables(mask, 64, 64, torch.device("cuda", 0))  # what a launch asks
     assert keys == ["cuda:0", "cuda:0"]
+
+
+@pytest.mark.parametrize(
+    "mask,n_q,n_k",
+    [
+        (MaskSpec(causal=True, window=(3, 0), block_size=64, random_blocks=2, global_tokens=64),
+         4096, 4096),
+        (MaskSpec(window=(1, 1), block_size=32, random_blocks=3, seed=5), 1000, 1000),
+        (MaskSpec(window=(2, 0), block_size=16, random_blocks=1, global_tokens=(16, 17, 18, 19,
+         20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31)), 300, 450),
+        (MaskSpec(causal=True, window=(1, 2), block_size=16, random_blocks=4, global_tokens=32),
+         450, 200),
+        (MaskSpec(window=(0, 0), block_size=16, global_tokens=16), 200, 130),
+    ],
+)
+def test_block_entry_count_is_the_csr_size_without_building_it(mask, n_q, n_k):
+    """BigBird executed pairs are predicted in O(blocks); they equal the CSR lists' size."""
+    plan = block_plan(mask, n_q, n_k, block_tile(mask.block_size))
+    assert block_entry_count(mask, n_q, n_k) == plan.n_entries
