@@ -3,34 +3,84 @@
 # pandas, scipy, matplotlib, rich, pytest, hypothesis (see docs / FACTS):
 #
 #   bash benchmarks/gpu_proof.sh OUT_DIR
+#   bash benchmarks/gpu_proof.sh --dry-run     # list the tests it would run (no GPU needed)
 #
 # 1. installs attnbench in place (pip install --no-deps --no-build-isolation -e .);
-# 2. runs the CUDA tests (pytest -m cuda) -> OUT_DIR/pytest-cuda.txt, .xml;
+# 2. runs the CUDA tests -> OUT_DIR/pytest-<selection>.txt, .xml: every test marked `cuda`
+#    (tests/cuda, the fused Triton kernels forward and backward, the GPU cases of the timing and
+#    NVML tests) and the FlexAttention tests;
 # 3. runs the GPU smoke suites (attention, and the CUDA-graph decode points) -> OUT_DIR/<suite>/;
 # 4. judges the decode rows (benchmarks/decode_targets.py) and prints a short summary
 #    -> OUT_DIR/summary.txt.
-# Exit status: 0 when the CUDA tests pass and every suite row is ok or skipped; 1 otherwise.
+# Exit status: 0 when every selected test ran and passed (at least one per selection; a skip is
+# listed with its reason) and every suite row is ok or skipped; 1 otherwise; 2 on a machine
+# without a CUDA GPU or with bad arguments (one line on stderr).
 set -uo pipefail
 
-OUT=${1:?usage: bash benchmarks/gpu_proof.sh OUT_DIR}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python}
-mkdir -p "$OUT"
-cd "$ROOT" || exit 1
+cd "$ROOT" || exit 2
+SELECTIONS=(cuda flex)  # what each selection runs: selection_args below
 
+selection_args() {
+  case "$1" in
+    cuda) echo "-m cuda tests" ;;
+    flex) echo "tests/implementations/test_flex.py" ;;
+  esac
+}
+
+# pyproject's addopts carry --benchmark-disable, which pytest rejects (exit 4, nothing run)
+# where pytest-benchmark is not installed: replace them, and disable the plugin only if present
+PYTEST_OPTS=(-o "addopts=-p no:cacheprovider" -p no:randomly)
+if "$PY" -c "import pytest_benchmark" >/dev/null 2>&1; then
+  PYTEST_OPTS+=(--benchmark-disable)
+fi
+
+if [ "${1:-}" = "--dry-run" ]; then
+  for sel in "${SELECTIONS[@]}"; do
+    # shellcheck disable=SC2046
+    "$PY" -m pytest --collect-only -q "${PYTEST_OPTS[@]}" $(selection_args "$sel") 2>&1 \
+      | grep '::' | sed "s/^/$sel: /"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "gpu_proof: collecting '$sel' failed" >&2; exit 1; }
+  done
+  exit 0
+fi
+case "${1:-}" in
+  "" | -*) echo "usage: bash benchmarks/gpu_proof.sh OUT_DIR | --dry-run" >&2; exit 2 ;;
+esac
+OUT=$1
+
+why=$("$PY" - 2>&1 <<'PY'
+import sys
+try:
+    import torch
+except Exception as exc:
+    print(f"cannot import torch ({type(exc).__name__}: {exc})")
+    sys.exit(2)
+if not torch.cuda.is_available():
+    print(f"no CUDA GPU here (torch {torch.__version__}: torch.cuda.is_available() is False); "
+          "nothing to prove (--dry-run lists the tests)")
+    sys.exit(2)
+PY
+) || { echo "gpu_proof: ${why##*$'\n'}" >&2; exit 2; }
+
+mkdir -p "$OUT" || { echo "gpu_proof: cannot create $OUT" >&2; exit 2; }
 "$PY" -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/pip.txt" 2>&1 \
   || { echo "gpu_proof: pip install failed (see $OUT/pip.txt)"; exit 1; }
 "$PY" - <<'PY' | tee "$OUT/device.txt"
 import torch
 print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, "
-      f"device: {torch.cuda.get_device_name() if torch.cuda.is_available() else 'none'}")
+      f"device: {torch.cuda.get_device_name()}")
 PY
 
-start=$(date +%s)
-"$PY" -m pytest -m cuda -q -rs -p no:randomly --junitxml="$OUT/pytest-cuda.xml" \
-  >"$OUT/pytest-cuda.txt" 2>&1
-tests_rc=$?
-tests_s=$(( $(date +%s) - start ))
+tests_rc=0
+for sel in "${SELECTIONS[@]}"; do
+  start=$(date +%s)
+  # shellcheck disable=SC2046
+  "$PY" -m pytest -q -rs "${PYTEST_OPTS[@]}" --junitxml="$OUT/pytest-$sel.xml" \
+    $(selection_args "$sel") >"$OUT/pytest-$sel.txt" 2>&1 || tests_rc=1
+  echo "$(( $(date +%s) - start ))" >"$OUT/pytest-$sel.seconds"
+done
 
 suites_rc=0
 for suite in suites/gpu-smoke.toml suites/gpu-smoke-decode.toml; do
@@ -44,16 +94,36 @@ done
 "$PY" benchmarks/decode_targets.py --run-dir "$OUT/gpu-smoke-decode" \
   >"$OUT/decode-targets.txt" 2>&1
 
-"$PY" - "$OUT" "$tests_rc" "$tests_s" <<'PY' | tee "$OUT/summary.txt"
+"$PY" - "$OUT" "${SELECTIONS[@]}" <<'PY' | tee "$OUT/summary.txt"
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from harness.results import load_rows
 
-out, tests_rc, tests_s = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-tail = (out / "pytest-cuda.txt").read_text().strip().splitlines()
-print(f"pytest -m cuda: exit {tests_rc} in {tests_s} s: {tail[-1] if tail else 'no output'}")
+out, selections = Path(sys.argv[1]), sys.argv[2:]
 bad = 0
+for sel in selections:
+    xml = out / f"pytest-{sel}.xml"
+    if not xml.exists():
+        print(f"pytest {sel}: no report (see {out / f'pytest-{sel}.txt'})")
+        bad += 1
+        continue
+    suites = ET.parse(xml).getroot()
+    suite = suites if suites.tag == "testsuite" else suites.find("testsuite")
+    n = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
+    passed = n["tests"] - n["failures"] - n["errors"] - n["skipped"]
+    seconds = (out / f"pytest-{sel}.seconds").read_text().strip()
+    print(f"pytest {sel}: {passed} passed, {n['failures']} failed, {n['errors']} errors, "
+          f"{n['skipped']} skipped of {n['tests']} in {seconds} s")
+    if passed == 0 or n["failures"] or n["errors"]:
+        bad += 1
+    for case in suite.iter("testcase"):
+        for tag in ("failure", "error", "skipped"):
+            node = case.find(tag)
+            if node is not None:
+                print(f"  {tag} {case.get('classname')}::{case.get('name')}: "
+                      f"{(node.get('message') or '')[:160]}")
 for name in ("gpu-smoke", "gpu-smoke-decode"):
     if not (out / name / "rows.jsonl").exists():
         print(f"{name}: no rows (see {out / (name + '.txt')})")

@@ -62,7 +62,8 @@ def nvml_rows(device, n: int) -> None:
 def clocks_and_tf32(device) -> None:
     info = env.collect(device, "gpu-soundness", "-", "-", "check")
     for key in ("tf32_cuda_matmul", "tf32_cudnn", "float32_matmul_precision",
-                "sm_clock_idle_mhz", "throttle_reasons_idle", "max_sm_clock_mhz", "nvml"):
+                "fp32_precision_cuda_matmul", "nvml_uuid", "sm_clock_idle_mhz",
+                "throttle_reasons_idle", "max_sm_clock_mhz", "nvml"):
         print(f"  {key} = {info.get(key)!r}")
     print(f"  under load: {calibrate.clock_under_load(device)}")
     now = device.clock()

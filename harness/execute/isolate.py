@@ -13,6 +13,9 @@ pickled or unpickled. A child that sends no result within ``timeout_s`` is kille
 
 :func:`capped_run_task` is the child side of ``attnbench maxlen``: one run of a point with the
 child's memory capped at a budget (CPU: ``RLIMIT_DATA``; CUDA: the allocator's memory fraction).
+:func:`run_environment` collects ``env.json`` and the device calibration in a child, so that a
+parent that runs its points isolated never creates a GPU context nor keeps the calibration's
+cached memory: each point's child is then alone on the GPU.
 """
 
 from __future__ import annotations
@@ -36,7 +39,9 @@ from dataclasses import dataclass
 import torch
 
 from harness import registry, scenarios
+from harness.errors import CliError
 from harness.execute.runner import default_budget, point_row, run_point, time_pass
+from harness.measure import calibrate, env
 from harness.measure.device import get_device
 from harness.scenarios.case import CaseOptions
 from harness.scenarios.interface import Point, point_from_row, scenario_of
@@ -92,8 +97,32 @@ def point_task(payload: dict) -> dict:
     return run_point(point, config, device, default_budget(device) if budget is None else budget)
 
 
+def environment_task(payload: dict) -> dict:
+    """Child side of :func:`run_environment`: env.json's fields and the calibration."""
+    if payload.get("threads"):
+        torch.set_num_threads(payload["threads"])
+    device = get_device(payload["device"], payload["flush_l2"])
+    info = env.collect(device, *payload["run"])
+    info["calibration"] = {**calibrate.calibrate(device), "process": "isolated child"}
+    return info
+
+
+def run_environment(
+    device: str, flush_l2: bool, threads: int | None, run: tuple[str, str, str, str]
+) -> dict:
+    """``env.json`` (with the calibration) of a run whose points run isolated, collected in a
+    child process. ``run``: (suite name, suite path, suite fingerprint, run id)."""
+    payload = {"device": device, "flush_l2": flush_l2, "threads": threads, "run": list(run)}
+    outcome = run_isolated(environment_task, payload)
+    if outcome.result is None or outcome.result.get("status") == "error":
+        reason = outcome.reason or (outcome.result or {}).get("reason")
+        raise CliError(f"device calibration failed in its child process: {reason}")
+    return outcome.result
+
+
 def capped_run_task(payload: dict) -> dict:
-    """Child side of a memory-capped run (``attnbench maxlen``): warm up at ``warmup_len``,
+    """Child side of a memory-capped run (``attnbench maxlen``): warm up at ``warmup_len``
+    (uncapped: library buffers, compilation and autotuning of the target's length bucket),
     cap further allocation at ``budget`` bytes, then build and run the point once."""
     point = point_from_row(payload["point"])
     if payload.get("threads"):

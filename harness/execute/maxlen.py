@@ -163,11 +163,25 @@ class _TooSlow(Exception):
         self.n = n
 
 
+def warmup_length(n: int, multiple: int) -> int:
+    """The uncapped warm-up length of a capped run at ``n``: the smallest multiple of
+    ``multiple`` in n's power-of-two bucket ``(2^(k-1), 2^k]``.
+
+    Autotuned kernels tune once per length bucket (the fused Triton kernels key on the
+    power-of-two of the length, as is usual). A warm-up in another bucket would leave the
+    target's untuned, and the autotuner would then time every config inside the capped,
+    measured call (Triton's benchmarker allocates a 256 MB cache-flush buffer for it)."""
+    bucket = 1 << max(n - 1, 0).bit_length()
+    first = bucket // 2 + 1
+    return min(n, max(multiple, -(-first // multiple) * multiple))
+
+
 def _verify_run(
     point: Point, budget: int, multiple: int, time_limit_s: float | None, threads: int | None
 ) -> dict:
     """One capped child run of ``point``: its outcome record (status, reason, seconds, peak)."""
-    payload = {"point": point.fields(), "budget": budget, "warmup_len": multiple,
+    warmup = warmup_length(point.seq_len, multiple)
+    payload = {"point": point.fields(), "budget": budget, "warmup_len": warmup,
                "threads": threads}
     outcome = run_isolated(capped_run_task, payload, time_limit_s)
     record = outcome.result or {"status": outcome.status, "reason": outcome.reason}

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from harness.errors import CliError, Interrupted
-from harness.execute.isolate import isolated_executor
+from harness.execute.isolate import isolated_executor, run_environment
 from harness.execute.passlog import PassLog
 from harness.execute.runner import run_points
 from harness.measure import calibrate, env
@@ -95,14 +95,15 @@ def run_suite(suite: Suite, measure: MeasureConfig, options: RunOptions,
     done, run_id = resume_state(run_dir, suite, options)
     points = [p for p in suite.points if p.point_id not in done]
     resumed = run_id is not None  # rows or finished passes to continue
+    isolate = options.isolate or measure.isolate
     if not resumed:
         make_run_dir(run_dir)
         run_id = new_id
-        prepare_run(suite, run_dir, run_id)
+        prepare_run(suite, run_dir, run_id, isolate)
     if on_open is not None:
         on_open(run_dir, resumed)
     executor = None
-    if options.isolate or measure.isolate:
+    if isolate:
         timeout = options.point_timeout or measure.point_timeout_s
         executor = isolated_executor(measure, options.mem_budget, timeout)
     writer = RowWriter(run_dir)
@@ -217,13 +218,20 @@ def resume_state(run_dir: Path, suite: Suite, options: RunOptions) -> tuple[set[
     return done, recorded.get("run_id") or run_dir.name
 
 
-def prepare_run(suite: Suite, run_dir: Path, run_id: str) -> dict:
-    """Write env.json (with the device calibration) for a new run; returns it."""
+def prepare_run(suite: Suite, run_dir: Path, run_id: str, isolate: bool = False) -> dict:
+    """Write env.json (with the device calibration) for a new run; returns it. With
+    ``isolate`` a child process collects it, so this process never holds a GPU context or
+    the calibration's cached memory while the points' children run."""
     if suite.measure.threads:
         torch.set_num_threads(suite.measure.threads)
     kinds = sorted({p.device for p in suite.points}) or ["cpu"]
+    run = (suite.name, suite.path, suite.sha256, run_id)
+    if isolate:
+        info = run_environment(kinds[0], suite.measure.flush_l2, suite.measure.threads, run)
+        write_env(run_dir, info)
+        return info
     device = get_device(kinds[0], suite.measure.flush_l2)
-    info = env.collect(device, suite.name, suite.path, suite.sha256, run_id)
+    info = env.collect(device, *run)
     info["calibration"] = calibrate.calibrate(device)
     write_env(run_dir, info)
     return info

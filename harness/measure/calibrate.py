@@ -26,9 +26,12 @@ def _device_of(device) -> tuple[str, Callable[[], None]]:
     """(torch device string, synchronize) for a device name or a harness Device object."""
     if isinstance(device, str | torch.device):
         name = str(device)
-        sync = torch.cuda.synchronize if torch.device(name).type == "cuda" else (lambda: None)
+        cuda = torch.device(name).type == "cuda"
+        sync = (lambda: torch.cuda.synchronize(name)) if cuda else (lambda: None)
         return name, sync
-    return ("cuda" if device.kind == "cuda" else "cpu"), device.synchronize
+    if device.kind == "cuda":  # the Device's own index: plain "cuda" means the current one
+        return str(device.torch_device), device.synchronize
+    return "cpu", device.synchronize
 
 
 def _times(fn: Callable[[], object], sync: Callable[[], None], budget_s: float) -> list[float]:
@@ -97,11 +100,12 @@ def clock_under_load(device, calls: int = 10) -> dict:
         return {"sm_clock_under_load_mhz": None,
                 "clock_under_load_status": f"unavailable: no GPU clock on a {kind} device"}
     n = MATMUL_N["cuda"]
-    a = torch.randn(n, n, device=getattr(device, "torch_device", "cuda"), dtype=torch.bfloat16)
+    a = torch.randn(n, n, device=device.torch_device, dtype=torch.bfloat16)
     out = torch.empty_like(a)
     device.synchronize()
-    for _ in range(calls):
-        torch.matmul(a, a, out=out)
+    with torch.cuda.device(device.torch_device):
+        for _ in range(calls):
+            torch.matmul(a, a, out=out)
     reading = device.clock()  # the GEMMs are still running: this is the clock under load
     device.synchronize()
     return {

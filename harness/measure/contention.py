@@ -5,8 +5,11 @@ CPU (Linux): ``/proc/stat`` per-CPU counters over the timing interval, restricte
 this process may run on, minus this process's own CPU time, give the cores *other* processes
 used; the ``steal`` column gives time a hypervisor took away. The 1-minute load average is
 recorded too (it lags by a minute, so it informs but does not decide). GPU: other processes
-with a context on the device and clock-throttle reasons, through NVML; without NVML the row
-says ``unavailable: <reason>``.
+with a context on the device and clock-throttle reasons, through NVML (the board matched by
+UUID); without NVML the row says ``unavailable: <reason>``. The harness's own processes are not
+"others": this process, and its ancestors (an isolated point's forkserver and the run's parent,
+which wait while it is timed). In a PID namespace NVML may report host PIDs that match nothing
+here; one such unresolved entry is this process itself (:func:`other_gpu_processes`).
 
 A row is ``contended`` when other processes used more than the cores the point left idle (plus
 a margin), when steal is above a few percent, or when the GPU is shared or throttled. The
@@ -19,15 +22,18 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pandas as pd
 
+from harness.measure import nvml
+
 OTHER_CORES_MARGIN = 0.25  # cores others may use beyond our spare ones before we flag
 STEAL_LIMIT = 0.05  # fraction of our CPUs' time taken by the hypervisor
-# NVML clocks-throttle bits that mean "slower than it should be": SW power cap, HW slowdown,
-# SW thermal, HW thermal, HW power brake (idle and application-clock settings are not).
-GPU_THROTTLE_BITS = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+# NVML clock-event bits that make a timing untrustworthy: HW slowdown, SW/HW thermal, HW power
+# brake. Not the SW power cap (routine under tensor-core load), idle or application clocks.
+GPU_CONTENTION_BITS = sum(nvml.REASON_BITS[name] for name in nvml.CONTENTION_REASONS)
 
 
 @dataclass(frozen=True)
@@ -148,7 +154,7 @@ def assess(cpu: CpuReading | None, threads: int, gpu: dict | None = None) -> tup
         if isinstance(others, int) and others > 0:
             problems.append(f"{others} other process(es) on the GPU")
         throttle = gpu.get("gpu_throttle_reasons")
-        if isinstance(throttle, int) and throttle & GPU_THROTTLE_BITS:
+        if isinstance(throttle, int) and throttle & GPU_CONTENTION_BITS:
             problems.append(f"GPU clocks throttled (NVML reasons {throttle:#x})")
         if isinstance(gpu.get("gpu_contention_status"), str):
             seen.append(f"GPU: {gpu['gpu_contention_status']}")
@@ -161,24 +167,60 @@ def _load_text(cpu: CpuReading | None) -> str:
     return "" if cpu is None or cpu.load_avg_1m is None else f"load {cpu.load_avg_1m:.2f}"
 
 
+def ancestors(pid: int, read: Callable[[str], str | None] | None = None) -> set[int]:
+    """PIDs of ``pid``'s parent, its parent's parent, ... (from ``/proc/<pid>/stat``)."""
+    read = read or _read
+    found: set[int] = set()
+    while pid > 1:
+        stat = read(f"/proc/{pid}/stat")
+        if stat is None:
+            break
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses
+        fields = stat.rsplit(")", 1)[-1].split()
+        pid = int(fields[1]) if len(fields) > 1 else 0
+        if pid in found:  # a loop would be a corrupt read: stop
+            break
+        if pid > 1:
+            found.add(pid)
+    return found
+
+
+def other_gpu_processes(
+    listed: set[int], own: int, ours: set[int], visible: Callable[[int], bool]
+) -> int:
+    """How many of the PIDs NVML ``listed`` on the board belong to someone else.
+
+    ``own``: this process; ``ours``: the harness processes that wait while it times (its
+    ancestors); ``visible(pid)``: whether the PID exists in this PID namespace. Inside a
+    container NVML may report host PIDs, which match nothing here: then this process's own
+    entry is one of those unresolved ones, so one of them is not counted."""
+    others = listed - {own} - ours
+    unresolved = {pid for pid in others if not visible(pid)}
+    mine_unmatched = 0 if own in listed else 1
+    return len(others - unresolved) + max(len(unresolved) - mine_unmatched, 0)
+
+
 def gpu_readings(index: int) -> dict:
-    """Other processes with a context on GPU ``index`` and the current throttle reasons (NVML).
+    """Other processes with a context on GPU ``index`` and the current clock-event reasons
+    (NVML, the board matched by UUID).
 
     Without NVML: ``gpu_contention_status = "unavailable: <reason>"`` and no numbers."""
     try:
         import pynvml
 
         pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-        procs = list(pynvml.nvmlDeviceGetComputeRunningProcesses(handle))
-        procs += list(pynvml.nvmlDeviceGetGraphicsRunningProcesses(handle))
-        pids = {p.pid for p in procs} - {os.getpid()}
-        reasons = pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle)
+        dev = nvml.handle(index)
+        procs = list(pynvml.nvmlDeviceGetComputeRunningProcesses(dev))
+        procs += list(pynvml.nvmlDeviceGetGraphicsRunningProcesses(dev))
+        reasons = nvml.clock_event_reasons(dev)
     except Exception as exc:  # no driver, no library, or a field this board does not support
         return {"gpu_contention_status": f"unavailable: NVML ({type(exc).__name__}: {exc})"}
-    # in a container NVML may list no pids at all (other namespaces): then this reads 0
+    own = os.getpid()
+    others = other_gpu_processes(
+        {p.pid for p in procs}, own, ancestors(own), lambda pid: os.path.exists(f"/proc/{pid}")
+    )
     return {
-        "gpu_other_processes": len(pids),
+        "gpu_other_processes": others,
         "gpu_throttle_reasons": int(reasons),
         "gpu_contention_status": "ok",
     }

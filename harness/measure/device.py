@@ -198,12 +198,19 @@ class CudaDevice(Device):
 
     def time_calls(self, fn: Callable[[], object], calls: int) -> float:
         """One CUDA event pair around ``calls`` calls; the caller decides about flushing (a
-        flush enqueued just before is not timed: the start event is recorded after it)."""
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(calls):
-            fn()
-        end.record()
+        flush enqueued just before is not timed: the start event is recorded after it).
+
+        The events go on this device's current stream, and the calls run with this device
+        current: on ``cuda:N`` a bare ``Event.record()`` would mark the stream of whatever
+        device is current (``cuda:0``), and Triton launches on the current device."""
+        with torch.cuda.device(self.torch_device):
+            stream = torch.cuda.current_stream(self.torch_device)
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record(stream)
+            for _ in range(calls):
+                fn()
+            end.record(stream)
         end.synchronize()
         return start.elapsed_time(end) / 1e3
 
@@ -224,7 +231,7 @@ class CudaDevice(Device):
         base_reserved = torch.cuda.memory_reserved(self.torch_device)
         sampler = nvml.UsedMemorySampler(self.index)
         wanted = nvml.MIN_SAMPLES if sampler.reason is None else 0  # no NVML: one call
-        with sampler:
+        with sampler, torch.cuda.device(self.torch_device):
             calls = nvml.run_until_sampled(fn, sampler.count, self.synchronize, wanted)
         peak = torch.cuda.max_memory_allocated(self.torch_device) - base
         reserved = torch.cuda.max_memory_reserved(self.torch_device) - base_reserved

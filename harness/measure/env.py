@@ -17,6 +17,41 @@ import harness
 from harness.measure.device import Device
 
 
+def tf32_state() -> dict:
+    """What fp32 CUDA numbers depend on: whether matmuls and cuDNN may round to TF32 (~10
+    mantissa bits instead of 23, several times the fp32 FLOP/s), read through torch's
+    ``fp32_precision`` API where the process set it and the legacy flags otherwise.
+
+    Once anything in the process has used the new API, reading a legacy flag raises
+    ``RuntimeError`` ("mix of the legacy and new APIs"): each reading falls back to the other
+    API and records None rather than failing the run."""
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    return {
+        "tf32_cuda_matmul": _tf32(matmul, lambda: matmul.allow_tf32),
+        "tf32_cudnn": _tf32(cudnn, lambda: cudnn.allow_tf32),
+        "float32_matmul_precision": _read(torch.get_float32_matmul_precision)
+        or {"tf32": "high", "ieee": "highest"}.get(getattr(matmul, "fp32_precision", "none")),
+        "fp32_precision_cuda_matmul": getattr(matmul, "fp32_precision", None),
+        "fp32_precision_cudnn": getattr(cudnn, "fp32_precision", None),
+    }
+
+
+def _tf32(backend, legacy) -> bool | None:
+    """TF32 allowed for ``backend``: its ``fp32_precision`` when set ("tf32" / "ieee"), else
+    the legacy ``allow_tf32`` flag (None when neither can be read)."""
+    precision = getattr(backend, "fp32_precision", "none")
+    if precision in ("tf32", "ieee"):
+        return precision == "tf32"
+    return _read(legacy)
+
+
+def _read(getter):
+    try:
+        return getter()
+    except RuntimeError:  # legacy and new TF32 APIs mixed in this process
+        return None
+
+
 def git_state(cwd: Path | None = None) -> dict:
     """Commit sha and dirty flag of the checkout the harness runs from (None if not a repo)."""
     cwd = cwd or harness.PROJECT_DIR
@@ -71,11 +106,7 @@ def collect(
         "torch": torch.__version__,
         "torch_cuda": torch.version.cuda,
         "mkl": torch.backends.mkl.is_available(),
-        # fp32 CUDA rows (and the fp32 calibration GEMM) run on TF32 tensor cores when these
-        # allow it: ~10 mantissa bits instead of 23, and several times the fp32 FLOP/s
-        "tf32_cuda_matmul": torch.backends.cuda.matmul.allow_tf32,
-        "tf32_cudnn": torch.backends.cudnn.allow_tf32,
-        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        **tf32_state(),
         "fingerprint": fingerprint(info),
         # a contended machine explains noisy timings: record the 1/5/15-minute load at the start
         "loadavg_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,

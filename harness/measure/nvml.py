@@ -1,10 +1,12 @@
 """NVML behind the device interface: used-memory sampling, SM clocks and throttle reasons.
 
 The devices of :mod:`harness.measure.device` read NVML through this module; calibration decodes
-throttle reasons and the runner records clock columns with it. The decisions (is an NVML figure
-believable, is a GPU throttling) are pure functions over plain readings, tested on CPU with fake
-readings; the thin ``pynvml`` wrappers around them degrade to ``"unavailable: <reason>"``,
-never to 0.
+throttle reasons and the runner records clock columns with it. A CUDA device index is matched
+to its NVML handle by UUID (:func:`handle`): NVML numbers boards in PCI order, CUDA in its own
+order and after ``CUDA_VISIBLE_DEVICES``, so the same index can name two different boards.
+The decisions (is an NVML figure believable, is a GPU throttling) are pure functions over plain
+readings, tested on CPU with fake readings; the thin ``pynvml`` wrappers around them degrade
+to ``"unavailable: <reason>"``, never to 0.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+import torch
 
 from harness import fmt
 
@@ -37,6 +41,10 @@ THROTTLING = frozenset(
     {"sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown",
      "hw_power_brake_slowdown"}
 )
+# Reasons that make a timing untrustworthy (contention). The software power cap is not one: an
+# H100 or A100 reaches it routinely under sustained tensor-core load, so it is how the board
+# runs, not a disturbance; it stays in ``throttle_reasons`` and ``throttled``.
+CONTENTION_REASONS = THROTTLING - {"sw_power_cap"}
 
 
 @functools.lru_cache(maxsize=1)
@@ -50,6 +58,33 @@ def unavailable_reason() -> str | None:
         return None
     except Exception as exc:  # NVMLError_LibraryNotFound on machines without the driver
         return f"unavailable: NVML ({type(exc).__name__}: {exc})"
+
+
+def nvml_uuid(cuda_uuid: str) -> str:
+    """NVML's spelling of a CUDA device UUID: torch prints ``8f0e...`` where NVML wants
+    ``GPU-8f0e...`` (MIG instances already carry ``MIG-``)."""
+    text = str(cuda_uuid)
+    return text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"
+
+
+@functools.lru_cache(maxsize=16)
+def handle(index: int):
+    """The NVML handle of CUDA device ``index`` (as torch numbers it), found by its UUID."""
+    import pynvml
+
+    uuid = nvml_uuid(torch.cuda.get_device_properties(index).uuid)
+    return pynvml.nvmlDeviceGetHandleByUUID(uuid)
+
+
+def clock_event_reasons(dev_handle) -> int:
+    """The current clock-event ("throttle") reason bits of an NVML device handle."""
+    import pynvml
+
+    getter = (  # renamed in newer NVML; the old name stays in older bindings
+        getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+        or pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
+    )
+    return int(getter(dev_handle))
 
 
 def decode_reasons(mask: int) -> list[str]:
@@ -76,13 +111,9 @@ def read_clock(index: int) -> ClockReading:
     import pynvml
 
     try:
-        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-        clock = pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)
-        getter = (  # renamed in newer NVML; the old name stays in older bindings
-            getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
-            or pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
-        )
-        return ClockReading(int(clock), int(getter(handle)))
+        dev = handle(index)
+        clock = pynvml.nvmlDeviceGetClockInfo(dev, pynvml.NVML_CLOCK_SM)
+        return ClockReading(int(clock), clock_event_reasons(dev))
     except Exception as exc:  # not every board exposes every field
         return ClockReading(None, None, f"unavailable: NVML clocks ({type(exc).__name__}: {exc})")
 
@@ -171,7 +202,7 @@ class UsedMemorySampler:
         if self.reason is None:
             import pynvml
 
-            self._handle = pynvml.nvmlDeviceGetHandleByIndex(self.index)
+            self._handle = handle(self.index)
             self.base = pynvml.nvmlDeviceGetMemoryInfo(self._handle).used
             self._thread = threading.Thread(target=self._loop, daemon=True)
             self._thread.start()
@@ -200,16 +231,17 @@ def device_info(index: int) -> dict:
         return {"nvml": reason}
     import pynvml
 
-    handle = pynvml.nvmlDeviceGetHandleByIndex(index)
     info = {"nvml": "available", "driver": pynvml.nvmlSystemGetDriverVersion()}
     try:
+        dev = handle(index)
+        info["nvml_uuid"] = pynvml.nvmlDeviceGetUUID(dev)
         idle = read_clock(index)
         info["sm_clock_idle_mhz"] = idle.sm_clock_mhz
         info["throttle_reasons_idle"] = (
             None if idle.reasons_mask is None else ",".join(decode_reasons(idle.reasons_mask))
         )
-        info["max_sm_clock_mhz"] = pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM)
-        info["power_limit_w"] = pynvml.nvmlDeviceGetPowerManagementLimit(handle) / 1e3
+        info["max_sm_clock_mhz"] = pynvml.nvmlDeviceGetMaxClockInfo(dev, pynvml.NVML_CLOCK_SM)
+        info["power_limit_w"] = pynvml.nvmlDeviceGetPowerManagementLimit(dev) / 1e3
     except Exception as exc:  # some fields are not supported on every board
         info["nvml_partial"] = str(exc)
     return info

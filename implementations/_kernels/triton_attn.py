@@ -1,7 +1,10 @@
 """Public face of the fused Triton attention kernels: dispatch rule, autograd, executed pairs.
 
 ``triton_attention(q, k, v, mask)`` is exact masked attention for any band mask (full, causal,
-window, dilation, global tokens) or BigBird layout, one kernel launch per forward call. The
+window, dilation, global tokens as a count or at named positions, a bidirectional prefix,
+packed documents) or BigBird layout (global blocks as a count or at named blocks), one kernel
+launch per forward call (two for a decode step of up to 16 query rows: split-KV and combine),
+K/V heads shared by groups of query heads (grouped-query attention). The
 implementations (``local``, ``dilated``, ``longformer``, ``bigbird``, ``flash-tiled``) call it on
 CUDA; on CPU they keep the tile path, and tests call it on CPU tensors under
 ``TRITON_INTERPRET=1``. Triton is optional: without it (or with a Triton that fails to import)
@@ -23,14 +26,17 @@ from torch import Tensor
 from harness.dtypes import FLOAT_DTYPES
 from harness.masks import MaskSpec
 from harness.spec import Problem
-from implementations._kernels.triton_plan import (
-    band_executed_pairs,
-    band_plan,
-    block_executed_pairs,
-    block_plan,
-    block_tile,
+from implementations._kernels.triton_blocklist import block_executed_pairs, block_reasons
+from implementations._kernels.triton_plan import band_executed_pairs, band_plan, fused_band_reasons
+from implementations._kernels.triton_tables import (
+    band_tables,
+    block_tables,
+    device_key,
+    is_decode,
+    split_count,
+    triton_next_pow2,
+    tune_key,
 )
-from implementations._kernels.triton_tables import band_tables, block_tables, tune_key
 
 try:  # the launches import Triton, an optional dependency
     from implementations._kernels import triton_launch
@@ -67,36 +73,64 @@ def use_triton(device: str | torch.device, dtype: torch.dtype, head_dim: int) ->
 
 def executed_pairs(mask: MaskSpec, n_q: int, n_k: int, head_dim: int, dtype: torch.dtype) -> int:
     """Pairs the forward kernel computes per (batch, head) at its block granularity: the block
-    sizes the autotuner chose for this shape in this process, else the first config's."""
+    sizes the autotuner chose for this shape in this process, else the first config's (the
+    decode kernel: its rows padded, keys in its BLOCK_N). O(number of blocks)."""
     if mask.block_size is not None:
-        return block_executed_pairs(block_plan(mask, n_q, n_k, block_tile(mask.block_size)))
+        return block_executed_pairs(mask, n_q, n_k)
+    plan = band_plan(mask, n_q, n_k)
     cfg = triton_launch.forward_blocks(tune_key(mask, n_q, n_k, head_dim, dtype))
-    return band_executed_pairs(band_plan(mask, n_q, n_k), cfg["BLOCK_M"], cfg["BLOCK_N"])
+    if is_decode(n_q):
+        return band_executed_pairs(plan, triton_next_pow2(plan.max_rows), cfg["BLOCK_N"])
+    return band_executed_pairs(plan, cfg["BLOCK_M"], cfg["BLOCK_N"])
 
 
 def prepare_tables(problem: Problem) -> None:
     """Build and cache the problem's index tables on its device (outside any timed call)."""
     mask, n_q, n_k = problem.mask, problem.n_q, problem.n_k
-    if mask.block_size is None:
-        band_tables(mask, n_q, n_k, str(torch.device(problem.device)))
-    else:
-        block_tables(mask, n_q, n_k, str(torch.device(problem.device)))
+    tables = band_tables if mask.block_size is None else block_tables
+    tables(mask, n_q, n_k, device_key(problem.device))
+
+
+# every mask feature the fused kernels run; two combinations they refuse (fused_reasons)
+FUSED_FEATURES = frozenset(
+    {"causal", "window", "dilation", "global", "global_positions", "block_sparse", "documents",
+     "prefix"}
+)
 
 
 def fused_reasons(problem: Problem) -> list[str]:
-    """Extra reasons of a family with a fused CUDA path: none on CPU (tile path), and on CUDA
-    only a missing Triton (float64 and D > 256 keep the tile path there)."""
+    """Extra reasons of a family with a fused CUDA path: none on CPU (tile path); on CUDA a
+    missing Triton, and the feature combinations the kernels do not cover (a prefix with
+    dilation; documents or a prefix with block_size). float64 and D > 256 keep the tile path
+    there. K/V heads must divide the query heads."""
     if problem.device_type != "cuda" or not supports_shape(problem.dtype, problem.head_dim):
         return []
     reason = unavailable_reason()
-    return [f"unavailable: {reason}"] if reason else []
+    if reason:
+        return [f"unavailable: {reason}"]
+    mask = problem.mask
+    out = block_reasons(mask) if mask.block_size is not None else fused_band_reasons(mask)
+    if problem.heads % problem.n_kv_heads:
+        out.append(f"heads={problem.heads} is not a multiple of kv_heads={problem.n_kv_heads}")
+    return out
 
 
 def fused_workspace_bytes(problem: Problem) -> int:
     """Extra memory of a fused call: the fp32 row log-sum-exp (and in backward the fp32 row
-    delta and dQ/dK/dV accumulators' fp32 copies are not made: grads are written in place)."""
+    delta; grads are written in place, grouped K/V heads summed in the kernel); a decode call
+    (n_q <= 16, band masks) adds its chunks' partial states, fp32 (splits, B·H, n_q, D + 2).
+    Closed form."""
     rows = problem.batch * problem.heads * problem.n_q * 4
-    return rows * (2 if problem.backward else 1)
+    total = rows * (2 if problem.backward else 1)
+    if problem.mask.block_size is None and is_decode(problem.n_q) and not fused_band_reasons(
+        problem.mask
+    ):
+        plan = band_plan(problem.mask, problem.n_q, problem.n_k)
+        keys = max((s[5] - s[4] for s in plan.slots), default=0)
+        device = device_key(problem.device) if problem.device_type == "cuda" else "cpu"
+        splits = split_count(problem.batch * problem.n_kv_heads, len(plan.slots), keys, device)
+        total += rows * splits * (problem.head_dim + 2)
+    return total
 
 
 class _TritonAttention(torch.autograd.Function):
@@ -120,11 +154,14 @@ def triton_attention(
 ) -> Tensor:
     """Exact masked attention in fused Triton kernels (forward and backward).
 
-    q: (B, H, n_q, D), k/v: (B, H, n_k, D) with D <= 256, dtype fp32/fp16/bf16 -> (B, H, n_q, D).
+    q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D) with H a multiple of H_kv and D <= 256, dtype
+    fp32/fp16/bf16 -> (B, H, n_q, D).
     CUDA tensors, or CPU tensors under ``TRITON_INTERPRET=1``."""
     if q.dtype not in DTYPES or q.shape[-1] > MAX_HEAD_DIM:
         raise ValueError(f"triton kernels cover fp32/fp16/bf16 and D <= {MAX_HEAD_DIM}")
-    if k.shape[1] != q.shape[1]:
-        raise ValueError("triton kernels need as many K/V heads as query heads")
+    if k.shape[1] == 0 or q.shape[1] % k.shape[1]:
+        raise ValueError(f"query heads ({q.shape[1]}) must be a multiple of K/V heads "
+                         f"({k.shape[1]})")
+    mask.check_lengths(q.shape[-2], k.shape[-2])  # documents must tile the sequence
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     return _TritonAttention.apply(q, k, v, mask, scale)

@@ -1,16 +1,76 @@
-"""Autotuning configurations of the fused attention kernels (one small list per kernel).
+"""Autotuning configurations of the fused attention kernels, per kernel, head dim and GPU.
+
+Each config is listed with the (architecture, head dim) classes where it compiles without
+spilling registers: ``sm90`` (Hopper) or ``sm80`` (Ampere and Ada), head dim ``d64``
+(BLOCK_D <= 64) or ``d128`` (larger). The autotuner prunes a config outside the running GPU's
+class before timing any (``early_config_prune``), and the first config of a class is the one
+assumed before autotuning (executed pairs). Every class was checked ahead of time on sm_90 and
+sm_80 at D = 64 and 128 with each mask clause (``benchmarks/aot_kernels.py``; the CPU tests
+recheck each kernel's default); configs that spilled were taken out (a 128x64 forward at 4
+warps, 128x128 tiles, 32x128 dK/dV at 4 warps).
 
 Under ``TRITON_INTERPRET=1`` (CPU tests) a single small configuration runs: the interpreter's
-time goes into every extra config, and small tiles exercise more block edges on small inputs.
-The autotuner's key is ``(n_bucket, BLOCK_D, MODE_KEY)`` plus the tensors' dtypes (Triton adds
-those), so each (length bucket, head dim, mask mode, dtype) is tuned once per process.
+time goes into every extra config, and small tiles exercise more block edges on small inputs
+(tests swap in GPU-sized tiles with ``triton_launch.interpreter_tiles``). The autotuner's key
+is ``(n_bucket, q_bucket, BLOCK_D, MODE_KEY)`` plus the tensors' dtypes (Triton adds those).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
+import torch
 import triton
+
+TUNE_KEY = ["n_bucket", "q_bucket", "BLOCK_D", "MODE_KEY"]  # plus the dtypes, Triton adds them
+INTERPRET_BLOCK_M = 32
+INTERPRET_BLOCK_N = 16
+ALL = frozenset({"sm90-d64", "sm90-d128", "sm80-d64", "sm80-d128"})
+D64 = frozenset({"sm90-d64", "sm80-d64"})
+
+# kernel -> [(BLOCK_M, BLOCK_N, warps, stages, classes)]; BLOCK_M of dK/dV is the query rows
+# per step, BLOCK_N the keys a program holds; the decode kernel tunes BLOCK_N only (0 = unset)
+SHAPES: dict[str, list[tuple[int, int, int, int, frozenset[str]]]] = {
+    "band_fwd": [
+        (128, 64, 8, 3, frozenset({"sm90-d64", "sm80-d64", "sm90-d128"})),
+        (128, 32, 4, 4, D64),
+        (64, 64, 4, 3, frozenset({"sm90-d64"})),
+        (64, 64, 4, 4, frozenset({"sm90-d64"})),
+        (128, 32, 8, 3, frozenset({"sm90-d128"})),
+        (64, 64, 4, 2, frozenset({"sm90-d128"})),
+        (64, 32, 4, 2, ALL),
+    ],
+    "band_dq": [
+        (128, 64, 8, 2, frozenset({"sm90-d64", "sm80-d64", "sm90-d128"})),
+        (64, 64, 8, 2, frozenset({"sm90-d128", "sm80-d128"})),
+        (64, 64, 4, 3, D64),
+        (128, 32, 4, 3, D64),
+        (64, 32, 4, 3, frozenset({"sm90-d128", "sm80-d128"})),
+        (64, 32, 4, 2, ALL),
+        (32, 32, 4, 2, ALL),
+    ],
+    "band_dkdv": [
+        (64, 128, 8, 2, frozenset({"sm90-d64"})),
+        (32, 128, 8, 2, frozenset({"sm90-d128"})),
+        (64, 64, 8, 2, frozenset({"sm90-d128", "sm80-d128"})),
+        (32, 64, 4, 2, D64),
+        (32, 64, 8, 2, frozenset({"sm90-d128", "sm80-d128"})),
+        (64, 64, 4, 3, frozenset({"sm90-d64"})),
+        (16, 128, 8, 2, frozenset({"sm90-d128", "sm80-d128"})),
+        (16, 32, 4, 2, ALL),
+    ],
+    "band_fwd_split": [
+        (0, 64, 4, 2, ALL),
+        (0, 128, 4, 2, ALL),
+        (0, 64, 4, 3, frozenset({"sm90-d64", "sm80-d64", "sm80-d128"})),
+        (0, 128, 8, 2, ALL),
+    ],
+    # block-list kernels: the tile is the layout block, only the pipeline is tuned
+    "blocks_fwd": [(0, 0, w, s, ALL) for w in (4, 8) for s in (2, 3)],
+    "blocks_dq": [(0, 0, w, s, ALL) for w in (4, 8) for s in (2, 3)],
+    "blocks_dkdv": [(0, 0, 8, 2, ALL), (0, 0, 8, 3, ALL), (0, 0, 4, 2, D64), (0, 0, 4, 3, D64)],
+}
 
 
 def interpreted() -> bool:
@@ -18,56 +78,53 @@ def interpreted() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
-INTERPRET_BLOCK_M = 32
-INTERPRET_BLOCK_N = 16
+def gpu_class(block_d: int, capability: tuple[int, int]) -> str:
+    """The class a (BLOCK_D, compute capability) falls in (Blackwell and later: sm90's)."""
+    return f"sm{90 if capability[0] >= 9 else 80}-d{64 if block_d <= 64 else 128}"
 
 
-def fwd_configs(blocks: bool = True) -> list[triton.Config]:
-    """Forward (and dQ) configs: BLOCK_M query rows x BLOCK_N keys, H100-sized choices
-    after the FlashAttention-2 forward: 128x64 or 64x64 tiles, 4-8 warps, 2-4 stages."""
+def _config(kernel: str, m: int, n: int, w: int, s: int) -> triton.Config:
+    tiles = {} if kernel.startswith("blocks") else (
+        {"BLOCK_N": n} if kernel == "band_fwd_split" else {"BLOCK_M": m, "BLOCK_N": n})
+    return triton.Config(tiles, num_warps=w, num_stages=s)
+
+
+def configs(kernel: str) -> list[triton.Config]:
+    """Every config of ``kernel`` (the autotuner's list; its prune keeps a class's)."""
     if interpreted():
-        kw = {"BLOCK_M": INTERPRET_BLOCK_M, "BLOCK_N": INTERPRET_BLOCK_N} if blocks else {}
-        return [triton.Config(kw, num_warps=4, num_stages=1)]
-    if not blocks:  # block-list kernels: the tile is the layout block, tune the pipeline only
-        return [triton.Config({}, num_warps=w, num_stages=s) for w in (4, 8) for s in (2, 3)]
-    # the last one fits fp32 inputs at D = 128-256 in shared memory; configs that run out of
-    # resources are dropped by the autotuner
-    shapes = [
-        (128, 64, 4, 3),
-        (128, 64, 8, 3),
-        (128, 128, 8, 2),
-        (64, 64, 4, 3),
-        (64, 64, 4, 4),
-        (128, 32, 4, 4),
-        (64, 32, 4, 2),
-    ]
-    return [
-        triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
-        for m, n, w, s in shapes
-    ]
+        if kernel.startswith("blocks"):
+            return [triton.Config({}, num_warps=4, num_stages=1)]
+        m, n = INTERPRET_BLOCK_M, INTERPRET_BLOCK_N
+        if kernel == "band_dkdv":
+            m, n = n, m  # rows per step x keys per program
+        return [_config(kernel, m, n, 4, 1)]
+    return [_config(kernel, *shape[:4]) for shape in SHAPES[kernel]]
 
 
-def bwd_configs(blocks: bool = True) -> list[triton.Config]:
-    """dK/dV configs: BLOCK_N keys per program (held in registers) x BLOCK_M query rows per
-    step, as FlashAttention-2's backward (128 keys x 32-64 rows)."""
+def configs_for(kernel: str, block_d: int, capability: tuple[int, int]) -> list[triton.Config]:
+    """The configs of ``kernel`` that run on a GPU of this class, the default first."""
     if interpreted():
-        kw = {"BLOCK_M": INTERPRET_BLOCK_N, "BLOCK_N": INTERPRET_BLOCK_M} if blocks else {}
-        return [triton.Config(kw, num_warps=4, num_stages=1)]
-    if not blocks:
-        return [triton.Config({}, num_warps=w, num_stages=s) for w in (4, 8) for s in (2, 3)]
-    shapes = [(64, 128, 8, 2), (32, 128, 4, 3), (64, 64, 4, 3), (32, 64, 4, 2), (16, 32, 4, 2)]
-    return [
-        triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
-        for m, n, w, s in shapes
-    ]
+        return configs(kernel)
+    where = gpu_class(block_d, capability)
+    return [_config(kernel, *shape[:4]) for shape in SHAPES[kernel] if where in shape[4]]
 
 
-def dq_configs() -> list[triton.Config]:
-    """dQ configs: BLOCK_M query rows per program x BLOCK_N keys per step."""
-    if interpreted():
-        return fwd_configs()
-    shapes = [(128, 64, 8, 2), (64, 64, 4, 3), (128, 32, 4, 3), (64, 32, 4, 2), (32, 32, 4, 2)]
-    return [
-        triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
-        for m, n, w, s in shapes
-    ]
+def _same(a: triton.Config, b: triton.Config) -> bool:
+    return (a.kwargs, a.num_warps, a.num_stages) == (b.kwargs, b.num_warps, b.num_stages)
+
+
+def prune(kernel: str) -> Callable:
+    """``early_config_prune`` of ``kernel``: the configs of the launch's GPU class."""
+
+    def keep(all_configs: list, named_args: dict, **kwargs) -> list:
+        device = named_args["Q"].device
+        capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else (9, 0)
+        wanted = configs_for(kernel, kwargs["BLOCK_D"], capability)
+        return [c for c in all_configs if any(_same(c, w) for w in wanted)]
+
+    return keep
+
+
+def current_capability() -> tuple[int, int]:
+    """The current CUDA device's compute capability ((9, 0) without one: the default class)."""
+    return torch.cuda.get_device_capability() if torch.cuda.is_available() else (9, 0)

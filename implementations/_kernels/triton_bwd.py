@@ -1,10 +1,14 @@
-"""Fused FlashAttention-2 backward kernels in Triton, over the forward's iteration spaces.
+"""Fused FlashAttention-2 backward kernels in Triton over the band's iteration spaces.
 
-``delta = rowsum(dO ∘ O)`` first; then a dK/dV kernel (each program holds one key block and
-walks the query blocks that see it: the transposed band, or the transposed CSR list) and a dQ
-kernel (each program holds one query block and walks the forward's key blocks). Probabilities
-are recomputed from the forward's base-2 log-sum-exp; rows with no kept key have ``lse = +inf``
-and contribute nothing. No atomics: every gradient element is written by one program.
+``delta = rowsum(dO ∘ O)`` first; then a dK/dV kernel (each program holds one key block of a
+key slot and walks the query rows that keep it: the transposed band, the global rows outside
+it, for every query head of its K/V head) and a dQ kernel (each program holds one query block
+and walks the forward's key blocks). Probabilities are recomputed from the forward's base-2
+log-sum-exp in one multiply-add and an ``exp2``; rows with no kept key have ``lse = +inf`` and
+contribute nothing. Masks as in the forward: one unsigned compare per score in the edge
+blocks, none in the middle. No atomics: every gradient element is written by one program
+(grouped-query K/V heads sum their query heads inside the program). The block-list (BigBird)
+backward is in :mod:`implementations._kernels.triton_bwd_blocks`.
 """
 
 from __future__ import annotations
@@ -12,8 +16,19 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from implementations._kernels.triton_autotune import bwd_configs, dq_configs, fwd_configs
-from implementations._kernels.triton_primitives import band_ranges, keep_mask, load_rows, mma
+from implementations._kernels.triton_autotune import TUNE_KEY, configs, prune
+from implementations._kernels.triton_fwd import stored_rows
+from implementations._kernels.triton_primitives import (
+    cross_bounds,
+    cross_keep,
+    edge_start,
+    kept,
+    load_rows,
+    mma,
+    own_block,
+    own_bounds,
+    walk,
+)
 
 
 @triton.jit
@@ -34,230 +49,230 @@ def delta_kernel(Out, DO, DELTA, sob, soh, son, sdb, sdh, sdn, H, n_q,
 
 
 @triton.jit
-def _dq_step(dq, q, do, lse, delta, p, row_ok, k_base, v_base, skn, svn, kr, kstep, c0, c_end,
-             lo, hi, g, hg, sc2, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, D: tl.constexpr,
-             MASKED: tl.constexpr, PRECISION: tl.constexpr):
-    c = c0 + tl.arange(0, BLOCK_N)
-    j = kr + kstep * c
-    dd = tl.arange(0, BLOCK_D)
-    col_ok = c < c_end
-    k = load_rows(k_base + j[:, None] * skn + dd[None, :], col_ok, D, BLOCK_D, MASKED)
-    v = load_rows(v_base + j[:, None] * svn + dd[None, :], col_ok, D, BLOCK_D, MASKED)
+def dq_tile(dq, q, do, lse, delta, k, v, keep, sc2, MASKED: tl.constexpr,
+            PRECISION: tl.constexpr):
+    """dQ += dS K for one key tile (rows, keys); ``keep`` applies when MASKED."""
     pr = tl.math.exp2(mma(q, tl.trans(k), None, PRECISION) * sc2 - lse[:, None])
     if MASKED:
-        pr = tl.where(keep_mask(p, j, row_ok, col_ok, lo, hi, g, hg), pr, 0.0)
+        pr = tl.where(keep, pr, 0.0)
     ds = pr * (mma(do, tl.trans(v), None, PRECISION) - delta[:, None])
     return mma(ds.to(k.dtype), k, dq, PRECISION)
 
 
 @triton.jit
-def _dkdv_step(dk, dv, k, v, j, col_ok, q_base, do_base, lse_base, delta_base, sqn, sdn,
-               rq, stepq, a0, a_lo, a_hi, off, lo, hi, g, hg, sc2,
-               BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, D: tl.constexpr,
-               MASKED: tl.constexpr, PRECISION: tl.constexpr):
-    a = a0 + tl.arange(0, BLOCK_M)
-    row_ok = (a >= a_lo) & (a < a_hi)
-    p = rq + stepq * a
-    i = p - off
-    dd = tl.arange(0, BLOCK_D)
-    q = load_rows(q_base + i[:, None] * sqn + dd[None, :], row_ok, D, BLOCK_D, True)
-    do = load_rows(do_base + i[:, None] * sdn + dd[None, :], row_ok, D, BLOCK_D, True)
-    lse = tl.load(lse_base + i, mask=row_ok, other=float("inf"))
-    delta = tl.load(delta_base + i, mask=row_ok, other=0.0)
-    pt = tl.math.exp2(mma(k, tl.trans(q), None, PRECISION) * sc2 - lse[None, :])  # (keys, rows)
+def dq_step(dq, q, do, lse, delta, lo, hi, k_base, v_base, skn, svn, r, step, c0, c_end, sc2,
+            BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, D: tl.constexpr,
+            MASKED: tl.constexpr, DILATED: tl.constexpr, PRECISION: tl.constexpr):
+    """One key block of the band for dQ (class keys c0 .. c0 + BLOCK_N; a masked block's keys
+    clamped to the last, as in the forward)."""
+    c = c0 + tl.arange(0, BLOCK_N)
     if MASKED:
-        pt = tl.where(tl.trans(keep_mask(p, j, row_ok, col_ok, lo, hi, g, hg)), pt, 0.0)
+        c = tl.minimum(c, c_end - 1)
+    j = r + step * c if DILATED else c
+    dd = tl.arange(0, BLOCK_D)
+    k = load_rows(k_base + j[:, None] * skn + dd[None, :], c, D, BLOCK_D, False)
+    v = load_rows(v_base + j[:, None] * svn + dd[None, :], c, D, BLOCK_D, False)
+    keep = kept(tl.arange(0, BLOCK_N), lo - c0, hi - c0)
+    return dq_tile(dq, q, do, lse, delta, k, v, keep, sc2, MASKED, PRECISION)
+
+
+@triton.jit
+def dq_rows(dq, q, do, lse, delta, x, p, ok, x0, p0, x1, p1, r, step, flags, SP, GPOS, GIDX,
+            DS, DE, k_base, v_base, skn, svn, n_k, hg, P, sc2, BLOCK_N: tl.constexpr,
+            BLOCK_D: tl.constexpr, D: tl.constexpr, GLOBAL: tl.constexpr,
+            DILATED: tl.constexpr, DOCS: tl.constexpr, PREFIX: tl.constexpr,
+            PRECISION: tl.constexpr):
+    """dQ of one row block over the forward's keys: the cross segment, the masked edges, the
+    unmasked middle."""
+    lo, hi = own_bounds(x, p, ok, SP, P, DS, DE, PREFIX, DOCS)
+    dd = tl.arange(0, BLOCK_D)
+    if GLOBAL:  # noqa: SIM102 (a compile-time clause around a runtime one)
+        if (flags & 1) != 0:
+            glo, ghi = cross_bounds(p, ok, -n_k - 1, hg, DS, DE, DOCS)
+            first, _ = cross_bounds(p0, p0 >= 0, -n_k - 1, hg, DS, DE, DOCS)
+            _, last = cross_bounds(p1, p1 >= 0, -n_k - 1, hg, DS, DE, DOCS)
+            e1 = tl.load(GIDX + tl.minimum(last, n_k - 1) + 1)
+            for e in range(tl.load(GIDX + tl.maximum(first, 0)), e1, BLOCK_N):
+                ev = e + tl.arange(0, BLOCK_N)
+                col_ok = ev < e1
+                j = tl.load(GPOS + tl.minimum(ev, e1 - 1))
+                k = load_rows(k_base + j[:, None] * skn + dd[None, :], col_ok, D, BLOCK_D, False)
+                v = load_rows(v_base + j[:, None] * svn + dd[None, :], col_ok, D, BLOCK_D, False)
+                keep = cross_keep(j, glo, ghi, lo, hi, r, step, DILATED) & col_ok[None, :]
+                dq = dq_tile(dq, q, do, lse, delta, k, v, keep, sc2, True, PRECISION)
+    lo0, hi0 = own_bounds(x0, p0, p0 >= 0, SP, P, DS, DE, PREFIX, DOCS)
+    lo1, hi1 = own_bounds(x1, p1, p1 >= 0, SP, P, DS, DE, PREFIX, DOCS)
+    start, mid, post, end = walk(lo0, hi0, lo1, hi1, BLOCK_N)
+    c_end = tl.load(SP + 5)
+    n_lo = tl.cdiv(mid - start, BLOCK_N)
+    for i in range(0, n_lo + tl.cdiv(end - post, BLOCK_N)):
+        c0 = edge_start(i, start, post, n_lo, BLOCK_N)
+        dq = dq_step(dq, q, do, lse, delta, lo, hi, k_base, v_base, skn, svn, r, step, c0,
+                     c_end, sc2, BLOCK_N, BLOCK_D, D, True, DILATED, PRECISION)
+    for c0 in range(mid, post, BLOCK_N):
+        dq = dq_step(dq, q, do, lse, delta, lo, hi, k_base, v_base, skn, svn, r, step, c0,
+                     c_end, sc2, BLOCK_N, BLOCK_D, D, False, DILATED, PRECISION)
+    return dq
+
+
+@triton.autotune(configs=configs("band_dq"), key=TUNE_KEY,
+                 prune_configs_by={"early_config_prune": prune("band_dq")})
+@triton.jit
+def band_dq(Q, K, V, DO, DQ, LSE, DELTA, SLOTS, GPOS, GIDX, DS, DE,
+            sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sdb, sdh, sdn, sgb, sgh, sgn,
+            H, GROUP, n_q, n_k, off, hg, P, GB, sc2, scale, n_bucket, q_bucket, MODE_KEY,
+            D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+            BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, GLOBAL: tl.constexpr,
+            DILATED: tl.constexpr, DOCS: tl.constexpr, PREFIX: tl.constexpr):
+    """dQ over the forward's iteration space. Grid (row blocks, B·H, slots)."""
+    pid_m, bh = tl.program_id(0), tl.program_id(1)
+    SP = SLOTS + tl.program_id(2) * 9
+    GIDX -= GB  # GIDX[x] counts the global positions below x >= GB (negative: rows)
+    if pid_m * BLOCK_M < tl.load(SP + 3):
+        b, h = bh // H, bh % H
+        bo, ho, hk = b.to(tl.int64), h.to(tl.int64), (h // GROUP).to(tl.int64)
+        x, p, ok, x0, p0, x1, p1, r, step, flags = own_block(SP, GPOS, pid_m, BLOCK_M)
+        i = p - off
+        dd = tl.arange(0, BLOCK_D)
+        ld = ok[:, None] & (dd[None, :] < D)
+        q = tl.load(Q + bo * sqb + ho * sqh + i[:, None] * sqn + dd[None, :], mask=ld, other=0.0)
+        do = tl.load(DO + bo * sdb + ho * sdh + i[:, None] * sdn + dd[None, :], mask=ld, other=0.0)
+        lse = tl.load(LSE + bh.to(tl.int64) * n_q + i, mask=ok, other=float("inf"))
+        delta = tl.load(DELTA + bh.to(tl.int64) * n_q + i, mask=ok, other=0.0)
+        dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+        dq = dq_rows(dq, q, do, lse, delta, x, p, ok, x0, p0, x1, p1, r, step, flags, SP, GPOS,
+                     GIDX, DS, DE, K + bo * skb + hk * skh, V + bo * svb + hk * svh, skn, svn,
+                     n_k, hg, P, sc2, BLOCK_N, BLOCK_D, D, GLOBAL, DILATED, DOCS, PREFIX,
+                     PRECISION)
+        store = stored_rows(ok, p, flags, GIDX, GLOBAL)
+        tl.store(DQ + bo * sgb + ho * sgh + i[:, None] * sgn + dd[None, :],
+                 (dq * scale).to(DQ.dtype.element_ty), mask=ld & store[:, None])
+
+
+@triton.jit
+def dkdv_tile(dk, dv, k, v, q, do, lse, delta, keep, sc2, MASKED: tl.constexpr,
+              PRECISION: tl.constexpr):
+    """dV += Pᵀ dO, dK += dSᵀ Q for one tile of query rows; ``keep`` (keys, rows)."""
+    pt = tl.math.exp2(mma(k, tl.trans(q), None, PRECISION) * sc2 - lse[None, :])
+    if MASKED:
+        pt = tl.where(keep, pt, 0.0)
     dv = mma(pt.to(do.dtype), do, dv, PRECISION)
     dst = pt * (mma(v, tl.trans(do), None, PRECISION) - delta[None, :])
     return mma(dst.to(q.dtype), q, dk, PRECISION), dv
 
 
-@triton.autotune(configs=dq_configs(), key=["n_bucket", "BLOCK_D", "MODE_KEY"])
 @triton.jit
-def band_dq(Q, K, V, DO, DQ, LSE, DELTA, SLOTS,
-            sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sdb, sdh, sdn, sgb, sgh, sgn,
-            H, n_q, n_k, off, g, hg, g_keys, sc2, scale, n_bucket, MODE_KEY,
-            D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
-            BLOCK_N: tl.constexpr, PRECISION: tl.constexpr):
-    """dQ over the forward's iteration space. Grid (row blocks, B·H, slots)."""
-    pid_m, bh = tl.program_id(0), tl.program_id(1)
-    sp = SLOTS + tl.program_id(2) * 9
-    r, step, a_start, n_rows = tl.load(sp), tl.load(sp + 1), tl.load(sp + 2), tl.load(sp + 3)
-    k_start, k_end = tl.load(sp + 4), tl.load(sp + 5)
-    lo_rel, hi_rel, glob = tl.load(sp + 6), tl.load(sp + 7), tl.load(sp + 8)
-    if pid_m * BLOCK_M < n_rows:
-        b, h = bh // H, bh % H
-        k_base = K + b.to(tl.int64) * skb + h.to(tl.int64) * skh
-        v_base = V + b.to(tl.int64) * svb + h.to(tl.int64) * svh
-        a0 = a_start + pid_m * BLOCK_M
-        a = a0 + tl.arange(0, BLOCK_M)
-        row_ok = a < a_start + n_rows
-        a1 = tl.minimum(a0 + BLOCK_M, a_start + n_rows) - 1
-        p = r + step * a
+def dkdv_step(dk, dv, k, v, lo, hi, q_base, do_base, lse_base, delta_base, sqn, sdn, r, step,
+              c0, c_start, c_end, off, sc2, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+              D: tl.constexpr, MASKED: tl.constexpr, DILATED: tl.constexpr,
+              PRECISION: tl.constexpr):
+    """One block of query rows (class rows c0 .. c0 + BLOCK_M, valid in [c_start, c_end))
+    for dK/dV. A masked block clamps its rows into the valid ones (no predicated loads): rows
+    outside are outside every key's interval, so they contribute nothing; an unmasked block
+    holds valid rows only."""
+    a = c0 + tl.arange(0, BLOCK_M)
+    if MASKED:
+        a = tl.minimum(tl.maximum(a, c_start), c_end - 1)
+    i = (r + step * a if DILATED else a) - off
+    dd = tl.arange(0, BLOCK_D)
+    q = load_rows(q_base + i[:, None] * sqn + dd[None, :], a, D, BLOCK_D, False)
+    do = load_rows(do_base + i[:, None] * sdn + dd[None, :], a, D, BLOCK_D, False)
+    lse = tl.load(lse_base + i)
+    delta = tl.load(delta_base + i)
+    keep = kept(tl.arange(0, BLOCK_M), lo - c0, hi - c0)
+    return dkdv_tile(dk, dv, k, v, q, do, lse, delta, keep, sc2, MASKED, PRECISION)
+
+
+@triton.jit
+def dkdv_cross(dk, dv, k, v, lo, hi, glo, ghi, q_base, do_base, lse_base, delta_base, sqn,
+               sdn, GPOS, e0, e1, r, step, off, sc2, BLOCK_M: tl.constexpr,
+               BLOCK_D: tl.constexpr, D: tl.constexpr, DILATED: tl.constexpr,
+               PRECISION: tl.constexpr):
+    """The global query rows ``GPOS[e0:e1]`` that keep these keys outside their band."""
+    dd = tl.arange(0, BLOCK_D)
+    for e in range(e0, e1, BLOCK_M):
+        ev = e + tl.arange(0, BLOCK_M)
+        row_ok = ev < e1
+        p = tl.load(GPOS + tl.minimum(ev, e1 - 1))
         i = p - off
-        dd = tl.arange(0, BLOCK_D)
-        ld = row_ok[:, None] & (dd[None, :] < D)
-        bo, ho = b.to(tl.int64), h.to(tl.int64)
-        q = tl.load(Q + bo * sqb + ho * sqh + i[:, None] * sqn + dd[None, :], mask=ld, other=0.0)
-        do = tl.load(DO + bo * sdb + ho * sdh + i[:, None] * sdn + dd[None, :], mask=ld, other=0.0)
-        lse = tl.load(LSE + bh.to(tl.int64) * n_q + i, mask=row_ok, other=float("inf"))
-        delta = tl.load(DELTA + bh.to(tl.int64) * n_q + i, mask=row_ok, other=0.0)
-        dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-        lo_abs, hi_abs = lo_rel * step, hi_rel * step
-        if glob != 0:
-            g_hi = tl.minimum(g_keys, r + step * a1 + hg + 1)
-            for c0 in range(0, g_hi, BLOCK_N):
-                dq = _dq_step(dq, q, do, lse, delta, p, row_ok, k_base, v_base, skn, svn, 0, 1,
-                              c0, g_hi, lo_abs, hi_abs, g, hg, sc2, BLOCK_N, BLOCK_D, D, True,
-                              PRECISION)
-        lo, hi_x, mid, post = band_ranges(a0, a1, lo_rel, hi_rel, k_start, k_end, BLOCK_N)
-        for c0 in range(lo, tl.minimum(mid, hi_x), BLOCK_N):
-            dq = _dq_step(dq, q, do, lse, delta, p, row_ok, k_base, v_base, skn, svn, r, step,
-                          c0, hi_x, lo_abs, hi_abs, g, hg, sc2, BLOCK_N, BLOCK_D, D, True,
-                          PRECISION)
-        for c0 in range(mid, post, BLOCK_N):
-            dq = _dq_step(dq, q, do, lse, delta, p, row_ok, k_base, v_base, skn, svn, r, step,
-                          c0, hi_x, lo_abs, hi_abs, g, hg, sc2, BLOCK_N, BLOCK_D, D, False,
-                          PRECISION)
-        for c0 in range(post, hi_x, BLOCK_N):
-            dq = _dq_step(dq, q, do, lse, delta, p, row_ok, k_base, v_base, skn, svn, r, step,
-                          c0, hi_x, lo_abs, hi_abs, g, hg, sc2, BLOCK_N, BLOCK_D, D, True,
-                          PRECISION)
-        tl.store(DQ + bo * sgb + ho * sgh + i[:, None] * sgn + dd[None, :],
-                 (dq * scale).to(DQ.dtype.element_ty), mask=ld)
+        q = load_rows(q_base + i[:, None] * sqn + dd[None, :], row_ok, D, BLOCK_D, False)
+        do = load_rows(do_base + i[:, None] * sdn + dd[None, :], row_ok, D, BLOCK_D, False)
+        lse = tl.load(lse_base + i)
+        delta = tl.load(delta_base + i)
+        keep = cross_keep(p, glo, ghi, lo, hi, r, step, DILATED) & row_ok[None, :]
+        dk, dv = dkdv_tile(dk, dv, k, v, q, do, lse, delta, keep, sc2, True, PRECISION)
+    return dk, dv
 
 
-@triton.autotune(configs=bwd_configs(), key=["n_bucket", "BLOCK_D", "MODE_KEY"])
+@triton.autotune(configs=configs("band_dkdv"), key=TUNE_KEY,
+                 prune_configs_by={"early_config_prune": prune("band_dkdv")})
 @triton.jit
-def band_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA, KSLOTS,
+def band_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA, KSLOTS, GPOS, GIDX, DS, DE,
               sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sdb, sdh, sdn, sgb, sgh, sgn,
-              H, n_q, n_k, off, g, hg, big, n_glob, sc2, scale, n_bucket, MODE_KEY,
+              H, GROUP, n_q, n_k, off, hg, P, GB, sc2, scale, n_bucket, q_bucket, MODE_KEY,
               D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
-              BLOCK_N: tl.constexpr, PRECISION: tl.constexpr):
-    """dK, dV: each program one key block of a key slot. Grid (key blocks, B·H, key slots).
-    DK/DV share the strides sg*."""
-    pid_n, bh = tl.program_id(0), tl.program_id(1)
-    sp = KSLOTS + tl.program_id(2) * 9
-    r, step, c_start, c_end = tl.load(sp), tl.load(sp + 1), tl.load(sp + 2), tl.load(sp + 3)
-    a_start, n_rows = tl.load(sp + 4), tl.load(sp + 5)
-    lo_rel, hi_rel, phase_a = tl.load(sp + 6), tl.load(sp + 7), tl.load(sp + 8)
-    c0 = c_start + pid_n * BLOCK_N
-    if c0 < c_end:
-        b, h = bh // H, bh % H
-        bo, ho = b.to(tl.int64), h.to(tl.int64)
-        q_base, do_base = Q + bo * sqb + ho * sqh, DO + bo * sdb + ho * sdh
-        lse_base, delta_base = LSE + bh.to(tl.int64) * n_q, DELTA + bh.to(tl.int64) * n_q
-        c = c0 + tl.arange(0, BLOCK_N)
-        col_ok = c < c_end
-        c1 = tl.minimum(c0 + BLOCK_N, c_end) - 1
-        j = r + step * c
+              BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, GLOBAL: tl.constexpr,
+              DILATED: tl.constexpr, DOCS: tl.constexpr, PREFIX: tl.constexpr):
+    """dK, dV: each program one key block of a key slot, summed over the GROUP query heads of
+    its K/V head. Grid (key blocks, B·H_kv, key slots). DK/DV share the strides sg*."""
+    pid_n, bhk = tl.program_id(0), tl.program_id(1)
+    SP = KSLOTS + tl.program_id(2) * 9
+    GIDX -= GB  # GIDX[x] counts the global positions below x >= GB (negative: rows)
+    if pid_n * BLOCK_N < tl.load(SP + 3):
+        hkv = H // GROUP
+        b, hk = bhk // hkv, bhk % hkv
+        bo, hko = b.to(tl.int64), hk.to(tl.int64)
+        x, j, ok, x0, j0, x1, j1, r, step, flags = own_block(SP, GPOS, pid_n, BLOCK_N)
         dd = tl.arange(0, BLOCK_D)
-        ld = col_ok[:, None] & (dd[None, :] < D)
-        k = tl.load(K + bo * skb + ho * skh + j[:, None] * skn + dd[None, :], mask=ld, other=0.0)
-        v = tl.load(V + bo * svb + ho * svh + j[:, None] * svn + dd[None, :], mask=ld, other=0.0)
+        ld = ok[:, None] & (dd[None, :] < D)
+        k = tl.load(K + bo * skb + hko * skh + j[:, None] * skn + dd[None, :], mask=ld, other=0.0)
+        v = tl.load(V + bo * svb + hko * svh + j[:, None] * svn + dd[None, :], mask=ld, other=0.0)
         dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
         dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
-        lo_abs, hi_abs = lo_rel * step, hi_rel * step
-        if phase_a != 0:  # the global rows p < g see every key (causality kept)
-            for a0 in range(off, off + n_glob, BLOCK_M):
-                dk, dv = _dkdv_step(dk, dv, k, v, j, col_ok, q_base, do_base, lse_base,
-                                    delta_base, sqn, sdn, 0, 1, a0, off, off + n_glob, off, -big,
-                                    hg, g, hg, sc2, BLOCK_M, BLOCK_D, D, True, PRECISION)
-        a_end = a_start + n_rows
-        lo, hi_x, mid, post = band_ranges(c0, c1, -hi_rel, -lo_rel, a_start, a_end, BLOCK_M)
-        full = c0 + BLOCK_N <= c_end  # a cut key block takes the mask everywhere
-        mid = tl.where(full, mid, hi_x)
-        post = tl.where(full, post, hi_x)
-        for a0 in range(lo, tl.minimum(mid, hi_x), BLOCK_M):
-            dk, dv = _dkdv_step(dk, dv, k, v, j, col_ok, q_base, do_base, lse_base, delta_base,
-                                sqn, sdn, r, step, a0, a_start, a_end, off, lo_abs, hi_abs, g,
-                                hg, sc2, BLOCK_M, BLOCK_D, D, True, PRECISION)
-        for a0 in range(mid, post, BLOCK_M):
-            dk, dv = _dkdv_step(dk, dv, k, v, j, col_ok, q_base, do_base, lse_base, delta_base,
-                                sqn, sdn, r, step, a0, a_start, a_end, off, lo_abs, hi_abs, g,
-                                hg, sc2, BLOCK_M, BLOCK_D, D, False, PRECISION)
-        for a0 in range(tl.maximum(post, lo), hi_x, BLOCK_M):
-            dk, dv = _dkdv_step(dk, dv, k, v, j, col_ok, q_base, do_base, lse_base, delta_base,
-                                sqn, sdn, r, step, a0, a_start, a_end, off, lo_abs, hi_abs, g,
-                                hg, sc2, BLOCK_M, BLOCK_D, D, True, PRECISION)
-        g_ptr = bo * sgb + ho * sgh + j[:, None] * sgn + dd[None, :]
-        tl.store(DK + g_ptr, (dk * scale).to(DK.dtype.element_ty), mask=ld)
-        tl.store(DV + g_ptr, dv.to(DV.dtype.element_ty), mask=ld)
+        for g in range(0, GROUP):
+            hq = hk * GROUP + g
+            ho, bh = hq.to(tl.int64), (b * H + hq).to(tl.int64)
+            dk, dv = dkdv_keys(dk, dv, k, v, x, j, ok, x0, j0, x1, j1, r, step, flags, SP, GPOS,
+                               GIDX, DS, DE, Q + bo * sqb + ho * sqh, DO + bo * sdb + ho * sdh,
+                               LSE + bh * n_q, DELTA + bh * n_q, sqn, sdn, n_k, off, hg, P, sc2,
+                               BLOCK_M, BLOCK_D, D, GLOBAL, DILATED, DOCS, PREFIX, PRECISION)
+        store = stored_rows(ok, j, flags, GIDX, GLOBAL)
+        g_ptr = bo * sgb + hko * sgh + j[:, None] * sgn + dd[None, :]
+        tl.store(DK + g_ptr, (dk * scale).to(DK.dtype.element_ty), mask=ld & store[:, None])
+        tl.store(DV + g_ptr, dv.to(DV.dtype.element_ty), mask=ld & store[:, None])
 
 
-@triton.autotune(configs=fwd_configs(blocks=False), key=["n_bucket", "BLOCK_D", "MODE_KEY"])
 @triton.jit
-def blocks_dq(Q, K, V, DO, DQ, LSE, DELTA, Q_POS, STARTS, MIDS, ENDS, COLS, ORDER,
-              sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sdb, sdh, sdn, sgb, sgh, sgn,
-              H, n_q, n_k, off, block, hg, sc2, scale, n_bucket, MODE_KEY,
-              D: tl.constexpr, BLOCK_D: tl.constexpr, TILE: tl.constexpr,
-              PRECISION: tl.constexpr):
-    """dQ over the CSR lists. Grid (CSR rows, B·H)."""
-    row, bh = tl.load(ORDER + tl.program_id(0)), tl.program_id(1)
-    b, h = bh // H, bh % H
-    bo, ho = b.to(tl.int64), h.to(tl.int64)
-    k_base, v_base = K + bo * skb + ho * skh, V + bo * svb + ho * svh
-    lane = tl.arange(0, TILE)
-    p = tl.load(Q_POS + row) + lane
-    i = p - off
-    row_ok = (lane < block) & (i >= 0) & (i < n_q)
-    dd = tl.arange(0, BLOCK_D)
-    ld = row_ok[:, None] & (dd[None, :] < D)
-    q = tl.load(Q + bo * sqb + ho * sqh + i[:, None] * sqn + dd[None, :], mask=ld, other=0.0)
-    do = tl.load(DO + bo * sdb + ho * sdh + i[:, None] * sdn + dd[None, :], mask=ld, other=0.0)
-    lse = tl.load(LSE + bh.to(tl.int64) * n_q + i, mask=row_ok, other=float("inf"))
-    delta = tl.load(DELTA + bh.to(tl.int64) * n_q + i, mask=row_ok, other=0.0)
-    dq = tl.zeros([TILE, BLOCK_D], dtype=tl.float32)
-    e0, e_mid, e1 = tl.load(STARTS + row), tl.load(MIDS + row), tl.load(ENDS + row)
-    for e in range(e0, e_mid):
-        j0 = tl.load(COLS + e)
-        dq = _dq_step(dq, q, do, lse, delta, p, row_ok, k_base, v_base, skn, svn, j0, 1, 0,
-                      TILE, -2 * n_k - 2, hg, 0, hg, sc2, TILE, BLOCK_D, D, False, PRECISION)
-    for e in range(e_mid, e1):
-        j0 = tl.load(COLS + e)
-        dq = _dq_step(dq, q, do, lse, delta, p, row_ok, k_base, v_base, skn, svn, j0, 1, 0,
-                      tl.minimum(block, n_k - j0), -2 * n_k - 2, hg, 0, hg, sc2, TILE,
-                      BLOCK_D, D, True, PRECISION)
-    tl.store(DQ + bo * sgb + ho * sgh + i[:, None] * sgn + dd[None, :],
-             (dq * scale).to(DQ.dtype.element_ty), mask=ld)
-
-
-@triton.autotune(configs=fwd_configs(blocks=False), key=["n_bucket", "BLOCK_D", "MODE_KEY"])
-@triton.jit
-def blocks_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA, K_POS, STARTS, MIDS, ENDS, ROWS, ORDER,
-                sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sdb, sdh, sdn, sgb, sgh, sgn,
-                H, n_q, n_k, off, block, hg, sc2, scale, n_bucket, MODE_KEY,
-                D: tl.constexpr, BLOCK_D: tl.constexpr, TILE: tl.constexpr,
-                PRECISION: tl.constexpr):
-    """dK, dV over the transposed CSR lists (key block -> query blocks). Grid (key blocks,
-    B·H). Rows are loaded with their validity mask everywhere (a query block may be cut)."""
-    row, bh = tl.load(ORDER + tl.program_id(0)), tl.program_id(1)
-    b, h = bh // H, bh % H
-    bo, ho = b.to(tl.int64), h.to(tl.int64)
-    q_base, do_base = Q + bo * sqb + ho * sqh, DO + bo * sdb + ho * sdh
-    lse_base, delta_base = LSE + bh.to(tl.int64) * n_q, DELTA + bh.to(tl.int64) * n_q
-    lane = tl.arange(0, TILE)
-    j = tl.load(K_POS + row) + lane
-    col_ok = (lane < block) & (j < n_k)
-    dd = tl.arange(0, BLOCK_D)
-    ld = col_ok[:, None] & (dd[None, :] < D)
-    k = tl.load(K + bo * skb + ho * skh + j[:, None] * skn + dd[None, :], mask=ld, other=0.0)
-    v = tl.load(V + bo * svb + ho * svh + j[:, None] * svn + dd[None, :], mask=ld, other=0.0)
-    dk = tl.zeros([TILE, BLOCK_D], dtype=tl.float32)
-    dv = tl.zeros([TILE, BLOCK_D], dtype=tl.float32)
-    e0, e_mid, e1 = tl.load(STARTS + row), tl.load(MIDS + row), tl.load(ENDS + row)
-    for e in range(e0, e_mid):
-        p0 = tl.load(ROWS + e)
-        a_lo, a_hi = tl.maximum(off - p0, 0), tl.minimum(n_k - p0, block)  # rows 0 <= i < n_q
-        dk, dv = _dkdv_step(dk, dv, k, v, j, col_ok, q_base, do_base, lse_base, delta_base,
-                            sqn, sdn, p0, 1, 0, a_lo, a_hi, off, -2 * n_k - 2, hg, 0, hg, sc2,
-                            TILE, BLOCK_D, D, False, PRECISION)
-    for e in range(e_mid, e1):
-        p0 = tl.load(ROWS + e)
-        a_lo, a_hi = tl.maximum(off - p0, 0), tl.minimum(n_k - p0, block)  # rows 0 <= i < n_q
-        dk, dv = _dkdv_step(dk, dv, k, v, j, col_ok, q_base, do_base, lse_base, delta_base,
-                            sqn, sdn, p0, 1, 0, a_lo, a_hi, off, -2 * n_k - 2, hg, 0, hg, sc2,
-                            TILE, BLOCK_D, D, True, PRECISION)
-    g_ptr = bo * sgb + ho * sgh + j[:, None] * sgn + dd[None, :]
-    tl.store(DK + g_ptr, (dk * scale).to(DK.dtype.element_ty), mask=ld)
-    tl.store(DV + g_ptr, dv.to(DV.dtype.element_ty), mask=ld)
+def dkdv_keys(dk, dv, k, v, x, j, ok, x0, j0, x1, j1, r, step, flags, SP, GPOS, GIDX, DS, DE,
+              q_base, do_base, lse_base, delta_base, sqn, sdn, n_k, off, hg, P, sc2,
+              BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, D: tl.constexpr,
+              GLOBAL: tl.constexpr, DILATED: tl.constexpr, DOCS: tl.constexpr,
+              PREFIX: tl.constexpr, PRECISION: tl.constexpr):
+    """dK/dV of one key block from one query head: the global rows outside the band, the
+    masked edges, the unmasked middle of the transposed band."""
+    lo, hi = own_bounds(x, j, ok, SP, P, DS, DE, PREFIX, DOCS)
+    if GLOBAL:  # noqa: SIM102 (a compile-time clause around a runtime one)
+        if (flags & 1) != 0:
+            glo, ghi = cross_bounds(j, ok, -hg, n_k + 1, DS, DE, DOCS)
+            first, _ = cross_bounds(j0, j0 >= 0, -hg, n_k + 1, DS, DE, DOCS)
+            _, last = cross_bounds(j1, j1 >= 0, -hg, n_k + 1, DS, DE, DOCS)
+            e0 = tl.load(GIDX + tl.maximum(first, off))
+            e1 = tl.load(GIDX + tl.minimum(last, n_k - 1) + 1)
+            dk, dv = dkdv_cross(dk, dv, k, v, lo, hi, glo, ghi, q_base, do_base, lse_base,
+                                delta_base, sqn, sdn, GPOS, e0, e1, r, step, off, sc2, BLOCK_M,
+                                BLOCK_D, D, DILATED, PRECISION)
+    lo0, hi0 = own_bounds(x0, j0, j0 >= 0, SP, P, DS, DE, PREFIX, DOCS)
+    lo1, hi1 = own_bounds(x1, j1, j1 >= 0, SP, P, DS, DE, PREFIX, DOCS)
+    start, mid, post, end = walk(lo0, hi0, lo1, hi1, BLOCK_M)
+    c_start, c_end = tl.load(SP + 4), tl.load(SP + 5)
+    n_lo = tl.cdiv(mid - start, BLOCK_M)
+    for i in range(0, n_lo + tl.cdiv(end - post, BLOCK_M)):
+        c0 = edge_start(i, start, post, n_lo, BLOCK_M)
+        dk, dv = dkdv_step(dk, dv, k, v, lo, hi, q_base, do_base, lse_base, delta_base, sqn,
+                           sdn, r, step, c0, c_start, c_end, off, sc2, BLOCK_M, BLOCK_D, D,
+                           True, DILATED, PRECISION)
+    for c0 in range(mid, post, BLOCK_M):
+        dk, dv = dkdv_step(dk, dv, k, v, lo, hi, q_base, do_base, lse_base, delta_base, sqn,
+                           sdn, r, step, c0, c_start, c_end, off, sc2, BLOCK_M, BLOCK_D, D,
+                           False, DILATED, PRECISION)
+    return dk, dv

@@ -1,12 +1,15 @@
 """Fused FlashAttention-2 forward kernels in Triton: a band kernel and a block-list kernel.
 
-Online softmax in base 2 (scores prescaled by ``scale·log2(e)``, ``exp2``), fp32 ``m, l, acc``;
-``tl.dot`` accumulates in fp32 (IEEE for fp32 inputs, not TF32). Masked scores take a finite
-``NEG`` and their probabilities are zeroed, so a row that sees no key keeps ``l = 0`` and
-outputs zeros (``lse = +inf``), never NaN. Key blocks that the mask keeps entirely run without
-any mask arithmetic; only the edge blocks of a band (or the flagged entries of a block list)
-compute the mask. The slot/CSR tables come from :mod:`implementations._kernels.triton_plan`; the
-shared building blocks from :mod:`implementations._kernels.triton_primitives`.
+Online softmax in base 2, fp32 ``m, l, acc``; ``tl.dot`` accumulates in fp32 (IEEE for fp32
+inputs, not TF32). The row max ``m`` is kept in raw (unscaled) score units, so that each
+probability is one fused multiply-add and an ``exp2``: ``exp2(s·scale·log2e − m·scale·log2e)``.
+Masked scores take a finite ``NEG``; a row that has seen no kept key has its exponent's bias
+clamped (``HALF_NEG``), so its masked probabilities are 0 and a row that sees no key at all
+keeps ``l = 0`` and outputs zeros (``lse = +inf``), never NaN. A masked block costs one
+unsigned compare and one select per score (:func:`~.triton_primitives.kept`); the blocks every
+row keeps run without either. Order of work per row block: the cross segment over global keys
+(when the slot has one), the masked edge blocks, then the unmasked middle, so the mask's
+interval is dead during the middle. Slots and tables come from ``triton_plan``/``triton_tables``.
 
 Argument lists are written several to a line, as the kernels' signatures are.
 """
@@ -16,159 +19,207 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from implementations._kernels.triton_autotune import fwd_configs
-from implementations._kernels.triton_primitives import NEG, band_ranges, keep_mask, load_rows, mma
+from implementations._kernels.triton_autotune import TUNE_KEY, configs, prune
+from implementations._kernels.triton_primitives import (
+    HALF_NEG,
+    NEG,
+    cross_bounds,
+    cross_keep,
+    edge_start,
+    kept,
+    load_rows,
+    mma,
+    own_block,
+    own_bounds,
+    walk,
+)
 
 
 @triton.jit
-def _fwd_step(acc, l_i, m_i, q, p, row_ok, k_base, v_base, skn, svn, kr, kstep, c0, c_end,
-              lo, hi, g, hg, sc2, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-              D: tl.constexpr, MASKED: tl.constexpr, PRECISION: tl.constexpr):
-    """One key block (class keys c0 .. c0+BLOCK_N, absolute j = kr + kstep·c)."""
-    c = c0 + tl.arange(0, BLOCK_N)
-    j = kr + kstep * c
-    dd = tl.arange(0, BLOCK_D)
-    col_ok = c < c_end
-    k = load_rows(k_base + j[:, None] * skn + dd[None, :], col_ok, D, BLOCK_D, MASKED)
-    s = mma(q, tl.trans(k), None, PRECISION) * sc2
-    if MASKED:
-        keep = keep_mask(p, j, row_ok, col_ok, lo, hi, g, hg)
-        s = tl.where(keep, s, NEG)
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        pr = tl.where(keep, tl.math.exp2(s - m_new[:, None]), 0.0)  # all-masked rows: 0, not 1
+def online(acc, l_i, m_i, s, v, sc2, MASKED: tl.constexpr, PRECISION: tl.constexpr):
+    """Fold raw scores ``s`` (rows, keys) and values ``v`` into the running (acc, l, m)."""
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    if MASKED:  # noqa: SIM108 (no kept key yet: masked scores must give 0, not exp2(0))
+        bias = tl.maximum(m_new, HALF_NEG) * sc2
     else:
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        pr = tl.math.exp2(s - m_new[:, None])
-    alpha = tl.math.exp2(m_i - m_new)
+        bias = m_new * sc2
+    pr = tl.math.exp2(s * sc2 - bias[:, None])
+    alpha = tl.math.exp2(m_i * sc2 - bias)
     l_i = l_i * alpha + tl.sum(pr, 1)
-    v = load_rows(v_base + j[:, None] * svn + dd[None, :], col_ok, D, BLOCK_D, MASKED)
     acc = mma(pr.to(v.dtype), v, acc * alpha[:, None], PRECISION)
     return acc, l_i, m_new
 
 
 @triton.jit
-def _fwd_range(acc, l_i, m_i, q, p, row_ok, k_base, v_base, skn, svn, kr, kstep,
-               c_start, c_stop, c_end, lo, hi, g, hg, sc2, BLOCK_N: tl.constexpr,
-               BLOCK_D: tl.constexpr, D: tl.constexpr, MASKED: tl.constexpr,
-               PRECISION: tl.constexpr):
-    """The key blocks starting at c_start, c_start + BLOCK_N, ... below c_stop (class keys
-    valid below c_end), each one :func:`_fwd_step`."""
-    for c0 in range(c_start, c_stop, BLOCK_N):
-        acc, l_i, m_i = _fwd_step(acc, l_i, m_i, q, p, row_ok, k_base, v_base, skn, svn, kr,
-                                  kstep, c0, c_end, lo, hi, g, hg, sc2, BLOCK_N, BLOCK_D, D,
-                                  MASKED, PRECISION)
+def fwd_step(acc, l_i, m_i, q, lo, hi, k_base, v_base, skn, svn, r, step, c0, c_end, sc2,
+             BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, D: tl.constexpr,
+             MASKED: tl.constexpr, DILATED: tl.constexpr, PRECISION: tl.constexpr):
+    """One key block of the band: class keys c0 .. c0 + BLOCK_N (absolute r + step·c). A
+    masked block clamps its keys to the last one (no predicated loads): keys past it are
+    outside every row's interval, so their scores are masked."""
+    c = c0 + tl.arange(0, BLOCK_N)
+    if MASKED:
+        c = tl.minimum(c, c_end - 1)
+    j = r + step * c if DILATED else c
+    dd = tl.arange(0, BLOCK_D)
+    k = load_rows(k_base + j[:, None] * skn + dd[None, :], c, D, BLOCK_D, False)
+    s = mma(q, tl.trans(k), None, PRECISION)
+    if MASKED:
+        s = tl.where(kept(tl.arange(0, BLOCK_N), lo - c0, hi - c0), s, NEG)
+    v = load_rows(v_base + j[:, None] * svn + dd[None, :], c, D, BLOCK_D, False)
+    return online(acc, l_i, m_i, s, v, sc2, MASKED, PRECISION)
+
+
+@triton.jit
+def fwd_cross(acc, l_i, m_i, q, lo, hi, glo, ghi, k_base, v_base, skn, svn, GPOS, e0, e1,
+              r, step, sc2, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, D: tl.constexpr,
+              DILATED: tl.constexpr, PRECISION: tl.constexpr):
+    """The global keys ``GPOS[e0:e1]`` that the rows keep outside their band."""
+    dd = tl.arange(0, BLOCK_D)
+    for e in range(e0, e1, BLOCK_N):
+        ev = e + tl.arange(0, BLOCK_N)
+        col_ok = ev < e1
+        j = tl.load(GPOS + tl.minimum(ev, e1 - 1))
+        k = load_rows(k_base + j[:, None] * skn + dd[None, :], col_ok, D, BLOCK_D, False)
+        s = mma(q, tl.trans(k), None, PRECISION)
+        keep = cross_keep(j, glo, ghi, lo, hi, r, step, DILATED) & col_ok[None, :]
+        v = load_rows(v_base + j[:, None] * svn + dd[None, :], col_ok, D, BLOCK_D, False)
+        acc, l_i, m_i = online(acc, l_i, m_i, tl.where(keep, s, NEG), v, sc2, True, PRECISION)
     return acc, l_i, m_i
 
 
 @triton.jit
-def _band_keys(acc, l_i, m_i, q, p, row_ok, k_base, v_base, skn, svn, r, step, a0, a1,
-               lo_rel, hi_rel, k_start, k_end, glob, g, hg, g_keys, sc2,
-               BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, D: tl.constexpr,
-               PRECISION: tl.constexpr):
-    """Every key block that class rows a0..a1 of a slot see: the global keys (when the slot
-    has a global segment), then the band's masked lower edge, its unmasked middle and its
-    masked upper edge (ranges from :func:`band_ranges`)."""
-    lo_abs = lo_rel * step
-    hi_abs = hi_rel * step
-    if glob != 0:  # global keys j < g, every class sees them (absolute, step 1)
-        g_hi = tl.minimum(g_keys, r + step * a1 + hg + 1)
-        acc, l_i, m_i = _fwd_range(acc, l_i, m_i, q, p, row_ok, k_base, v_base, skn, svn, 0, 1,
-                                   0, g_hi, g_hi, lo_abs, hi_abs, g, hg, sc2, BLOCK_N, BLOCK_D,
-                                   D, True, PRECISION)
-    lo, hi_x, mid, post = band_ranges(a0, a1, lo_rel, hi_rel, k_start, k_end, BLOCK_N)
-    acc, l_i, m_i = _fwd_range(acc, l_i, m_i, q, p, row_ok, k_base, v_base, skn, svn, r, step,
-                               lo, tl.minimum(mid, hi_x), hi_x, lo_abs, hi_abs, g, hg, sc2,
-                               BLOCK_N, BLOCK_D, D, True, PRECISION)
-    acc, l_i, m_i = _fwd_range(acc, l_i, m_i, q, p, row_ok, k_base, v_base, skn, svn, r, step,
-                               mid, post, hi_x, lo_abs, hi_abs, g, hg, sc2,
-                               BLOCK_N, BLOCK_D, D, False, PRECISION)
-    acc, l_i, m_i = _fwd_range(acc, l_i, m_i, q, p, row_ok, k_base, v_base, skn, svn, r, step,
-                               tl.maximum(post, mid), hi_x, hi_x, lo_abs, hi_abs, g, hg, sc2,
-                               BLOCK_N, BLOCK_D, D, True, PRECISION)
+def fwd_band(acc, l_i, m_i, q, lo, hi, k_base, v_base, skn, svn, r, step, c_end,
+             lo_end, mid, post, end, sc2, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+             D: tl.constexpr, DILATED: tl.constexpr, PRECISION: tl.constexpr):
+    """The band's key blocks [lo_end, end): the masked edges, then the unmasked [mid, post)."""
+    n_lo = tl.cdiv(mid - lo_end, BLOCK_N)
+    n_edge = n_lo + tl.cdiv(end - post, BLOCK_N)
+    for i in range(0, n_edge):
+        c0 = edge_start(i, lo_end, post, n_lo, BLOCK_N)
+        acc, l_i, m_i = fwd_step(acc, l_i, m_i, q, lo, hi, k_base, v_base, skn, svn, r, step,
+                                 c0, c_end, sc2, BLOCK_N, BLOCK_D, D, True, DILATED, PRECISION)
+    for c0 in range(mid, post, BLOCK_N):
+        acc, l_i, m_i = fwd_step(acc, l_i, m_i, q, lo, hi, k_base, v_base, skn, svn, r, step,
+                                 c0, c_end, sc2, BLOCK_N, BLOCK_D, D, False, DILATED, PRECISION)
     return acc, l_i, m_i
 
 
 @triton.jit
-def _csr_keys(acc, l_i, m_i, q, p, row_ok, k_base, v_base, skn, svn, COLS, e_start, e_end,
-              block, n_k, hg, sc2, TILE: tl.constexpr, BLOCK_D: tl.constexpr,
-              D: tl.constexpr, MASKED: tl.constexpr, PRECISION: tl.constexpr):
-    """The key blocks ``COLS[e_start:e_end]`` of a CSR row, each one :func:`_fwd_step`;
-    MASKED ones are cut at n_k (the last block may be short)."""
-    for e in range(e_start, e_end):
-        j0 = tl.load(COLS + e)
-        c_end = tl.minimum(block, n_k - j0) if MASKED else TILE
-        acc, l_i, m_i = _fwd_step(acc, l_i, m_i, q, p, row_ok, k_base, v_base, skn, svn, j0, 1,
-                                  0, c_end, -2 * n_k - 2, hg, 0, hg, sc2, TILE, BLOCK_D, D,
-                                  MASKED, PRECISION)
-    return acc, l_i, m_i
-
-
-@triton.jit
-def _finish(acc, l_i, m_i, o_ptrs, lse_ptrs, row_ok, ld):
-    """Normalize and store; rows with no kept key get zeros and lse = +inf."""
+def finish(acc, l_i, m_i, o_ptrs, lse_ptrs, store, ld, sc2):
+    """Normalize and store the rows ``store``; rows with no kept key get zeros, lse = +inf."""
     has = l_i > 0.0
     l_safe = tl.where(has, l_i, 1.0)
     out = acc / l_safe[:, None]
-    tl.store(o_ptrs, out.to(o_ptrs.dtype.element_ty), mask=ld)
-    lse = tl.where(has, m_i + tl.math.log2(l_safe), float("inf"))
-    tl.store(lse_ptrs, lse, mask=row_ok)
+    tl.store(o_ptrs, out.to(o_ptrs.dtype.element_ty), mask=ld & store[:, None])
+    lse = tl.where(has, m_i * sc2 + tl.math.log2(l_safe), float("inf"))
+    tl.store(lse_ptrs, lse, mask=store)
 
 
-@triton.autotune(configs=fwd_configs(), key=["n_bucket", "BLOCK_D", "MODE_KEY"])
 @triton.jit
-def band_fwd(Q, K, V, Out, LSE, SLOTS,
+def stored_rows(ok, p, flags, GIDX, GLOBAL: tl.constexpr):
+    """Rows this program writes: valid ones, and with global tokens not the global rows of a
+    class slot (the TABLE slot writes those)."""
+    if GLOBAL:
+        n_global = tl.load(GIDX + p + 1, mask=ok, other=0) - tl.load(GIDX + p, mask=ok, other=0)
+        ok = ok & (n_global * (1 - ((flags >> 1) & 1)) == 0)  # a TABLE slot writes every row
+    return ok
+
+
+@triton.autotune(configs=configs("band_fwd"), key=TUNE_KEY,
+                 prune_configs_by={"early_config_prune": prune("band_fwd")})
+@triton.jit
+def band_fwd(Q, K, V, Out, LSE, SLOTS, GPOS, GIDX, DS, DE,
              sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sob, soh, son,
-             H, n_q, n_k, off, g, hg, g_keys, sc2, n_bucket, MODE_KEY,
+             H, GROUP, n_q, n_k, off, hg, P, GB, sc2, n_bucket, q_bucket, MODE_KEY,
              D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
-             BLOCK_N: tl.constexpr, PRECISION: tl.constexpr):
-    """Grid (row blocks, B·H, slots). O: (B, H, n_q, D); LSE: (B·H, n_q) fp32, base 2."""
-    pid_m = tl.program_id(0)
-    bh = tl.program_id(1)
-    sp = SLOTS + tl.program_id(2) * 9
-    r, step, a_start, n_rows = tl.load(sp), tl.load(sp + 1), tl.load(sp + 2), tl.load(sp + 3)
-    k_start, k_end = tl.load(sp + 4), tl.load(sp + 5)
-    lo_rel, hi_rel, glob = tl.load(sp + 6), tl.load(sp + 7), tl.load(sp + 8)
-    if pid_m * BLOCK_M < n_rows:
-        b = bh // H
-        h = bh % H
-        q_base = Q + b.to(tl.int64) * sqb + h.to(tl.int64) * sqh
-        k_base = K + b.to(tl.int64) * skb + h.to(tl.int64) * skh
-        v_base = V + b.to(tl.int64) * svb + h.to(tl.int64) * svh
-        a0 = a_start + pid_m * BLOCK_M
-        a = a0 + tl.arange(0, BLOCK_M)
-        row_ok = a < a_start + n_rows
-        a1 = tl.minimum(a0 + BLOCK_M, a_start + n_rows) - 1
-        p = r + step * a
+             BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, GLOBAL: tl.constexpr,
+             DILATED: tl.constexpr, DOCS: tl.constexpr, PREFIX: tl.constexpr):
+    """Grid (row blocks, B·H, slots). O: (B, H, n_q, D); LSE: (B·H, n_q) fp32, base 2.
+    K/V head ``h // GROUP`` (grouped-query attention)."""
+    pid_m, bh = tl.program_id(0), tl.program_id(1)
+    SP = SLOTS + tl.program_id(2) * 9
+    GIDX -= GB  # GIDX[x] counts the global positions below x >= GB (negative: rows)
+    if pid_m * BLOCK_M < tl.load(SP + 3):
+        b, h = bh // H, bh % H
+        x, p, ok, x0, p0, x1, p1, r, step, flags = own_block(SP, GPOS, pid_m, BLOCK_M)
         i = p - off
         dd = tl.arange(0, BLOCK_D)
-        ld = row_ok[:, None] & (dd[None, :] < D)
+        ld = ok[:, None] & (dd[None, :] < D)
+        q_base = Q + b.to(tl.int64) * sqb + h.to(tl.int64) * sqh
         q = tl.load(q_base + i[:, None] * sqn + dd[None, :], mask=ld, other=0.0)
-        m_i = tl.zeros([BLOCK_M], dtype=tl.float32) + NEG
-        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-        acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-        acc, l_i, m_i = _band_keys(acc, l_i, m_i, q, p, row_ok, k_base, v_base, skn, svn, r,
-                                   step, a0, a1, lo_rel, hi_rel, k_start, k_end, glob, g, hg,
-                                   g_keys, sc2, BLOCK_N, BLOCK_D, D, PRECISION)
+        hk = (h // GROUP).to(tl.int64)
+        k_base = K + b.to(tl.int64) * skb + hk * skh
+        v_base = V + b.to(tl.int64) * svb + hk * svh
+        acc, l_i, m_i = fwd_rows(q, x, p, ok, x0, p0, x1, p1, r, step, flags, SP, GPOS, GIDX,
+                                 DS, DE, k_base, v_base, skn, svn, n_k, hg, P, sc2, BLOCK_M,
+                                 BLOCK_N, BLOCK_D, D, GLOBAL, DILATED, DOCS, PREFIX, PRECISION)
         o_ptrs = Out + b.to(tl.int64) * sob + h.to(tl.int64) * soh + i[:, None] * son + dd[None, :]
-        _finish(acc, l_i, m_i, o_ptrs, LSE + bh.to(tl.int64) * n_q + i, row_ok, ld)
+        store = stored_rows(ok, p, flags, GIDX, GLOBAL)
+        finish(acc, l_i, m_i, o_ptrs, LSE + bh.to(tl.int64) * n_q + i, store, ld, sc2)
 
 
-@triton.autotune(configs=fwd_configs(blocks=False), key=["n_bucket", "BLOCK_D", "MODE_KEY"])
+@triton.jit
+def fwd_rows(q, x, p, ok, x0, p0, x1, p1, r, step, flags, SP, GPOS, GIDX, DS, DE,
+             k_base, v_base, skn, svn, n_k, hg, P, sc2, BLOCK_M: tl.constexpr,
+             BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, D: tl.constexpr,
+             GLOBAL: tl.constexpr, DILATED: tl.constexpr, DOCS: tl.constexpr,
+             PREFIX: tl.constexpr, PRECISION: tl.constexpr):
+    """(acc, l, m) of one row block over every key its slot gives it: cross, band."""
+    m_i = tl.zeros([BLOCK_M], dtype=tl.float32) + NEG
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    lo, hi = own_bounds(x, p, ok, SP, P, DS, DE, PREFIX, DOCS)
+    if GLOBAL:  # noqa: SIM102 (a compile-time clause around a runtime one)
+        if (flags & 1) != 0:
+            glo, ghi = cross_bounds(p, ok, -n_k - 1, hg, DS, DE, DOCS)
+            first, _ = cross_bounds(p0, p0 >= 0, -n_k - 1, hg, DS, DE, DOCS)
+            _, last = cross_bounds(p1, p1 >= 0, -n_k - 1, hg, DS, DE, DOCS)
+            e0 = tl.load(GIDX + tl.maximum(first, 0))
+            e1 = tl.load(GIDX + tl.minimum(last, n_k - 1) + 1)
+            acc, l_i, m_i = fwd_cross(acc, l_i, m_i, q, lo, hi, glo, ghi, k_base, v_base, skn,
+                                      svn, GPOS, e0, e1, r, step, sc2, BLOCK_N, BLOCK_D, D,
+                                      DILATED, PRECISION)
+    lo0, hi0 = own_bounds(x0, p0, p0 >= 0, SP, P, DS, DE, PREFIX, DOCS)
+    lo1, hi1 = own_bounds(x1, p1, p1 >= 0, SP, P, DS, DE, PREFIX, DOCS)
+    lo_end, mid, post, end = walk(lo0, hi0, lo1, hi1, BLOCK_N)
+    return fwd_band(acc, l_i, m_i, q, lo, hi, k_base, v_base, skn, svn, r, step,
+                    tl.load(SP + 5), lo_end, mid, post, end, sc2, BLOCK_N, BLOCK_D, D,
+                    DILATED, PRECISION)
+
+
+@triton.jit
+def csr_keys(acc, l_i, m_i, q, p, k_base, v_base, skn, svn, COLS, e_start, e_end,
+             block, n_k, hg, sc2, TILE: tl.constexpr, BLOCK_D: tl.constexpr,
+             D: tl.constexpr, MASKED: tl.constexpr, PRECISION: tl.constexpr):
+    """The key blocks ``COLS[e_start:e_end]`` of a CSR row, each one :func:`fwd_step`;
+    MASKED ones keep keys j in [j0, j0 + block), j < n_k and j <= p + hg."""
+    for e in range(e_start, e_end):
+        j0 = tl.load(COLS + e)
+        hi = tl.minimum(tl.minimum(p + hg, n_k - 1), j0 + block - 1)
+        acc, l_i, m_i = fwd_step(acc, l_i, m_i, q, j0 + 0 * p, hi, k_base, v_base, skn, svn,
+                                 0, 1, j0, n_k, sc2, TILE, BLOCK_D, D, MASKED, False,
+                                 PRECISION)
+    return acc, l_i, m_i
+
+
+@triton.autotune(configs=configs("blocks_fwd"), key=TUNE_KEY,
+                 prune_configs_by={"early_config_prune": prune("blocks_fwd")})
 @triton.jit
 def blocks_fwd(Q, K, V, Out, LSE, Q_POS, STARTS, MIDS, ENDS, COLS, ORDER,
                sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sob, soh, son,
-               H, n_q, n_k, off, block, hg, sc2, n_bucket, MODE_KEY,
+               H, GROUP, n_q, n_k, off, block, hg, sc2, n_bucket, q_bucket, MODE_KEY,
                D: tl.constexpr, BLOCK_D: tl.constexpr, TILE: tl.constexpr,
                PRECISION: tl.constexpr):
     """Grid (CSR rows, B·H): query block ``ORDER[pid]`` visits its CSR list of key blocks,
     the unmasked ones ``[STARTS, MIDS)`` first, then the masked ``[MIDS, ENDS)``."""
     row = tl.load(ORDER + tl.program_id(0))
     bh = tl.program_id(1)
-    b = bh // H
-    h = bh % H
+    b, h = bh // H, bh % H
+    hk = (h // GROUP).to(tl.int64)
     q_base = Q + b.to(tl.int64) * sqb + h.to(tl.int64) * sqh
-    k_base = K + b.to(tl.int64) * skb + h.to(tl.int64) * skh
-    v_base = V + b.to(tl.int64) * svb + h.to(tl.int64) * svh
+    k_base = K + b.to(tl.int64) * skb + hk * skh
+    v_base = V + b.to(tl.int64) * svb + hk * svh
     lane = tl.arange(0, TILE)
     p = tl.load(Q_POS + row) + lane
     i = p - off
@@ -180,9 +231,9 @@ def blocks_fwd(Q, K, V, Out, LSE, Q_POS, STARTS, MIDS, ENDS, COLS, ORDER,
     l_i = tl.zeros([TILE], dtype=tl.float32)
     acc = tl.zeros([TILE, BLOCK_D], dtype=tl.float32)
     e0, e_mid, e1 = tl.load(STARTS + row), tl.load(MIDS + row), tl.load(ENDS + row)
-    acc, l_i, m_i = _csr_keys(acc, l_i, m_i, q, p, row_ok, k_base, v_base, skn, svn, COLS, e0,
-                              e_mid, block, n_k, hg, sc2, TILE, BLOCK_D, D, False, PRECISION)
-    acc, l_i, m_i = _csr_keys(acc, l_i, m_i, q, p, row_ok, k_base, v_base, skn, svn, COLS,
-                              e_mid, e1, block, n_k, hg, sc2, TILE, BLOCK_D, D, True, PRECISION)
+    acc, l_i, m_i = csr_keys(acc, l_i, m_i, q, p, k_base, v_base, skn, svn, COLS, e_mid, e1,
+                             block, n_k, hg, sc2, TILE, BLOCK_D, D, True, PRECISION)
+    acc, l_i, m_i = csr_keys(acc, l_i, m_i, q, p, k_base, v_base, skn, svn, COLS, e0, e_mid,
+                             block, n_k, hg, sc2, TILE, BLOCK_D, D, False, PRECISION)
     o_ptrs = Out + b.to(tl.int64) * sob + h.to(tl.int64) * soh + i[:, None] * son + dd[None, :]
-    _finish(acc, l_i, m_i, o_ptrs, LSE + bh.to(tl.int64) * n_q + i, row_ok, ld)
+    finish(acc, l_i, m_i, o_ptrs, LSE + bh.to(tl.int64) * n_q + i, row_ok, ld, sc2)

@@ -1,37 +1,43 @@
 """Iteration spaces of the fused Triton kernels, built on the host once per (spec, n_q, n_k).
 
-No Triton here: these are small int32 tables the kernels read, plus the executed-pair count at
-the kernel's block granularity.
+No Triton here: the slots the kernels read (small int rows), the per-position tables of
+documents and global tokens (:class:`BandPlan` fields, made tensors in ``triton_tables``), and
+the executed-pair count at the kernel's block granularity in O(number of blocks).
 
 Band masks (``flash-tiled`` full/causal, ``local``, ``dilated``, ``longformer``) are described by
-*slots*. A slot is a set of query rows in class coordinates: positions ``p = r + step·a`` for
-``a`` in ``[a_start, a_start + n_rows)`` (query row ``i = p - off``), attending to keys
-``j = r + step·c`` for ``c`` in ``[k_start, k_end)`` with ``lo_rel <= c - a <= hi_rel``. With
-dilation d, class r (``p ≡ j ≡ r mod d``) is a slot with ``step = d``: the dilated window is a
-plain band there, and the kernel loads its rows with stride ``d·stride_n`` (no permutation).
-Global tokens add one slot for the global query rows (``p < g``: every key, causality kept) and,
-in each class slot, a segment over the global keys ``j < g`` (all classes see them).
+*slots*. A slot is a set of *own* positions (query rows in the forward and dQ, keys in dK/dV) in
+class coordinates: ``p = r + step·x`` for ``x`` in ``[x_start, x_start + n_own)``, walking
+*partner* positions of the same class ``r + step·c`` for ``c`` in ``[c_start, c_end)``. Own ``x``
+keeps the partners in one interval (:func:`own_bounds`, mirrored by the kernels'
+``triton_primitives.own_bounds``): ``[x + lo_rel, x + hi_rel]`` (the window, causality folded
+into ``hi_rel``); a position ``p < prefix_len`` also keeps ``[0, prefix_len)`` (prefix-LM, only
+without dilation, where the two intervals meet); with documents the interval is cut to the
+document of ``p``. Both ends are nondecreasing in ``x``, so a block of owns walks one partner
+range and the middle that every own keeps runs without a mask. With dilation d, class r
+(``p ≡ j ≡ r mod d``) is a slot with ``step = d``: the dilated window is a plain band there.
 
-The backward's dK/dV kernel iterates the transposed space: *key slots*, one per class (keys
-``j >= g`` of the class, seeing the class's band rows and every global row) and one for the
-global keys (seen by every query row).
+Global positions G (``global_tokens`` as a count or as positions): a *table* slot whose owns are
+G itself (every partner, causality and documents kept), and in every class slot a *cross*
+segment over the partners in G that the band does not already hold. Class slots skip storing
+owns in G (the table slot writes them). The dK/dV *key slots* are the same construction with
+keys as owns and ``(lo_rel, hi_rel)`` negated and swapped.
 
-BigBird layouts become CSR lists: per query block the key blocks to visit, the ones that need
-no mask first (``starts[row], mids[row], ends[row]`` split them), and the transpose for dK/dV.
+BigBird layouts are CSR lists instead (:mod:`implementations._kernels.triton_blocklist`).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import lru_cache
 
 import torch
 from torch import Tensor
 
-from harness.masks import MaskSpec, block_layout
+from harness.masks import MaskSpec
 
-SLOT_FIELDS = 9  # r, step, a_start, n_rows, k_start, k_end, lo_rel, hi_rel, global_segment
+SLOT_FIELDS = 9  # r, step, x_start, n_own, c_start, c_end, lo_rel, hi_rel, flags
+# owns x in [x_start, x_start + n_own); partners c in [c_start, c_end), both in class coordinates
+CROSS, TABLE = 1, 2  # slot flags: a cross segment over G; owns gathered from the table of G
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -41,16 +47,18 @@ def ceil_div(a: int, b: int) -> int:
 
 @dataclass(frozen=True)
 class BandPlan:
-    """Row slots (forward, dQ) and key slots (dK/dV) of a band mask, as int rows."""
+    """Row slots (forward, dQ), key slots (dK/dV) and the mask's tables of a band mask."""
 
     n_q: int
     n_k: int
     big: int  # stands for an unbounded window side
-    hg: int  # how far right of p a global key/row may be: 0 if causal else ``big``
-    g: int  # global tokens
+    hg: int  # how far right of p a global key may be: 0 if causal else ``big``
+    prefix: int  # prefix_len (0: none)
+    globals: tuple[int, ...]  # global positions below n_k, ascending (rows p < 0 may be)
+    documents: tuple[int, ...] | None
+    dilation: int
     slots: tuple[tuple[int, ...], ...]
     key_slots: tuple[tuple[int, ...], ...]
-    n_global_rows: int  # rows i in [0, n_global_rows) are global (p < g)
 
     @property
     def max_rows(self) -> int:
@@ -58,157 +66,122 @@ class BandPlan:
 
     @property
     def max_keys(self) -> int:
-        return max((s[3] - s[2] for s in self.key_slots), default=0)
+        return max((s[3] for s in self.key_slots), default=0)
+
+    @property
+    def gbase(self) -> int:
+        """The lowest position the global tables index: min(off, 0)."""
+        return min(self.n_k - self.n_q, 0)
+
+    @property
+    def flags(self) -> dict[str, bool]:
+        """The kernels' compile-time mask clauses: code for a clause exists only when used."""
+        return {"GLOBAL": bool(self.globals), "DILATED": self.dilation > 1,
+                "DOCS": self.documents is not None, "PREFIX": self.prefix > 0}
+
+
+def fused_band_reasons(spec: MaskSpec) -> list[str]:
+    """Why the band kernels cannot run ``spec`` (empty: they can)."""
+    if spec.prefix_len and spec.dilation > 1:
+        return ["a prefix with dilation is not in the fused kernels (the prefix is not a band "
+                "of one residue class)"]
+    return []
 
 
 @lru_cache(maxsize=64)
 def band_plan(spec: MaskSpec, n_q: int, n_k: int) -> BandPlan:
-    """The slots of a window/causal/dilation/global mask (no ``block_size``)."""
+    """The slots of a window/causal/dilation/global/prefix/documents mask (no ``block_size``)."""
     if spec.block_size is not None:
         raise ValueError("band_plan is for masks without block_size")
-    d, g, off = spec.dilation, spec.global_tokens, n_k - n_q
+    if reasons := fused_band_reasons(spec):
+        raise ValueError(reasons[0])
+    d, off = spec.dilation, n_k - n_q
     big = 2 * (n_q + n_k) + 2
-    left, right = spec.left, spec.right
+    right = spec.right
     if spec.causal:
         right = 0 if right is None else min(right, 0)
-    lo_rel = -big if left is None else -left
+    lo_rel = -big if spec.left is None else -spec.left
     hi_rel = big if right is None else right
     hg = 0 if spec.causal else big
-    n_glob = max(0, min(n_q, g - off)) if g else 0
+    # a count g makes every p < g global, rows before the first key (p < 0) too; class slots
+    # then start past them
+    skip = spec.global_tokens if isinstance(spec.global_tokens, int) else 0
+    glob = tuple(range(min(off, 0), min(skip, n_k))) if skip else spec.global_positions(n_k)
+    cross = CROSS if glob else 0
     slots, key_slots = [], []
-    if n_glob:
-        slots.append((0, 1, off, n_glob, 0, n_k, -big, hg, 0))
-    first_p = max(off, g) if g else off  # rows p < g belong to the global slot
+    if glob:
+        first_row, first_key = sum(x < off for x in glob), sum(x < 0 for x in glob)
+        slots.append((0, 1, first_row, len(glob) - first_row, 0, n_k, -big, hg, TABLE))
+        key_slots.append((0, 1, first_key, len(glob) - first_key, off, n_k, -hg, big, TABLE))
     for r in range(d):
-        a_start = ceil_div(first_p - r, d)
-        n_rows = max(0, (n_k - 1 - r) // d - a_start + 1)
+        x_start = ceil_div((max(off, skip) if skip else off) - r, d)
+        n_rows = max(0, (n_k - 1 - r) // d - x_start + 1)
         nk = max(0, ceil_div(n_k - r, d))
-        gk = min(max(ceil_div(g - r, d), 0), nk)  # class keys below g: in the global segment
-        slots.append((r, d, a_start, n_rows, gk, nk, lo_rel, hi_rel, int(g > 0)))
-        key_slots.append((r, d, gk, nk, a_start, n_rows, lo_rel, hi_rel, int(n_glob > 0)))
-    if g and n_k:
-        key_slots.insert(0, (0, 1, 0, min(g, n_k), off, n_q, -big, hg, 0))
-    return BandPlan(n_q, n_k, big, hg, g, tuple(slots), tuple(key_slots), n_glob)
+        gk = min(max(ceil_div(skip - r, d), 0), nk)  # class keys below g: the table slot's
+        slots.append((r, d, x_start, n_rows, 0, nk, lo_rel, hi_rel, cross))
+        rows = (x_start, x_start + n_rows)
+        key_slots.append((r, d, gk, nk - gk, *rows, -hi_rel, -lo_rel, cross))
+    return BandPlan(n_q, n_k, big, hg, spec.prefix_len, glob, spec.documents, d,
+                    tuple(slots), tuple(key_slots))
 
 
-def _ranges(x0, x1, lo_rel, hi_rel, lo_bound, hi_bound, block: int):
-    """The forward loop bounds (mirrors ``_kernels._band_ranges``), numpy-free ints or tensors:
-    for rows [x0, x1] the partner range [lo, hi_x) and its mask-free middle [mid, post)."""
-    lo = torch.clamp(x0 + lo_rel, min=lo_bound)
-    hi_x = torch.clamp(x1 + hi_rel + 1, max=hi_bound)
-    safe_lo = torch.maximum(x1 + lo_rel, lo)
-    safe_hi = torch.minimum(x0 + hi_rel + 1, hi_x)
-    mid = lo + torch.div((safe_lo - lo).clamp_min(0) + block - 1, block, rounding_mode="floor")
-    mid = lo + (mid - lo) * block
-    return lo, hi_x, mid, safe_hi
+def doc_edges(documents: tuple[int, ...] | None, p: Tensor, n: int) -> tuple[Tensor, Tensor]:
+    """[start, end) of the document holding each position of ``p`` (int64); without documents
+    the whole sequence [0, n). O(len(p) · log(documents))."""
+    if documents is None:
+        return torch.zeros_like(p), torch.full_like(p, n)
+    ends = torch.cumsum(torch.tensor(documents, dtype=torch.int64), 0)
+    at = torch.searchsorted(ends, p.clamp(0, n - 1), right=True)
+    starts = torch.cat([torch.zeros(1, dtype=torch.int64), ends])
+    return starts[at], ends[at]
+
+
+def own_bounds(plan: BandPlan, slot: tuple[int, ...], x: Tensor, p: Tensor):
+    """The partner interval [lo, hi] (class coordinates, inclusive) that owns ``x`` at
+    positions ``p`` keep: the window, the prefix, the document, the slot's partner range."""
+    r, step, _, _, c_start, c_end, lo_rel, hi_rel, _ = slot
+    lo, hi = x + lo_rel, x + hi_rel
+    if plan.prefix:
+        inside = p < plan.prefix
+        lo = torch.where(inside, lo.clamp(max=0), lo)
+        hi = torch.where(inside, hi.clamp(min=plan.prefix - 1), hi)
+    if plan.documents is not None:
+        ds, de = doc_edges(plan.documents, p, plan.n_k)
+        lo = torch.maximum(lo, -((r - ds) // step))  # ceil((ds - r) / step)
+        hi = torch.minimum(hi, (de - 1 - r) // step)
+    return lo.clamp(min=c_start), hi.clamp(max=c_end - 1)
+
+
+def _own_blocks(plan: BandPlan, slot: tuple[int, ...], block: int):
+    """First and last own (x, p) of each own block of a slot, int64 tensors."""
+    r, step, x_start, n_own, *_, flags = slot
+    x0 = torch.arange(x_start, x_start + n_own, block, dtype=torch.int64)
+    x1 = torch.clamp(x0 + block, max=x_start + n_own) - 1
+    if flags & TABLE:
+        table = torch.tensor(plan.globals, dtype=torch.int64)
+        return table[x0], table[x0], table[x1], table[x1]
+    return x0, r + step * x0, x1, r + step * x1
 
 
 def band_executed_pairs(plan: BandPlan, block_m: int, block_n: int) -> int:
     """(query, key) lanes the forward kernel computes per (batch, head): every program's
-    ``block_m`` rows times ``block_n`` keys per key block it visits (masked lanes included)."""
+    ``block_m`` rows times ``block_n`` keys per key block it visits (masked lanes included),
+    band and cross segments. O(number of row blocks)."""
     total = 0
-    for r, step, a_start, n_rows, k_start, k_end, lo_rel, hi_rel, glob in plan.slots:
-        if n_rows <= 0:
+    table = torch.tensor(plan.globals, dtype=torch.int64)
+    for slot in plan.slots:
+        if slot[3] <= 0:
             continue
-        a0 = torch.arange(a_start, a_start + n_rows, block_m, dtype=torch.int64)
-        a1 = torch.clamp(a0 + block_m, max=a_start + n_rows) - 1
-        lo, hi_x, _, _ = _ranges(a0, a1, lo_rel, hi_rel, k_start, k_end, block_m)
-        blocks = torch.div((hi_x - lo).clamp_min(0) + block_n - 1, block_n, rounding_mode="floor")
-        if glob:
-            p_last = r + step * a1
-            g_hi = torch.clamp(p_last + plan.hg + 1, max=min(plan.g, plan.n_k)).clamp_min(0)
-            blocks = blocks + torch.div(g_hi + block_n - 1, block_n, rounding_mode="floor")
+        x0, p0, x1, p1 = _own_blocks(plan, slot, block_m)
+        lo, _ = own_bounds(plan, slot, x0, p0)
+        _, hi = own_bounds(plan, slot, x1, p1)
+        blocks = torch.div((hi + 1 - lo).clamp_min(0) + block_n - 1, block_n, rounding_mode="floor")
+        if slot[8] & CROSS:
+            first, _ = doc_edges(plan.documents, p0, plan.n_k)
+            _, end = doc_edges(plan.documents, p1, plan.n_k)
+            last = torch.minimum(p1 + plan.hg, end - 1)
+            count = torch.searchsorted(table, last, right=True) - torch.searchsorted(table, first)
+            blocks = blocks + torch.div(count.clamp_min(0) + block_n - 1, block_n,
+                                        rounding_mode="floor")
         total += int(blocks.sum()) * block_m * block_n
     return total
-
-
-@dataclass(frozen=True)
-class BlockPlan:
-    """CSR lists for a BigBird layout, on the host (int32 tensors; ``.to(device)`` for use).
-
-    Forward/dQ: query block ``row`` starts at absolute position ``q_pos[row]`` and visits key
-    blocks starting at ``cols[starts[row]:ends[row]]`` (absolute key positions); entries before
-    ``mids[row]`` need no mask. ``order`` lists rows longest first (global rows go first so
-    they do not form a tail). dK/dV: the same with key blocks as rows (``t_*``)."""
-
-    block: int
-    q_pos: Tensor
-    starts: Tensor
-    mids: Tensor
-    ends: Tensor
-    cols: Tensor
-    order: Tensor
-    t_pos: Tensor
-    t_starts: Tensor
-    t_mids: Tensor
-    t_ends: Tensor
-    t_cols: Tensor
-    t_order: Tensor
-
-    def to(self, device: torch.device | str) -> BlockPlan:
-        fields = {k: getattr(self, k) for k in self.__dataclass_fields__}
-        moved = {k: v.to(device) if isinstance(v, Tensor) else v for k, v in fields.items()}
-        return BlockPlan(**moved)
-
-    @property
-    def n_entries(self) -> int:
-        return int(self.cols.numel())
-
-
-def _csr(rows: list[int], entries: list[list[tuple[int, bool]]]) -> tuple[Tensor, ...]:
-    """(pos, starts, mids, ends, cols, order) from per-row lists of (position, needs_mask)."""
-    starts, mids, ends, cols = [], [], [], []
-    for row in entries:
-        row = sorted(row, key=lambda e: (e[1], e[0]))  # mask-free entries first
-        starts.append(len(cols))
-        mids.append(len(cols) + sum(not m for _, m in row))
-        cols.extend(pos for pos, _ in row)
-        ends.append(len(cols))
-    lengths = torch.tensor([e - s for s, e in zip(starts, ends, strict=True)], dtype=torch.int64)
-    order = torch.argsort(-lengths, stable=True)
-    as_i32 = lambda x: torch.tensor(x, dtype=torch.int32)
-    return as_i32(rows), as_i32(starts), as_i32(mids), as_i32(ends), as_i32(cols), order.int()
-
-
-@lru_cache(maxsize=32)
-def block_plan(spec: MaskSpec, n_q: int, n_k: int, tile: int) -> BlockPlan:
-    """CSR lists of a BigBird layout for kernel tiles of ``tile >= block_size`` lanes.
-
-    A (query block, key block) entry needs a mask when it straddles the causal diagonal, or its
-    key block is cut by ``n_k``, or the tile is wider than the layout block (padding lanes)."""
-    if spec.block_size is None:
-        raise ValueError("block_plan needs block_size")
-    b, off, g = spec.block_size, n_k - n_q, spec.global_tokens
-    layout = block_layout(spec, n_q, n_k)
-    nb, g_blocks = layout.shape[0], g // b
-    padded = tile != b or n_k % b != 0
-    rows, entries = [], []
-    first_qb = math.floor(off / b)  # query blocks start at absolute position qb * b
-    for qb in range(first_qb, math.ceil(n_k / b)):
-        if qb < 0:  # rows before the first key: global (every key) unless causal
-            cols = [] if (spec.causal or not g) else list(range(nb))
-        else:
-            keep = torch.ones(nb, dtype=torch.bool) if qb < g_blocks else layout[qb].clone()
-            keep[:g_blocks] = True
-            if spec.causal:
-                keep[qb + 1 :] = False
-            cols = keep.nonzero().flatten().tolist()
-        rows.append(qb * b)
-        entries.append([(kb * b, padded or (spec.causal and kb == qb)) for kb in cols])
-    fwd = _csr(rows, entries)
-    by_key: dict[int, list[tuple[int, bool]]] = {kb * b: [] for kb in range(nb)}
-    for q_pos, row in zip(rows, entries, strict=True):
-        for k_pos, masked in row:
-            by_key[k_pos].append((q_pos, masked))
-    bwd = _csr(list(by_key), list(by_key.values()))
-    return BlockPlan(b, *fwd, *bwd)
-
-
-def block_tile(block_size: int) -> int:
-    """Kernel tile (rows = keys) for a layout block: a power of two >= 16 (``tl.dot``)."""
-    return max(16, 1 << (block_size - 1).bit_length())
-
-
-def block_executed_pairs(plan: BlockPlan) -> int:
-    """Lanes computed per (batch, head): one ``tile × tile`` product per CSR entry."""
-    return plan.n_entries * block_tile(plan.block) ** 2

@@ -1,9 +1,13 @@
-"""The ``@triton.jit`` building blocks that the forward and backward kernels share: the band's
-key ranges, masked tile loads, the fp32 dot and the mask rule (Triton inlines them).
+"""The ``@triton.jit`` building blocks that the forward, backward and decode kernels share: an
+own block's positions and partner interval, the loop bounds of its walk, the one-compare mask,
+masked tile loads and the fp32 dot (Triton inlines them).
 
-Positions are absolute (query position ``p = i + n_k - n_q``, key ``j``: bottom-right
-aligned, as :mod:`harness.masks`); tiles are (rows, BLOCK_D) with BLOCK_D the head dim D
-padded to a power of two.
+*Own* positions are the tile's rows (queries in the forward and dQ, keys in dK/dV), *partners*
+the positions it walks. Positions are absolute (query position ``p = i + n_k - n_q``, key
+``j``: bottom-right aligned, as :mod:`harness.masks`); slots and coordinates as
+:mod:`implementations._kernels.triton_plan`. Tiles are (rows, BLOCK_D) with BLOCK_D the head
+dim D padded to a power of two. Each mask clause (prefix, documents, global tokens, dilation)
+is a ``tl.constexpr``: a kernel compiled without it carries no code for it.
 """
 
 from __future__ import annotations
@@ -12,19 +16,111 @@ import triton
 import triton.language as tl
 
 NEG: tl.constexpr = tl.constexpr(-1.0e30)  # finite "minus infinity": no inf - inf
+# a row max below this has seen no kept key: the exponent's bias is clamped here, so masked
+# scores (NEG) give exp2(-huge) = 0 rather than exp2(0) = 1
+HALF_NEG: tl.constexpr = tl.constexpr(-5.0e29)
+EMPTY: tl.constexpr = tl.constexpr(-(1 << 30))  # the start of an empty interval
 
 
 @triton.jit
-def band_ranges(x0, x1, lo_rel, hi_rel, lo_bound, hi_bound, BLOCK: tl.constexpr):
-    """Partners of rows [x0, x1] in a band: [lo, hi_x), the middle [mid, post) of whole
-    BLOCK-wide steps that every row keeps (no mask), and the masked edges around it."""
-    lo = tl.maximum(x0 + lo_rel, lo_bound)
-    hi_x = tl.minimum(x1 + hi_rel + 1, hi_bound)
-    safe_lo = tl.maximum(x1 + lo_rel, lo)
-    safe_hi = tl.minimum(x0 + hi_rel + 1, hi_x)
-    mid = lo + tl.cdiv(tl.maximum(safe_lo - lo, 0), BLOCK) * BLOCK
-    post = mid + tl.maximum(safe_hi - mid, 0) // BLOCK * BLOCK
-    return lo, hi_x, mid, post
+def own_block(SP, GPOS, pid, BLOCK: tl.constexpr):
+    """Own block ``pid`` of slot ``SP``: own coordinates ``x`` (BLOCK,), positions ``p``,
+    validity ``ok``, the first and last valid own (x0, p0, x1, p1) and the slot's class
+    (r, step). A TABLE slot's owns are the global positions ``GPOS[x]`` (then x = p)."""
+    r, step, x_start, n_own = tl.load(SP), tl.load(SP + 1), tl.load(SP + 2), tl.load(SP + 3)
+    flags = tl.load(SP + 8)
+    a0 = x_start + pid * BLOCK
+    a = a0 + tl.arange(0, BLOCK)
+    ok = a < x_start + n_own
+    a1 = tl.minimum(a0 + BLOCK, x_start + n_own) - 1
+    if (flags & 2) != 0:
+        p = tl.load(GPOS + a, mask=ok, other=0)
+        p0, p1 = tl.load(GPOS + a0), tl.load(GPOS + a1)
+        x, x0, x1 = p, p0, p1
+    else:
+        p = r + step * a
+        p0, p1 = r + step * a0, r + step * a1
+        x, x0, x1 = a, a0, a1
+    return x, p, ok, x0, p0, x1, p1, r, step, flags
+
+
+@triton.jit
+def own_bounds(x, p, ok, SP, P, DS, DE, PREFIX: tl.constexpr, DOCS: tl.constexpr):
+    """[lo, hi] (class coordinates, inclusive) of the partners that owns ``x`` at positions
+    ``p`` keep, scalars or vectors: the window ``[x + lo_rel, x + hi_rel]``, joined with the
+    prefix ``[0, P)`` when ``p < P`` (no dilation there), cut to p's document, then to the
+    slot's partner range. Both ends are nondecreasing in x."""
+    r, step = tl.load(SP), tl.load(SP + 1)
+    lo = x + tl.load(SP + 6)
+    hi = x + tl.load(SP + 7)
+    if PREFIX:
+        inside = p < P
+        lo = tl.where(inside, tl.minimum(lo, 0), lo)
+        hi = tl.where(inside, tl.maximum(hi, P - 1), hi)
+    if DOCS:
+        ds = tl.load(DS + p, mask=ok, other=0)
+        de = tl.load(DE + p, mask=ok, other=0)
+        lo = tl.maximum(lo, (ds - r + step - 1) // step)  # numerators >= 0: // is floor
+        hi = tl.minimum(hi, (de - 1 - r + step) // step - 1)
+    lo = tl.maximum(lo, tl.load(SP + 4))
+    hi = tl.minimum(hi, tl.load(SP + 5) - 1)
+    return lo, hi
+
+
+@triton.jit
+def walk(lo0, hi0, lo1, hi1, BLOCK: tl.constexpr):
+    """Loop bounds ``lo <= mid <= post <= end`` of an own block whose first own keeps
+    [lo0, hi0] and last [lo1, hi1]: partner blocks start at ``lo + i·BLOCK`` below ``end``;
+    those in ``[mid, post)`` are kept by every own (no mask), the rest are masked edges."""
+    lo = lo0
+    end = tl.maximum(hi1 + 1, lo)
+    mid = tl.minimum(lo + tl.cdiv(tl.maximum(lo1 - lo, 0), BLOCK) * BLOCK, end)
+    post = tl.minimum(mid + tl.maximum(hi0 + 1 - mid, 0) // BLOCK * BLOCK, end)
+    return lo, mid, post, end
+
+
+@triton.jit
+def edge_start(i, lo, post, n_lo, BLOCK: tl.constexpr):
+    """Start of masked block ``i`` of :func:`walk`'s edges: ``n_lo`` blocks from ``lo``, then
+    the blocks from ``post``."""
+    return tl.where(i < n_lo, lo + i * BLOCK, post + (i - n_lo) * BLOCK)
+
+
+@triton.jit
+def kept(cols, lo, hi):
+    """(owns, partners) bool: ``lo[own] <= cols[partner] <= hi[own]`` with one unsigned
+    compare per pair (an empty interval, hi < lo, keeps nothing)."""
+    width = hi - lo
+    start = tl.where(width >= 0, lo, EMPTY)
+    width = tl.maximum(width, 0).to(tl.uint32, bitcast=True)
+    return (cols[None, :] - start[:, None]).to(tl.uint32, bitcast=True) <= width[:, None]
+
+
+@triton.jit
+def cross_bounds(y, ok, xlo, xhi, DS, DE, DOCS: tl.constexpr):
+    """[glo, hi] (absolute positions) of the global partners an own at position ``y`` may
+    keep: within ``[y + xlo, y + xhi]`` (causality) and its document."""
+    glo = y + xlo
+    ghi = y + xhi
+    if DOCS:
+        glo = tl.maximum(glo, tl.load(DS + y, mask=ok, other=0))
+        ghi = tl.minimum(ghi, tl.load(DE + y, mask=ok, other=0) - 1)
+    return glo, ghi
+
+
+@triton.jit
+def cross_keep(ppos, glo, ghi, lo, hi, r, step, DILATED: tl.constexpr):
+    """(owns, partners) keep of a cross segment: global partners at positions ``ppos`` in each
+    own's [glo, ghi] (:func:`cross_bounds`) and not already in its band (class r, class
+    coordinate in [lo, hi])."""
+    keep = kept(ppos, glo, ghi)
+    if DILATED:
+        rel = ppos - r
+        in_class = (rel >= 0) & (rel % step == 0)
+        band = kept(rel // step, lo, hi) & in_class[None, :]
+    else:
+        band = kept(ppos, lo, hi)
+    return keep & ~band
 
 
 @triton.jit
@@ -55,12 +151,3 @@ def mma(a, b, acc, PRECISION: tl.constexpr):
     else:
         out = tl.dot(a, b, acc, input_precision=PRECISION)
     return out
-
-
-@triton.jit
-def keep_mask(p, j, row_ok, col_ok, lo, hi, g, hg):
-    """The mask rule on absolute positions p (rows), j (cols): band ``lo <= j - p <= hi`` or a
-    global key ``j < g`` within ``j - p <= hg`` (causality), inside valid rows and columns."""
-    rel = j[None, :] - p[:, None]
-    keep = ((rel >= lo) & (rel <= hi)) | ((j[None, :] < g) & (rel <= hg))
-    return keep & row_ok[:, None] & col_ok[None, :]

@@ -1,26 +1,26 @@
 """Host side of the fused Triton kernels that needs no Triton: the index tables per
 (spec, n_q, n_k, device), cached, and the autotuner's key of a problem.
 
-The tables are :mod:`implementations._kernels.triton_plan`'s plans as int32 tensors on the device;
-building them is the part of a first call that :func:`triton_attn.prepare_tables` moves out
-of the timed region.
+The tables are :mod:`implementations._kernels.triton_plan`'s plans as int32 tensors on the
+device; building them is the part of a first call that :func:`triton_attn.prepare_tables`
+moves out of the timed region. The cache is keyed by :func:`device_key`, so that preparing on
+``"cuda"`` and calling with tensors on ``cuda:0`` find the same tables.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 
 import torch
 from torch import Tensor
 
 from harness.masks import MaskSpec
-from implementations._kernels.triton_plan import (
-    BandPlan,
-    BlockPlan,
-    band_plan,
-    block_plan,
-    block_tile,
-)
+from implementations._kernels.triton_blocklist import BlockPlan, block_plan, block_tile
+from implementations._kernels.triton_plan import BandPlan, band_plan
+
+DECODE_MAX_ROWS = 16  # n_q up to this runs the split-KV decode kernels
+DEFAULT_SMS = 132  # an H100's SM count: the split count off a GPU (the interpreter)
 
 
 def triton_next_pow2(x: int) -> int:
@@ -33,35 +33,116 @@ def block_d(head_dim: int) -> int:
     return max(16, triton_next_pow2(head_dim))
 
 
+def device_key(device: torch.device | str) -> str:
+    """One spelling per device: ``cuda`` means the current CUDA device, as a tensor made on
+    ``"cuda"`` lands there (``cuda:0`` unless another is current)."""
+    dev = torch.device(device)
+    if dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    return str(dev)
+
+
 def mode_key(mask: MaskSpec) -> int:
-    """Autotuning bucket of the mask's iteration space."""
+    """Autotuning bucket of the mask's iteration space (each clause its own bucket)."""
     if mask.block_size is not None:
         return 5
-    if mask.global_tokens:
-        return 4
-    if mask.dilation > 1:
-        return 3
+    bits = ("global", "dilation", "documents", "prefix")
+    extra = sum(1 << i for i, name in enumerate(bits) if name in mask.features)
+    if extra:
+        return 8 + extra
     if mask.window not in (None, (None, None)):
         return 2
     return int(mask.causal)
 
 
 def tune_key(mask: MaskSpec, n_q: int, n_k: int, head_dim: int, dtype: torch.dtype) -> tuple:
-    """(mode, length bucket, BLOCK_D, dtype): the autotuner's key of a problem (the kernels'
-    ``MODE_KEY``, ``n_bucket`` and ``BLOCK_D`` arguments, and the dtype Triton adds)."""
-    return (mode_key(mask), triton_next_pow2(max(n_q, n_k)), block_d(head_dim), dtype)
+    """(mode, length bucket, query-rows bucket, BLOCK_D, dtype): the autotuner's key of a
+    problem (the kernels' ``MODE_KEY``, ``n_bucket``, ``q_bucket`` and ``BLOCK_D`` arguments,
+    and the dtype Triton adds). Decode (a few query rows) and prefill tune apart."""
+    return (mode_key(mask), triton_next_pow2(max(n_q, n_k)), triton_next_pow2(n_q),
+            block_d(head_dim), dtype)
+
+
+def is_decode(n_q: int) -> bool:
+    """Whether ``n_q`` query rows take the split-KV decode kernels (band masks)."""
+    return n_q <= DECODE_MAX_ROWS
+
+
+@lru_cache(maxsize=8)
+def sm_count(device: str) -> int:
+    """Streaming multiprocessors of a CUDA device (``DEFAULT_SMS`` off a GPU)."""
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return DEFAULT_SMS
+    return torch.cuda.get_device_properties(dev).multi_processor_count
+
+
+def split_count(batch_kv_heads: int, slots: int, keys: int, device: str) -> int:
+    """Key chunks per (K/V head, slot) of a decode call: enough programs for two waves over
+    the SMs, each chunk at least 256 keys."""
+    programs = max(batch_kv_heads * slots, 1)
+    return max(1, min(-(-2 * sm_count(device) // programs), -(-keys // 256)))
+
+
+def decode_tiles(n_rows: int, group: int) -> tuple[int, int]:
+    """(ROWS, BLOCK_M) of the decode kernel: rows per query head padded to a power of two, and
+    the tile of GROUP heads' rows (at least 16, ``tl.dot``'s minimum)."""
+    rows = triton_next_pow2(max(n_rows, 1))
+    return rows, max(16, triton_next_pow2(group) * rows)
+
+
+@dataclass(frozen=True)
+class BandTables:
+    """A band plan's tables on one device (int32): slots and key slots (flat rows of
+    ``SLOT_FIELDS``), the global positions ``gpos`` and their prefix count ``gidx``
+    (``gidx[x - gbase]`` = globals below x, for x from ``plan.gbase`` to n_k + 1), the document
+    edges ``ds``/``de`` of each position (one dummy entry without documents)."""
+
+    plan: BandPlan
+    slots: Tensor
+    key_slots: Tensor
+    gpos: Tensor
+    gidx: Tensor
+    ds: Tensor
+    de: Tensor
+
+    @property
+    def pointers(self) -> tuple[Tensor, ...]:
+        """The mask tables in the kernels' argument order: GPOS, GIDX, DS, DE."""
+        return self.gpos, self.gidx, self.ds, self.de
 
 
 @lru_cache(maxsize=64)
-def band_tables(mask: MaskSpec, n_q: int, n_k: int, device: str) -> tuple[BandPlan, Tensor, Tensor]:
-    """The band plan, its slots and its key slots as flat int32 tensors on ``device``."""
+def _band_tables(mask: MaskSpec, n_q: int, n_k: int, device: str) -> BandTables:
     plan = band_plan(mask, n_q, n_k)
-    as_t = lambda rows: torch.tensor(rows, dtype=torch.int32, device=device).reshape(-1)
-    return plan, as_t(plan.slots), as_t(plan.key_slots)
+    as_t = lambda x: torch.as_tensor(x, dtype=torch.int32).reshape(-1).to(device)
+    glob = torch.tensor(plan.globals or (0,), dtype=torch.int64)
+    marks = torch.zeros(n_k - plan.gbase + 2, dtype=torch.int64)
+    if plan.globals:
+        marks[glob - plan.gbase + 1] = 1
+    gidx = torch.cumsum(marks, 0)
+    if plan.documents is None:
+        ds = de = torch.zeros(1, dtype=torch.int64)
+    else:
+        lengths = torch.tensor(plan.documents, dtype=torch.int64)
+        ends = torch.cumsum(lengths, 0)
+        ds = torch.repeat_interleave(ends - lengths, lengths)
+        de = torch.repeat_interleave(ends, lengths)
+    return BandTables(plan, as_t(plan.slots), as_t(plan.key_slots), as_t(glob), as_t(gidx),
+                      as_t(ds), as_t(de))
+
+
+def band_tables(mask: MaskSpec, n_q: int, n_k: int, device: torch.device | str) -> BandTables:
+    """The band plan's tables on ``device``, built once per (mask, n_q, n_k, device)."""
+    return _band_tables(mask, n_q, n_k, device_key(device))
 
 
 @lru_cache(maxsize=32)
-def block_tables(mask: MaskSpec, n_q: int, n_k: int, device: str) -> BlockPlan:
-    """The CSR block lists of a block-sparse mask (``mask.block_size`` set) on ``device``."""
+def _block_tables(mask: MaskSpec, n_q: int, n_k: int, device: str) -> BlockPlan:
     assert mask.block_size is not None
     return block_plan(mask, n_q, n_k, block_tile(mask.block_size)).to(device)
+
+
+def block_tables(mask: MaskSpec, n_q: int, n_k: int, device: torch.device | str) -> BlockPlan:
+    """The CSR block lists of a block-sparse mask (``mask.block_size`` set) on ``device``."""
+    return _block_tables(mask, n_q, n_k, device_key(device))

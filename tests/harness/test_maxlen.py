@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 
 from harness.cli import main
+from harness.execute import isolate
 from harness.execute.isolate import capped_run_task, run_isolated
 from harness.execute.maxlen import find_max_len, largest_fitting, predicted_max
 from harness.scenarios.interface import Point, cost_of
@@ -124,3 +125,28 @@ def test_prediction_only(capsys):
     out = capsys.readouterr().out
     expected = predicted_max(Point(impl="full", heads=8, head_dim=64), 2 * 2**30, 64)
     assert f"predicted max seq_len: {expected} " in out and "verified" not in out
+
+
+def test_capped_runs_warm_up_in_the_target_length_bucket(monkeypatch):
+    """The warm-up (uncapped) runs in the candidate length's power-of-two bucket, so an
+    autotuned kernel tunes there and not inside the capped, measured call."""
+    from harness.execute import maxlen
+
+    payloads = []
+
+    def fake_run(fn, payload, timeout_s=None):
+        payloads.append(payload)
+        n = payload["point"]["seq_len"]
+        return isolate.ChildOutcome(
+            {"status": "ok" if n <= 5000 else "oom", "reason": None}, "ok", None, 0.0
+        )
+
+    monkeypatch.setattr(maxlen, "run_isolated", fake_run)
+    find_max_len(Point(impl="sdpa", heads=2, head_dim=16), 2**30, multiple=64, time_limit_s=None)
+    assert len(payloads) > 3
+    for payload in payloads:
+        n, warm = payload["point"]["seq_len"], payload["warmup_len"]
+        assert warm <= n and warm % 64 == 0
+        assert (warm - 1).bit_length() == (n - 1).bit_length(), (n, warm)  # same bucket
+    assert maxlen.warmup_length(4096, 64) == 2112 and maxlen.warmup_length(8192, 64) == 4160
+    assert maxlen.warmup_length(64, 64) == 64 and maxlen.warmup_length(128, 64) == 128

@@ -131,6 +131,7 @@ def test_cpu_rows_say_l2_does_not_apply():
     assert m.columns()["l2"] == "n/a (cpu)"
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_flush_per_call_times_one_call_per_event_pair():
     from harness.measure.device import get_device
@@ -141,3 +142,74 @@ def test_cuda_flush_per_call_times_one_call_per_event_pair():
     warm = measure(lambda: a @ a, get_device("cuda", flush_l2=False), config)
     assert flushed.l2 == L2_FLUSHED and flushed.calls_per_sample == 1
     assert warm.l2 == "warm"
+
+
+class FakeCuda:
+    """Just enough of ``torch.cuda`` on a CPU: a current device, one stream per device,
+    events that remember the stream they were recorded on, launches that land on the current
+    device (as Triton's do)."""
+
+    def __init__(self):
+        self.current = 0
+        self.launched_on: list[int] = []
+        fake = self
+
+        class Event:
+            def __init__(self, enable_timing: bool = False):
+                self.stream = None
+
+            def record(self, stream=None):
+                self.stream = stream if stream is not None else fake.current_stream()
+
+            def synchronize(self):
+                pass
+
+            def elapsed_time(self, other) -> float:
+                return 1.0
+
+        self.Event = Event
+
+    def device(self, dev):
+        fake = self
+
+        class Guard:
+            def __enter__(self):
+                self.saved, fake.current = fake.current, torch.device(dev).index
+
+            def __exit__(self, *exc):
+                fake.current = self.saved
+
+        return Guard()
+
+    def current_stream(self, device=None) -> str:
+        index = self.current if device is None else torch.device(device).index
+        return f"stream of cuda:{index}"
+
+    def launch(self) -> None:
+        self.launched_on.append(self.current)
+
+
+def test_cuda_n_times_on_its_own_stream_with_its_device_current(monkeypatch):
+    """On cuda:1 the events mark cuda:1's stream and the timed calls run with cuda:1 current;
+    a bare ``Event.record()`` would time cuda:0's stream."""
+    from harness.measure.device import CudaDevice
+
+    fake = FakeCuda()
+    for name in ("Event", "device", "current_stream"):
+        monkeypatch.setattr(torch.cuda, name, getattr(fake, name))
+    device = CudaDevice(1)
+    events = []
+    real_event = fake.Event
+    monkeypatch.setattr(torch.cuda, "Event", lambda **kw: events.append(real_event(**kw)) or
+                        events[-1])
+    assert device.time_calls(fake.launch, 3) == pytest.approx(1e-3)
+    assert [e.stream for e in events] == ["stream of cuda:1"] * 2
+    assert fake.launched_on == [1, 1, 1] and fake.current == 0
+
+
+def test_calibration_of_cuda_n_runs_on_cuda_n():
+    from harness.measure import calibrate
+    from harness.measure.device import CudaDevice
+
+    name, _ = calibrate._device_of(CudaDevice(1))
+    assert name == "cuda:1"

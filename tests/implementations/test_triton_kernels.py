@@ -19,10 +19,15 @@ from harness.masks import MaskSpec, kept_pairs
 from harness.oracle.agreement import grad_agreement, output_agreement
 from harness.oracle.reference import reference_attention, reference_grads
 from harness.spec import Problem
-from implementations._kernels import triton_attn, triton_fwd
-from implementations._kernels.triton_plan import band_executed_pairs, band_plan
+from implementations._kernels import triton_attn, triton_fwd, triton_launch
+from implementations._kernels.triton_blocklist import block_entry_count, block_plan, block_tile
+from implementations._kernels.triton_plan import TABLE, band_executed_pairs, band_plan, own_bounds
+from implementations._kernels.triton_tables import device_key, split_count, tune_key
 from tests.conftest import make_qkv
 
+# on a GPU these run the compiled kernels: part of the GPU proof (``pytest -m cuda``); on CPU
+# they run in the interpreter as part of the ordinary suite
+pytestmark = pytest.mark.cuda
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 SPECS = {  # id -> mask: each of the kernels' iteration spaces and every mask feature
@@ -142,3 +147,245 @@ def test_dispatch_cpu_keeps_the_tile_path():
     assert not triton_attn.use_triton("cuda", torch.float64, 64)
     problem = Problem(1, 2, 64, 64, 16, mask=MaskSpec(causal=True, window=(3, 0)))
     assert registry.get("local").not_supported(problem) == []
+
+
+# --- documents, a prefix, global tokens at named positions, grouped K/V heads ----------------
+
+FEATURES = {  # id -> (mask, shape): every new clause alone and mixed, odd lengths
+    "docs-causal": (MaskSpec(causal=True, documents=(30, 1, 45, 21)), (1, 2, 97, 97, 59)),
+    "docs-bidirectional": (MaskSpec(documents=(13, 50, 34)), (1, 2, 97, 97, 64)),
+    "docs-window": (MaskSpec(causal=True, window=(9, 0), documents=(40, 57)), (1, 2, 97, 97, 59)),
+    "docs-dilated-globals": (
+        MaskSpec(window=(3, 1), dilation=2, global_tokens=(0, 3), documents=(40, 37, 20)),
+        (1, 2, 97, 97, 64),
+    ),
+    "prefix-causal": (MaskSpec(causal=True, prefix_len=23), (1, 2, 97, 97, 59)),
+    "prefix-window-docs": (
+        MaskSpec(causal=True, window=(7, 0), prefix_len=11, documents=(60, 37)), (1, 2, 97, 97, 64)
+    ),
+    "prefix-unequal": (MaskSpec(causal=True, window=(5, 0), prefix_len=40), (1, 2, 33, 70, 59)),
+    "global-positions": (
+        MaskSpec(causal=True, window=(5, 0), global_tokens=(3, 50, 96)), (1, 2, 97, 97, 59)
+    ),
+    "global-positions-bidirectional": (
+        MaskSpec(window=(4, 4), global_tokens=(10, 11, 60)), (1, 2, 45, 70, 64)
+    ),
+    "global-positions-dilated": (
+        MaskSpec(window=(3, 3), dilation=3, global_tokens=(1, 2, 35)), (1, 2, 70, 45, 59)
+    ),
+    "prefix-globals": (
+        MaskSpec(causal=True, window=(3, 0), prefix_len=20, global_tokens=(5, 70)),
+        (1, 2, 97, 97, 64),
+    ),
+    "bigbird-global-blocks": (
+        MaskSpec(causal=True, window=(1, 0), block_size=16, random_blocks=1,
+                 global_tokens=tuple(range(32, 48)), seed=2),
+        (1, 2, 97, 97, 59),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(FEATURES))
+def test_new_mask_features_forward_and_gradients(case):
+    mask, shape = FEATURES[case]
+    q, k, v = (t.to(DEVICE).requires_grad_(True) for t in make_qkv(*shape, seed=21))
+    out = triton_attn.triton_attention(q, k, v, mask)
+    _check(out.detach(), q.detach(), k.detach(), v.detach(), mask, torch.float32)
+    g = torch.randn(q.shape, generator=torch.Generator().manual_seed(22)).to(DEVICE)
+    grads = torch.autograd.grad(out, (q, k, v), g)
+    result = grad_agreement(grads, reference_grads(q, k, v, g, mask), torch.float32)
+    assert result["grad_agree"], result
+
+
+@pytest.mark.parametrize(
+    "mask",
+    [MaskSpec(causal=True, window=(20, 0)), MaskSpec(window=(6, 2), dilation=2, global_tokens=3),
+     MaskSpec(causal=True, window=(1, 0), block_size=16, random_blocks=1, global_tokens=16)],
+    ids=["window", "longformer-dilated", "bigbird"],
+)
+def test_grouped_kv_heads_forward_and_gradients(mask):
+    """6 query heads over 2 K/V heads: each K/V head's dK/dV sums its 3 query heads."""
+    q, k, v = (t.to(DEVICE).requires_grad_(True)
+               for t in make_qkv(1, 6, 70, 70, 59, kv_heads=2, seed=23))
+    out = triton_attn.triton_attention(q, k, v, mask)
+    _check(out.detach(), q.detach(), k.detach(), v.detach(), mask, torch.float32)
+    g = torch.randn(q.shape, generator=torch.Generator().manual_seed(24)).to(DEVICE)
+    grads = torch.autograd.grad(out, (q, k, v), g)
+    assert grads[1].shape == k.shape
+    result = grad_agreement(grads, reference_grads(q, k, v, g, mask), torch.float32)
+    assert result["grad_agree"], result
+
+
+def test_documents_skip_other_documents_key_blocks():
+    """Packed documents: the kernel's executed pairs follow Σ lᵢ², not n²."""
+    docs = (1000, 3000, 517, 2500, 983)
+    n = sum(docs)
+    mask = MaskSpec(causal=True, documents=docs)
+    executed = band_executed_pairs(band_plan(mask, n, n), 128, 64)
+    assert kept_pairs(mask, n, n) <= executed
+    assert executed <= sum(length * length for length in docs) / 2 + n * (128 + 64)
+    assert executed < n * n / 4  # a causal dense kernel computes ~n²/2
+    huge = MaskSpec(causal=True, documents=(4096,) * 256)  # n = 2^20: counted per block
+    assert band_executed_pairs(band_plan(huge, 2**20, 2**20), 128, 64) < 2**20 * 4096
+
+
+@pytest.mark.parametrize("case", ["docs-window", "prefix-globals", "global-positions-dilated",
+                                  "docs-dilated-globals"])
+def test_executed_pairs_cover_every_kept_pair(case):
+    mask, (_, _, n_q, n_k, _) = FEATURES[case]
+    for block_m, block_n in ((32, 16), (128, 64), (64, 64)):
+        assert band_executed_pairs(band_plan(mask, n_q, n_k), block_m, block_n) >= kept_pairs(
+            mask, n_q, n_k
+        )
+
+
+def test_fused_reasons_refuse_what_the_kernels_do_not_cover():
+    def reasons(mask, **kw):
+        problem = Problem(1, 4, 64, 64, 64, device="cuda", mask=mask, **kw)
+        return triton_attn.fused_reasons(problem)
+
+    assert reasons(MaskSpec(causal=True, documents=(30, 34), prefix_len=5)) == []
+    assert reasons(MaskSpec(causal=True, global_tokens=(3, 9), window=(4, 0))) == []
+    assert "prefix with dilation" in reasons(MaskSpec(window=(2, 0), dilation=2, prefix_len=4))[0]
+    assert "block_size" in reasons(MaskSpec(block_size=16, window=(1, 1), documents=(30, 34)))[0]
+    assert "multiple" in reasons(MaskSpec(causal=True), kv_heads=3)[0]
+
+
+# --- split-KV decode --------------------------------------------------------------------------
+
+DECODE = {  # id -> (mask, (B, H, H_kv, n_q, n_k, D))
+    "causal-gqa-1row": (MaskSpec(causal=True), (2, 8, 2, 1, 701, 59)),
+    "window-1row": (MaskSpec(causal=True, window=(255, 0)), (1, 4, 4, 1, 517, 64)),
+    "longformer-gqa": (MaskSpec(causal=True, window=(40, 0), global_tokens=(0, 7, 300)),
+                       (1, 6, 3, 3, 613, 64)),
+    "dilated-5rows": (MaskSpec(causal=True, window=(100, 0), dilation=3), (1, 2, 1, 5, 599, 59)),
+    "full-mqa-16rows": (MaskSpec(), (1, 4, 1, 16, 530, 64)),
+    "documents": (MaskSpec(causal=True, documents=(4, 9)), (1, 2, 1, 13, 13, 64)),
+}
+
+
+@pytest.mark.parametrize("case", list(DECODE))
+def test_split_kv_decode_matches_float64(case, monkeypatch):
+    """n_q <= 16: keys split over programs (more than one chunk here), partial softmax states
+    merged by the combine kernel; grouped K/V heads packed in one tile."""
+    from implementations._kernels import triton_decode
+
+    mask, (b, h, h_kv, n_q, n_k, d) = DECODE[case]
+    grids = []
+    real = triton_decode.band_fwd_split
+
+    class Spy:
+        def __getitem__(self, grid):
+            grids.append(grid)
+            return real[grid]
+
+    monkeypatch.setattr(triton_decode, "band_fwd_split", Spy())
+    q, k, v = (t.to(DEVICE) for t in make_qkv(b, h, n_q, n_k, d, kv_heads=h_kv, seed=31))
+    out = triton_attn.triton_attention(q, k, v, mask)
+    _check(out, q, k, v, mask, torch.float32)
+    assert len(grids) == 1 and grids[0][1] == b * h_kv  # one program per K/V head, not B·H
+    keys_per_class = -(-n_k // mask.dilation)
+    assert grids[0][0] == split_count(b * h_kv, grids[0][2], keys_per_class, device_key(DEVICE))
+    if keys_per_class > 256:
+        assert grids[0][0] > 1  # the keys were split
+
+
+def test_decode_rows_backward_and_tuning_key():
+    """A few query rows train too (the backward reads the combined lse); decode and prefill
+    are tuned apart."""
+    mask = MaskSpec(causal=True, window=(60, 0), global_tokens=2)
+    q, k, v = (t.to(DEVICE).requires_grad_(True)
+               for t in make_qkv(1, 4, 3, 301, 64, kv_heads=2, seed=32))
+    g = torch.randn(q.shape, generator=torch.Generator().manual_seed(33)).to(DEVICE)
+    grads = torch.autograd.grad(triton_attn.triton_attention(q, k, v, mask), (q, k, v), g)
+    result = grad_agreement(grads, reference_grads(q, k, v, g, mask), torch.float32)
+    assert result["grad_agree"], result
+    assert tune_key(mask, 1, 4096, 64, torch.bfloat16) != tune_key(mask, 4096, 4096, 64,
+                                                                    torch.bfloat16)
+
+
+# --- GPU tile sizes, lengths where the band has an unmasked middle ---------------------------
+
+TILES = [(128, 64), (64, 64), (128, 128)]
+BIG = {  # id -> (mask, (B, H, n_q, n_k, D))
+    "causal-window-384": (MaskSpec(causal=True, window=(383, 0)), (1, 2, 701, 701, 64)),
+    "causal": (MaskSpec(causal=True), (1, 1, 517, 517, 59)),
+    "window-unequal": (MaskSpec(window=(300, 150)), (1, 1, 600, 653, 64)),
+    "longformer-dilated": (MaskSpec(causal=True, window=(300, 0), dilation=2, global_tokens=9),
+                           (1, 1, 689, 689, 64)),
+    "docs-prefix": (MaskSpec(causal=True, prefix_len=130, documents=(300, 261, 40)),
+                    (1, 1, 601, 601, 64)),
+}
+
+
+def _has_unmasked_middle(mask: MaskSpec, n_q: int, n_k: int, block_m: int, block_n: int) -> bool:
+    """Whether some row block of the band keeps a whole key block on every row (the walk's
+    ``[mid, post)`` is not empty)."""
+    plan = band_plan(mask, n_q, n_k)
+    for slot in plan.slots:
+        if slot[3] <= 0 or slot[8] & TABLE:
+            continue
+        x0 = torch.arange(slot[2], slot[2] + slot[3], block_m)
+        x1 = torch.clamp(x0 + block_m, max=slot[2] + slot[3]) - 1
+        lo0, hi0 = own_bounds(plan, slot, x0, slot[0] + slot[1] * x0)
+        lo1, _ = own_bounds(plan, slot, x1, slot[0] + slot[1] * x1)
+        mid = lo0 + (lo1 - lo0).clamp(min=0).add(block_n - 1).div(block_n, rounding_mode="floor")
+        mid = lo0 + (mid - lo0) * block_n
+        if bool(((hi0 + 1 - mid) >= block_n).any()):
+            return True
+    return False
+
+
+@pytest.mark.parametrize("tiles", TILES, ids=[f"{m}x{n}" for m, n in TILES])
+@pytest.mark.parametrize("case", list(BIG))
+def test_gpu_tile_sizes_forward_and_gradients(case, tiles):
+    """Every case forward at every tile size; gradients at one tile size per case (the cases
+    take the tile sizes in turn), the interpreter's time being the CPU suite's."""
+    if DEVICE == "cuda":
+        pytest.skip("the GPU runs its own autotuned tiles")
+    mask, (b, h, n_q, n_k, d) = BIG[case]
+    assert _has_unmasked_middle(mask, n_q, n_k, *tiles)
+    backward = TILES.index(tiles) == list(BIG).index(case) % len(TILES)
+    q, k, v = (t.requires_grad_(backward) for t in make_qkv(b, h, n_q, n_k, d, seed=41))
+    with triton_launch.interpreter_tiles(*tiles):
+        out = triton_attn.triton_attention(q, k, v, mask)
+        if backward:
+            g = torch.randn(q.shape, generator=torch.Generator().manual_seed(42))
+            grads = torch.autograd.grad(out, (q, k, v), g)
+    _check(out.detach(), q.detach(), k.detach(), v.detach(), mask, torch.float32)
+    if backward:
+        result = grad_agreement(grads, reference_grads(q, k, v, g, mask), torch.float32)
+        assert result["grad_agree"], result
+
+
+def test_tables_prepared_on_cuda_are_the_ones_a_cuda0_call_finds(monkeypatch):
+    """``prepare_tables`` for device "cuda" and a call with tensors on cuda:0 share one cache
+    entry: the first timed call does not rebuild the tables."""
+    from implementations._kernels import triton_tables
+
+    keys = []
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(triton_tables, "_band_tables", lambda *args: keys.append(args[-1]))
+    mask = MaskSpec(causal=True, window=(7, 0))
+    triton_attn.prepare_tables(Problem(1, 2, 64, 64, 16, device="cuda", mask=mask))
+    triton_tables.band_tables(mask, 64, 64, torch.device("cuda", 0))  # what a launch asks
+    assert keys == ["cuda:0", "cuda:0"]
+
+
+@pytest.mark.parametrize(
+    "mask,n_q,n_k",
+    [
+        (MaskSpec(causal=True, window=(3, 0), block_size=64, random_blocks=2, global_tokens=64),
+         4096, 4096),
+        (MaskSpec(window=(1, 1), block_size=32, random_blocks=3, seed=5), 1000, 1000),
+        (MaskSpec(window=(2, 0), block_size=16, random_blocks=1, global_tokens=(16, 17, 18, 19,
+         20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31)), 300, 450),
+        (MaskSpec(causal=True, window=(1, 2), block_size=16, random_blocks=4, global_tokens=32),
+         450, 200),
+        (MaskSpec(window=(0, 0), block_size=16, global_tokens=16), 200, 130),
+    ],
+)
+def test_block_entry_count_is_the_csr_size_without_building_it(mask, n_q, n_k):
+    """BigBird executed pairs are predicted in O(blocks); they equal the CSR lists' size."""
+    plan = block_plan(mask, n_q, n_k, block_tile(mask.block_size))
+    assert block_entry_count(mask, n_q, n_k) == plan.n_entries

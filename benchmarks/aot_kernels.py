@@ -1,0 +1,81 @@
+"""The fused Triton kernels compiled ahead of time for sm_90 (H100) and sm_80 (A100), no GPU.
+
+Every kernel the launch code uses, through the real launch code (meta tensors), bf16, for each
+of its autotune configs, head dims and targets: registers, spilled bytes, shared memory (and
+the target's limit), the tensor-core instruction kind, SASS size and the instructions of each
+loop that holds an MMA (masked/unmasked ratio of the band kernels). Prints a markdown table.
+
+    python benchmarks/aot_kernels.py [--ci] [--json OUT.json] [--workers N]
+
+``--ci``: the CPU test suite's subset (the default config of each kernel, one mask per family).
+Each autotuned kernel compiles the configs of the target's class (``triton_autotune.SHAPES``);
+exit 1 when any of them spills, so the lists stay spill-free.
+Needs Triton with its NVIDIA backend; run without ``TRITON_INTERPRET`` (exit 2 otherwise).
+Exit 1 when a compile fails, a kernel exceeds its target's shared memory, or a config spills.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import pandas as pd
+
+if os.environ.get("TRITON_INTERPRET") == "1":
+    print("aot_kernels: unset TRITON_INTERPRET (interpreted kernels do not compile)",
+          file=sys.stderr)
+    sys.exit(2)
+try:
+    from implementations._kernels import triton_aot
+except Exception as exc:  # no Triton, or no NVIDIA backend in it
+    print(f"aot_kernels: needs Triton's NVIDIA backend ({type(exc).__name__}: {exc})",
+          file=sys.stderr)
+    sys.exit(2)
+
+from harness.render.page import markdown_table
+
+COLUMNS = ["kernel", "workload", "config", "default", "head_dim", "target", "regs",
+           "spill_bytes", "smem_bytes", "mma", "sass", "loops", "masked_ratio", "cross_ratio",
+           "error"]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ci", action="store_true", help="the test suite's subset")
+    parser.add_argument("--workloads", nargs="+", choices=list(triton_aot.WORKLOADS))
+    parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
+    parser.add_argument("--targets", nargs="+", default=list(triton_aot.TARGETS),
+                        choices=list(triton_aot.TARGETS))
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--json", help="also write the rows here")
+    args = parser.parse_args()
+    workloads = tuple(args.workloads or (triton_aot.CI_WORKLOADS if args.ci
+                                         else triton_aot.WORKLOADS))
+    start = time.perf_counter()
+    todo = triton_aot.jobs(workloads, tuple(args.head_dims), tuple(args.targets), not args.ci)
+    print(f"aot_kernels: {len(todo)} compiles on {args.workers} workers", file=sys.stderr)
+    rows = triton_aot.run_jobs(todo, args.workers)
+    seconds = time.perf_counter() - start
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"seconds": seconds, "rows": rows}, fh, indent=1)
+    table = pd.DataFrame(rows).reindex(columns=COLUMNS)
+    table["loops"] = table["loops"].map(lambda x: "/".join(map(str, x)) if isinstance(x, list |
+                                        tuple) else "")
+    for ratio in ("masked_ratio", "cross_ratio"):
+        table[ratio] = table[ratio].map(lambda x: f"{x:.2f}" if x == x and x else "")
+    print(markdown_table(table.astype(object).fillna("")))
+    print(f"\n{len(rows)} compiles in {seconds:.0f} s", file=sys.stderr)
+    bad = [r for r in rows if r.get("error") or r["smem_bytes"] > r["smem_limit"]
+           or r["spill_bytes"]]
+    for r in bad:
+        print(f"aot_kernels: {r['kernel']} {r['config']} D={r['head_dim']} {r['target']}: "
+              f"{r.get('error') or 'spills or exceeds shared memory'}", file=sys.stderr)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

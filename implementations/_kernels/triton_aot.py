@@ -1,0 +1,300 @@
+"""Ahead-of-time compilation of the fused kernels for GPUs this machine does not have.
+
+The real launch code (:mod:`implementations._kernels.triton_launch`) runs on ``meta`` tensors
+with every kernel replaced by a recorder, so each kernel is compiled with exactly the
+arguments, specializations and compile-time constants a CUDA call of that shape would give it.
+Triton then compiles each recorded launch for a target (``sm_90``: Hopper, ``sm_80``: Ampere)
+through a stand-in driver that names the target; ``ptxas`` (bundled with Triton) produces the
+cubin, and ``cuobjdump`` reads its registers, stack (spilled registers) and SASS. From the
+SASS: the tensor-core instruction kind (``HGMMA``: wgmma, ``HMMA``: mma.sync) and the size of
+each innermost loop that holds one, so a masked loop can be compared with the unmasked one.
+
+Needs Triton with its NVIDIA backend and no ``TRITON_INTERPRET`` when the kernels were
+imported (then they are interpreted functions). Used by ``benchmarks/aot_kernels.py`` (the full
+table) and the CPU tests (one config per kernel).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.runtime import driver
+
+from harness.masks import MaskSpec
+from implementations._kernels import (
+    triton_bwd,
+    triton_bwd_blocks,
+    triton_decode,
+    triton_fwd,
+    triton_launch,
+)
+from implementations._kernels.triton_autotune import configs_for
+
+TARGETS = {"sm_90": 90, "sm_80": 80}
+SMEM_LIMIT = {90: 232448, 80: 166912}  # opt-in shared memory per block: H100, A100 (bytes)
+KERNELS = (  # (module, name): every kernel the launches use
+    (triton_fwd, "band_fwd"), (triton_fwd, "blocks_fwd"), (triton_decode, "band_fwd_split"),
+    (triton_decode, "split_combine"), (triton_bwd, "delta_kernel"), (triton_bwd, "band_dq"),
+    (triton_bwd, "band_dkdv"), (triton_bwd_blocks, "blocks_dq"),
+    (triton_bwd_blocks, "blocks_dkdv"),
+)
+BIGBIRD = MaskSpec(causal=True, window=(3, 0), block_size=64, random_blocks=2, global_tokens=64)
+# workload -> (mask, n_q, n_k, H, H_kv, backward); the first mask of each family is the CI one
+WORKLOADS: dict[str, tuple[MaskSpec, int, int, int, int, bool]] = {
+    "band": (MaskSpec(causal=True, window=(255, 0)), 4096, 4096, 16, 16, True),
+    "band-longformer": (MaskSpec(causal=True, window=(255, 0), dilation=2,
+                                 global_tokens=(0, 1000)), 4096, 4096, 16, 16, True),
+    "band-documents": (MaskSpec(causal=True, prefix_len=64, documents=(1000, 3000, 96)),
+                       4096, 4096, 16, 16, True),
+    "decode": (MaskSpec(causal=True), 1, 8192, 32, 8, False),
+    "decode-window": (MaskSpec(causal=True, window=(1023, 0), global_tokens=4), 4, 8192, 32, 8,
+                      False),
+    "blocks": (BIGBIRD, 4096, 4096, 16, 16, True),
+}
+CI_WORKLOADS = ("band", "decode", "blocks")
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One recorded kernel launch: the kernel object, its arguments, the workload's name."""
+
+    name: str
+    kernel: object  # triton Autotuner or JITFunction
+    args: tuple
+    kwargs: dict
+    workload: str
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """What one (kernel, config, head dim, target) compiled to."""
+
+    kernel: str
+    workload: str
+    config: str
+    default: bool  # the config assumed before autotuning (the list's first)
+    head_dim: int
+    target: str
+    regs: int
+    spill_bytes: int  # stack frame: registers spilled to local memory
+    smem_bytes: int
+    smem_limit: int
+    mma: str  # wgmma | mma.sync | none
+    sass: int  # instructions in the kernel
+    loops: tuple[int, ...]  # instructions of each innermost loop holding an MMA, in order
+    cross: bool  # the first loop is the cross segment over global positions
+    seconds: float
+
+    @property
+    def masked_ratio(self) -> float | None:
+        """The masked band loop over the unmasked one: the largest and the smallest MMA loop,
+        the cross segment's (gathers, a second interval) left out."""
+        band = self.loops[1:] if self.cross else self.loops
+        return max(band) / min(band) if len(band) >= 2 else None
+
+    @property
+    def cross_ratio(self) -> float | None:
+        """The cross segment's loop over the unmasked one (global positions only)."""
+        return self.loops[0] / min(self.loops[1:]) if self.cross and len(self.loops) > 1 else None
+
+    def row(self) -> dict:
+        return {**asdict(self), "masked_ratio": self.masked_ratio,
+                "cross_ratio": self.cross_ratio}
+
+
+class _Target:
+    """A stand-in for Triton's CUDA driver that only names a compile target."""
+
+    def __init__(self, capability: int):
+        self.target = GPUTarget("cuda", capability, 32)
+        self.capability = capability
+
+    def get_current_device(self) -> int:
+        return self.capability  # one binder cache per target in each JITFunction
+
+    def get_current_stream(self, device=None) -> int:
+        return 0
+
+    def get_current_target(self) -> GPUTarget:
+        return self.target
+
+    def is_active(self) -> bool:
+        return True
+
+
+def record(workload: str, head_dim: int) -> list[Launch]:
+    """The launches a CUDA call of ``workload`` at ``head_dim`` (bf16) makes, recorded from
+    the real launch code on meta tensors: the forward, then (when it has one) the backward."""
+    mask, n_q, n_k, heads, kv_heads, backward = WORKLOADS[workload]
+    seen: list[Launch] = []
+
+    class Recorder:
+        def __init__(self, name: str, kernel):
+            self.name, self.kernel = name, kernel
+
+        def __getitem__(self, grid):
+            return lambda *a, **kw: seen.append(Launch(self.name, self.kernel, a, kw, workload))
+
+    meta = dict(device="meta", dtype=torch.bfloat16)
+    q = torch.empty(2, heads, n_q, head_dim, **meta)
+    k, v = (torch.empty(2, kv_heads, n_k, head_dim, **meta) for _ in range(2))
+    with contextlib.ExitStack() as stack:
+        for module, name in KERNELS:
+            original = getattr(module, name)
+            stack.callback(setattr, module, name, original)
+            setattr(module, name, Recorder(name, original))
+        out, lse = triton_launch.attention_forward(q, k, v, mask, head_dim**-0.5)
+        if backward:
+            triton_launch.attention_backward(q, k, v, out, lse, out, mask, head_dim**-0.5)
+    return seen
+
+
+def configs(launch: Launch, target: str) -> list[triton.Config]:
+    """The configs a launch may run on ``target``: the autotuned kernel's for that GPU class
+    (its default first), or the launch's own options."""
+    if hasattr(launch.kernel, "configs"):
+        capability = divmod(TARGETS[target], 10)
+        return configs_for(launch.name, launch.kwargs["BLOCK_D"], capability)
+    return [triton.Config({}, num_warps=launch.kwargs.get("num_warps", 4),
+                          num_stages=launch.kwargs.get("num_stages", 3))]
+
+
+def config_label(cfg: triton.Config) -> str:
+    tiles = "x".join(str(cfg.kwargs[k]) for k in ("BLOCK_M", "BLOCK_N") if k in cfg.kwargs)
+    return f"{tiles or '-'} w{cfg.num_warps} s{cfg.num_stages}"
+
+
+def compile_launch(launch: Launch, index: int, target: str) -> Compiled:
+    """Compile config ``index`` of ``launch`` for ``target`` and read its resources."""
+    cfg = configs(launch, target)[index]
+    capability = TARGETS[target]
+    fn = launch.kernel.fn if hasattr(launch.kernel, "configs") else launch.kernel  # autotuned
+    kwargs = {**launch.kwargs, **cfg.kwargs, "num_warps": cfg.num_warps,
+              "num_stages": cfg.num_stages}
+    start = time.perf_counter()
+    saved = getattr(driver, "_active", None)  # reset_active() would load the real driver
+    driver.set_active(_Target(capability))
+    try:
+        kernel = fn.warmup(*launch.args, grid=(1,), **kwargs)
+    finally:
+        driver._active = saved
+    regs, stack, sass = read_cubin(kernel.asm["cubin"])
+    return Compiled(
+        launch.name, launch.workload, config_label(cfg), index == 0,
+        launch.kwargs.get("D", 0), target, regs, stack, int(kernel.metadata.shared),
+        SMEM_LIMIT[capability], mma_kind(sass), len(sass), mma_loops(sass),
+        bool(launch.kwargs.get("GLOBAL")), round(time.perf_counter() - start, 2),
+    )
+
+
+def _tool(name: str) -> str:
+    bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / name
+    found = str(bundled) if bundled.exists() else shutil.which(name)
+    if not found:
+        raise FileNotFoundError(f"{name} not found (Triton's NVIDIA backend bundles it)")
+    return found
+
+
+def read_cubin(cubin: bytes) -> tuple[int, int, list[tuple[int, str]]]:
+    """(registers, stack bytes, SASS as (address, instruction)) of a one-kernel cubin."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as fh:
+        fh.write(cubin)
+        fh.flush()
+        res = subprocess.run([_tool("cuobjdump"), "-res-usage", fh.name], capture_output=True,
+                             text=True, check=True).stdout
+        text = subprocess.run([_tool("cuobjdump"), "-sass", fh.name], capture_output=True,
+                              text=True, check=True).stdout
+    usage = re.search(r"REG:(\d+) STACK:(\d+)", res)
+    if usage is None:
+        raise ValueError(f"no resource usage in cuobjdump's output: {res[:200]}")
+    sass = [(int(m.group(1), 16), m.group(2).strip())
+            for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+([^;]*?);", text)]
+    return int(usage.group(1)), int(usage.group(2)), sass
+
+
+def mma_kind(sass: list[tuple[int, str]]) -> str:
+    ops = {text.split()[0].lstrip("@!P0123456789T ").split(".")[0] for _, text in sass if text}
+    if any("HGMMA" in text for _, text in sass):
+        return "wgmma"
+    return "mma.sync" if any("HMMA" in op for op in ops) else "none"
+
+
+def mma_loops(sass: list[tuple[int, str]]) -> tuple[int, ...]:
+    """Instructions of each innermost loop (a backward branch's span) that holds an MMA."""
+    spans = []
+    for addr, text in sass:
+        target = re.search(r"\bBRA\b.*?0x([0-9a-f]+)", text)
+        if target and int(target.group(1), 16) < addr:
+            spans.append((int(target.group(1), 16), addr))
+    inner = [s for s in spans if not any(o != s and s[0] <= o[0] and o[1] <= s[1] for o in spans)]
+    sizes = []
+    for lo, hi in sorted(inner):
+        body = [text for addr, text in sass if lo <= addr <= hi]
+        if any("GMMA" in t or "HMMA" in t for t in body):
+            sizes.append(len(body))
+    return tuple(sizes)
+
+
+Job = tuple[str, int, str, int, int]  # (workload, head dim, target, launch index, config index)
+
+
+def jobs(workloads: tuple[str, ...], head_dims: tuple[int, ...], targets: tuple[str, ...],
+         all_configs: bool) -> list[Job]:
+    """Every (workload, D, target, launch, config) to compile; ``all_configs`` False: the
+    default config of each launch only. Kernels shared by workloads (delta) compile once."""
+    out, done = [], set()
+    for workload in workloads:
+        for d in head_dims:
+            for i, launch in enumerate(record(workload, d)):
+                for target in targets:
+                    for c in range(len(configs(launch, target)) if all_configs else 1):
+                        key = (launch.name, d, target, c, _flags(launch))
+                        if key not in done:
+                            done.add(key)
+                            out.append((workload, d, target, i, c))
+    return out
+
+
+def _flags(launch: Launch) -> tuple:
+    return tuple(sorted((k, v) for k, v in launch.kwargs.items() if k.isupper()))
+
+
+def run_job(job: Job) -> dict:
+    """Compile one job; a failure is that row's ``error``."""
+    workload, d, target, i, c = job
+    launch = record(workload, d)[i]
+    try:
+        return compile_launch(launch, c, target).row()
+    except Exception as exc:  # one failing compile is its row; the table goes on
+        return {"kernel": launch.name, "workload": workload, "head_dim": d, "target": target,
+                "config": config_label(configs(launch, target)[c]), "default": c == 0,
+                "error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}"}
+
+
+def run_jobs(todo: list[Job], workers: int, on_row: Callable[[dict], None] | None = None):
+    """Compile ``todo`` over ``workers`` processes (fork: the kernels are already imported)."""
+    rows = []
+    if workers <= 1:
+        for job in todo:
+            rows.append(run_job(job))
+            if on_row:
+                on_row(rows[-1])
+        return rows
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        for row in pool.imap(run_job, todo):
+            rows.append(row)
+            if on_row:
+                on_row(row)
+    return rows
