@@ -46,12 +46,35 @@ def test_fast_calls_are_batched_per_sample():
     assert counter["calls"] >= m.calls_per_sample * len(m.samples)
 
 
-def test_budget_bounds_the_sampling_time():
-    config = TimingConfig(budget_s=0.2, min_samples=3, max_samples=10_000, target_rel_ci=0.0)
-    start = time.perf_counter()
-    m = measure(lambda: time.sleep(0.002), CpuDevice(), config)
-    elapsed = time.perf_counter() - start
-    assert len(m.samples) >= 3 and elapsed < 1.5
+class FakeClockDevice(CpuDevice):
+    """A CPU device on a fake clock: every call takes exactly ``call_s`` of it."""
+
+    def __init__(self, clock: list[float], call_s: float):
+        self.clock, self.call_s = clock, call_s
+
+    def time_calls(self, fn, calls: int) -> float:
+        for _ in range(calls):
+            fn()
+            self.clock[0] += self.call_s
+        return calls * self.call_s
+
+
+def test_budget_bounds_the_sampling_time(monkeypatch):
+    """On a fake clock: sampling stops at the first sample past the budget, not before the
+    minimum sample count, and never because of how busy the machine is."""
+    clock = [0.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
+    call_s = 2.0**-9  # binary fractions: the clock's sums are exact
+    # target_rel_ci < 0: equal samples never stop the loop early; only the budget does
+    config = TimingConfig(budget_s=0.25, min_samples=3, max_samples=10_000, target_rel_ci=-1.0,
+                          min_sample_s=0.0)
+    m = measure(lambda: None, FakeClockDevice(clock, call_s), config)
+    assert m.calls_per_sample == 1
+    assert len(m.samples) == 128 + 1  # 0.25 s of samples, then the one that crossed it
+    assert clock[0] == (config.warmup_calls + 129) * call_s
+
+    few = measure(lambda: None, FakeClockDevice(clock, call_s=1.0), config)
+    assert len(few.samples) == 3  # min_samples, although the first one was past the budget
 
 
 def test_first_call_is_kept_out_of_the_samples():
