@@ -248,6 +248,47 @@ def test_executed_pairs_cover_every_kept_pair(case):
         )
 
 
+CLAUSES = {"GLOBAL": "global", "DILATED": "dilation", "DOCS": "documents", "PREFIX": "prefix"}
+
+
+@pytest.mark.parametrize("kernel", ["band_fwd", "band_dq", "band_dkdv", "band_fwd_split"])
+def test_every_mask_clause_is_a_compile_time_parameter(kernel):
+    """Each clause is a ``tl.constexpr`` parameter of the band kernels (a runtime branch would
+    be compiled into every kernel)."""
+    import inspect
+
+    from implementations._kernels import triton_bwd, triton_decode
+
+    module = {"band_fwd": triton_fwd, "band_fwd_split": triton_decode}.get(kernel, triton_bwd)
+    params = inspect.signature(getattr(module, kernel).fn.fn).parameters
+    assert {c: str(params[c].annotation) for c in CLAUSES} == dict.fromkeys(CLAUSES,
+                                                                            "tl.constexpr")
+
+
+def test_a_launch_sets_only_the_clauses_its_mask_uses(monkeypatch):
+    """A kernel launched for a plain window carries no code for globals, dilation, documents
+    or a prefix; each feature turns on its own clause."""
+    launched = []
+    real = triton_fwd.band_fwd
+
+    class Spy:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                launched.append({c: kwargs[c] for c in CLAUSES})
+                return real[grid](*args, **kwargs)
+            return launch
+
+    monkeypatch.setattr(triton_fwd, "band_fwd", Spy())
+    masks = [MaskSpec(causal=True, window=(7, 0)), MaskSpec(causal=True, global_tokens=(3,)),
+             MaskSpec(window=(2, 2), dilation=2), MaskSpec(documents=(20, 12)),
+             MaskSpec(causal=True, prefix_len=5)]
+    q, k, v = make_qkv(1, 1, 32, 32, 16, seed=5)
+    for mask in masks:
+        triton_attn.triton_attention(q, k, v, mask)
+    want = [{c: f in m.features for c, f in CLAUSES.items()} for m in masks]
+    assert launched == want and not any(want[0].values())
+
+
 def test_document_globals_are_each_documents_own():
     """With documents, global positions count from each document's start (harness.masks rule
     5): the kernels' table lists them as absolute positions, none past a short document."""
