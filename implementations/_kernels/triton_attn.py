@@ -101,7 +101,8 @@ FUSED_FEATURES = frozenset(
 def fused_reasons(problem: Problem) -> list[str]:
     """Extra reasons of a family with a fused CUDA path: none on CPU (tile path); on CUDA a
     missing Triton, and the feature combinations the kernels do not cover (a prefix with
-    dilation; documents or a prefix with block_size). float64 and D > 256 keep the tile path
+    dilation or with block_size; documents with block_size is no valid mask). float64 and
+    D > 256 keep the tile path
     there. K/V heads must divide the query heads."""
     if problem.device_type != "cuda" or not supports_shape(problem.dtype, problem.head_dim):
         return []

@@ -12,11 +12,13 @@ keeps the partners in one interval (:func:`own_bounds`, mirrored by the kernels'
 ``triton_primitives.own_bounds``): ``[x + lo_rel, x + hi_rel]`` (the window, causality folded
 into ``hi_rel``); a position ``p < prefix_len`` also keeps ``[0, prefix_len)`` (prefix-LM, only
 without dilation, where the two intervals meet); with documents the interval is cut to the
-document of ``p``. Both ends are nondecreasing in ``x``, so a block of owns walks one partner
+document ``[s, e)`` of ``p``, and the prefix is the document's own: ``p - s < prefix_len`` keeps
+``[s, s + prefix_len)``. Both ends are nondecreasing in ``x``, so a block of owns walks one partner
 range and the middle that every own keeps runs without a mask. With dilation d, class r
 (``p ≡ j ≡ r mod d``) is a slot with ``step = d``: the dilated window is a plain band there.
 
-Global positions G (``global_tokens`` as a count or as positions): a *table* slot whose owns are
+Global positions G (``global_tokens`` as a count or as positions; with documents each
+document's own, listed as absolute positions by :func:`global_table`): a *table* slot whose owns are
 G itself (every partner, causality and documents kept), and in every class slot a *cross*
 segment over the partners in G that the band does not already hold. Class slots skip storing
 owns in G (the table slot writes them). The dK/dV *key slots* are the same construction with
@@ -104,9 +106,10 @@ def band_plan(spec: MaskSpec, n_q: int, n_k: int) -> BandPlan:
     hi_rel = big if right is None else right
     hg = 0 if spec.causal else big
     # a count g makes every p < g global, rows before the first key (p < 0) too; class slots
-    # then start past them
-    skip = spec.global_tokens if isinstance(spec.global_tokens, int) else 0
-    glob = tuple(range(min(off, 0), min(skip, n_k))) if skip else spec.global_positions(n_k)
+    # then start past them. With documents the globals are each document's own (local
+    # positions): the table lists them as absolute positions, and no slot skips rows
+    skip = spec.global_tokens if isinstance(spec.global_tokens, int) and not spec.documents else 0
+    glob = tuple(range(min(off, 0), min(skip, n_k))) if skip else global_table(spec, n_k)
     cross = CROSS if glob else 0
     slots, key_slots = [], []
     if glob:
@@ -125,6 +128,19 @@ def band_plan(spec: MaskSpec, n_q: int, n_k: int) -> BandPlan:
                     tuple(slots), tuple(key_slots))
 
 
+def global_table(spec: MaskSpec, n_k: int) -> tuple[int, ...]:
+    """The absolute global positions below ``n_k``, ascending. With documents a global position
+    is counted from each document's start (:mod:`harness.masks` rule 5): document ``[s, s + l)``
+    holds ``s + x`` for each global position ``x < l``."""
+    if spec.documents is None:
+        return spec.global_positions(n_k)
+    out, start = [], 0
+    for length in spec.documents:
+        out.extend(start + x for x in spec.global_positions(length))
+        start += length
+    return tuple(x for x in out if x < n_k)
+
+
 def doc_edges(documents: tuple[int, ...] | None, p: Tensor, n: int) -> tuple[Tensor, Tensor]:
     """[start, end) of the document holding each position of ``p`` (int64); without documents
     the whole sequence [0, n). O(len(p) · log(documents))."""
@@ -141,12 +157,12 @@ def own_bounds(plan: BandPlan, slot: tuple[int, ...], x: Tensor, p: Tensor):
     positions ``p`` keep: the window, the prefix, the document, the slot's partner range."""
     r, step, _, _, c_start, c_end, lo_rel, hi_rel, _ = slot
     lo, hi = x + lo_rel, x + hi_rel
-    if plan.prefix:
-        inside = p < plan.prefix
-        lo = torch.where(inside, lo.clamp(max=0), lo)
-        hi = torch.where(inside, hi.clamp(min=plan.prefix - 1), hi)
+    ds, de = doc_edges(plan.documents, p, plan.n_k)  # [0, n_k) without documents
+    if plan.prefix:  # no dilation here: class coordinates are positions
+        inside = p - ds < plan.prefix
+        lo = torch.where(inside, torch.minimum(lo, ds), lo)
+        hi = torch.where(inside, torch.maximum(hi, ds + plan.prefix - 1), hi)
     if plan.documents is not None:
-        ds, de = doc_edges(plan.documents, p, plan.n_k)
         lo = torch.maximum(lo, -((r - ds) // step))  # ceil((ds - r) / step)
         hi = torch.minimum(hi, (de - 1 - r) // step)
     return lo.clamp(min=c_start), hi.clamp(max=c_end - 1)

@@ -7,7 +7,9 @@ the positions it walks. Positions are absolute (query position ``p = i + n_k - n
 ``j``: bottom-right aligned, as :mod:`harness.masks`); slots and coordinates as
 :mod:`implementations._kernels.triton_plan`. Tiles are (rows, BLOCK_D) with BLOCK_D the head
 dim D padded to a power of two. Each mask clause (prefix, documents, global tokens, dilation)
-is a ``tl.constexpr``: a kernel compiled without it carries no code for it.
+is a ``tl.constexpr``: a kernel compiled without it carries no code for it. With documents,
+global tokens and the prefix are each document's own (counted from its start): the plan lists
+the globals as absolute positions, and :func:`own_bounds` offsets the prefix by the start.
 """
 
 from __future__ import annotations
@@ -49,19 +51,24 @@ def own_bounds(x, p, ok, SP, P, DS, DE, PREFIX: tl.constexpr, DOCS: tl.constexpr
     """[lo, hi] (class coordinates, inclusive) of the partners that owns ``x`` at positions
     ``p`` keep, scalars or vectors: the window ``[x + lo_rel, x + hi_rel]``, joined with the
     prefix ``[0, P)`` when ``p < P`` (no dilation there), cut to p's document, then to the
-    slot's partner range. Both ends are nondecreasing in x."""
+    slot's partner range. With documents ``[ds, de)`` the prefix is the document's own:
+    ``p - ds < P`` keeps ``[ds, ds + P)``. Both ends are nondecreasing in x."""
     r, step = tl.load(SP), tl.load(SP + 1)
     lo = x + tl.load(SP + 6)
     hi = x + tl.load(SP + 7)
-    if PREFIX:
-        inside = p < P
-        lo = tl.where(inside, tl.minimum(lo, 0), lo)
-        hi = tl.where(inside, tl.maximum(hi, P - 1), hi)
     if DOCS:
         ds = tl.load(DS + p, mask=ok, other=0)
         de = tl.load(DE + p, mask=ok, other=0)
+        if PREFIX:  # class coordinates are positions (no dilation with a prefix)
+            inside = p - ds < P
+            lo = tl.where(inside, tl.minimum(lo, ds), lo)
+            hi = tl.where(inside, tl.maximum(hi, ds + P - 1), hi)
         lo = tl.maximum(lo, (ds - r + step - 1) // step)  # numerators >= 0: // is floor
         hi = tl.minimum(hi, (de - 1 - r + step) // step - 1)
+    elif PREFIX:
+        inside = p < P
+        lo = tl.where(inside, tl.minimum(lo, 0), lo)
+        hi = tl.where(inside, tl.maximum(hi, P - 1), hi)
     lo = tl.maximum(lo, tl.load(SP + 4))
     hi = tl.minimum(hi, tl.load(SP + 5) - 1)
     return lo, hi

@@ -63,6 +63,22 @@ def test_the_proof_dry_run_lists_every_cuda_test_and_the_kernel_backward():
     assert marked and marked <= cuda | flex, sorted(marked - cuda - flex)
 
 
+def test_the_proof_runs_its_tests_where_pytest_benchmark_is_missing(tmp_path):
+    """pyproject's addopts carry ``--benchmark-disable``; a GPU machine's Python without
+    pytest-benchmark would reject it (exit 4, nothing run) unless the proof replaces them."""
+    shadow = tmp_path / "shadow" / "pytest_benchmark"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('not installed here')\n")
+    env = {**os.environ, "PYTHON": os.environ.get("PYTHON", sys.executable),
+           "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+           "PYTHONPATH": os.pathsep.join([str(shadow.parent), str(ROOT)])}
+    result = subprocess.run(["bash", str(PROOF), "--dry-run"], capture_output=True, text=True,
+                            env=env, cwd=ROOT, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert any(line.startswith("cuda: tests/implementations/test_triton_kernels.py::")
+               for line in result.stdout.splitlines())
+
+
 def _tests_skipping_without_cuda() -> set[str]:
     """Test ids of the functions decorated to skip without CUDA, found by reading the files."""
     found = set()

@@ -159,6 +159,14 @@ FEATURES = {  # id -> (mask, shape): every new clause alone and mixed, odd lengt
         MaskSpec(window=(3, 1), dilation=2, global_tokens=(0, 3), documents=(40, 37, 20)),
         (1, 2, 97, 97, 64),
     ),
+    "docs-global-count": (  # every document's first two tokens, a one-token document too
+        MaskSpec(causal=True, window=(6, 0), global_tokens=2, documents=(30, 1, 45, 21)),
+        (1, 2, 97, 97, 64),
+    ),
+    "docs-prefix-globals-bidirectional": (  # a prefix longer than the middle document
+        MaskSpec(window=(4, 4), prefix_len=7, global_tokens=(2, 40), documents=(50, 5, 42)),
+        (1, 2, 97, 97, 59),
+    ),
     "prefix-causal": (MaskSpec(causal=True, prefix_len=23), (1, 2, 97, 97, 59)),
     "prefix-window-docs": (
         MaskSpec(causal=True, window=(7, 0), prefix_len=11, documents=(60, 37)), (1, 2, 97, 97, 64)
@@ -230,13 +238,65 @@ def test_documents_skip_other_documents_key_blocks():
 
 
 @pytest.mark.parametrize("case", ["docs-window", "prefix-globals", "global-positions-dilated",
-                                  "docs-dilated-globals"])
+                                  "docs-dilated-globals", "docs-global-count",
+                                  "docs-prefix-globals-bidirectional", "prefix-window-docs"])
 def test_executed_pairs_cover_every_kept_pair(case):
     mask, (_, _, n_q, n_k, _) = FEATURES[case]
     for block_m, block_n in ((32, 16), (128, 64), (64, 64)):
         assert band_executed_pairs(band_plan(mask, n_q, n_k), block_m, block_n) >= kept_pairs(
             mask, n_q, n_k
         )
+
+
+CLAUSES = {"GLOBAL": "global", "DILATED": "dilation", "DOCS": "documents", "PREFIX": "prefix"}
+
+
+@pytest.mark.parametrize("kernel", ["band_fwd", "band_dq", "band_dkdv", "band_fwd_split"])
+def test_every_mask_clause_is_a_compile_time_parameter(kernel):
+    """Each clause is a ``tl.constexpr`` parameter of the band kernels (a runtime branch would
+    be compiled into every kernel)."""
+    import inspect
+
+    from implementations._kernels import triton_bwd, triton_decode
+
+    module = {"band_fwd": triton_fwd, "band_fwd_split": triton_decode}.get(kernel, triton_bwd)
+    params = inspect.signature(getattr(module, kernel).fn.fn).parameters
+    assert {c: str(params[c].annotation) for c in CLAUSES} == dict.fromkeys(CLAUSES,
+                                                                            "tl.constexpr")
+
+
+def test_a_launch_sets_only_the_clauses_its_mask_uses(monkeypatch):
+    """A kernel launched for a plain window carries no code for globals, dilation, documents
+    or a prefix; each feature turns on its own clause."""
+    launched = []
+    real = triton_fwd.band_fwd
+
+    class Spy:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                launched.append({c: kwargs[c] for c in CLAUSES})
+                return real[grid](*args, **kwargs)
+            return launch
+
+    monkeypatch.setattr(triton_fwd, "band_fwd", Spy())
+    masks = [MaskSpec(causal=True, window=(7, 0)), MaskSpec(causal=True, global_tokens=(3,)),
+             MaskSpec(window=(2, 2), dilation=2), MaskSpec(documents=(20, 12)),
+             MaskSpec(causal=True, prefix_len=5)]
+    q, k, v = make_qkv(1, 1, 32, 32, 16, seed=5)
+    for mask in masks:
+        triton_attn.triton_attention(q, k, v, mask)
+    want = [{c: f in m.features for c, f in CLAUSES.items()} for m in masks]
+    assert launched == want and not any(want[0].values())
+
+
+def test_document_globals_are_each_documents_own():
+    """With documents, global positions count from each document's start (harness.masks rule
+    5): the kernels' table lists them as absolute positions, none past a short document."""
+    counted = MaskSpec(causal=True, global_tokens=2, documents=(3, 1, 4))
+    assert band_plan(counted, 8, 8).globals == (0, 1, 3, 4, 5)
+    named = MaskSpec(global_tokens=(0, 2), documents=(3, 1, 4))
+    assert band_plan(named, 8, 8).globals == (0, 2, 3, 4, 6)
+    assert band_plan(MaskSpec(global_tokens=(0, 2)), 8, 8).globals == (0, 2)
 
 
 def test_fused_reasons_refuse_what_the_kernels_do_not_cover():
@@ -247,7 +307,8 @@ def test_fused_reasons_refuse_what_the_kernels_do_not_cover():
     assert reasons(MaskSpec(causal=True, documents=(30, 34), prefix_len=5)) == []
     assert reasons(MaskSpec(causal=True, global_tokens=(3, 9), window=(4, 0))) == []
     assert "prefix with dilation" in reasons(MaskSpec(window=(2, 0), dilation=2, prefix_len=4))[0]
-    assert "block_size" in reasons(MaskSpec(block_size=16, window=(1, 1), documents=(30, 34)))[0]
+    assert "block_size" in reasons(MaskSpec(block_size=16, window=(1, 1), prefix_len=5))[0]
+    assert "prefix" in reasons(MaskSpec(block_size=16, window=(1, 1), prefix_len=5))[0]
     assert "multiple" in reasons(MaskSpec(causal=True), kv_heads=3)[0]
 
 
@@ -261,6 +322,10 @@ DECODE = {  # id -> (mask, (B, H, H_kv, n_q, n_k, D))
     "dilated-5rows": (MaskSpec(causal=True, window=(100, 0), dilation=3), (1, 2, 1, 5, 599, 59)),
     "full-mqa-16rows": (MaskSpec(), (1, 4, 1, 16, 530, 64)),
     "documents": (MaskSpec(causal=True, documents=(4, 9)), (1, 2, 1, 13, 13, 64)),
+    "documents-prefix-globals": (
+        MaskSpec(causal=True, window=(3, 0), prefix_len=3, global_tokens=(1,), documents=(5, 11)),
+        (1, 4, 2, 16, 16, 59),
+    ),
 }
 
 
