@@ -138,3 +138,13 @@ def test_packing_claims_end_to_end_from_a_tiny_suite(tmp_path, capsys):
     assert dense["work_measured"] == pytest.approx(0.0, abs=1e-9)
     for verdict in (local, dense):
         assert verdict["verdict"] in cl.VERDICTS and verdict["rows_seen"] == len(LENGTHS)
+
+
+def test_the_report_fits_time_over_document_len():
+    from harness.render.scaling import OVERS, fit_panels
+
+    rows = pd.DataFrame(_rows("local", lambda x: 1e-6 * x) + _rows("masked-dense", lambda x: 0.1))
+    panels, records = fit_panels(rows, "document_len", "time_median_s")
+    assert "document_len" in OVERS and len(panels) == 1
+    exponents = {r["impl"]: r["exponent"] for r in records}
+    assert exponents == pytest.approx({"local": 1.0, "masked-dense": 0.0}, abs=1e-6)
