@@ -79,6 +79,11 @@ IDENTITY: tuple[Column, ...] = (
       "or the lengths (`100,200,212`); a query sees keys of its own document only; `null` = one "
       "sequence"),
     C("document_lengths", "tokens", "int", "the document lengths `documents` realised", many=True),
+    C("document_len", "tokens", "number",
+      "the token-weighted mean document length Σ lᵢ² / seq_len of `document_lengths` (L for "
+      "`uniform:L` when L divides seq_len): the axis packing claims fit over, since a packed "
+      "mask keeps seq_len × document_len pairs per head without causal or window; `null` "
+      "without documents"),
     P("prefix_len", "tokens", "int",
       "prefix-LM: positions below it attend to each other both ways (0 = none)"),
 )

@@ -1,9 +1,10 @@
 """Claims: statements from the literature, checked against result rows.
 
 A claims file (TOML) holds ``[[claim]]`` entries. Common keys: ``id``, ``source``, ``text``,
-``metric`` (a row column), ``over`` (the swept variable, or the derived ``window`` = keys per
-query), and row filters ``impl``, ``scenario``, ``where = {column = value}``, ``range = [lo, hi]``
-(of ``over``), ``hold = [fields]`` (kept fixed per fit, e.g. d_model in a heads sweep). Forms:
+``metric`` (a row column), ``over`` (the swept variable, the derived ``window`` = keys per
+query, or ``document_len`` = the token-weighted mean length of packed documents), and row
+filters ``impl``, ``scenario``, ``where = {column = value}``, ``range = [lo, hi]`` (of
+``over``), ``hold = [fields]`` (kept fixed per fit, e.g. d_model in a heads sweep). Forms:
 
 - exponent: ``expect_exponent`` and ``tolerance`` (``bound = "both" | "upper" | "lower"``,
   ``model = "power" | "power+const"``, ``min_points``): the fitted slope's interval against

@@ -1,9 +1,9 @@
 """Result rows as the fits see them: which rows, which groups, one aggregated point per x.
 
-The DataFrame side of the analysis: derived variables (``window``, ``d_model``), the ok rows
-of a metric, the point fields that tell fits apart, and the aggregation of duplicate rows into
-one point per (group, x) with the raw samples (per timing pass) and the interval-derived
-uncertainty that :mod:`harness.analysis.fits` feeds to the fit.
+The DataFrame side of the analysis: derived variables (``window``, ``d_model``,
+``document_len``), the ok rows of a metric, the point fields that tell fits apart, and the
+aggregation of duplicate rows into one point per (group, x) with the raw samples (per timing
+pass) and the interval-derived uncertainty that :mod:`harness.analysis.fits` feeds to the fit.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from harness.measure.passes import split_samples
+from harness.scenarios import packing
 from harness.schema import POINT_COLUMNS
 
 SHAPE_FIELDS = ("heads", "head_dim", "d_model")
@@ -25,8 +26,16 @@ MISSING = "-"  # group-key stand-in for None/NaN (pandas cannot group or merge o
 
 
 def with_derived(df: pd.DataFrame) -> pd.DataFrame:
-    """Add derived variables one may fit against: ``window`` = keys per query (left+right+1)."""
+    """Add derived variables one may fit against: ``window`` = keys per query (left+right+1);
+    ``document_len`` (the token-weighted mean document length) where rows written before that
+    column carry only ``document_lengths``."""
     out = df.copy()
+    if "document_lengths" in out.columns:
+        derived = out["document_lengths"].map(
+            lambda v: packing.document_len(tuple(v)) if isinstance(v, list) and v else np.nan
+        )
+        given = pd.to_numeric(out.get("document_len", derived), errors="coerce")
+        out["document_len"] = given.fillna(derived)
     if "window_left" in out.columns and "window_right" in out.columns:
         left = pd.to_numeric(out["window_left"], errors="coerce")
         right = pd.to_numeric(out["window_right"], errors="coerce")
@@ -43,6 +52,8 @@ def covarying(over: str, hold: Sequence[str] = ()) -> set[str]:
         out |= {"window_left", "window_right"}
     if over in {"window_left", "window_right"}:
         out.add("window")
+    if over == "document_len":  # the documents spec is what moves it
+        out.add("documents")
     if over in SHAPE_FIELDS:  # d_model = heads·head_dim: the shape field not held co-varies
         free = [f for f in SHAPE_FIELDS if f != over and f not in hold]
         out |= {SHAPE_PARTNER[over]} if len(free) == 2 else set(free)

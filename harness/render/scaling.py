@@ -27,7 +27,7 @@ from harness.render.panels import (
 from harness.render.plots import Panel, Series, lines, loglog_panels
 from harness.scenarios import interface
 
-OVERS = ("d_model", "heads", "window", "conv_kernel")
+OVERS = ("d_model", "heads", "window", "conv_kernel", "document_len")
 # what each other-variable plot holds fixed: heads at fixed d_model, d_model at fixed heads
 HOLD = {"heads": ("d_model",), "d_model": ("heads",)}
 

@@ -188,11 +188,12 @@ class Point:
 
     def columns(self) -> dict:
         """The point's row columns: every field at its value, defaults included (its scenario's
-        settings, its implementation's declared parameters), the realised document lengths,
-        d_model and point_id."""
+        settings, its implementation's declared parameters), the realised document lengths and
+        their token-weighted mean ``document_len``, d_model and point_id."""
         out = self._flat(complete=True)
         if self.documents is not None:
             out["document_lengths"] = list(self.document_lengths)
+            out["document_len"] = packing.document_len(self.document_lengths)
         return {**out, "d_model": self.d_model, "point_id": self.point_id}
 
     def _flat(self, complete: bool) -> dict:

@@ -16,6 +16,13 @@ lengths joined by commas, ``"100,200,212"``) and the lengths in ``document_lengt
   Python promises to keep for a seed across versions, and the rest is plain float arithmetic:
   every machine draws the same lengths.
 - a list of lengths ``[l1, l2, ...]``: each at least 1, summing to seq_len.
+
+Rows also carry ``document_len`` (:func:`document_len`), the numeric axis that packing claims
+fit over: the token-weighted mean document length ``Σ lᵢ² / Σ lᵢ``, the length of the document
+an average token is in. It is L for ``uniform:L`` when L divides seq_len, and with it the
+pairs a packed mask keeps (no causal, no window) are exactly ``seq_len · document_len`` per
+head: the ``Σ lᵢ² = n·l`` of the claim that packing makes attention cost grow with document
+length, not sequence length.
 """
 
 from __future__ import annotations
@@ -71,6 +78,12 @@ def lengths(documents: Documents, seq_len: int) -> tuple[int, ...]:
         return (size,) * whole + ((rest,) if rest else ())
     mean, sigma, seed = _lognormal_args(args)
     return _lognormal(mean, sigma, seed, seq_len)
+
+
+def document_len(lengths: tuple[int, ...]) -> float:
+    """The token-weighted mean document length ``Σ lᵢ² / Σ lᵢ`` of realised ``lengths`` (module
+    docstring): L for equal documents of L; ``seq_len`` for one document."""
+    return sum(x * x for x in lengths) / sum(lengths)
 
 
 def _lognormal_args(args: str) -> tuple[float, float, int]:
