@@ -2,8 +2,8 @@
 one generated token's step (``time_median_s`` is per generated token), with the context held by
 a cache kind (``cache``: :mod:`.caches`): ``full`` (O(n) per step), ``rolling`` (O(w)),
 ``none`` (recompute, O(n²)) or ``state`` (a recurrent core's fixed-size state, O(1)). The
-decoder is :mod:`.stack`, the launch of the timed step :mod:`.step_launch`, the shapes and analytic costs :mod:`.decode_cost`, the scenario
-:mod:`.decode_case`.
+decoder is :mod:`.stack`, the launch of the timed step :mod:`.step_launch`, the shapes and
+analytic costs :mod:`.decode_cost`, the scenario :mod:`.decode_case`.
 """
 
 from harness.columns import Column, point_column
