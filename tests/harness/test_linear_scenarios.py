@@ -9,10 +9,14 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import numpy as np
+import pandas as pd
 import pytest
 import torch
 
 from harness import registry
+from harness.analysis.claims import DEFAULT_CLAIMS, load_claims
+from harness.analysis.verdicts import evaluate
 from harness.cli import main
 from harness.errors import SuiteError
 from harness.execute.runner import run_point
@@ -296,3 +300,41 @@ def test_list_shows_method_parameters(capsys):
     assert listed["performer"]["approximate"] and listed["performer"]["recurrent"]
     assert listed["linformer"]["params"]["projected_len"]["default"] == 256
     assert not listed["sdpa"]["params"] and not listed["sdpa"]["approximate"]
+
+
+# --- the shipped claims on synthetic rows --------------------------------------------------
+
+SHIPPED = {c.id: c for c in load_claims(DEFAULT_CLAIMS)}
+CALIBRATION = {"matmul_flops_per_s": 1.75e11, "mem_bandwidth_bytes_per_s": 3.6e10}
+CPU_ENV = {"cpu": {"run_id": "cpu", "calibration": {**CALIBRATION, "dtype": "float32"}}}
+
+
+def _error_rows(slope: float, qk_std: float = 0.25) -> pd.DataFrame:
+    rng = np.random.default_rng(1)
+    rows = []
+    for m in (64, 128, 256, 512, 1024):
+        point = Point.of("performer", seq_len=4096, heads=4, features=m, qk_std=qk_std)
+        err = 0.9 * m**slope * float(np.exp(rng.normal(0, 0.02)))
+        rows.append({**point.columns(), "status": "ok", "run_id": "cpu", "approx_err": err})
+    return pd.DataFrame(rows)
+
+
+def test_the_favor_error_claim_fits_approx_err_over_the_features():
+    claim = SHIPPED["performer-error-m-half-small-inputs"]
+    assert evaluate(claim, _error_rows(-0.5), CPU_ENV).verdict == "confirmed"
+    assert evaluate(claim, _error_rows(-0.05), CPU_ENV).verdict == "refuted"
+    other = SHIPPED["performer-error-m-half-unit-inputs"]  # rows at qk_std 0.25 are not its own
+    assert evaluate(other, _error_rows(-0.5), CPU_ENV).verdict == "inconclusive"
+
+
+def test_the_state_step_claim_is_judged_on_state_rows_only():
+    ns = [int(1024 * 2 ** (i / 2)) for i in range(9)]
+    rows = []
+    for cache, time_of in (("state", lambda n: 2e-3), ("full", lambda n: 1e-3 + n * 1e-7)):
+        for n in ns:
+            point = _decode("linear", cache, n=n, heads=8, head_dim=64, batch=1)
+            t = time_of(n)
+            rows.append({**point.columns(), "status": "ok", "run_id": "cpu", "time_median_s": t,
+                         "time_samples_s": [t] * 5, "state_bytes": 1024})  # fmt: skip
+    verdict = evaluate(SHIPPED["state-decode-step-n0"], pd.DataFrame(rows), CPU_ENV)
+    assert verdict.verdict == "confirmed" and abs(verdict.measured) < 0.05
