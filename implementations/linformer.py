@@ -109,17 +109,22 @@ def _flops(p: Problem) -> int:
 def sdpa_buffers(p: Problem, n_kv: int) -> int:
     """SDPA's own workspace over ``n_kv`` keys: the log-sum-exp per query row (float32) and,
     on the CPU, its flash kernel's per-thread blocks (q_split rows × (min(n_kv, 512) scores +
-    D accumulators + 2 statistics) in float32, plus a half copy of the scores for half inputs),
-    as measured with torch 2.13."""
+    D accumulators + 2 statistics) in float32; for half inputs also a half copy of the scores
+    per thread, and for bfloat16 a copy of the accumulators per thread and one copy of K and
+    of V), as measured with torch 2.13 at 1 and 2 threads."""
     lse = p.batch * p.heads * p.n_q * 4
     if p.device_type != "cpu":
         return lse
     q_split = 256 if p.n_q >= 768 else 64 if p.n_q >= 192 else 32
     kv = min(n_kv, 512)
     block = q_split * (kv + p.head_dim + 2) * 4
+    copies = 0
     if p.dtype in HALF_DTYPES:
         block += q_split * kv * 2
-    return lse + torch.get_num_threads() * block
+    if p.dtype == torch.bfloat16:
+        block += q_split * p.head_dim * 2
+        copies = 2 * p.batch * p.n_kv_heads * n_kv * p.head_dim * 2
+    return lse + copies + torch.get_num_threads() * block
 
 
 def _workspace(p: Problem) -> int:

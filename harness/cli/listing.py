@@ -1,4 +1,5 @@
-"""``attnbench list``: every implementation, available or not, and why; plug-ins whose entry
+"""``attnbench list``: every implementation, available or not, and why, with its method
+parameters at their defaults (suites set and sweep them by name); plug-ins whose entry
 point failed to load are listed with the error. The table fits the terminal's width and is never
 cut in a file or a pipe."""
 
@@ -26,13 +27,14 @@ def cmd_list(args) -> int:
         return 0
     table = Table(title="attnbench implementations", show_lines=False)
     for col in ("name", "family", "status", "devices", "dtypes", "mask features",
-                "time~n^", "mem~n^"):
+                "time~n^", "mem~n^", "params"):
         table.add_column(col, overflow="fold")  # wrap in a narrow terminal, never cut
     for impl in impls:
         d = _describe(impl)
         table.add_row(d["name"], d["family"], d["status"], ", ".join(d["devices"]),
                       ", ".join(d["dtypes"]), ", ".join(d["mask_features"]),
-                      f"{d['time_exponent']:g}", f"{d['memory_exponent']:g}")
+                      f"{d['time_exponent']:g}", f"{d['memory_exponent']:g}",
+                      _params_text(d["params"]))
     out = console()
     out.print(table)
     out.print("block-scenario mixers (baselines, not attention cores): lstm, conv")
@@ -52,4 +54,13 @@ def _describe(impl) -> dict:
         "mask_features": sorted(impl.caps.mask_features),
         "time_exponent": impl.cost.time_exponent, "memory_exponent": impl.cost.memory_exponent,
         "description": impl.description,
+        "params": {name: {"default": p.default, "doc": p.doc, "minimum": p.minimum,
+                          "maximum": p.maximum} for name, p in impl.params.items()},
+        "approximate": impl.approximate,
+        "recurrent": impl.recurrence is not None,
     }
+
+
+def _params_text(params: dict) -> str:
+    """Method parameters as a suite sets them: ``features=256, chunk_size=64`` (defaults)."""
+    return ", ".join(f"{name}={p['default']:g}" for name, p in params.items())

@@ -19,7 +19,8 @@ def add_cli(sub) -> None:
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     p.add_argument("--metric", action="append", metavar="COLUMN",
                    help="metric column to show (repeatable; default: time_median_s and "
-                   "peak_mem_bytes): any documented numeric row column, e.g. tflops_per_s, "
+                   "peak_mem_bytes, plus approx_err and cache_bytes where rows have them): "
+                   "any documented numeric row column, e.g. tflops_per_s, "
                    "rel_err, tokens_per_s")
     p.add_argument("--format", choices=table.FORMATS, default="text", dest="fmt",
                    help="output format (default: text)")
@@ -48,4 +49,4 @@ def print_table(run_dir: Path, metrics: tuple[str, ...] | None = None, fmt: str 
     if baseline is not None and baseline not in set(frame["impl"]):
         impls = ", ".join(dict.fromkeys(frame["impl"].astype(str)))
         raise CliError(f"--baseline {baseline}: no rows of it in {run_dir} (has {impls})")
-    print(table.render(frame, metrics or table.DEFAULT_METRICS, fmt, baseline))
+    print(table.render(frame, metrics or table.default_metrics(frame), fmt, baseline))

@@ -228,7 +228,8 @@ def results_section(rows: pd.DataFrame) -> Section:
     if not len(rows) or "impl" not in rows.columns:
         return section
     section.csv_only.append(("rows", rows.drop(columns=["time_samples_s"], errors="ignore")))
-    metrics = [m for m in ("time_median_s", "tflops_per_s", "peak_mem_bytes") if m in rows]
+    shown = ("time_median_s", "tflops_per_s", "peak_mem_bytes", *tables.WHEN_PRESENT)
+    metrics = [m for m in shown if m in rows]
     for scenario, part in rows.groupby("scenario", sort=True):
         part = part.reset_index(drop=True)
         lay = pivot.layout(part)

@@ -73,6 +73,17 @@ TITLES = {
     "rel_err": "relative error vs float64",
 }
 DEFAULT_METRICS = ("time_median_s", "peak_mem_bytes")
+# shown by default too when a row of the run has a value: an approximation's distance from
+# softmax attention, and what a decode step keeps (K/V caches and recurrent states side by side)
+WHEN_PRESENT = ("approx_err", "cache_bytes")
+
+
+def default_metrics(frame: pd.DataFrame) -> tuple[str, ...]:
+    """:data:`DEFAULT_METRICS`, then each of :data:`WHEN_PRESENT` that a row of ``frame`` has."""
+    present = [
+        m for m in WHEN_PRESENT if m in frame.columns and not frame[m].isna().all()
+    ]
+    return (*DEFAULT_METRICS, *present)
 
 
 def unit_of(column: str) -> Unit | None:

@@ -123,7 +123,9 @@ def test_markdown_csv_and_speedup():
 
 def test_every_documented_metric_is_accepted_and_formatted():
     documented = set()
-    for line in README.read_text().splitlines():
+    text = README.read_text()
+    columns = text[text.index("<!-- column table"):text.index("<!-- end column table")]
+    for line in columns.splitlines():
         if line.startswith("| `"):
             documented |= set(re.findall(r"`([a-z0-9_]+)`", line.split("|")[1]))
     assert documented <= set(ROW_COLUMNS), documented - set(ROW_COLUMNS)

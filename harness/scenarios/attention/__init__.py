@@ -7,12 +7,19 @@ N(0, 1)). Approximate methods are judged by it: FAVOR+'s estimator variance grow
 exp(|q|²/√D).
 """
 
-from harness.columns import point_column
+from harness.columns import Column, point_column
 
 COLUMNS = (
     point_column(
         "qk_std", "", "number",
         "attention scenarios: the standard deviation q and k are drawn with (v: 1); every "
         "implementation and the float64 reference see the same inputs",
+    ),
+    Column(
+        "approx_err", "", "error",
+        "attention scenarios, approximations (linear, performer, linformer, nystrom): relative "
+        "Frobenius error of the output against exact softmax attention with the same mask, in "
+        "float64, on the checked rows; measured, not gated (agreement is against the method's "
+        "own float64 definition)",
     ),
 )  # fmt: skip

@@ -23,6 +23,7 @@ from harness.cost.components import (
     executed_attention_flops,
 )
 from harness.measure.device import Device
+from harness.oracle.definition import Definition
 from harness.scenarios.attention.checking import check_attention
 from harness.scenarios.case import Case, CaseOptions
 from harness.scenarios.interface import Point, PointCost, Scenario, check_plan, register
@@ -114,7 +115,9 @@ class Attention(Scenario):
         """Time the core on fresh inputs; forward under no_grad, or forward+backward via
         autograd. The check runs the same prepared call."""
         plan = check_plan(point, options.check)
-        attn: AttnFn = self.core(point).prepare(self.problem(point))
+        core = self.core(point)
+        attn: AttnFn = core.prepare(self.problem(point))
+        definition = Definition.of(core, point.params)
         q, k, v = make_inputs(point, point.device, requires_grad=point.backward)
         grad_out = None
         if point.backward:
@@ -130,7 +133,7 @@ class Attention(Scenario):
                     return attn(q, k, v)
 
         def check() -> dict:
-            return check_attention(attn, q, k, v, grad_out, point, plan)
+            return check_attention(attn, q, k, v, grad_out, point, plan, definition)
 
         return Case(
             run=run, tokens=point.batch * point.n_q, check=check, columns={"check": plan.describe()}

@@ -1,6 +1,9 @@
 """The attention scenario's agreement check: the output (and the gradients, for backward) of one
 prepared call against the float64 reference on the same inputs and mask, judged by the
 agreement rule of :mod:`harness.oracle.agreement` against a naive same-dtype implementation.
+An approximation is held to its own definition (:mod:`harness.oracle.definition`: the same
+random features or projections) by that rule, and its distance from exact softmax attention on
+the same rows is the ``approx_err`` column, measured, never gated.
 
 Long sequences are checked on sampled query rows (:func:`sample_rows`): every tile-boundary row
 plus seeded random rows, so a tile-edge bug cannot hide between the samples.
@@ -12,7 +15,8 @@ import torch
 from torch import Tensor
 
 from harness.oracle.agreement import grad_agreement, output_agreement
-from harness.oracle.reference import naive_attention, reference_attention, reference_grads
+from harness.oracle.definition import Definition, approximation_error
+from harness.oracle.reference import reference_grads
 from harness.scenarios.case import CheckPlan
 from harness.scenarios.interface import Point
 from harness.spec import AttnFn
@@ -60,9 +64,12 @@ def check_attention(
     grad_out: Tensor | None,
     point: Point,
     plan: CheckPlan,
+    definition: Definition | None = None,
 ) -> dict:
     """Agreement columns of one prepared call of ``point`` against the float64 reference (same
-    mask). q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D); ``grad_out`` like q (backward) or None."""
+    mask): softmax attention, or ``definition`` for an approximation (then ``approx_err`` too).
+    q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D); ``grad_out`` like q (backward) or None."""
+    definition = definition or Definition()
     if plan.mode == "none":
         return {"agree": None}
     with torch.no_grad():
@@ -71,27 +78,52 @@ def check_attention(
     if tuple(out.shape) != expected:  # a wrong shape is a wrong result, not a crash
         shown = " x ".join(map(str, out.shape)), " x ".join(map(str, expected))
         return {"agree": False, "mismatch_reason": f"output shape {shown[0]} ≠ expected {shown[1]}"}
-    rows, ref, naive = checked_rows(q, k, v, point, plan)
+    rows, ref, naive = checked_rows(q, k, v, point, plan, definition)
     result = judge_rows(out, rows, ref, naive, point.torch_dtype)
+    if definition.approximate:
+        picked = out if rows is None else out[..., rows.to(out.device), :]
+        with torch.no_grad():
+            result["approx_err"] = approximation_error(picked, q, k, v, point.mask, rows)
     if plan.grads and grad_out is not None:
         grads = torch.autograd.grad(attn(q, k, v), (q, k, v), grad_out)
-        ref_grads = reference_grads(q, k, v, grad_out, point.mask)
+        ref_grads = definition_grads(q, k, v, grad_out, point, definition)
         result.update(grad_agreement(grads, ref_grads, point.torch_dtype))
         result["agree"] = result["agree"] and result["grad_agree"]
     return result
 
 
 def checked_rows(
-    q: Tensor, k: Tensor, v: Tensor, point: Point, plan: CheckPlan
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    point: Point,
+    plan: CheckPlan,
+    definition: Definition | None = None,
 ) -> tuple[Tensor | None, Tensor, Tensor]:
     """(rows, reference, naive) for the rows ``plan`` checks: rows is None for a full check,
-    else the sampled query rows (1-D long); reference is float64 and naive is the same math in
-    the inputs' dtype, both (B, H, len(rows) or n_q, D), on the inputs' device."""
+    else the sampled query rows (1-D long); reference is ``definition`` (softmax attention by
+    default) in float64 and naive the same math in the inputs' dtype, both
+    (B, H, len(rows) or n_q, D), on the inputs' device."""
+    definition = definition or Definition()
     rows = None if plan.mode == "full" else sample_rows(point.n_q, seed=point.seed)
     with torch.no_grad():
-        ref = reference_attention(q, k, v, point.mask, rows=rows)
-        naive = naive_attention(q, k, v, point.mask, rows=rows)
+        ref = definition.float64(q, k, v, point.mask, rows=rows)
+        naive = definition.evaluate(q, k, v, point.mask, rows=rows)
     return rows, ref, naive
+
+
+def definition_grads(
+    q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor, point: Point, definition: Definition
+) -> tuple[Tensor, ...]:
+    """float64 (dq, dk, dv) of ``(out * grad_out).sum()`` under ``definition``: softmax
+    attention chunk by chunk, or autograd through the approximation's own float64 definition
+    (full checks only: the problem is small)."""
+    if not definition.approximate:
+        return reference_grads(q, k, v, grad_out, point.mask)
+    q64, k64, v64 = (t.detach().double().requires_grad_(True) for t in (q, k, v))
+    with torch.enable_grad():
+        out = definition.float64(q64, k64, v64, point.mask)
+        return torch.autograd.grad(out, (q64, k64, v64), grad_out.double())
 
 
 def judge_rows(

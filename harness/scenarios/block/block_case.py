@@ -44,7 +44,7 @@ from harness.measure.device import Device
 from harness.model import FFNS, MIXERS, NORMS, POSITIONS
 from harness.model.transformer import BlockConfig, TransformerBlock, build_block
 from harness.oracle.agreement import grad_agreement, output_agreement
-from harness.oracle.reference import reference_attention
+from harness.oracle.definition import Definition
 from harness.scenarios.case import Case, CaseOptions, CheckPlan
 from harness.scenarios.interface import (
     Point,
@@ -242,7 +242,8 @@ class Block(Scenario):
                     return block(x, core)
 
         def check() -> dict:
-            return check_block(block, core, x, grad_out, point, plan)
+            definition = Definition.of(impl, point.params)
+            return check_block(block, core, x, grad_out, point, plan, definition)
 
         def extra(measurement, timer) -> dict:
             mixer_fn = mixer_call(block, core, x, grad_out, point.backward)
@@ -290,17 +291,20 @@ def mixer_call(block: TransformerBlock, core, x: Tensor, grad_out: Tensor, backw
 
 
 def check_block(
-    block: TransformerBlock, core, x: Tensor, grad_out: Tensor, point: Point, plan: CheckPlan
+    block: TransformerBlock,
+    core,
+    x: Tensor,
+    grad_out: Tensor,
+    point: Point,
+    plan: CheckPlan,
+    definition: Definition | None = None,
 ) -> dict:
-    """Block output (and dx) against a float64 copy with the float64 reference core."""
+    """Block output (and dx) against a float64 copy with the float64 reference core (an
+    approximation's own float64 definition, :mod:`harness.oracle.definition`)."""
     if plan.mode == "none":
         return {"agree": None}
     ref_block = copy.deepcopy(block).double()
-    mask = point.mask
-
-    def ref_core(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        return reference_attention(q, k, v, mask)
-
+    ref_core = (definition or Definition()).core64(point.mask)
     x64 = x.detach().double().requires_grad_(plan.grads)
     with torch.set_grad_enabled(plan.grads):
         ref = ref_block(x64, ref_core if core is not None else None)

@@ -1,6 +1,6 @@
 """The cache kinds of the decode scenario: how a step holds the context between the projections
 and the attention core. A point's ``cache`` names one class of :data:`CACHES`; adding a kind
-(a recurrent ``state``, say) is adding a class here.
+(the recurrent ``state``, say) is adding a class here.
 
 Each kind says what a point with it is, before any tensor exists: why a model cannot use it
 (:meth:`LayerCache.reasons`), the bytes one layer holds (:meth:`LayerCache.layer_bytes`), the
@@ -17,6 +17,10 @@ attends (:meth:`LayerCache.attend`, :meth:`LayerCache.attend_at`).
   ``p`` lives in slot ``p % window``, overwriting ``p - window``, which the causal sliding
   window of ``window`` keys (``MaskSpec(window=(window - 1, 0))``) no longer lets anyone see.
   Memory O(window).
+- :class:`StateCache` (``state``): no K/V at all; the core's recurrent state
+  (:class:`harness.spec.RecurrentState`, linear attention's ``[S | z]``) absorbs every token,
+  so a step is O(1) in the context, time and memory. Only for cores that declare a
+  ``recurrence`` (``linear``, ``performer``) in a plain causal model.
 
 K/V caches hold K/V *after* RoPE, rotated at their absolute positions, so a cached key never
 needs re-rotating and the order of the slots does not matter to softmax.
@@ -37,6 +41,7 @@ import torch
 from torch import Tensor
 
 from harness.masks import MaskSpec
+from harness.spec import RecurrentState
 
 AttendFn = Callable[[Tensor, Tensor, Tensor, MaskSpec], Tensor]
 """(q (B, H, n_q, D), k/v (B, H_kv, n_k, D), mask) -> (B, H, n_q, D), bottom-right aligned."""
@@ -56,6 +61,7 @@ class LayerCache:
 
     kind = ""  # the point's `cache` word
     recomputes = False  # no store per layer: a step runs the whole prefix again
+    recurrent = False  # the core's recurrent state instead of K/V (sized by the core)
     fills_by_steps = False  # may prefill token by token when the core lacks the prefill's mask
 
     @staticmethod
@@ -289,7 +295,90 @@ class RollingCache(LayerCache):
         return [self.k, self.v]
 
 
-CACHES: dict[str, type[LayerCache]] = {c.kind: c for c in (NoCache, FullCache, RollingCache)}
+class StateCache(LayerCache):
+    """The core's recurrent state (``[S | z]`` for linear attention, (B·H_kv, F, D + 1)): a
+    prefill at position 0 starts a fresh state and advances it over the context; a step
+    advances it by one token, O(F·D) whatever the context length.
+
+    A state cannot be written "at a position" as a K/V cache can, so a step is made repeatable
+    by an undo copy: stepping at the next position saves the state first (one in-place copy of
+    its tensors, O(1)) and commits; stepping again at the position just taken restores that copy
+    and advances again. So the timed loop redoes the same step on the same state, and every
+    step, committed or redone, costs one copy plus one advance. The copy is the harness's, not
+    the model's: :meth:`tensors` (``cache_bytes``, ``state_bytes``) is the state alone.
+    """
+
+    kind = "state"
+    recurrent = True
+
+    def __init__(self, new_state: Callable[[], RecurrentState]):
+        self.new_state = new_state
+        self.state = new_state()
+        self.position = 0  # tokens the state holds
+        self.saved: list[Tensor] | None = None  # the state before the last committed step
+
+    @staticmethod
+    def reasons(mask: MaskSpec) -> list[str]:
+        if mask.features != {"causal"}:
+            return ["a recurrent state serves a plain causal model: causal = true, no window"]
+        return []
+
+    @staticmethod
+    def step_call(pos: int, mask: MaskSpec) -> tuple[int, int, MaskSpec]:
+        return 1, 1, MaskSpec()  # the new token's query and key, beside the state
+
+    def update(self, pos: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, MaskSpec]:
+        raise TypeError("a recurrent state is advanced by attend, not read as keys")
+
+    def attend(self, attend: AttendFn, q: Tensor, k: Tensor, v: Tensor, pos: int) -> Tensor:
+        """A prefill at ``pos`` 0 (any length) or one token at ``pos``: the next position
+        (committed) or the position just taken (redone): q (B, H, t, D) -> (B, H, t, D)."""
+        t = k.shape[2]
+        if pos == 0:
+            self.state, self.position, self.saved = self.new_state(), t, None
+        elif t != 1:
+            raise ValueError("a recurrent state takes a prefill at position 0, then single tokens")
+        elif pos == self.position:
+            self._save()
+            self.position += 1
+        elif pos == self.position - 1 and self.saved is not None:
+            self._restore()
+        else:
+            raise ValueError(f"a step at position {pos}: the state holds {self.position} tokens")
+        return self.state.advance(q, k, v)
+
+    def attend_at(
+        self, attend: AttendFn, q: Tensor, k: Tensor, v: Tensor, index: Tensor, n_keys: int
+    ) -> Tensor:
+        """The static (captured) step: always the step after the context, redone on replay."""
+        if self.saved is None:
+            self._save()
+            self.position += 1
+        else:
+            self._restore()
+        return self.state.advance(q, k, v)
+
+    def _save(self) -> None:
+        if self.saved is None:
+            self.saved = [t.detach().clone() for t in self.state.tensors()]
+        else:
+            for copy, t in zip(self.saved, self.state.tensors(), strict=True):
+                copy.copy_(t)
+
+    def _restore(self) -> None:
+        for t, copy in zip(self.state.tensors(), self.saved, strict=True):
+            t.copy_(copy)
+
+    def keys_at(self, pos: int) -> int:
+        return 1
+
+    def tensors(self) -> list[Tensor]:
+        return list(self.state.tensors())
+
+
+CACHES: dict[str, type[LayerCache]] = {
+    c.kind: c for c in (NoCache, FullCache, RollingCache, StateCache)
+}
 
 
 def cache_nbytes(caches: list[LayerCache]) -> int:

@@ -3,7 +3,10 @@ blocks, then time one generated token's step.
 
 The timed call feeds the next token embedding at position ``seq_len`` and runs every layer:
 ``full``: one query against ``seq_len + 1`` cached keys (O(n)); ``rolling``: against at most
-``window`` keys (O(w)); ``none``: the whole prefix again (O(n²)). The step writes at a fixed
+``window`` keys (O(w)); ``none``: the whole prefix again (O(n²)); ``state``: the core's recurrent
+state advanced by one token (O(1); cores with a ``recurrence``: ``linear``, ``performer``).
+An approximate core is checked against its own float64 definition
+(:mod:`harness.oracle.definition`). The step writes at a fixed
 position rather than advancing a pointer, so the many timed calls redo the same step and the
 cache never grows; caches are pre-sized for ``seq_len + gen_tokens`` positions, which the
 agreement check walks through ``gen_tokens`` steps deep on a second, fresh set of caches.
@@ -34,7 +37,7 @@ from harness.measure.device import Device
 from harness.model import FFNS, NORMS, POSITIONS
 from harness.model.transformer import BlockConfig, build_block
 from harness.oracle.agreement import output_agreement, tolerance
-from harness.oracle.reference import reference_attention
+from harness.oracle.definition import Definition
 from harness.registry import Implementation
 from harness.scenarios.case import Case, CaseOptions, CheckPlan
 from harness.scenarios.decode import step_launch
@@ -47,7 +50,7 @@ from harness.scenarios.decode.decode_cost import (
 )
 from harness.scenarios.decode.stack import DecoderStack
 from harness.scenarios.interface import Point, Scenario, SettingsError, check_plan, register
-from harness.spec import Problem
+from harness.spec import Problem, RecurrentState
 
 MODEL_MASK_FEATURES = frozenset({"causal", "window"})
 
@@ -85,6 +88,10 @@ class CoreAttend:
         if fn is None:
             fn = self._prepared[key] = self.impl.prepare(self.point.attention_call(*key))
         return fn(q, k, v)
+
+    def new_state(self) -> RecurrentState:
+        """An empty recurrent state of the core for one layer (``cache = "state"``)."""
+        return self.impl.new_state(self.point.attention_call(1, 1, self.point.mask))
 
 
 def block_config(point: Point) -> BlockConfig:
@@ -136,10 +143,19 @@ class Decode(Scenario):
     settings = DecodeSettings
 
     def point_errors(self, point: Point) -> list[SettingsError]:
+        out = []
         if point.q_len is not None:
             problem = "q_len applies to attention scenarios only"
-            return [SettingsError("q_len", point.q_len, problem)]
-        return []
+            out.append(SettingsError("q_len", point.q_len, problem))
+        if CACHES[point.settings.cache].recurrent:
+            core = self.core(point)
+            if core is not None and core.recurrence is None:
+                problem = (
+                    f"{point.impl} has no recurrent state (cache = \"state\" needs an "
+                    "implementation that declares a recurrence, e.g. linear or performer)"
+                )
+                out.append(SettingsError("cache", point.settings.cache, problem))
+        return out
 
     def problem(self, point: Point) -> Problem:
         return step_problem(point)
@@ -193,7 +209,9 @@ class Decode(Scenario):
             device.synchronize()
             prefill_s = time.perf_counter() - start
             alloc = device.peak_memory(stack.new_caches)
+            state = {"state_bytes": cache_nbytes(stack.caches)} if stack.kind.recurrent else {}
             return {
+                **state,
                 **_bandwidth_columns(cost.step_bytes, measurement, device),
                 "prefill_s": prefill_s,
                 "prefill_tokens_per_s": point.batch * n / prefill_s,
@@ -233,6 +251,7 @@ def check_decode(stack: DecoderStack, run, x: Tensor, point: Point, plan: CheckP
     if plan.mode == "none":
         return {"agree": None}
     n, g = point.seq_len, point.settings.gen_tokens
+    definition = Definition.of(stack.attend.impl, point.params)
     can_recompute = not stack.attend.impl.not_supported(sequence_problem(point))
     fresh = stack.fresh()
     with torch.no_grad():
@@ -243,7 +262,7 @@ def check_decode(stack: DecoderStack, run, x: Tensor, point: Point, plan: CheckP
         # causal, so row t of one forward over all n + g tokens is step t's recomputation
         recomputed = stack.forward(x)[:, n:] if can_recompute else None
         use_ref = plan.mode == "full" or recomputed is None
-        ref = reference_stack(stack).forward(x.double())[:, n:] if use_ref else None
+        ref = reference_stack(stack, definition).forward(x.double())[:, n:] if use_ref else None
     result = output_agreement(steps, ref if use_ref else recomputed, point.torch_dtype)
     result["check"] = "float64" if use_ref else "recompute"
     if recomputed is not None:
@@ -260,11 +279,13 @@ def _max_err(a: Tensor, b: Tensor) -> float:
     return float((a.double() - b.double()).abs().max())
 
 
-def reference_stack(stack: DecoderStack) -> DecoderStack:
-    """A float64 copy of the blocks with the float64 reference core, recomputing (no cache)."""
+def reference_stack(stack: DecoderStack, definition: Definition | None = None) -> DecoderStack:
+    """A float64 copy of the blocks with the float64 reference core (an approximation's own
+    definition), recomputing (no cache)."""
     blocks = [copy.deepcopy(b).double() for b in stack.blocks]
+    definition = definition or Definition()
 
     def attend(q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec) -> Tensor:
-        return reference_attention(q, k, v, mask)
+        return definition.float64(q, k, v, mask)
 
     return DecoderStack(blocks, attend, stack.mask, "none", stack.batch, stack.capacity)

@@ -80,8 +80,11 @@ class DecodeCost(PointCost):
 
     @cached_property
     def useful_flops(self) -> float:
-        """One token through every layer: its query keeps the keys the mask lets it see."""
+        """One token through every layer: its query keeps the keys the mask lets it see (a
+        recurrent state: the core's own formula for the one-token step, O(1) in n)."""
         p = self.point
+        if CACHES[p.settings.cache].recurrent:
+            return self.executed_flops
         return self._step_flops(p.attention_call(1, p.seq_len + 1, p.mask))
 
     @cached_property
@@ -109,15 +112,19 @@ class DecodeCost(PointCost):
     @cached_property
     def cache_bytes(self) -> int:
         """Every layer's store, as its cache kind counts it (K/V caches: 2 · B · H_kv · slots
-        · D · bytes per layer)."""
+        · D · bytes per layer; a recurrent state: the core's ``recurrence.state_bytes``)."""
+        return self.point.settings.layers * self.layer_store_bytes
+
+    @cached_property
+    def layer_store_bytes(self) -> int:
+        """One layer's store: its K/V slots, or the core's recurrent state."""
         p = self.point
         capacity = p.seq_len + p.settings.gen_tokens
         kind = CACHES[p.settings.cache]
+        if kind.recurrent:
+            return registry.get(p.impl).recurrence.state_bytes(self.step)
         size = itemsize(p.dtype)
-        per_layer = kind.layer_bytes(
-            p.batch, p.kv_heads or p.heads, p.head_dim, capacity, p.mask, size
-        )
-        return p.settings.layers * per_layer
+        return kind.layer_bytes(p.batch, p.kv_heads or p.heads, p.head_dim, capacity, p.mask, size)
 
     @cached_property
     def compulsory_bytes(self) -> float:
@@ -135,6 +142,8 @@ class DecodeCost(PointCost):
         weights = self.weight_bytes - table + (d * size if table else 0)
         kv_row = 2 * p.batch * kv_dim(p.heads, p.kv_heads, p.head_dim) * size  # one position
         read_write = CACHES[p.settings.cache].step_traffic(kv_row, self.step.n_k)
+        if CACHES[p.settings.cache].recurrent:  # the state read and written back
+            read_write = 2 * self.layer_store_bytes
         inputs = p.batch * self.step.n_q * d * size  # the new token, or the whole prefix again
         return p.settings.layers * (weights + read_write) + inputs + p.batch * d * size
 

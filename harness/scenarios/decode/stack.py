@@ -45,6 +45,8 @@ class DecoderStack:
         """One freshly allocated cache per layer (an empty list when the kind recomputes)."""
         if self.kind.recomputes:
             return []
+        if self.kind.recurrent:  # the core sizes its own state
+            return [self.kind(self.attend.new_state) for _ in self.blocks]
         c, p = self.blocks[0].cfg, next(self.blocks[0].parameters())
         return [
             self.kind.for_layer(
