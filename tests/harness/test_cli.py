@@ -352,6 +352,11 @@ def test_run_names_a_plugin_that_failed_to_load(tmp_path, capsys, monkeypatch):
     assert "my-broken-attn" in err and "unknown implementation" in err
     assert "broken: entry point attnbench_not_installed_anywhere failed to load" in err
     assert "No module named 'attnbench_not_installed_anywhere'" in err
+    named = suite_file(tmp_path, ONE.replace('["sdpa"]', '["broken"]'), "named.toml")
+    code, _, err = cli(capsys, "run", named, "--out", tmp_path / "o")
+    assert code == 2 and "unknown implementation" not in err, err  # it is known, and broken
+    assert "implementations = 'broken': entry point attnbench_not_installed_anywhere failed " \
+           "to load: No module named 'attnbench_not_installed_anywhere'" in err
 
 
 @pytest.fixture
