@@ -285,6 +285,9 @@ def test_table_metric_says_why_a_column_cannot_be_shown(tmp_path, capsys):
     assert code == 2 and "a list per row (one value per sample or pass)" in err
     code, _, err = cli(capsys, "table", run, "--metric", "seq_len")
     assert code == 2 and "point field" in err
+    code, _, err = cli(capsys, "table", run, "--metric", "schema_version")
+    assert code == 2 and "which run or point a row is" in err
+    assert "schema_version" not in err.split("(metrics:")[1]  # not offered as a metric
     code, out, _ = cli(capsys, "table", run, "--metric", "nvml_peak_bytes", "--metric",
                        "time_median_s")
     assert code == 0 and "median time (ms)" in out
