@@ -393,6 +393,27 @@ def test_a_mismatching_plugin_gets_a_column_its_marks_and_exit_1(tmp_path, capsy
     assert "(and 1 more like it)" in notes[0] and "not ok" not in out
 
 
+def test_a_plugin_returning_the_wrong_shape_is_a_mismatch_that_says_so(tmp_path, capsys,
+                                                                        monkeypatch):
+    """(B, N, H, D) instead of (B, H, N, D): a recorded mismatch naming both shapes, not a raw
+    RuntimeError from the comparison."""
+    def transposed(q, k, v, mask, scale=None):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v).transpose(1, 2)
+
+    registry._load()
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    registry.register("bnhd-attn", family="test", caps=Capabilities(devices={"cpu"}),
+                      cost=Cost(2, 2))(transposed)
+    suite = suite_file(tmp_path, ONE.replace('["sdpa"]', '["bnhd-attn"]').replace(
+        "causal = true", ""))
+    code, _, err = cli(capsys, "run", suite, "--out", tmp_path / "r", "--no-progress",
+                       "--no-table")
+    assert code == 1, err
+    (row,) = load_rows(tmp_path / "r").to_dict("records")
+    assert row["status"] == "mismatch", row
+    assert row["reason"] == "output shape 1 x 33 x 2 x 16 ≠ expected 1 x 2 x 33 x 16"
+
+
 # --- suite messages ---------------------------------------------------------------------------
 
 
