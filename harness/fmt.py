@@ -103,6 +103,11 @@ def signed_percent(fraction: float | None, decimals: int = 1, missing: str = MIS
     return f"{100 * fraction:+.{decimals}f}%"
 
 
+def plural(count: int, noun: str) -> str:
+    """``1 point``, ``2 points``."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 SIZE_UNITS = (("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30))
 
 

@@ -23,6 +23,7 @@ from harness.errors import CliError, Interrupted
 from harness.execute.isolate import isolated_executor, run_environment
 from harness.execute.passlog import PassLog
 from harness.execute.runner import default_budget, run_points
+from harness.fmt import plural
 from harness.measure import calibrate, env
 from harness.measure.device import get_device
 from harness.results import PASSES_FILE, ROWS_FILE, RowWriter, iter_rows, load_env, write_env
@@ -125,11 +126,6 @@ def run_suite(suite: Suite, measure: MeasureConfig, options: RunOptions,
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "nothing to run"
     print(f"attnbench: {summary}; rows in {run_dir / ROWS_FILE}", file=sys.stderr)
     return RunResult(run_dir, counts)
-
-
-def plural(count: int, noun: str) -> str:
-    """``1 point``, ``2 points``."""
-    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def interrupted_message(suite: Suite, run_dir: Path) -> str:

@@ -176,7 +176,7 @@ def test_an_interrupted_run_is_readable_from_its_finished_passes(tmp_path: Path,
     assert all(len(s) == 2 for s in two["pass_samples"])
     code, out, err = _cli(capsys, "table", run)
     assert code == 0 and "16" in out and "64" in out
-    assert "interrupted run: 4 point(s)" in err and "--resume" in err
+    assert "interrupted run: 4 points read" in err and "--resume" in err
     shutil.copytree(run, tmp_path / "copy")
     code, out, err = _cli(capsys, "compare", run, tmp_path / "copy")
     assert code == 0 and "partial" in out
