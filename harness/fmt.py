@@ -103,18 +103,28 @@ def signed_percent(fraction: float | None, decimals: int = 1, missing: str = MIS
     return f"{100 * fraction:+.{decimals}f}%"
 
 
+def plural(count: int, noun: str) -> str:
+    """``1 point``, ``2 points``."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 SIZE_UNITS = (("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30))
 
 
 def size(nbytes: float | None, missing: str = MISSING) -> str:
     """Bytes in the unit a person reads: ``1.5 GiB``, ``5.4 PiB`` from 1 GiB up (the largest
-    binary unit that keeps the number >= 1), else whole ``MiB``."""
+    binary unit that keeps the number >= 1), else whole ``MiB``; under 1 MiB whole ``KiB``,
+    under 1 KiB bytes (a 1 KiB budget is not ``0 MiB``)."""
     if is_missing(nbytes):
         return missing
     for unit, scale in SIZE_UNITS:
         if nbytes >= scale:
             return f"{nbytes / scale:.1f} {unit}"
-    return f"{nbytes / 2**20:.0f} MiB"
+    if nbytes >= 2**20:
+        return f"{nbytes / 2**20:.0f} MiB"
+    if nbytes >= 2**10:
+        return f"{nbytes / 2**10:.0f} KiB"
+    return f"{nbytes:.0f} B"
 
 
 def percent_range(low: float | None, high: float | None, missing: str = "n/a") -> str:

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness import fmt
 from harness.errors import CliError, ResultsWarning
 from harness.schema import BY_NAME, NAMES
 
@@ -289,8 +290,8 @@ def warn_problems(run: Run) -> None:
         warnings.warn(problem, ResultsWarning, stacklevel=3)
     if run.partial:
         warnings.warn(
-            f"{run.path}: an interrupted run: {run.partial} point(s) read from the finished "
-            f"passes in {PASSES_FILE} (marked partial); `attnbench run SUITE --out "
+            f"{run.path}: an interrupted run: {fmt.plural(run.partial, 'point')} read from the "
+            f"finished passes in {PASSES_FILE} (marked partial); `attnbench run SUITE --out "
             f"{run.path} --resume` finishes it",
             ResultsWarning,
             stacklevel=3,

@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness import fmt
 from harness.results import (
     ENV_FILE,
     ROWS_FILE,
@@ -76,8 +77,9 @@ def save_baseline(
     env = load_env(run_dir)
     run = read_run(run_dir)
     if run.partial:
-        raise ResultsError(f"{run_dir}: an interrupted run ({run.partial} partial points) "
-                           "cannot be a baseline; finish it with `attnbench run --resume`")
+        partial = fmt.plural(run.partial, "partial point")
+        raise ResultsError(f"{run_dir}: an interrupted run ({partial}) cannot be a baseline; "
+                           "finish it with `attnbench run --resume`")
     warn_problems(run)
     rows = list(run.rows)
     target = baseline_dir(Path(root), env, run_suite(run_dir, env))

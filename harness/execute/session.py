@@ -22,11 +22,12 @@ import torch
 from harness.errors import CliError, Interrupted
 from harness.execute.isolate import isolated_executor, run_environment
 from harness.execute.passlog import PassLog
-from harness.execute.runner import run_points
+from harness.execute.runner import default_budget, run_points
+from harness.fmt import plural
 from harness.measure import calibrate, env
 from harness.measure.device import get_device
 from harness.results import PASSES_FILE, ROWS_FILE, RowWriter, iter_rows, load_env, write_env
-from harness.scenarios.interface import Point
+from harness.scenarios.interface import Point, cost_of
 from harness.sweep.suite import MeasureConfig, Suite
 from harness.terminal import Progress, duration
 
@@ -107,6 +108,8 @@ def run_suite(suite: Suite, measure: MeasureConfig, options: RunOptions,
         timeout = options.point_timeout or measure.point_timeout_s
         executor = isolated_executor(measure, options.mem_budget, timeout)
     writer = RowWriter(run_dir)
+    if predict is not None:
+        predict = _over_budget_is_instant(predict, options.mem_budget)
     plan = pass_plan(points, PassLog(run_dir), max(measure.passes, 1), predict)
     print(f"attnbench: {plural(len(points), 'point')} of suite {suite.name!r} -> {run_dir}"
           + (f" ({len(done)} already done)" if done else "")
@@ -125,11 +128,6 @@ def run_suite(suite: Suite, measure: MeasureConfig, options: RunOptions,
     return RunResult(run_dir, counts)
 
 
-def plural(count: int, noun: str) -> str:
-    """``1 point``, ``2 points``."""
-    return f"{count} {noun}{'' if count == 1 else 's'}"
-
-
 def interrupted_message(suite: Suite, run_dir: Path) -> str:
     """What Ctrl-C leaves behind in ``run_dir`` and the command that continues it."""
     rows = run_dir / ROWS_FILE
@@ -137,6 +135,26 @@ def interrupted_message(suite: Suite, run_dir: Path) -> str:
     return (f"interrupted: {plural(finished, 'finished row')} and every finished timing pass "
             f"are saved in {run_dir}; continue with: attnbench run {suite.path} --out "
             f"{run_dir} --resume")
+
+
+def _over_budget_is_instant(predict: Callable[[Point], float],
+                            mem_budget: int | None) -> Callable[[Point], float]:
+    """``predict`` for a point that runs; 0 s for one the runner will skip at once because its
+    predicted peak memory exceeds the budget (``mem_budget``, else the device's default, as
+    the runner decides), so the expected time counts only what will run."""
+    budgets: dict[str, int] = {}
+
+    def seconds(point: Point) -> float:
+        if point.device not in budgets:
+            budgets[point.device] = (mem_budget if mem_budget is not None
+                                     else default_budget(get_device(point.device)))
+        try:
+            peak = cost_of(point).peak_bytes
+        except Exception:  # a model gap: the runner records it and runs the point
+            peak = None
+        return 0.0 if peak is not None and peak > budgets[point.device] else predict(point)
+
+    return seconds
 
 
 def pass_plan(points: list[Point], log: PassLog, passes: int,

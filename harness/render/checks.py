@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from harness import fmt
 from harness.analysis import frames
 from harness.render.panels import series_by
 from harness.render.plots import Panel, Series, history, lines
@@ -89,7 +90,8 @@ def run_history(rows: pd.DataFrame, envs: dict[str, dict]) -> tuple[pd.DataFrame
         frame = frame.sort_values(["impl", "order"])
         tables.append(frame.drop(columns="order").assign(suite=suite))
         series = [
-            Series(f"{impl} ({points[impl]} points)", s["order"], s["geomean_time_s"] * 1e3)
+            Series(f"{impl} ({fmt.plural(points[impl], 'point')})", s["order"],
+                   s["geomean_time_s"] * 1e3)
             for impl, s in frame.groupby("impl", sort=True)
         ]
         title = f"suite {suite}: geometric mean over the points every run measured"

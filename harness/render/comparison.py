@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from harness import fmt
 from harness.compare.findings import Comparison, Finding
 from harness.fmt import markdown_table
 from harness.terminal import console as make_console
@@ -37,7 +38,7 @@ def summary(result: Comparison) -> str:
     head = f"{fails} regression{'s' * (fails != 1)}" if fails else "no regressions"
     basis = BASIS_TEXT.get(result.time_basis, result.time_basis)
     return (
-        f"{head}, {warns} warning{'s' * (warns != 1)} over {result.points} points "
+        f"{head}, {warns} warning{'s' * (warns != 1)} over {fmt.plural(result.points, 'point')} "
         f"(time gate: {basis})"
     )
 

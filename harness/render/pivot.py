@@ -114,7 +114,7 @@ def skipped_line(lay: Layout) -> str:
         + (f": {reason}" if reason else "")
         for (status, reason), impls in groups
     ]
-    return f"not shown (no measured point): {len(hidden)} points " + "; ".join(parts)
+    return f"not shown (no measured point): {fmt.plural(len(hidden), 'point')} " + "; ".join(parts)
 
 
 def notes(frame: pd.DataFrame, lay: Layout) -> list[str]:

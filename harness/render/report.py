@@ -228,6 +228,13 @@ def results_section(rows: pd.DataFrame) -> Section:
     if not len(rows) or "impl" not in rows.columns:
         return section
     section.csv_only.append(("rows", rows.drop(columns=["time_samples_s"], errors="ignore")))
+    if "partial" in rows:
+        partial = rows["partial"].eq(True)
+        for run_id, count in rows.loc[partial, "run_id"].fillna("?").value_counts().items():
+            section.notes.append(
+                f"run {run_id} was interrupted: {count} of its points come from their finished "
+                "timing passes only (partial = true and passes in tables/rows.csv); "
+                "attnbench run SUITE --out DIR --resume finishes it")
     shown = ("time_median_s", "tflops_per_s", "peak_mem_bytes", *tables.WHEN_PRESENT)
     metrics = [m for m in shown if m in rows]
     for scenario, part in rows.groupby("scenario", sort=True):

@@ -30,7 +30,7 @@ from harness.render.pivot import (
     time_pivot,
 )
 from harness.results import ROW_COLUMNS
-from harness.schema import BY_NAME
+from harness.schema import BY_NAME, IDENTITY
 
 FORMATS = ("text", "markdown", "csv")
 
@@ -90,13 +90,15 @@ def unit_of(column: str) -> Unit | None:
     """The display unit of a documented column (from its schema kind), None for a column that
     is not one number per row (text, a flag, a point field, a list per sample or pass)."""
     declared = BY_NAME.get(column)
-    if declared is None or declared.many or declared.point:
+    if declared is None or declared.many or declared.point or column in _IDENTITY:
         return None
     unit = KIND_UNITS[declared.kind]
     if unit is not None and declared.kind in ("rate", "number") and declared.unit:
         return replace(unit, label=declared.unit)
     return unit
 
+
+_IDENTITY = frozenset(c.name for c in IDENTITY)  # which run and point (schema_version, d_model)
 
 # Every documented row column that is a metric (``attnbench table --metric`` accepts these).
 METRICS: tuple[str, ...] = tuple(c for c in ROW_COLUMNS if unit_of(c) is not None)
@@ -111,6 +113,8 @@ def metric_problem(column: str) -> str | None:
         return "a list per row (one value per sample or pass), not one number"
     if declared.point:
         return "a point field: tables show it as a row axis, not as a metric"
+    if column in _IDENTITY:
+        return "it says which run or point a row is, not what was measured"
     if unit_of(column) is None:
         return f"a {declared.kind} column, not a number"
     return None

@@ -78,14 +78,16 @@ def entries(
 
 def _unknown(impl: str, known: set[str]) -> str:
     """Why ``impl`` is not an implementation of this suite's scenario: another scenario's
-    baseline, or nobody's (with the plug-ins whose entry point failed to load: one of them may
-    be the one meant)."""
+    baseline, a plug-in of that name whose entry point failed to load (its error alone), or
+    nobody's (with the plug-ins that failed to load: one of them may be the one meant)."""
     words = [w for w in interface.names() if impl in interface.get(w).baselines]
     owners = sorted({w.split("+")[0] for w in words})
     if owners:
         return f"{impl} runs in the {' and '.join(owners)} scenario only"
-    text = f"unknown implementation (known: {', '.join(sorted(known))})"
     broken = registry.load_errors()
+    if impl in broken:  # the plug-in of this very name is installed but does not import
+        return broken[impl]
+    text = f"unknown implementation (known: {', '.join(sorted(known))})"
     if broken:
         text += "; plug-ins that failed to load: " + "; ".join(
             f"{name}: {reason}" for name, reason in broken.items()

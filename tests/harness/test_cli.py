@@ -123,6 +123,22 @@ def test_run_says_its_expected_time_and_progress_off_a_terminal(tmp_path, capsys
     assert any("3/3 point-passes (100%)" in line for line in lines), err
 
 
+def test_the_expected_time_leaves_out_points_over_the_memory_budget(tmp_path, capsys):
+    """A point predicted not to fit is skipped at once: it adds nothing to the expected time
+    (``local`` at n=10^6 once said "expected about 563 h" and was done in a second)."""
+    from harness.distributed.shard import predicted_seconds
+    from harness.terminal import duration
+
+    text = ONE.replace("seq_len = [33]", "seq_len = [33, 1000000]")
+    code, _, err = cli(capsys, "run", suite_file(tmp_path, text), "--out", tmp_path / "r",
+                       "--no-table", "--mem-budget", "16MiB", "--budget-s", "0.02")
+    assert code == 0, err
+    small = Point("sdpa", seq_len=33, heads=2, head_dim=16, causal=True)
+    expected = duration(3 * predicted_seconds(small, 0.02))
+    assert f"expected about {expected} " in err.splitlines()[0], err
+    assert "1 ok, 1 skipped" in err
+
+
 def test_the_default_run_folder_is_named_after_the_run_id(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     code, _, err = cli(capsys, "run", suite_file(tmp_path, ONE), "--no-progress", "--no-table")
@@ -269,6 +285,9 @@ def test_table_metric_says_why_a_column_cannot_be_shown(tmp_path, capsys):
     assert code == 2 and "a list per row (one value per sample or pass)" in err
     code, _, err = cli(capsys, "table", run, "--metric", "seq_len")
     assert code == 2 and "point field" in err
+    code, _, err = cli(capsys, "table", run, "--metric", "schema_version")
+    assert code == 2 and "which run or point a row is" in err
+    assert "schema_version" not in err.split("(metrics:")[1]  # not offered as a metric
     code, out, _ = cli(capsys, "table", run, "--metric", "nvml_peak_bytes", "--metric",
                        "time_median_s")
     assert code == 0 and "median time (ms)" in out
@@ -336,6 +355,11 @@ def test_run_names_a_plugin_that_failed_to_load(tmp_path, capsys, monkeypatch):
     assert "my-broken-attn" in err and "unknown implementation" in err
     assert "broken: entry point attnbench_not_installed_anywhere failed to load" in err
     assert "No module named 'attnbench_not_installed_anywhere'" in err
+    named = suite_file(tmp_path, ONE.replace('["sdpa"]', '["broken"]'), "named.toml")
+    code, _, err = cli(capsys, "run", named, "--out", tmp_path / "o")
+    assert code == 2 and "unknown implementation" not in err, err  # it is known, and broken
+    assert "implementations = 'broken': entry point attnbench_not_installed_anywhere failed " \
+           "to load: No module named 'attnbench_not_installed_anywhere'" in err
 
 
 @pytest.fixture
@@ -367,6 +391,27 @@ def test_a_mismatching_plugin_gets_a_column_its_marks_and_exit_1(tmp_path, capsy
     notes = [line for line in out.splitlines() if line.startswith("(!)")]
     assert len(notes) == 1 and "half-attn (2): max_abs_err" in notes[0]
     assert "(and 1 more like it)" in notes[0] and "not ok" not in out
+
+
+def test_a_plugin_returning_the_wrong_shape_is_a_mismatch_that_says_so(tmp_path, capsys,
+                                                                        monkeypatch):
+    """(B, N, H, D) instead of (B, H, N, D): a recorded mismatch naming both shapes, not a raw
+    RuntimeError from the comparison."""
+    def transposed(q, k, v, mask, scale=None):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v).transpose(1, 2)
+
+    registry._load()
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    registry.register("bnhd-attn", family="test", caps=Capabilities(devices={"cpu"}),
+                      cost=Cost(2, 2))(transposed)
+    suite = suite_file(tmp_path, ONE.replace('["sdpa"]', '["bnhd-attn"]').replace(
+        "causal = true", ""))
+    code, _, err = cli(capsys, "run", suite, "--out", tmp_path / "r", "--no-progress",
+                       "--no-table")
+    assert code == 1, err
+    (row,) = load_rows(tmp_path / "r").to_dict("records")
+    assert row["status"] == "mismatch", row
+    assert row["reason"] == "output shape 1 x 33 x 2 x 16 ≠ expected 1 x 2 x 33 x 16"
 
 
 # --- suite messages ---------------------------------------------------------------------------

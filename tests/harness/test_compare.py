@@ -112,6 +112,12 @@ def test_run_against_itself_exits_0(base: Path) -> None:
     assert run_cli(base, base) == 0
 
 
+def test_the_summary_says_1_point_not_1_points(tmp_path: Path, capsys) -> None:
+    one = write_run(tmp_path / "one", [make_row(POINTS[0], np.random.default_rng(3))])
+    assert run_cli(one, one) == 0
+    assert "no regressions, 0 warnings over 1 point (" in capsys.readouterr().out
+
+
 def test_independent_noisy_rerun_exits_0(base: Path, tmp_path: Path) -> None:
     rng = np.random.default_rng(2)  # same distribution, fresh noise and outliers
     rerun = write_run(tmp_path / "rerun", [make_row(p, rng) for p in POINTS])

@@ -5,6 +5,7 @@ installs the wheel into a fresh venv and runs ``attnbench run`` and ``attnbench 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -66,3 +67,22 @@ def test_an_installed_attnbench_reads_its_own_copies(wheel: Path, tmp_path: Path
     assert claims.endswith("harness/suites/claims.toml")
     points, judged = map(int, counts.split())
     assert points == 48 and judged > 0
+
+
+def test_the_readme_gives_a_newcomer_two_commands_and_ci_runs_the_second() -> None:
+    """README's first section: one command installs and runs the main job, one installs and
+    runs the tests, and .ci/run installs and tests exactly so (the commands stay true)."""
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("## Two commands on a fresh machine")
+    section = readme[start : readme.index("\n#", start + 1)]
+    commands = re.findall(r"```sh\n(.*?)\n```", section, re.S)
+    assert len(commands) == 2, commands
+    main_job, tests = commands
+    assert main_job.startswith("python3 -m venv .venv && ") and main_job.endswith(
+        ".venv/bin/attnbench run")
+    assert tests.endswith(".venv/bin/python -m pytest")
+    ci = (ROOT / ".ci" / "run").read_text()
+    install = tests.split(" && ")[1]
+    assert f"\n{install.replace(' torch', ' -q torch', 1)}\n" in ci
+    assert "\n.venv/bin/python -m pytest -q\n" in ci
+    assert "ETA" in section and "minutes on 2 cores" in section

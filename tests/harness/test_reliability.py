@@ -269,6 +269,8 @@ def test_over_budget_full_point_is_skipped_with_the_prediction_and_the_rest_runs
     assert petabytes > 1
     row = run_point(huge, MeasureConfig(), get_device("cpu"), mem_budget=2**30)
     assert row["reason"] == f"predicted peak {petabytes:.1f} PiB > budget 1.0 GiB"  # not MiB
+    tiny = run_point(Point("full", seq_len=64), MeasureConfig(), get_device("cpu"), mem_budget=1024)
+    assert tiny["reason"].endswith("> budget 1 KiB")  # not "0 MiB"
     rest = frame.drop(index=("full", 2048))
     assert len(rest) == 3 and set(rest["status"]) == {"ok"}
 

@@ -368,8 +368,9 @@ def test_claims_about_these_runs_come_first_and_the_others_are_folded(built):
     open_part, folded = claims.split("<details>", 1)
     assert "attention-time-n2" in open_part and "full-memory-n2" in open_part
     assert "local-time-n1" not in open_part and "local-time-n1" in folded
-    assert "claims about rows these runs do not have" in folded
     table = pd.read_csv(base / "out" / "tables" / "claims.csv")
+    summary = re.search(r"<summary>(.*?)</summary>", folded).group(1)
+    assert re.fullmatch(r"claims about rows these runs do not have \(\d+\)", summary), summary
     assert "local-time-n1" in set(table["claim"])  # the CSV keeps every claim
 
 

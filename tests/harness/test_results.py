@@ -176,10 +176,19 @@ def test_an_interrupted_run_is_readable_from_its_finished_passes(tmp_path: Path,
     assert all(len(s) == 2 for s in two["pass_samples"])
     code, out, err = _cli(capsys, "table", run)
     assert code == 0 and "16" in out and "64" in out
-    assert "interrupted run: 4 point(s)" in err and "--resume" in err
+    assert "interrupted run: 4 points read" in err and "--resume" in err
     shutil.copytree(run, tmp_path / "copy")
     code, out, err = _cli(capsys, "compare", run, tmp_path / "copy")
     assert code == 0 and "partial" in out
+
+
+def test_the_report_says_a_run_was_interrupted(tmp_path: Path, capsys) -> None:
+    run = _interrupted_run(tmp_path / "run", stop_at=7)
+    code, _, err = _cli(capsys, "report", run, "--out", tmp_path / "report")
+    assert code == 0, err
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "run interrupted was interrupted: 4 of its points come from their finished" in text
+    assert "--resume" in text
 
 
 def test_resuming_finishes_the_partial_rows(tmp_path: Path) -> None:

@@ -3,9 +3,12 @@ names the file, the key and the value; random documents never raise anything els
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
+import re
 import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -16,6 +19,8 @@ from harness.errors import SuiteError
 from harness.sweep.expand import MAX_POINTS
 from harness.sweep.suite import MEASURE_KEYS, TOP_KEYS, load_suite, parse_suite
 from harness.sweep.validate import SHAPE_AXES
+
+SUITES = Path(__file__).resolve().parents[2] / "suites"
 
 BASE = {"name": "t", "scenario": "attention", "implementations": ["full"]}
 
@@ -268,3 +273,18 @@ def test_random_bytes_load_or_raise_suite_error(tmp_path_factory, blob):
         load_suite(path)
     except SuiteError as exc:
         assert "\n" not in str(exc)
+
+
+WALL_TIME = re.compile(r"(?i)\b(run time|wall time|runs? in|takes?|about|under|a few)\b"
+                       r"(?:[^.]|\.\d){0,60}?\b(seconds?|minutes?|min|hours?)\b")
+
+
+@pytest.mark.parametrize("path", sorted(p.name for p in SUITES.glob("*.toml")
+                                        if p.name != "claims.toml"))
+def test_every_bundled_suite_says_how_long_it_takes(path):
+    """A user picks a suite by its header: it says the expected wall time (sparse-cpu.toml
+    once ran 15 minutes without a row and without a word of warning)."""
+    lines = (SUITES / path).read_text().splitlines()
+    leading = itertools.takewhile(lambda line: line.startswith("#"), lines)
+    header = " ".join(line.lstrip("# ") for line in leading)
+    assert WALL_TIME.search(header), f"{path}: no expected wall time in the header"
