@@ -1,6 +1,6 @@
 """How fast does ``attnbench --help`` answer? Target: under 1 s on a 2-core machine (the
 command line imports no torch, pandas or matplotlib before a subcommand is chosen;
-tests/harness/test_cli.py checks the imports, this script the time).
+tests/harness/cli/test_cli.py checks the imports, this script the time).
 
     python benchmarks/cli_help.py [--runs 5]
 

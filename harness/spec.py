@@ -13,8 +13,28 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from harness.dtypes import FLOAT_DTYPES
 from harness.masks import MaskSpec
+
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float64": torch.float64,
+}
+"""The floating-point dtypes a point may use, by the name suites and rows spell."""
+FLOAT_DTYPES = frozenset(DTYPES.values())
+HALF_DTYPES = frozenset({torch.float16, torch.bfloat16})
+
+
+def torch_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    """The torch dtype of a name from :data:`DTYPES` (a torch dtype passes through)."""
+    return DTYPES[dtype] if isinstance(dtype, str) else dtype
+
+
+def itemsize(dtype: str | torch.dtype) -> int:
+    """Bytes per element of a dtype name (``"bfloat16"`` -> 2) or torch dtype."""
+    return torch_dtype(dtype).itemsize
+
 
 AttnFn = Callable[[Tensor, Tensor, Tensor], Tensor]
 """A prepared attention call: (q, k, v) -> out, the mask already bound."""

@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from harness.dtypes import HALF_DTYPES
+from harness.spec import HALF_DTYPES
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:

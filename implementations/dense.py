@@ -10,10 +10,9 @@ import math
 import torch
 from torch import Tensor
 
-from harness.dtypes import itemsize
 from harness.masks import MaskSpec, dense_mask
 from harness.registry import register
-from harness.spec import MASK_FEATURES, Capabilities, Cost, Problem
+from harness.spec import MASK_FEATURES, Capabilities, Cost, Problem, itemsize
 
 
 def _scores_bytes(p: Problem) -> int:

@@ -27,10 +27,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from harness.dtypes import HALF_DTYPES
 from harness.masks import MaskSpec
 from harness.registry import register, tiny_qkv
-from harness.spec import Capabilities, Cost, Problem
+from harness.spec import HALF_DTYPES, Capabilities, Cost, Problem
 from implementations._kernelized_spec import feature_definition, kernel_flops
 from implementations.linear_attention import no_scale as _no_scale
 

@@ -19,10 +19,9 @@ from functools import lru_cache
 import torch
 from torch import Tensor
 
-from harness.dtypes import HALF_DTYPES
 from harness.masks import MaskSpec
 from harness.registry import register, tiny_qkv
-from harness.spec import Capabilities, Cost
+from harness.spec import HALF_DTYPES, Capabilities, Cost
 
 
 def _availability() -> str | None:

@@ -30,10 +30,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from harness.dtypes import itemsize
 from harness.masks import MaskSpec
 from harness.registry import register
-from harness.spec import Capabilities, Cost, Problem
+from harness.spec import Capabilities, Cost, Problem, itemsize
 from implementations._kernels.triton_attn import (
     executed_pairs,
     fused_reasons,

@@ -27,10 +27,9 @@ import torch
 from torch import Tensor
 from torch.nn.attention.flex_attention import flex_attention
 
-from harness.dtypes import FLOAT_DTYPES
 from harness.masks import MaskSpec
 from harness.registry import register
-from harness.spec import AttnFn, Capabilities, Cost, Problem
+from harness.spec import FLOAT_DTYPES, AttnFn, Capabilities, Cost, Problem
 from implementations._kernels.flexmask import BLOCK, block_counts, build_block_mask
 
 RECOMPILE_LIMIT = 1024  # distinct (spec, shape) kernels one process may compile

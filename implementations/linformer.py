@@ -27,10 +27,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from harness.dtypes import FLOAT_DTYPES, HALF_DTYPES
 from harness.masks import MaskSpec
 from harness.registry import register
-from harness.spec import AttnFn, Capabilities, Cost, Param, Problem
+from harness.spec import FLOAT_DTYPES, HALF_DTYPES, AttnFn, Capabilities, Cost, Param, Problem
 
 PROJECTED = Param(256, "rows k that keys and values are projected to (k <= n_k)", minimum=1)
 

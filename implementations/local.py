@@ -26,10 +26,9 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from harness.dtypes import FLOAT_DTYPES
 from harness.masks import MaskSpec
 from harness.registry import register
-from harness.spec import AttnFn, Capabilities, Cost, Problem
+from harness.spec import FLOAT_DTYPES, AttnFn, Capabilities, Cost, Problem
 from implementations._kernels.tilekernel import plan_workspace_bytes, tile_attention
 from implementations._kernels.tiles import device_plan, plan_shape
 from implementations._kernels.triton_attn import (

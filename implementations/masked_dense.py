@@ -15,10 +15,9 @@ from functools import lru_cache
 import torch.nn.functional as F
 from torch import Tensor
 
-from harness.dtypes import FLOAT_DTYPES, itemsize
 from harness.masks import MaskSpec, dense_mask
 from harness.registry import register
-from harness.spec import MASK_FEATURES, AttnFn, Capabilities, Cost, Problem
+from harness.spec import FLOAT_DTYPES, MASK_FEATURES, AttnFn, Capabilities, Cost, Problem, itemsize
 
 
 @lru_cache(maxsize=1)  # an (n, n) mask is 256 MiB at n = 16k: keep only the latest

@@ -31,10 +31,9 @@ import math
 import torch
 from torch import Tensor
 
-from harness.dtypes import FLOAT_DTYPES, HALF_DTYPES
 from harness.masks import MaskSpec
 from harness.registry import register
-from harness.spec import Capabilities, Cost, Param, Problem
+from harness.spec import FLOAT_DTYPES, HALF_DTYPES, Capabilities, Cost, Param, Problem
 
 LANDMARKS = Param(64, "landmarks m: segment means of Q and K (m <= n)", minimum=1)
 PINV_ITERS = Param(

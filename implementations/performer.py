@@ -34,10 +34,9 @@ from functools import lru_cache
 import torch
 from torch import Tensor
 
-from harness.dtypes import FLOAT_DTYPES
 from harness.masks import MaskSpec
 from harness.registry import register
-from harness.spec import Capabilities, Cost, Param, Problem, Recurrence
+from harness.spec import FLOAT_DTYPES, Capabilities, Cost, Param, Problem, Recurrence
 from implementations._kernelized import (
     KernelState,
     compute_dtype,

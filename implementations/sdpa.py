@@ -17,10 +17,9 @@ from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 
-from harness.dtypes import HALF_DTYPES
 from harness.masks import MaskSpec
 from harness.registry import register, tiny_qkv
-from harness.spec import Capabilities, Cost, Problem
+from harness.spec import HALF_DTYPES, Capabilities, Cost, Problem
 
 # We handle n_q > n_k ourselves (empty rows -> zeros), so this warning is noise.
 warnings.filterwarnings("ignore", message="Lower right causal bias will produce NaNs")

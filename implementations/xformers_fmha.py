@@ -16,10 +16,9 @@ import math
 import torch
 from torch import Tensor
 
-from harness.dtypes import FLOAT_DTYPES
 from harness.masks import MaskSpec
 from harness.registry import register, tiny_qkv
-from harness.spec import Capabilities, Cost
+from harness.spec import FLOAT_DTYPES, Capabilities, Cost
 
 
 def _availability() -> str | None:

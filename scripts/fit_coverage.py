@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "harness"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "harness" / "analysis"))
 
 from test_fitrule import EXPONENTS, GRIDS, NOISE, OVERHEADS, synthetic
 

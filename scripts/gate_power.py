@@ -14,7 +14,7 @@ next run of the same condition given as ``--confirm``. Rates are printed per gat
 condition: honest runs that fail are false alarms, slowed runs that pass are misses.
 Targets: 0/5 false alarms, 5/5 detections.
 
-``--record-gate FILE`` measures the small gate suite of ``tests/harness/test_noise.py``
+``--record-gate FILE`` measures the small gate suite of ``tests/harness/compare/test_noise.py``
 (:data:`GATE_SUITE`: sdpa and flash-tiled at n = 128, 256, timed as the smoke suite is: three
 passes of 0.25 s, one thread) for real three times -- a baseline, an honest rerun and a run
 with flash-tiled made 3x slower -- with a neighbour busy on one core (``--neighbour off``:
@@ -23,14 +23,15 @@ replays those recorded samples through the runner and the gate, so its verdict i
 every machine and under any load;
 this script is where the gate meets real runs.
 
-    .venv/bin/python scripts/gate_power.py --record-gate tests/harness/data/gate_samples.json
+    .venv/bin/python scripts/gate_power.py \
+        --record-gate tests/harness/compare/data/gate_samples.json
 
 On a machine shared with other work, give the recording and its neighbour the machine (a
 scheduling group ahead of the rest; the file notes the group it ran in), so the samples are
 those of a 2-core runner with one busy neighbour, not of whatever else was running:
 
     setsid bash -c 'echo -15 > /proc/self/autogroup; exec .venv/bin/python \
-        scripts/gate_power.py --record-gate tests/harness/data/gate_samples.json'
+        scripts/gate_power.py --record-gate tests/harness/compare/data/gate_samples.json'
 """
 
 from __future__ import annotations

@@ -228,5 +228,45 @@ def test_the_size_report_counts_every_module(capsys):
     print("\n" + size_report())  # shown with pytest -s; not a limit
 
 
+
+SHORTEST = 40  # lines: a module shorter than this holds a piece of some other module's job
+
+
+def test_no_module_is_a_fragment():
+    """Split by meaning, not by line count: no module under 40 lines except package files
+    (``__init__``, ``__main__``) and errors.py, the exceptions every layer raises."""
+    short = [
+        (name, n)
+        for n, name in sizes()[0]
+        if n < SHORTEST
+        and MODULES[name].stem not in ("__init__", "__main__", "errors")
+    ]
+    assert not short, f"modules under {SHORTEST} lines: {short}"
+
+
+def test_module_names_say_one_job_each():
+    """Outside cli/ (one module per verb) no two modules share a name."""
+    stems: dict[str, list[str]] = {}
+    for name, path in MODULES.items():
+        if path.stem.startswith("__") or ".cli." in f".{name}.":
+            continue
+        stems.setdefault(path.stem, []).append(name)
+    assert not {s: n for s, n in stems.items() if len(n) > 1}
+
+
+def test_the_tests_mirror_the_package_tree():
+    """tests/harness and tests/implementations follow the code: every folder is a package of
+    the code (besides test data and the toy scenario a test installs), and a test file directly
+    under a package's folder tests a module of that package."""
+    for package in ("harness", "implementations"):
+        for folder in sorted((ROOT / "tests" / package).rglob("*")):
+            relative = folder.relative_to(ROOT / "tests")
+            if not folder.is_dir() or {"data", "toy_scenario", "__pycache__"} & set(relative.parts):
+                continue
+            assert (ROOT / relative / "__init__.py").is_file(), f"tests/{relative}: no such package"
+    for test in (ROOT / "tests" / "harness").glob("test_*.py"):
+        module = test.stem.removeprefix("test_")
+        assert (ROOT / "harness" / f"{module}.py").is_file(), f"{test.name}: no harness/{module}.py"
+
 if __name__ == "__main__":
     print(size_report())

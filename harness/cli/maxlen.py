@@ -7,13 +7,13 @@ import json
 import sys
 
 from harness.cli import parse_size
-from harness.dtypes import DTYPES
 from harness.errors import CliError, Interrupted, SuiteError
 from harness.execute.maxlen import find_max_len, report, verification_notice
 from harness.execute.runner import default_budget
 from harness.measure.device import get_device
 from harness.scenarios import interface
 from harness.scenarios.interface import Point, scenario_of
+from harness.spec import DTYPES
 from harness.sweep.suite import parse_suite
 
 

@@ -23,9 +23,8 @@ Widths as :class:`harness.model.transformer.BlockConfig` builds them (``d = head
 from __future__ import annotations
 
 from harness import registry
-from harness.dtypes import itemsize
 from harness.masks import kept_pairs
-from harness.spec import Problem
+from harness.spec import Problem, itemsize
 
 BACKWARD_FACTOR = 2.5  # attention backward / forward FLOPs (FlashAttention benchmark convention)
 LINEAR_BACKWARD_FACTOR = 2.0  # dX and dW, each as costly as the forward matmul

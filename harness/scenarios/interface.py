@@ -31,12 +31,11 @@ from typing import ClassVar
 import torch
 
 from harness import registry, scenarios
-from harness.dtypes import DTYPES
 from harness.masks import MaskSpec
 from harness.measure.device import Device
 from harness.scenarios import packing
 from harness.scenarios.case import Case, CaseOptions, CheckPlan, plan_check
-from harness.spec import ParamValue, Problem
+from harness.spec import DTYPES, ParamValue, Problem
 
 # the scenario settings of the first point ids, with the values they hashed when a point's
 # scenario had no such setting (every point had all 26 fields then)

@@ -21,11 +21,10 @@ import math
 import typing
 from dataclasses import dataclass, field, fields
 
-from harness.dtypes import DTYPES
 from harness.errors import SuiteError
 from harness.scenarios import packing
 from harness.scenarios.interface import Scenario, settings_types
-from harness.spec import Param
+from harness.spec import DTYPES, Param
 
 DEVICES = ("cpu", "cuda", "auto")
 # fmt: off

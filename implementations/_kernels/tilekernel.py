@@ -24,8 +24,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from harness.dtypes import itemsize
-from harness.spec import Problem
+from harness.spec import Problem, itemsize
 from implementations._kernels.tilepool import map_tiles
 from implementations._kernels.tiles import Plan, PlanShape, Tile
 

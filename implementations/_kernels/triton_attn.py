@@ -23,9 +23,8 @@ import math
 import torch
 from torch import Tensor
 
-from harness.dtypes import FLOAT_DTYPES
 from harness.masks import MaskSpec
-from harness.spec import Problem
+from harness.spec import FLOAT_DTYPES, Problem
 from implementations._kernels.triton_blocklist import block_executed_pairs, block_reasons
 from implementations._kernels.triton_plan import band_executed_pairs, band_plan, fused_band_reasons
 from implementations._kernels.triton_tables import (

@@ -19,10 +19,9 @@ import pytest
 import torch
 
 from harness import registry
-from harness.dtypes import FLOAT_DTYPES
 from harness.masks import MaskSpec
 from harness.registry import Implementation, NotSupportedError
-from harness.spec import MASK_FEATURES, Problem
+from harness.spec import FLOAT_DTYPES, MASK_FEATURES, Problem
 from tests.conftest import make_qkv
 
 N, N_Q, D = 40, 24, 16  # square and unequal (bottom-right) lengths

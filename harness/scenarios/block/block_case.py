@@ -39,7 +39,6 @@ from harness.cost.components import (
     lstm_params,
     projection_flops,
 )
-from harness.dtypes import itemsize
 from harness.measure.device import Device
 from harness.model import FFNS, MIXERS, NORMS, POSITIONS
 from harness.model.transformer import BlockConfig, TransformerBlock, build_block
@@ -54,7 +53,7 @@ from harness.scenarios.interface import (
     check_plan,
     register,
 )
-from harness.spec import Problem
+from harness.spec import Problem, itemsize
 
 BASELINES = {"lstm": "recurrent", "conv": "convolution"}  # implementation -> family
 

@@ -31,11 +31,10 @@ from harness.cost.components import (
     kv_dim,
     projection_flops,
 )
-from harness.dtypes import itemsize
 from harness.scenarios.case import full_check_fits
 from harness.scenarios.decode.caches import CACHES
 from harness.scenarios.interface import Point, PointCost
-from harness.spec import Problem
+from harness.spec import Problem, itemsize
 
 REFERENCE_CHUNK = 256  # query rows per chunk of harness.oracle.reference (its default)
 

@@ -14,7 +14,7 @@ import torch
 from harness.cli import main
 from harness.results import ROWS_FILE, iter_rows, load_env, write_env
 from harness.sweep.suite import load_suite
-from tests.harness.test_shard import SUITE_48
+from tests.harness.distributed.test_shard import SUITE_48
 
 
 def row_ids(run_dir: Path) -> list[str]:

@@ -20,7 +20,7 @@ from harness.sweep.expand import MAX_POINTS
 from harness.sweep.suite import MEASURE_KEYS, TOP_KEYS, load_suite, parse_suite
 from harness.sweep.validate import SHAPE_AXES
 
-SUITES = Path(__file__).resolve().parents[2] / "suites"
+SUITES = Path(__file__).resolve().parents[3] / "suites"
 
 BASE = {"name": "t", "scenario": "attention", "implementations": ["full"]}
 

@@ -50,13 +50,14 @@ def test_the_proof_dry_run_lists_every_cuda_test_and_the_kernel_backward():
     cuda = {line.split(": ", 1)[1] for line in listed if line.startswith("cuda: ")}
     flex = {line.split(": ", 1)[1] for line in listed if line.startswith("flex: ")}
     assert any(t.startswith("tests/cuda/test_cuda.py::") for t in cuda)
-    kernels = {t for t in cuda if t.startswith("tests/implementations/test_triton_kernels.py::")}
+    kernel_tests = "tests/implementations/_kernels/test_triton_kernels.py::"
+    kernels = {t for t in cuda if t.startswith(kernel_tests)}
     assert any("test_gradients_fp32" in t for t in kernels)  # the Triton backward
     assert any("test_forward_fp32" in t for t in kernels)
     assert any("test_split_kv_decode" in t for t in kernels)
-    assert "tests/harness/test_timing.py::test_cuda_flush_per_call_times_one_call_per_event_pair" \
-        in cuda
-    assert "tests/harness/test_nvml.py::test_cuda_clock_columns_come_from_nvml_or_say_why" in cuda
+    timing, nvml = "tests/harness/measure/test_timing.py::", "tests/harness/measure/test_nvml.py::"
+    assert f"{timing}test_cuda_flush_per_call_times_one_call_per_event_pair" in cuda
+    assert f"{nvml}test_cuda_clock_columns_come_from_nvml_or_say_why" in cuda
     assert any(t.startswith("tests/implementations/test_flex.py::") for t in flex)
     # every test that skips itself without CUDA is in the proof
     marked = _tests_skipping_without_cuda()
@@ -75,7 +76,7 @@ def test_the_proof_runs_its_tests_where_pytest_benchmark_is_missing(tmp_path):
     result = subprocess.run(["bash", str(PROOF), "--dry-run"], capture_output=True, text=True,
                             env=env, cwd=ROOT, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert any(line.startswith("cuda: tests/implementations/test_triton_kernels.py::")
+    assert any(line.startswith("cuda: tests/implementations/_kernels/test_triton_kernels.py::")
                for line in result.stdout.splitlines())
 
 

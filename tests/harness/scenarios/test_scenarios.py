@@ -31,7 +31,7 @@ from harness.scenarios.interface import Point, point_from_row, scenario_of
 from harness.spec import Capabilities, Cost, Param
 from harness.sweep.suite import MeasureConfig, parse_suite
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 BASELINE = ROOT / "results" / "baselines" / "cpu-amd-epyc-t1" / "smoke" / "rows.jsonl"
 FAST = MeasureConfig(
     timing=TimingConfig(budget_s=0.02, min_samples=2, warmup_calls=1), passes=1, check="full"

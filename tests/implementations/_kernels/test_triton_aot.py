@@ -22,7 +22,7 @@ import pytest
 
 triton = pytest.importorskip("triton")
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("triton.backends.nvidia") is None

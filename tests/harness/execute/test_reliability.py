@@ -23,7 +23,7 @@ from harness.results import ROWS_FILE, load_rows
 from harness.scenarios.interface import Point, cost_of, point_from_row
 from harness.sweep.suite import MeasureConfig, load_suite
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 MEASURE = "[measure]\nbudget_s = 0.05\nmin_samples = 3\nwarmup_calls = 1\nthreads = 2\n"
 HEAD = 'name = "rel"\nscenario = "attention"\n'
 

@@ -15,7 +15,7 @@ from harness.render import pivot, table
 from harness.results import ROW_COLUMNS
 from harness.scenarios.interface import Point
 
-README = Path(__file__).resolve().parents[2] / "results" / "README.md"
+README = Path(__file__).resolve().parents[3] / "results" / "README.md"
 SPARSE_IMPLS = {  # a sparse-cpu-like suite: [[variant]] fields owned by one implementation each
     "local": {},
     "dilated": {"dilation": 2},

@@ -392,7 +392,7 @@ def test_a_closed_pipe_is_141_for_table_and_list(base: Path) -> None:
 def test_an_all_skipped_current_run_lists_every_ok_point(tmp_path: Path, capsys) -> None:
     """What ``attnbench run suites/smoke.toml --mem-budget 1KiB`` writes: every point skipped
     before it ran (no time, no memory, no reference-kernel time)."""
-    baseline = Path(__file__).resolve().parents[2] / "results/baselines/cpu-amd-epyc-t1/smoke"
+    baseline = Path(__file__).resolve().parents[3] / "results/baselines/cpu-amd-epyc-t1/smoke"
     identity = ("impl", "family", "device_name", "threads", "predicted_mem_bytes", "point_id")
     skipped = []
     for row in read_rows(baseline):
