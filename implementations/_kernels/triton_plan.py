@@ -10,12 +10,15 @@ class coordinates: ``p = r + step·x`` for ``x`` in ``[x_start, x_start + n_own)
 *partner* positions of the same class ``r + step·c`` for ``c`` in ``[c_start, c_end)``. Own ``x``
 keeps the partners in one interval (:func:`own_bounds`, mirrored by the kernels'
 ``triton_primitives.own_bounds``): ``[x + lo_rel, x + hi_rel]`` (the window, causality folded
-into ``hi_rel``); a position ``p < prefix_len`` also keeps ``[0, prefix_len)`` (prefix-LM, only
-without dilation, where the two intervals meet); with documents the interval is cut to the
+into ``hi_rel``); a position ``p < prefix_len`` also keeps ``[0, prefix_len)`` (prefix-LM, in
+slots of step 1, where the two intervals meet); with documents the interval is cut to the
 document ``[s, e)`` of ``p``, and the prefix is the document's own: ``p - s < prefix_len`` keeps
 ``[s, s + prefix_len)``. Both ends are nondecreasing in ``x``, so a block of owns walks one partner
 range and the middle that every own keeps runs without a mask. With dilation d, class r
 (``p ≡ j ≡ r mod d``) is a slot with ``step = d``: the dilated window is a plain band there.
+The prefix spans every class, so a dilated class slot walks it apart: each own block visits
+the partner positions from the least start to the greatest end of its owns' prefixes
+(:func:`prefix_segments`), keeping those outside the band.
 
 Global positions G (``global_tokens`` as a count or as positions; with documents each
 document's own, listed as absolute positions by :func:`global_table`): a *table* slot whose owns are
@@ -209,7 +212,7 @@ def _own_blocks(plan: BandPlan, slot: tuple[int, ...], block: int):
 def band_executed_pairs(plan: BandPlan, block_m: int, block_n: int) -> int:
     """(query, key) lanes the forward kernel computes per (batch, head): every program's
     ``block_m`` rows times ``block_n`` keys per key block it visits (masked lanes included),
-    band and cross segments. O(number of row blocks)."""
+    band, cross and prefix segments. O(number of row blocks), O(rows) with a dilated prefix."""
     total = 0
     table = torch.tensor(plan.globals, dtype=torch.int64)
     for slot in plan.slots:

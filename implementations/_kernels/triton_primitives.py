@@ -10,6 +10,7 @@ dim D padded to a power of two. Each mask clause (prefix, documents, global toke
 is a ``tl.constexpr``: a kernel compiled without it carries no code for it. With documents,
 global tokens and the prefix are each document's own (counted from its start): the plan lists
 the globals as absolute positions, and :func:`own_bounds` offsets the prefix by the start.
+Under dilation the prefix is a segment apart (:func:`prefix_bounds`, :func:`cross_keep`).
 """
 
 from __future__ import annotations
