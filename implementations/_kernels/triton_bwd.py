@@ -78,13 +78,12 @@ def dq_step(dq, q, do, lse, delta, lo, hi, k_base, v_base, skn, svn, r, step, c0
 
 
 @triton.jit
-def dq_cross(dq, q, do, lse, delta, lo, hi, glo, ghi, plo, phi, k_base, v_base, skn, svn,
-             GPOS, e0, e1, r, step, sc2, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-             D: tl.constexpr, DILATED: tl.constexpr, GATHER: tl.constexpr,
-             APART: tl.constexpr, PRECISION: tl.constexpr):
-    """dQ from the keys outside the rows' band: the global keys ``GPOS[e0:e1]`` (GATHER;
-    APART: not those in the rows' prefix [plo, phi]), or the keys ``[e0, e1)`` of a dilated
-    prefix (as :func:`~.triton_fwd.fwd_cross`)."""
+def dq_cross(dq, q, do, lse, delta, lo, hi, glo, ghi, k_base, v_base, skn, svn, GPOS, e0, e1,
+             r, step, sc2, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, D: tl.constexpr,
+             DILATED: tl.constexpr, GATHER: tl.constexpr, PRECISION: tl.constexpr):
+    """dQ from the keys outside the rows' band, each row's in [glo, ghi]: the global keys
+    ``GPOS[e0:e1]`` (GATHER), or the keys ``[e0, e1)`` of a dilated prefix (as
+    :func:`~.triton_fwd.fwd_cross`)."""
     dd = tl.arange(0, BLOCK_D)
     for e in range(e0, e1, BLOCK_N):
         ev = e + tl.arange(0, BLOCK_N)
@@ -95,7 +94,7 @@ def dq_cross(dq, q, do, lse, delta, lo, hi, glo, ghi, plo, phi, k_base, v_base, 
             j = tl.minimum(ev, e1 - 1)
         k = load_rows(k_base + j[:, None] * skn + dd[None, :], col_ok, D, BLOCK_D, False)
         v = load_rows(v_base + j[:, None] * svn + dd[None, :], col_ok, D, BLOCK_D, False)
-        keep = cross_keep(j, glo, ghi, lo, hi, r, step, plo, phi, DILATED, APART)
+        keep = cross_keep(j, glo, ghi, lo, hi, r, step, DILATED)
         dq = dq_tile(dq, q, do, lse, delta, k, v, keep & col_ok[None, :], sc2, True, PRECISION)
     return dq
 
@@ -109,25 +108,26 @@ def dq_rows(dq, q, do, lse, delta, x, p, ok, x0, p0, x1, p1, r, step, flags, SP,
     """dQ of one row block over the forward's keys: the cross segment, the prefix segment
     (dilated), the masked edges, the unmasked middle."""
     lo, hi = own_bounds(x, p, ok, SP, P, DS, DE, PREFIX, DOCS, DILATED)
-    plo, phi = lo, hi  # the rows' prefix keys: a segment of their own in dilated class slots
-    if PREFIX:  # noqa: SIM102 (compile-time clauses)
-        if DILATED:
-            plo, phi = prefix_bounds(p, ok, 0, P, DS, DE, DOCS)
     if GLOBAL:  # noqa: SIM102 (a compile-time clause around a runtime one)
         if (flags & 1) != 0:
             glo, ghi = cross_bounds(p, ok, -n_k - 1, hg, DS, DE, DOCS)
+            if PREFIX:  # noqa: SIM102 (compile-time clauses)
+                if DILATED:  # the prefix segment holds the keys up to the prefix's end
+                    _, pend = prefix_bounds(p, ok, 0, P, DS, DE, DOCS)
+                    glo = tl.maximum(glo, pend + 1)
             first, _ = cross_bounds(p0, p0 >= 0, -n_k - 1, hg, DS, DE, DOCS)
             _, last = cross_bounds(p1, p1 >= 0, -n_k - 1, hg, DS, DE, DOCS)
-            dq = dq_cross(dq, q, do, lse, delta, lo, hi, glo, ghi, plo, phi, k_base, v_base,
-                          skn, svn, GPOS, tl.load(GIDX + tl.maximum(first, 0)),
+            dq = dq_cross(dq, q, do, lse, delta, lo, hi, glo, ghi, k_base, v_base, skn, svn,
+                          GPOS, tl.load(GIDX + tl.maximum(first, 0)),
                           tl.load(GIDX + tl.minimum(last, n_k - 1) + 1), r, step, sc2,
-                          BLOCK_N, BLOCK_D, D, DILATED, True, PREFIX, PRECISION)
+                          BLOCK_N, BLOCK_D, D, DILATED, True, PRECISION)
     if PREFIX:  # noqa: SIM102 (compile-time clauses around a runtime one)
         if DILATED:  # noqa: SIM102
             if (flags & 2) == 0:
-                dq = dq_cross(dq, q, do, lse, delta, lo, hi, plo, phi, plo, phi, k_base,
-                              v_base, skn, svn, GPOS, tl.min(plo, 0), tl.max(phi, 0) + 1, r,
-                              step, sc2, BLOCK_N, BLOCK_D, D, DILATED, False, False, PRECISION)
+                plo, phi = prefix_bounds(p, ok, 0, P, DS, DE, DOCS)
+                dq = dq_cross(dq, q, do, lse, delta, lo, hi, plo, phi, k_base, v_base, skn, svn,
+                              GPOS, tl.min(plo, 0), tl.max(phi, 0) + 1, r, step, sc2,
+                              BLOCK_N, BLOCK_D, D, DILATED, False, PRECISION)
     lo0, hi0 = own_bounds(x0, p0, p0 >= 0, SP, P, DS, DE, PREFIX, DOCS, DILATED)
     lo1, hi1 = own_bounds(x1, p1, p1 >= 0, SP, P, DS, DE, PREFIX, DOCS, DILATED)
     start, mid, post, end = walk(lo0, hi0, lo1, hi1, BLOCK_N)
@@ -212,13 +212,13 @@ def dkdv_step(dk, dv, k, v, lo, hi, q_base, do_base, lse_base, delta_base, sqn, 
 
 
 @triton.jit
-def dkdv_cross(dk, dv, k, v, lo, hi, glo, ghi, plo, phi, q_base, do_base, lse_base,
-               delta_base, sqn, sdn, GPOS, e0, e1, r, step, off, sc2, BLOCK_M: tl.constexpr,
+def dkdv_cross(dk, dv, k, v, lo, hi, glo, ghi, q_base, do_base, lse_base, delta_base, sqn,
+               sdn, GPOS, e0, e1, r, step, off, sc2, BLOCK_M: tl.constexpr,
                BLOCK_D: tl.constexpr, D: tl.constexpr, DILATED: tl.constexpr,
-               GATHER: tl.constexpr, APART: tl.constexpr, PRECISION: tl.constexpr):
-    """The query rows that keep these keys outside their band: the global rows
-    ``GPOS[e0:e1]`` (GATHER; APART: not those in the keys' prefix [plo, phi]), or the rows at
-    positions ``[e0, e1)`` of a dilated prefix."""
+               GATHER: tl.constexpr, PRECISION: tl.constexpr):
+    """The query rows that keep these keys outside their band, each key's in [glo, ghi]: the
+    global rows ``GPOS[e0:e1]`` (GATHER), or the rows at positions ``[e0, e1)`` of a dilated
+    prefix."""
     dd = tl.arange(0, BLOCK_D)
     for e in range(e0, e1, BLOCK_M):
         ev = e + tl.arange(0, BLOCK_M)
@@ -232,8 +232,7 @@ def dkdv_cross(dk, dv, k, v, lo, hi, glo, ghi, plo, phi, q_base, do_base, lse_ba
         do = load_rows(do_base + i[:, None] * sdn + dd[None, :], row_ok, D, BLOCK_D, False)
         lse = tl.load(lse_base + i)
         delta = tl.load(delta_base + i)
-        keep = cross_keep(p, glo, ghi, lo, hi, r, step, plo, phi, DILATED, APART)
-        keep = keep & row_ok[None, :]
+        keep = cross_keep(p, glo, ghi, lo, hi, r, step, DILATED) & row_ok[None, :]
         dk, dv = dkdv_tile(dk, dv, k, v, q, do, lse, delta, keep, sc2, True, PRECISION)
     return dk, dv
 
@@ -285,27 +284,28 @@ def dkdv_keys(dk, dv, k, v, x, j, ok, x0, j0, x1, j1, r, step, flags, SP, GPOS, 
     """dK/dV of one key block from one query head: the global rows outside the band, the
     prefix rows (dilated), the masked edges, the unmasked middle of the transposed band."""
     lo, hi = own_bounds(x, j, ok, SP, P, DS, DE, PREFIX, DOCS, DILATED)
-    plo, phi = lo, hi  # the keys' prefix rows: a segment of their own in dilated class slots
-    if PREFIX:  # noqa: SIM102 (compile-time clauses)
-        if DILATED:
-            plo, phi = prefix_bounds(j, ok, off, P, DS, DE, DOCS)
     if GLOBAL:  # noqa: SIM102 (a compile-time clause around a runtime one)
         if (flags & 1) != 0:
             glo, ghi = cross_bounds(j, ok, -hg, n_k + 1, DS, DE, DOCS)
+            if PREFIX:  # noqa: SIM102 (compile-time clauses)
+                if DILATED:  # the prefix segment holds the rows up to the prefix's end
+                    _, pend = prefix_bounds(j, ok, off, P, DS, DE, DOCS)
+                    glo = tl.maximum(glo, pend + 1)
             first, _ = cross_bounds(j0, j0 >= 0, -hg, n_k + 1, DS, DE, DOCS)
             _, last = cross_bounds(j1, j1 >= 0, -hg, n_k + 1, DS, DE, DOCS)
             e0 = tl.load(GIDX + tl.maximum(first, off))
             e1 = tl.load(GIDX + tl.minimum(last, n_k - 1) + 1)
-            dk, dv = dkdv_cross(dk, dv, k, v, lo, hi, glo, ghi, plo, phi, q_base, do_base,
-                                lse_base, delta_base, sqn, sdn, GPOS, e0, e1, r, step, off,
-                                sc2, BLOCK_M, BLOCK_D, D, DILATED, True, PREFIX, PRECISION)
+            dk, dv = dkdv_cross(dk, dv, k, v, lo, hi, glo, ghi, q_base, do_base, lse_base,
+                                delta_base, sqn, sdn, GPOS, e0, e1, r, step, off, sc2, BLOCK_M,
+                                BLOCK_D, D, DILATED, True, PRECISION)
     if PREFIX:  # noqa: SIM102 (compile-time clauses around a runtime one)
         if DILATED:  # noqa: SIM102
             if (flags & 2) == 0:
-                dk, dv = dkdv_cross(dk, dv, k, v, lo, hi, plo, phi, plo, phi, q_base, do_base,
-                                    lse_base, delta_base, sqn, sdn, GPOS, tl.min(plo, 0),
-                                    tl.max(phi, 0) + 1, r, step, off, sc2, BLOCK_M, BLOCK_D,
-                                    D, DILATED, False, False, PRECISION)
+                plo, phi = prefix_bounds(j, ok, off, P, DS, DE, DOCS)
+                dk, dv = dkdv_cross(dk, dv, k, v, lo, hi, plo, phi, q_base, do_base, lse_base,
+                                    delta_base, sqn, sdn, GPOS, tl.min(plo, 0),
+                                    tl.max(phi, 0) + 1, r, step, off, sc2, BLOCK_M, BLOCK_D, D,
+                                    DILATED, False, PRECISION)
     lo0, hi0 = own_bounds(x0, j0, j0 >= 0, SP, P, DS, DE, PREFIX, DOCS, DILATED)
     lo1, hi1 = own_bounds(x1, j1, j1 >= 0, SP, P, DS, DE, PREFIX, DOCS, DILATED)
     start, mid, post, end = walk(lo0, hi0, lo1, hi1, BLOCK_M)

@@ -72,12 +72,11 @@ def fwd_step(acc, l_i, m_i, q, lo, hi, k_base, v_base, skn, svn, r, step, c0, c_
 
 
 @triton.jit
-def fwd_cross(acc, l_i, m_i, q, lo, hi, glo, ghi, plo, phi, k_base, v_base, skn, svn, GPOS,
-              e0, e1, r, step, sc2, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-              D: tl.constexpr, DILATED: tl.constexpr, GATHER: tl.constexpr,
-              APART: tl.constexpr, PRECISION: tl.constexpr):
-    """The keys outside the rows' band: the global keys ``GPOS[e0:e1]`` (GATHER; APART: not
-    those in the rows' prefix [plo, phi]), or the keys ``[e0, e1)`` of a dilated prefix."""
+def fwd_cross(acc, l_i, m_i, q, lo, hi, glo, ghi, k_base, v_base, skn, svn, GPOS, e0, e1,
+              r, step, sc2, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, D: tl.constexpr,
+              DILATED: tl.constexpr, GATHER: tl.constexpr, PRECISION: tl.constexpr):
+    """The keys outside the rows' band, each row's in [glo, ghi]: the global keys
+    ``GPOS[e0:e1]`` (GATHER), or the keys ``[e0, e1)`` of a dilated prefix."""
     dd = tl.arange(0, BLOCK_D)
     for e in range(e0, e1, BLOCK_N):
         ev = e + tl.arange(0, BLOCK_N)
@@ -88,8 +87,7 @@ def fwd_cross(acc, l_i, m_i, q, lo, hi, glo, ghi, plo, phi, k_base, v_base, skn,
             j = tl.minimum(ev, e1 - 1)
         k = load_rows(k_base + j[:, None] * skn + dd[None, :], col_ok, D, BLOCK_D, False)
         s = mma(q, tl.trans(k), None, PRECISION)
-        keep = cross_keep(j, glo, ghi, lo, hi, r, step, plo, phi, DILATED, APART)
-        keep = keep & col_ok[None, :]
+        keep = cross_keep(j, glo, ghi, lo, hi, r, step, DILATED) & col_ok[None, :]
         v = load_rows(v_base + j[:, None] * svn + dd[None, :], col_ok, D, BLOCK_D, False)
         acc, l_i, m_i = online(acc, l_i, m_i, tl.where(keep, s, NEG), v, sc2, True, PRECISION)
     return acc, l_i, m_i
@@ -177,27 +175,28 @@ def fwd_rows(q, x, p, ok, x0, p0, x1, p1, r, step, flags, SP, GPOS, GIDX, DS, DE
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     lo, hi = own_bounds(x, p, ok, SP, P, DS, DE, PREFIX, DOCS, DILATED)
-    plo, phi = lo, hi  # the rows' prefix keys: a segment of their own in dilated class slots
-    if PREFIX:  # noqa: SIM102 (compile-time clauses)
-        if DILATED:
-            plo, phi = prefix_bounds(p, ok, 0, P, DS, DE, DOCS)
     if GLOBAL:  # noqa: SIM102 (a compile-time clause around a runtime one)
         if (flags & 1) != 0:
             glo, ghi = cross_bounds(p, ok, -n_k - 1, hg, DS, DE, DOCS)
+            if PREFIX:  # noqa: SIM102 (compile-time clauses)
+                if DILATED:  # the prefix segment holds the keys up to the prefix's end
+                    _, pend = prefix_bounds(p, ok, 0, P, DS, DE, DOCS)
+                    glo = tl.maximum(glo, pend + 1)
             first, _ = cross_bounds(p0, p0 >= 0, -n_k - 1, hg, DS, DE, DOCS)
             _, last = cross_bounds(p1, p1 >= 0, -n_k - 1, hg, DS, DE, DOCS)
             e0 = tl.load(GIDX + tl.maximum(first, 0))
             e1 = tl.load(GIDX + tl.minimum(last, n_k - 1) + 1)
-            acc, l_i, m_i = fwd_cross(acc, l_i, m_i, q, lo, hi, glo, ghi, plo, phi, k_base,
-                                      v_base, skn, svn, GPOS, e0, e1, r, step, sc2, BLOCK_N,
-                                      BLOCK_D, D, DILATED, True, PREFIX, PRECISION)
+            acc, l_i, m_i = fwd_cross(acc, l_i, m_i, q, lo, hi, glo, ghi, k_base, v_base, skn,
+                                      svn, GPOS, e0, e1, r, step, sc2, BLOCK_N, BLOCK_D, D,
+                                      DILATED, True, PRECISION)
     if PREFIX:  # noqa: SIM102 (compile-time clauses around a runtime one)
         if DILATED:  # noqa: SIM102
             if (flags & 2) == 0:
-                acc, l_i, m_i = fwd_cross(acc, l_i, m_i, q, lo, hi, plo, phi, plo, phi, k_base,
-                                          v_base, skn, svn, GPOS, tl.min(plo, 0),
-                                          tl.max(phi, 0) + 1, r, step, sc2, BLOCK_N, BLOCK_D,
-                                          D, DILATED, False, False, PRECISION)
+                plo, phi = prefix_bounds(p, ok, 0, P, DS, DE, DOCS)
+                acc, l_i, m_i = fwd_cross(acc, l_i, m_i, q, lo, hi, plo, phi, k_base, v_base,
+                                          skn, svn, GPOS, tl.min(plo, 0), tl.max(phi, 0) + 1,
+                                          r, step, sc2, BLOCK_N, BLOCK_D, D, DILATED, False,
+                                          PRECISION)
     lo0, hi0 = own_bounds(x0, p0, p0 >= 0, SP, P, DS, DE, PREFIX, DOCS, DILATED)
     lo1, hi1 = own_bounds(x1, p1, p1 >= 0, SP, P, DS, DE, PREFIX, DOCS, DILATED)
     lo_end, mid, post, end = walk(lo0, hi0, lo1, hi1, BLOCK_N)

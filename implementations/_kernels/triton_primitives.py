@@ -10,7 +10,8 @@ dim D padded to a power of two. Each mask clause (prefix, documents, global toke
 is a ``tl.constexpr``: a kernel compiled without it carries no code for it. With documents,
 global tokens and the prefix are each document's own (counted from its start): the plan lists
 the globals as absolute positions, and :func:`own_bounds` offsets the prefix by the start.
-Under dilation the prefix is a segment apart (:func:`prefix_bounds`, :func:`cross_keep`).
+Under dilation the prefix is a segment apart (:func:`prefix_bounds`): the cross segment over
+global positions then starts past an own's prefix.
 """
 
 from __future__ import annotations
@@ -144,19 +145,15 @@ def cross_bounds(y, ok, xlo, xhi, DS, DE, DOCS: tl.constexpr):
 
 
 @triton.jit
-def cross_keep(ppos, glo, ghi, lo, hi, r, step, plo, phi, DILATED: tl.constexpr,
-               APART: tl.constexpr):
+def cross_keep(ppos, glo, ghi, lo, hi, r, step, DILATED: tl.constexpr):
     """(owns, partners) keep of a segment of partners at positions ``ppos`` outside the band:
     those in each own's [glo, ghi] (:func:`cross_bounds`, or :func:`prefix_bounds`) and not
-    already in its band (class r, class coordinate in [lo, hi]); when APART, not in its
-    prefix [plo, phi] either (dilated only: the prefix segment holds those)."""
+    already in its band (class r, class coordinate in [lo, hi])."""
     keep = kept(ppos, glo, ghi)
     if DILATED:
         rel = ppos - r
         in_class = rel % step == 0  # exact for rel < 0 too (C or floor remainder)
         band = kept(rel // step, lo, hi) & in_class[None, :]
-        if APART:  # only a dilated class slot walks its prefix apart
-            band = band | kept(ppos, plo, phi)
     else:
         band = kept(ppos, lo, hi)
     return keep & ~band
