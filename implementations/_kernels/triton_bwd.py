@@ -94,7 +94,7 @@ def dq_cross(dq, q, do, lse, delta, lo, hi, glo, ghi, k_base, v_base, skn, svn, 
             j = tl.minimum(ev, e1 - 1)
         k = load_rows(k_base + j[:, None] * skn + dd[None, :], col_ok, D, BLOCK_D, False)
         v = load_rows(v_base + j[:, None] * svn + dd[None, :], col_ok, D, BLOCK_D, False)
-        keep = cross_keep(j, glo, ghi, lo, hi, r, step, DILATED)
+        keep = cross_keep(j, glo, ghi, lo, hi, r, step, DILATED, GATHER)
         dq = dq_tile(dq, q, do, lse, delta, k, v, keep & col_ok[None, :], sc2, True, PRECISION)
     return dq
 
@@ -232,7 +232,7 @@ def dkdv_cross(dk, dv, k, v, lo, hi, glo, ghi, q_base, do_base, lse_base, delta_
         do = load_rows(do_base + i[:, None] * sdn + dd[None, :], row_ok, D, BLOCK_D, False)
         lse = tl.load(lse_base + i)
         delta = tl.load(delta_base + i)
-        keep = cross_keep(p, glo, ghi, lo, hi, r, step, DILATED) & row_ok[None, :]
+        keep = cross_keep(p, glo, ghi, lo, hi, r, step, DILATED, GATHER) & row_ok[None, :]
         dk, dv = dkdv_tile(dk, dv, k, v, q, do, lse, delta, keep, sc2, True, PRECISION)
     return dk, dv
 

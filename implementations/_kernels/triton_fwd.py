@@ -87,7 +87,7 @@ def fwd_cross(acc, l_i, m_i, q, lo, hi, glo, ghi, k_base, v_base, skn, svn, GPOS
             j = tl.minimum(ev, e1 - 1)
         k = load_rows(k_base + j[:, None] * skn + dd[None, :], col_ok, D, BLOCK_D, False)
         s = mma(q, tl.trans(k), None, PRECISION)
-        keep = cross_keep(j, glo, ghi, lo, hi, r, step, DILATED) & col_ok[None, :]
+        keep = cross_keep(j, glo, ghi, lo, hi, r, step, DILATED, GATHER) & col_ok[None, :]
         v = load_rows(v_base + j[:, None] * svn + dd[None, :], col_ok, D, BLOCK_D, False)
         acc, l_i, m_i = online(acc, l_i, m_i, tl.where(keep, s, NEG), v, sc2, True, PRECISION)
     return acc, l_i, m_i

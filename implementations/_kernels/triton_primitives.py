@@ -145,14 +145,19 @@ def cross_bounds(y, ok, xlo, xhi, DS, DE, DOCS: tl.constexpr):
 
 
 @triton.jit
-def cross_keep(ppos, glo, ghi, lo, hi, r, step, DILATED: tl.constexpr):
+def cross_keep(ppos, glo, ghi, lo, hi, r, step, DILATED: tl.constexpr, GATHER: tl.constexpr):
     """(owns, partners) keep of a segment of partners at positions ``ppos`` outside the band:
     those in each own's [glo, ghi] (:func:`cross_bounds`, or :func:`prefix_bounds`) and not
-    already in its band (class r, class coordinate in [lo, hi])."""
+    already in its band (class r, class coordinate in [lo, hi]). GATHER (global partners): a
+    global row before position 0 is in no class slot's band (a global count's class slots
+    start past it); a prefix's rows before position 0 may be."""
     keep = kept(ppos, glo, ghi)
     if DILATED:
         rel = ppos - r
-        in_class = rel % step == 0  # exact for rel < 0 too (C or floor remainder)
+        if GATHER:  # noqa: SIM108 (a constexpr branch, one test compiled)
+            in_class = (rel >= 0) & (rel % step == 0)
+        else:
+            in_class = rel % step == 0  # exact for rel < 0 too (C or floor remainder)
         band = kept(rel // step, lo, hi) & in_class[None, :]
     else:
         band = kept(ppos, lo, hi)
