@@ -2,13 +2,13 @@
 
 ``delta = rowsum(dO ∘ O)`` first; then a dK/dV kernel (each program holds one key block of a
 key slot and walks the query rows that keep it: the transposed band, the global rows outside
-it, for every query head of its K/V head) and a dQ kernel (each program holds one query block
-and walks the forward's key blocks). Probabilities are recomputed from the forward's base-2
-log-sum-exp in one multiply-add and an ``exp2``; rows with no kept key have ``lse = +inf`` and
-contribute nothing. Masks as in the forward: one unsigned compare per score in the edge
-blocks, none in the middle. No atomics: every gradient element is written by one program
-(grouped-query K/V heads sum their query heads inside the program). The block-list (BigBird)
-backward is in :mod:`implementations._kernels.triton_bwd_blocks`.
+it, the prefix's rows under dilation, for every query head of its K/V head) and a dQ kernel
+(each program holds one query block and walks the forward's key blocks). Probabilities are
+recomputed from the forward's base-2 log-sum-exp in one multiply-add and an ``exp2``; rows with
+no kept key have ``lse = +inf`` and contribute nothing. Masks as in the forward: one unsigned
+compare per score in the edge blocks, none in the middle. No atomics: every gradient element is
+written by one program (grouped-query K/V heads sum their query heads inside the program). The
+block-list (BigBird) backward is in :mod:`implementations._kernels.triton_bwd_blocks`.
 """
 
 from __future__ import annotations

@@ -8,8 +8,9 @@ clamped (``HALF_NEG``), so its masked probabilities are 0 and a row that sees no
 keeps ``l = 0`` and outputs zeros (``lse = +inf``), never NaN. A masked block costs one
 unsigned compare and one select per score (:func:`~.triton_primitives.kept`); the blocks every
 row keeps run without either. Order of work per row block: the cross segment over global keys
-(when the slot has one), the masked edge blocks, then the unmasked middle, so the mask's
-interval is dead during the middle. Slots and tables come from ``triton_plan``/``triton_tables``.
+(when the slot has one), the prefix's keys (a dilated class slot whose rows reach into the
+prefix), the masked edge blocks, then the unmasked middle, so the mask's interval is dead
+during the middle. Slots and tables come from ``triton_plan``/``triton_tables``.
 
 Argument lists are written several to a line, as the kernels' signatures are.
 """
