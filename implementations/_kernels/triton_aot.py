@@ -58,9 +58,13 @@ WORKLOADS: dict[str, tuple[MaskSpec, int, int, int, int, bool]] = {
                                  global_tokens=(0, 1000)), 4096, 4096, 16, 16, True),
     "band-documents": (MaskSpec(causal=True, prefix_len=64, documents=(1000, 3000, 96)),
                        4096, 4096, 16, 16, True),
+    "band-dilated-prefix": (MaskSpec(causal=True, window=(255, 0), dilation=2, prefix_len=512,
+                                     global_tokens=(0, 1000)), 4096, 4096, 16, 16, True),
     "decode": (MaskSpec(causal=True), 1, 8192, 32, 8, False),
     "decode-window": (MaskSpec(causal=True, window=(1023, 0), global_tokens=4), 4, 8192, 32, 8,
                       False),
+    "decode-dilated-prefix": (MaskSpec(causal=True, window=(1023, 0), dilation=2,
+                                       prefix_len=64, global_tokens=4), 4, 8192, 32, 8, False),
     "blocks": (BIGBIRD, 4096, 4096, 16, 16, True),
 }
 CI_WORKLOADS = ("band", "decode", "blocks")
@@ -94,20 +98,23 @@ class Compiled:
     mma: str  # wgmma | mma.sync | none
     sass: int  # instructions in the kernel
     loops: tuple[int, ...]  # instructions of each innermost loop holding an MMA, in order
-    cross: bool  # the first loop is the cross segment over global positions
+    segments: int  # the first loops walk partners outside the band: global positions, and
+    # a dilated prefix (class slots of a dilation with a prefix)
     seconds: float
 
     @property
     def masked_ratio(self) -> float | None:
         """The masked band loop over the unmasked one: the largest and the smallest MMA loop,
-        the cross segment's (gathers, a second interval) left out."""
-        band = self.loops[1:] if self.cross else self.loops
+        the segments' (a second interval, gathers) left out."""
+        band = self.loops[self.segments:]
         return max(band) / min(band) if len(band) >= 2 else None
 
     @property
     def cross_ratio(self) -> float | None:
-        """The cross segment's loop over the unmasked one (global positions only)."""
-        return self.loops[0] / min(self.loops[1:]) if self.cross and len(self.loops) > 1 else None
+        """The largest segment loop (global positions, a dilated prefix) over the unmasked
+        one."""
+        segments, band = self.loops[:self.segments], self.loops[self.segments:]
+        return max(segments) / min(band) if segments and band else None
 
     def row(self) -> dict:
         return {**asdict(self), "masked_ratio": self.masked_ratio,
@@ -195,8 +202,14 @@ def compile_launch(launch: Launch, index: int, target: str) -> Compiled:
         launch.name, launch.workload, config_label(cfg), index == 0,
         launch.kwargs.get("D", 0), target, regs, stack, int(kernel.metadata.shared),
         SMEM_LIMIT[capability], mma_kind(sass), len(sass), mma_loops(sass),
-        bool(launch.kwargs.get("GLOBAL")), round(time.perf_counter() - start, 2),
+        segments(launch.kwargs), round(time.perf_counter() - start, 2),
     )
+
+
+def segments(flags: dict) -> int:
+    """How many loops a band kernel runs before its band: the global positions' segment, and
+    a dilated prefix's."""
+    return int(bool(flags.get("GLOBAL"))) + int(bool(flags.get("PREFIX") and flags.get("DILATED")))
 
 
 def _tool(name: str) -> str:

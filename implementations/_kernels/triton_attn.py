@@ -90,7 +90,7 @@ def prepare_tables(problem: Problem) -> None:
     tables(mask, n_q, n_k, device_key(problem.device))
 
 
-# every mask feature the fused kernels run; two combinations they refuse (fused_reasons)
+# every mask feature the fused kernels run; block_size with a prefix they refuse (fused_reasons)
 FUSED_FEATURES = frozenset(
     {"causal", "window", "dilation", "global", "global_positions", "block_sparse", "documents",
      "prefix"}
@@ -99,8 +99,8 @@ FUSED_FEATURES = frozenset(
 
 def fused_reasons(problem: Problem) -> list[str]:
     """Extra reasons of a family with a fused CUDA path: none on CPU (tile path); on CUDA a
-    missing Triton, and the feature combinations the kernels do not cover (a prefix with
-    dilation or with block_size; documents with block_size is no valid mask). float64 and
+    missing Triton, and the feature combination the kernels do not cover (a prefix with
+    block_size; documents with block_size is no valid mask). float64 and
     D > 256 keep the tile path
     there. K/V heads must divide the query heads."""
     if problem.device_type != "cuda" or not supports_shape(problem.dtype, problem.head_dim):

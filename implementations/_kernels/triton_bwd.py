@@ -2,13 +2,13 @@
 
 ``delta = rowsum(dO ∘ O)`` first; then a dK/dV kernel (each program holds one key block of a
 key slot and walks the query rows that keep it: the transposed band, the global rows outside
-it, for every query head of its K/V head) and a dQ kernel (each program holds one query block
-and walks the forward's key blocks). Probabilities are recomputed from the forward's base-2
-log-sum-exp in one multiply-add and an ``exp2``; rows with no kept key have ``lse = +inf`` and
-contribute nothing. Masks as in the forward: one unsigned compare per score in the edge
-blocks, none in the middle. No atomics: every gradient element is written by one program
-(grouped-query K/V heads sum their query heads inside the program). The block-list (BigBird)
-backward is in :mod:`implementations._kernels.triton_bwd_blocks`.
+it, the prefix's rows under dilation, for every query head of its K/V head) and a dQ kernel
+(each program holds one query block and walks the forward's key blocks). Probabilities are
+recomputed from the forward's base-2 log-sum-exp in one multiply-add and an ``exp2``; rows with
+no kept key have ``lse = +inf`` and contribute nothing. Masks as in the forward: one unsigned
+compare per score in the edge blocks, none in the middle. No atomics: every gradient element is
+written by one program (grouped-query K/V heads sum their query heads inside the program). The
+block-list (BigBird) backward is in :mod:`implementations._kernels.triton_bwd_blocks`.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from implementations._kernels.triton_primitives import (
     mma,
     own_block,
     own_bounds,
+    prefix_bounds,
     walk,
 )
 
@@ -77,31 +78,58 @@ def dq_step(dq, q, do, lse, delta, lo, hi, k_base, v_base, skn, svn, r, step, c0
 
 
 @triton.jit
+def dq_cross(dq, q, do, lse, delta, lo, hi, glo, ghi, k_base, v_base, skn, svn, GPOS, e0, e1,
+             r, step, sc2, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, D: tl.constexpr,
+             DILATED: tl.constexpr, GATHER: tl.constexpr, PRECISION: tl.constexpr):
+    """dQ from the keys outside the rows' band, each row's in [glo, ghi]: the global keys
+    ``GPOS[e0:e1]`` (GATHER), or the keys ``[e0, e1)`` of a dilated prefix (as
+    :func:`~.triton_fwd.fwd_cross`)."""
+    dd = tl.arange(0, BLOCK_D)
+    for e in range(e0, e1, BLOCK_N):
+        ev = e + tl.arange(0, BLOCK_N)
+        col_ok = ev < e1
+        if GATHER:  # noqa: SIM108 (a constexpr branch, one load compiled)
+            j = tl.load(GPOS + tl.minimum(ev, e1 - 1))
+        else:
+            j = tl.minimum(ev, e1 - 1)
+        k = load_rows(k_base + j[:, None] * skn + dd[None, :], col_ok, D, BLOCK_D, False)
+        v = load_rows(v_base + j[:, None] * svn + dd[None, :], col_ok, D, BLOCK_D, False)
+        keep = cross_keep(j, glo, ghi, lo, hi, r, step, DILATED, GATHER)
+        dq = dq_tile(dq, q, do, lse, delta, k, v, keep & col_ok[None, :], sc2, True, PRECISION)
+    return dq
+
+
+@triton.jit
 def dq_rows(dq, q, do, lse, delta, x, p, ok, x0, p0, x1, p1, r, step, flags, SP, GPOS, GIDX,
             DS, DE, k_base, v_base, skn, svn, n_k, hg, P, sc2, BLOCK_N: tl.constexpr,
             BLOCK_D: tl.constexpr, D: tl.constexpr, GLOBAL: tl.constexpr,
             DILATED: tl.constexpr, DOCS: tl.constexpr, PREFIX: tl.constexpr,
             PRECISION: tl.constexpr):
-    """dQ of one row block over the forward's keys: the cross segment, the masked edges, the
-    unmasked middle."""
-    lo, hi = own_bounds(x, p, ok, SP, P, DS, DE, PREFIX, DOCS)
-    dd = tl.arange(0, BLOCK_D)
+    """dQ of one row block over the forward's keys: the cross segment, the prefix segment
+    (dilated), the masked edges, the unmasked middle."""
+    lo, hi = own_bounds(x, p, ok, SP, P, DS, DE, PREFIX, DOCS, DILATED)
     if GLOBAL:  # noqa: SIM102 (a compile-time clause around a runtime one)
         if (flags & 1) != 0:
             glo, ghi = cross_bounds(p, ok, -n_k - 1, hg, DS, DE, DOCS)
+            if PREFIX:  # noqa: SIM102 (compile-time clauses)
+                if DILATED:  # the prefix segment holds the keys up to the prefix's end
+                    _, pend = prefix_bounds(p, ok, 0, P, DS, DE, DOCS)
+                    glo = tl.maximum(glo, pend + 1)
             first, _ = cross_bounds(p0, p0 >= 0, -n_k - 1, hg, DS, DE, DOCS)
             _, last = cross_bounds(p1, p1 >= 0, -n_k - 1, hg, DS, DE, DOCS)
-            e1 = tl.load(GIDX + tl.minimum(last, n_k - 1) + 1)
-            for e in range(tl.load(GIDX + tl.maximum(first, 0)), e1, BLOCK_N):
-                ev = e + tl.arange(0, BLOCK_N)
-                col_ok = ev < e1
-                j = tl.load(GPOS + tl.minimum(ev, e1 - 1))
-                k = load_rows(k_base + j[:, None] * skn + dd[None, :], col_ok, D, BLOCK_D, False)
-                v = load_rows(v_base + j[:, None] * svn + dd[None, :], col_ok, D, BLOCK_D, False)
-                keep = cross_keep(j, glo, ghi, lo, hi, r, step, DILATED) & col_ok[None, :]
-                dq = dq_tile(dq, q, do, lse, delta, k, v, keep, sc2, True, PRECISION)
-    lo0, hi0 = own_bounds(x0, p0, p0 >= 0, SP, P, DS, DE, PREFIX, DOCS)
-    lo1, hi1 = own_bounds(x1, p1, p1 >= 0, SP, P, DS, DE, PREFIX, DOCS)
+            dq = dq_cross(dq, q, do, lse, delta, lo, hi, glo, ghi, k_base, v_base, skn, svn,
+                          GPOS, tl.load(GIDX + tl.maximum(first, 0)),
+                          tl.load(GIDX + tl.minimum(last, n_k - 1) + 1), r, step, sc2,
+                          BLOCK_N, BLOCK_D, D, DILATED, True, PRECISION)
+    if PREFIX:  # noqa: SIM102 (compile-time clauses around a runtime one)
+        if DILATED:  # noqa: SIM102
+            if (flags & 2) == 0:
+                plo, phi = prefix_bounds(p, ok, 0, P, DS, DE, DOCS)
+                dq = dq_cross(dq, q, do, lse, delta, lo, hi, plo, phi, k_base, v_base, skn, svn,
+                              GPOS, tl.min(plo, 0), tl.max(phi, 0) + 1, r, step, sc2,
+                              BLOCK_N, BLOCK_D, D, DILATED, False, PRECISION)
+    lo0, hi0 = own_bounds(x0, p0, p0 >= 0, SP, P, DS, DE, PREFIX, DOCS, DILATED)
+    lo1, hi1 = own_bounds(x1, p1, p1 >= 0, SP, P, DS, DE, PREFIX, DOCS, DILATED)
     start, mid, post, end = walk(lo0, hi0, lo1, hi1, BLOCK_N)
     c_end = tl.load(SP + 5)
     n_lo = tl.cdiv(mid - start, BLOCK_N)
@@ -187,19 +215,24 @@ def dkdv_step(dk, dv, k, v, lo, hi, q_base, do_base, lse_base, delta_base, sqn, 
 def dkdv_cross(dk, dv, k, v, lo, hi, glo, ghi, q_base, do_base, lse_base, delta_base, sqn,
                sdn, GPOS, e0, e1, r, step, off, sc2, BLOCK_M: tl.constexpr,
                BLOCK_D: tl.constexpr, D: tl.constexpr, DILATED: tl.constexpr,
-               PRECISION: tl.constexpr):
-    """The global query rows ``GPOS[e0:e1]`` that keep these keys outside their band."""
+               GATHER: tl.constexpr, PRECISION: tl.constexpr):
+    """The query rows that keep these keys outside their band, each key's in [glo, ghi]: the
+    global rows ``GPOS[e0:e1]`` (GATHER), or the rows at positions ``[e0, e1)`` of a dilated
+    prefix."""
     dd = tl.arange(0, BLOCK_D)
     for e in range(e0, e1, BLOCK_M):
         ev = e + tl.arange(0, BLOCK_M)
         row_ok = ev < e1
-        p = tl.load(GPOS + tl.minimum(ev, e1 - 1))
+        if GATHER:  # noqa: SIM108 (a constexpr branch, one load compiled)
+            p = tl.load(GPOS + tl.minimum(ev, e1 - 1))
+        else:
+            p = tl.minimum(ev, e1 - 1)
         i = p - off
         q = load_rows(q_base + i[:, None] * sqn + dd[None, :], row_ok, D, BLOCK_D, False)
         do = load_rows(do_base + i[:, None] * sdn + dd[None, :], row_ok, D, BLOCK_D, False)
         lse = tl.load(lse_base + i)
         delta = tl.load(delta_base + i)
-        keep = cross_keep(p, glo, ghi, lo, hi, r, step, DILATED) & row_ok[None, :]
+        keep = cross_keep(p, glo, ghi, lo, hi, r, step, DILATED, GATHER) & row_ok[None, :]
         dk, dv = dkdv_tile(dk, dv, k, v, q, do, lse, delta, keep, sc2, True, PRECISION)
     return dk, dv
 
@@ -249,20 +282,32 @@ def dkdv_keys(dk, dv, k, v, x, j, ok, x0, j0, x1, j1, r, step, flags, SP, GPOS, 
               GLOBAL: tl.constexpr, DILATED: tl.constexpr, DOCS: tl.constexpr,
               PREFIX: tl.constexpr, PRECISION: tl.constexpr):
     """dK/dV of one key block from one query head: the global rows outside the band, the
-    masked edges, the unmasked middle of the transposed band."""
-    lo, hi = own_bounds(x, j, ok, SP, P, DS, DE, PREFIX, DOCS)
+    prefix rows (dilated), the masked edges, the unmasked middle of the transposed band."""
+    lo, hi = own_bounds(x, j, ok, SP, P, DS, DE, PREFIX, DOCS, DILATED)
     if GLOBAL:  # noqa: SIM102 (a compile-time clause around a runtime one)
         if (flags & 1) != 0:
             glo, ghi = cross_bounds(j, ok, -hg, n_k + 1, DS, DE, DOCS)
+            if PREFIX:  # noqa: SIM102 (compile-time clauses)
+                if DILATED:  # the prefix segment holds the rows up to the prefix's end
+                    _, pend = prefix_bounds(j, ok, off, P, DS, DE, DOCS)
+                    glo = tl.maximum(glo, pend + 1)
             first, _ = cross_bounds(j0, j0 >= 0, -hg, n_k + 1, DS, DE, DOCS)
             _, last = cross_bounds(j1, j1 >= 0, -hg, n_k + 1, DS, DE, DOCS)
             e0 = tl.load(GIDX + tl.maximum(first, off))
             e1 = tl.load(GIDX + tl.minimum(last, n_k - 1) + 1)
             dk, dv = dkdv_cross(dk, dv, k, v, lo, hi, glo, ghi, q_base, do_base, lse_base,
                                 delta_base, sqn, sdn, GPOS, e0, e1, r, step, off, sc2, BLOCK_M,
-                                BLOCK_D, D, DILATED, PRECISION)
-    lo0, hi0 = own_bounds(x0, j0, j0 >= 0, SP, P, DS, DE, PREFIX, DOCS)
-    lo1, hi1 = own_bounds(x1, j1, j1 >= 0, SP, P, DS, DE, PREFIX, DOCS)
+                                BLOCK_D, D, DILATED, True, PRECISION)
+    if PREFIX:  # noqa: SIM102 (compile-time clauses around a runtime one)
+        if DILATED:  # noqa: SIM102
+            if (flags & 2) == 0:
+                plo, phi = prefix_bounds(j, ok, off, P, DS, DE, DOCS)
+                dk, dv = dkdv_cross(dk, dv, k, v, lo, hi, plo, phi, q_base, do_base, lse_base,
+                                    delta_base, sqn, sdn, GPOS, tl.min(plo, 0),
+                                    tl.max(phi, 0) + 1, r, step, off, sc2, BLOCK_M, BLOCK_D, D,
+                                    DILATED, False, PRECISION)
+    lo0, hi0 = own_bounds(x0, j0, j0 >= 0, SP, P, DS, DE, PREFIX, DOCS, DILATED)
+    lo1, hi1 = own_bounds(x1, j1, j1 >= 0, SP, P, DS, DE, PREFIX, DOCS, DILATED)
     start, mid, post, end = walk(lo0, hi0, lo1, hi1, BLOCK_M)
     c_start, c_end = tl.load(SP + 4), tl.load(SP + 5)
     n_lo = tl.cdiv(mid - start, BLOCK_M)

@@ -18,7 +18,13 @@ import triton.language as tl
 
 from implementations._kernels.triton_autotune import TUNE_KEY, configs, prune
 from implementations._kernels.triton_fwd import fwd_band, fwd_cross, stored_rows
-from implementations._kernels.triton_primitives import NEG, cross_bounds, own_bounds, walk
+from implementations._kernels.triton_primitives import (
+    NEG,
+    cross_bounds,
+    own_bounds,
+    prefix_bounds,
+    walk,
+)
 
 
 @triton.jit
@@ -73,19 +79,31 @@ def band_fwd_split(Q, K, V, PART_O, PART_ML, SLOTS, GPOS, GIDX, DS, DE,
         m_i = tl.zeros([BLOCK_M], dtype=tl.float32) + NEG
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
         acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-        lo, hi = own_bounds(x, p, ok, SP, P, DS, DE, PREFIX, DOCS)
+        lo, hi = own_bounds(x, p, ok, SP, P, DS, DE, PREFIX, DOCS, DILATED)
         if GLOBAL:  # noqa: SIM102 (a compile-time clause around a runtime one)
             if ((flags & 1) != 0) & (split == 0):  # the global keys: the first chunk's
                 glo, ghi = cross_bounds(p, ok, -n_k - 1, hg, DS, DE, DOCS)
+                if PREFIX:  # noqa: SIM102 (compile-time clauses)
+                    if DILATED:  # the prefix segment holds the keys up to the prefix's end
+                        _, pend = prefix_bounds(p, ok, 0, P, DS, DE, DOCS)
+                        glo = tl.maximum(glo, pend + 1)
                 first, _ = cross_bounds(p0, p0 >= 0, -n_k - 1, hg, DS, DE, DOCS)
                 _, last = cross_bounds(p1, p1 >= 0, -n_k - 1, hg, DS, DE, DOCS)
                 e0 = tl.load(GIDX + tl.maximum(first, 0))
                 e1 = tl.load(GIDX + tl.minimum(last, n_k - 1) + 1)
                 acc, l_i, m_i = fwd_cross(acc, l_i, m_i, q, lo, hi, glo, ghi, k_base, v_base,
                                           skn, svn, GPOS, e0, e1, r, step, sc2, BLOCK_N,
-                                          BLOCK_D, D, DILATED, PRECISION)
-        lo0, hi0 = own_bounds(x0, p0, p0 >= 0, SP, P, DS, DE, PREFIX, DOCS)
-        lo1, hi1 = own_bounds(x1, p1, p1 >= 0, SP, P, DS, DE, PREFIX, DOCS)
+                                          BLOCK_D, D, DILATED, True, PRECISION)
+        if PREFIX:  # noqa: SIM102 (compile-time clauses around a runtime one)
+            if DILATED:  # noqa: SIM102
+                if ((flags & 2) == 0) & (split == 0):  # the prefix keys: the first chunk's
+                    plo, phi = prefix_bounds(p, ok, 0, P, DS, DE, DOCS)
+                    acc, l_i, m_i = fwd_cross(acc, l_i, m_i, q, lo, hi, plo, phi, k_base, v_base,
+                                              skn, svn, GPOS, tl.min(plo, 0),
+                                              tl.max(phi, 0) + 1, r, step, sc2, BLOCK_N,
+                                              BLOCK_D, D, DILATED, False, PRECISION)
+        lo0, hi0 = own_bounds(x0, p0, p0 >= 0, SP, P, DS, DE, PREFIX, DOCS, DILATED)
+        lo1, hi1 = own_bounds(x1, p1, p1 >= 0, SP, P, DS, DE, PREFIX, DOCS, DILATED)
         start, mid, post, end = split_walk(lo0, hi0, lo1, hi1, split, n_split, BLOCK_N)
         acc, l_i, m_i = fwd_band(acc, l_i, m_i, q, lo, hi, k_base, v_base, skn, svn, r, step,
                                  tl.load(SP + 5), start, mid, post, end, sc2, BLOCK_N, BLOCK_D,

@@ -8,8 +8,9 @@ clamped (``HALF_NEG``), so its masked probabilities are 0 and a row that sees no
 keeps ``l = 0`` and outputs zeros (``lse = +inf``), never NaN. A masked block costs one
 unsigned compare and one select per score (:func:`~.triton_primitives.kept`); the blocks every
 row keeps run without either. Order of work per row block: the cross segment over global keys
-(when the slot has one), the masked edge blocks, then the unmasked middle, so the mask's
-interval is dead during the middle. Slots and tables come from ``triton_plan``/``triton_tables``.
+(when the slot has one), the prefix's keys (a dilated class slot whose rows reach into the
+prefix), the masked edge blocks, then the unmasked middle, so the mask's interval is dead
+during the middle. Slots and tables come from ``triton_plan``/``triton_tables``.
 
 Argument lists are written several to a line, as the kernels' signatures are.
 """
@@ -31,6 +32,7 @@ from implementations._kernels.triton_primitives import (
     mma,
     own_block,
     own_bounds,
+    prefix_bounds,
     walk,
 )
 
@@ -73,16 +75,20 @@ def fwd_step(acc, l_i, m_i, q, lo, hi, k_base, v_base, skn, svn, r, step, c0, c_
 @triton.jit
 def fwd_cross(acc, l_i, m_i, q, lo, hi, glo, ghi, k_base, v_base, skn, svn, GPOS, e0, e1,
               r, step, sc2, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, D: tl.constexpr,
-              DILATED: tl.constexpr, PRECISION: tl.constexpr):
-    """The global keys ``GPOS[e0:e1]`` that the rows keep outside their band."""
+              DILATED: tl.constexpr, GATHER: tl.constexpr, PRECISION: tl.constexpr):
+    """The keys outside the rows' band, each row's in [glo, ghi]: the global keys
+    ``GPOS[e0:e1]`` (GATHER), or the keys ``[e0, e1)`` of a dilated prefix."""
     dd = tl.arange(0, BLOCK_D)
     for e in range(e0, e1, BLOCK_N):
         ev = e + tl.arange(0, BLOCK_N)
         col_ok = ev < e1
-        j = tl.load(GPOS + tl.minimum(ev, e1 - 1))
+        if GATHER:  # noqa: SIM108 (a constexpr branch, one load compiled)
+            j = tl.load(GPOS + tl.minimum(ev, e1 - 1))
+        else:
+            j = tl.minimum(ev, e1 - 1)
         k = load_rows(k_base + j[:, None] * skn + dd[None, :], col_ok, D, BLOCK_D, False)
         s = mma(q, tl.trans(k), None, PRECISION)
-        keep = cross_keep(j, glo, ghi, lo, hi, r, step, DILATED) & col_ok[None, :]
+        keep = cross_keep(j, glo, ghi, lo, hi, r, step, DILATED, GATHER) & col_ok[None, :]
         v = load_rows(v_base + j[:, None] * svn + dd[None, :], col_ok, D, BLOCK_D, False)
         acc, l_i, m_i = online(acc, l_i, m_i, tl.where(keep, s, NEG), v, sc2, True, PRECISION)
     return acc, l_i, m_i
@@ -165,23 +171,35 @@ def fwd_rows(q, x, p, ok, x0, p0, x1, p1, r, step, flags, SP, GPOS, GIDX, DS, DE
              BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, D: tl.constexpr,
              GLOBAL: tl.constexpr, DILATED: tl.constexpr, DOCS: tl.constexpr,
              PREFIX: tl.constexpr, PRECISION: tl.constexpr):
-    """(acc, l, m) of one row block over every key its slot gives it: cross, band."""
+    """(acc, l, m) of one row block over every key its slot gives it: cross, prefix, band."""
     m_i = tl.zeros([BLOCK_M], dtype=tl.float32) + NEG
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    lo, hi = own_bounds(x, p, ok, SP, P, DS, DE, PREFIX, DOCS)
+    lo, hi = own_bounds(x, p, ok, SP, P, DS, DE, PREFIX, DOCS, DILATED)
     if GLOBAL:  # noqa: SIM102 (a compile-time clause around a runtime one)
         if (flags & 1) != 0:
             glo, ghi = cross_bounds(p, ok, -n_k - 1, hg, DS, DE, DOCS)
+            if PREFIX:  # noqa: SIM102 (compile-time clauses)
+                if DILATED:  # the prefix segment holds the keys up to the prefix's end
+                    _, pend = prefix_bounds(p, ok, 0, P, DS, DE, DOCS)
+                    glo = tl.maximum(glo, pend + 1)
             first, _ = cross_bounds(p0, p0 >= 0, -n_k - 1, hg, DS, DE, DOCS)
             _, last = cross_bounds(p1, p1 >= 0, -n_k - 1, hg, DS, DE, DOCS)
             e0 = tl.load(GIDX + tl.maximum(first, 0))
             e1 = tl.load(GIDX + tl.minimum(last, n_k - 1) + 1)
             acc, l_i, m_i = fwd_cross(acc, l_i, m_i, q, lo, hi, glo, ghi, k_base, v_base, skn,
                                       svn, GPOS, e0, e1, r, step, sc2, BLOCK_N, BLOCK_D, D,
-                                      DILATED, PRECISION)
-    lo0, hi0 = own_bounds(x0, p0, p0 >= 0, SP, P, DS, DE, PREFIX, DOCS)
-    lo1, hi1 = own_bounds(x1, p1, p1 >= 0, SP, P, DS, DE, PREFIX, DOCS)
+                                      DILATED, True, PRECISION)
+    if PREFIX:  # noqa: SIM102 (compile-time clauses around a runtime one)
+        if DILATED:  # noqa: SIM102
+            if (flags & 2) == 0:
+                plo, phi = prefix_bounds(p, ok, 0, P, DS, DE, DOCS)
+                acc, l_i, m_i = fwd_cross(acc, l_i, m_i, q, lo, hi, plo, phi, k_base, v_base,
+                                          skn, svn, GPOS, tl.min(plo, 0), tl.max(phi, 0) + 1,
+                                          r, step, sc2, BLOCK_N, BLOCK_D, D, DILATED, False,
+                                          PRECISION)
+    lo0, hi0 = own_bounds(x0, p0, p0 >= 0, SP, P, DS, DE, PREFIX, DOCS, DILATED)
+    lo1, hi1 = own_bounds(x1, p1, p1 >= 0, SP, P, DS, DE, PREFIX, DOCS, DILATED)
     lo_end, mid, post, end = walk(lo0, hi0, lo1, hi1, BLOCK_N)
     return fwd_band(acc, l_i, m_i, q, lo, hi, k_base, v_base, skn, svn, r, step,
                     tl.load(SP + 5), lo_end, mid, post, end, sc2, BLOCK_N, BLOCK_D, D,

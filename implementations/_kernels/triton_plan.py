@@ -10,12 +10,15 @@ class coordinates: ``p = r + step·x`` for ``x`` in ``[x_start, x_start + n_own)
 *partner* positions of the same class ``r + step·c`` for ``c`` in ``[c_start, c_end)``. Own ``x``
 keeps the partners in one interval (:func:`own_bounds`, mirrored by the kernels'
 ``triton_primitives.own_bounds``): ``[x + lo_rel, x + hi_rel]`` (the window, causality folded
-into ``hi_rel``); a position ``p < prefix_len`` also keeps ``[0, prefix_len)`` (prefix-LM, only
-without dilation, where the two intervals meet); with documents the interval is cut to the
+into ``hi_rel``); a position ``p < prefix_len`` also keeps ``[0, prefix_len)`` (prefix-LM, in
+slots of step 1, where the two intervals meet); with documents the interval is cut to the
 document ``[s, e)`` of ``p``, and the prefix is the document's own: ``p - s < prefix_len`` keeps
 ``[s, s + prefix_len)``. Both ends are nondecreasing in ``x``, so a block of owns walks one partner
 range and the middle that every own keeps runs without a mask. With dilation d, class r
 (``p ≡ j ≡ r mod d``) is a slot with ``step = d``: the dilated window is a plain band there.
+The prefix spans every class, so a dilated class slot walks it apart: each own block visits
+the partner positions from the least start to the greatest end of its owns' prefixes
+(:func:`prefix_segments`), keeping those outside the band.
 
 Global positions G (``global_tokens`` as a count or as positions; with documents each
 document's own, listed as absolute positions by :func:`global_table`): a *table* slot whose owns are
@@ -83,10 +86,8 @@ class BandPlan:
 
 
 def fused_band_reasons(spec: MaskSpec) -> list[str]:
-    """Why the band kernels cannot run ``spec`` (empty: they can)."""
-    if spec.prefix_len and spec.dilation > 1:
-        return ["a prefix with dilation is not in the fused kernels (the prefix is not a band "
-                "of one residue class)"]
+    """Why the band kernels cannot run ``spec`` (empty: they run every band mask)."""
+    del spec
     return []
 
 
@@ -158,14 +159,43 @@ def own_bounds(plan: BandPlan, slot: tuple[int, ...], x: Tensor, p: Tensor):
     r, step, _, _, c_start, c_end, lo_rel, hi_rel, _ = slot
     lo, hi = x + lo_rel, x + hi_rel
     ds, de = doc_edges(plan.documents, p, plan.n_k)  # [0, n_k) without documents
-    if plan.prefix:  # no dilation here: class coordinates are positions
+    if plan.prefix and step == 1:  # class coordinates are positions (else: prefix_segments)
         inside = p - ds < plan.prefix
-        lo = torch.where(inside, torch.minimum(lo, ds), lo)
+        # without documents a key's prefix rows start at the first row (rows p < 0 count as 0)
+        first = ds if plan.documents is not None else torch.full_like(ds, c_start)
+        lo = torch.where(inside, torch.minimum(lo, first), lo)
         hi = torch.where(inside, torch.maximum(hi, ds + plan.prefix - 1), hi)
     if plan.documents is not None:
         lo = torch.maximum(lo, -((r - ds) // step))  # ceil((ds - r) / step)
         hi = torch.minimum(hi, (de - 1 - r) // step)
     return lo.clamp(min=c_start), hi.clamp(max=c_end - 1)
+
+
+def prefix_segments(plan: BandPlan, slot: tuple[int, ...], block: int, first: int) -> Tensor:
+    """Partners (absolute positions) that each own block of a dilated class slot walks for its
+    prefix, as the kernels' ``prefix_bounds``: from the least start to the greatest end of the
+    owns' prefix intervals (``first``: the first partner position, 0 for keys, ``n_k - n_q``
+    for rows); 0 for a block with no own in a prefix, and for slots of step 1 (their band holds
+    the prefix). int64 (own blocks,). O(owns)."""
+    r, step, x_start, n_own, *_, flags = slot
+    n_blocks = ceil_div(max(n_own, 0), block)
+    if not plan.prefix or step == 1 or flags & TABLE or n_blocks == 0:
+        return torch.zeros(n_blocks, dtype=torch.int64)
+    x = torch.arange(x_start, x_start + n_own, dtype=torch.int64)
+    p = r + step * x
+    ds, de = doc_edges(plan.documents, p, plan.n_k)
+    if plan.documents is None:
+        inside, plo = p < plan.prefix, torch.full_like(p, first)
+        phi = torch.full_like(p, plan.prefix - 1)
+    else:
+        inside, plo, phi = p - ds < plan.prefix, ds, torch.minimum(ds + plan.prefix, de) - 1
+    big = 1 << 30
+    which = torch.div(x - x_start, block, rounding_mode="floor")
+    seg_lo = torch.full((n_blocks,), big, dtype=torch.int64).scatter_reduce(
+        0, which, torch.where(inside, plo, big), "amin")
+    seg_hi = torch.full((n_blocks,), -big, dtype=torch.int64).scatter_reduce(
+        0, which, torch.where(inside, phi, -big), "amax")
+    return (seg_hi + 1 - seg_lo).clamp_min(0)
 
 
 def _own_blocks(plan: BandPlan, slot: tuple[int, ...], block: int):
@@ -182,7 +212,7 @@ def _own_blocks(plan: BandPlan, slot: tuple[int, ...], block: int):
 def band_executed_pairs(plan: BandPlan, block_m: int, block_n: int) -> int:
     """(query, key) lanes the forward kernel computes per (batch, head): every program's
     ``block_m`` rows times ``block_n`` keys per key block it visits (masked lanes included),
-    band and cross segments. O(number of row blocks)."""
+    band, cross and prefix segments. O(number of row blocks), O(rows) with a dilated prefix."""
     total = 0
     table = torch.tensor(plan.globals, dtype=torch.int64)
     for slot in plan.slots:
@@ -199,5 +229,7 @@ def band_executed_pairs(plan: BandPlan, block_m: int, block_n: int) -> int:
             count = torch.searchsorted(table, last, right=True) - torch.searchsorted(table, first)
             blocks = blocks + torch.div(count.clamp_min(0) + block_n - 1, block_n,
                                         rounding_mode="floor")
+        segment = prefix_segments(plan, slot, block_m, 0)
+        blocks = blocks + torch.div(segment + block_n - 1, block_n, rounding_mode="floor")
         total += int(blocks.sum()) * block_m * block_n
     return total

@@ -10,6 +10,8 @@ dim D padded to a power of two. Each mask clause (prefix, documents, global toke
 is a ``tl.constexpr``: a kernel compiled without it carries no code for it. With documents,
 global tokens and the prefix are each document's own (counted from its start): the plan lists
 the globals as absolute positions, and :func:`own_bounds` offsets the prefix by the start.
+Under dilation the prefix is a segment apart (:func:`prefix_bounds`): the cross segment over
+global positions then starts past an own's prefix.
 """
 
 from __future__ import annotations
@@ -47,31 +49,58 @@ def own_block(SP, GPOS, pid, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def own_bounds(x, p, ok, SP, P, DS, DE, PREFIX: tl.constexpr, DOCS: tl.constexpr):
+def own_bounds(x, p, ok, SP, P, DS, DE, PREFIX: tl.constexpr, DOCS: tl.constexpr,
+               DILATED: tl.constexpr):
     """[lo, hi] (class coordinates, inclusive) of the partners that owns ``x`` at positions
     ``p`` keep, scalars or vectors: the window ``[x + lo_rel, x + hi_rel]``, joined with the
-    prefix ``[0, P)`` when ``p < P`` (no dilation there), cut to p's document, then to the
-    slot's partner range. With documents ``[ds, de)`` the prefix is the document's own:
-    ``p - ds < P`` keeps ``[ds, ds + P)``. Both ends are nondecreasing in x."""
+    prefix ``[0, P)`` when ``p < P`` (a row before the first key counts as position 0), cut to
+    p's document, then to the slot's partner range. With documents ``[ds, de)`` the prefix is
+    the document's own: ``p - ds < P`` keeps ``[ds, ds + P)``. Both ends are nondecreasing in
+    x. Only a slot of step 1 joins the prefix: a dilated class slot (step > 1) walks it as a
+    segment of its own (:func:`prefix_bounds`)."""
     r, step = tl.load(SP), tl.load(SP + 1)
     lo = x + tl.load(SP + 6)
     hi = x + tl.load(SP + 7)
+    c_start = tl.load(SP + 4)
     if DOCS:
         ds = tl.load(DS + p, mask=ok, other=0)
         de = tl.load(DE + p, mask=ok, other=0)
-        if PREFIX:  # class coordinates are positions (no dilation with a prefix)
+        if PREFIX:  # class coordinates are positions in a slot of step 1
             inside = p - ds < P
+            if DILATED:
+                inside = inside & (step == 1)
             lo = tl.where(inside, tl.minimum(lo, ds), lo)
             hi = tl.where(inside, tl.maximum(hi, ds + P - 1), hi)
         lo = tl.maximum(lo, (ds - r + step - 1) // step)  # numerators >= 0: // is floor
         hi = tl.minimum(hi, (de - 1 - r + step) // step - 1)
     elif PREFIX:
         inside = p < P
-        lo = tl.where(inside, tl.minimum(lo, 0), lo)
+        if DILATED:
+            inside = inside & (step == 1)
+        lo = tl.where(inside, tl.minimum(lo, c_start), lo)  # rows p < 0 too (key slots)
         hi = tl.where(inside, tl.maximum(hi, P - 1), hi)
-    lo = tl.maximum(lo, tl.load(SP + 4))
+    lo = tl.maximum(lo, c_start)
     hi = tl.minimum(hi, tl.load(SP + 5) - 1)
     return lo, hi
+
+
+@triton.jit
+def prefix_bounds(p, ok, first, P, DS, DE, DOCS: tl.constexpr):
+    """[plo, phi] (absolute positions, inclusive) of the partners that owns at positions ``p``
+    keep through the prefix, an empty interval (plo > phi) for owns outside it: the
+    document's ``[ds, min(ds + P, de))``, or without documents ``[first, P)`` (``first``: the
+    first partner position, 0 for keys, ``n_k - n_q`` for rows, whose rows before the first key
+    count as position 0). Used by dilated class slots, whose band is one residue class."""
+    if DOCS:
+        ds = tl.load(DS + p, mask=ok, other=0)
+        inside = ok & (p - ds < P)
+        plo = ds
+        phi = tl.minimum(ds + P, tl.load(DE + p, mask=ok, other=0)) - 1
+    else:
+        inside = ok & (p < P)
+        plo = first + 0 * p
+        phi = P - 1 + 0 * p
+    return tl.where(inside, plo, 1 << 30), tl.where(inside, phi, EMPTY)
 
 
 @triton.jit
@@ -116,14 +145,19 @@ def cross_bounds(y, ok, xlo, xhi, DS, DE, DOCS: tl.constexpr):
 
 
 @triton.jit
-def cross_keep(ppos, glo, ghi, lo, hi, r, step, DILATED: tl.constexpr):
-    """(owns, partners) keep of a cross segment: global partners at positions ``ppos`` in each
-    own's [glo, ghi] (:func:`cross_bounds`) and not already in its band (class r, class
-    coordinate in [lo, hi])."""
+def cross_keep(ppos, glo, ghi, lo, hi, r, step, DILATED: tl.constexpr, GATHER: tl.constexpr):
+    """(owns, partners) keep of a segment of partners at positions ``ppos`` outside the band:
+    those in each own's [glo, ghi] (:func:`cross_bounds`, or :func:`prefix_bounds`) and not
+    already in its band (class r, class coordinate in [lo, hi]). GATHER (global partners): a
+    global row before position 0 is in no class slot's band (a global count's class slots
+    start past it); a prefix's rows before position 0 may be."""
     keep = kept(ppos, glo, ghi)
     if DILATED:
         rel = ppos - r
-        in_class = (rel >= 0) & (rel % step == 0)
+        if GATHER:  # noqa: SIM108 (a constexpr branch, one test compiled)
+            in_class = (rel >= 0) & (rel % step == 0)
+        else:
+            in_class = rel % step == 0  # exact for rel < 0 too (C or floor remainder)
         band = kept(rel // step, lo, hi) & in_class[None, :]
     else:
         band = kept(ppos, lo, hi)

@@ -54,8 +54,6 @@ POOL = {  # valid masks at n = 40: every feature alone where it can be, and mixe
 }
 REQUIRES = {"bigbird": frozenset({"block_sparse"})}  # refused without these features
 COMPILED_FAMILIES = {"flex"}  # each distinct mask is a kernel compile: support check only
-# a mask combination the fused CUDA kernels refuse (their reason says so); the CPU runs it
-CUDA_GAPS = {frozenset({"prefix", "dilation"}): "prefix with dilation"}
 
 
 def _impls() -> list[str]:
@@ -166,8 +164,8 @@ def test_declared_dtypes_are_accepted_and_others_refused_by_name(name):
 @pytest.mark.parametrize("name", _impls())
 def test_declared_mask_features_are_accepted_for_cuda(name):
     """The support check of a CUDA call, made here without a GPU (implementations that need
-    no probe of the device: the fused Triton path's rules among them). Only a combination the
-    fused kernels lack (``CUDA_GAPS``) may be refused, and the reason names it."""
+    no probe of the device: the fused Triton path's rules among them). Every declared mask is
+    accepted: no combination is left to the CPU."""
     impl = registry.get(name)
     if "cuda" not in impl.caps.devices or impl.unavailable_reason("cuda"):
         pytest.skip(f"{name}: its CUDA support check needs the device")
@@ -178,9 +176,7 @@ def test_declared_mask_features_are_accepted_for_cuda(name):
             if not _fits(mask, n_q, n_k):
                 continue
             reasons = impl.not_supported(_problem(impl, mask, n_q, n_k, dtype, "cuda"))
-            gaps = [text for combo, text in CUDA_GAPS.items() if combo <= mask.features]
-            assert reasons == [] or (gaps and all(any(g in r for g in gaps) for r in reasons)), (
-                mask_id, n_q, n_k, reasons)
+            assert reasons == [], (mask_id, n_q, n_k, reasons)
 
 
 def test_the_named_rules_hold():

@@ -139,7 +139,12 @@ def test_executed_pairs_are_block_granular_and_o_n_w():
     executed = band_executed_pairs(band_plan(mask, n, n), 128, 64)
     assert kept_pairs(mask, n, n) <= executed <= n * (128 + 256 + 128)
     dilated = MaskSpec(causal=True, window=(255, 0), dilation=2)
-    assert band_executed_pairs(band_plan(dilated, n, n), 128, 64) <= executed * 1.05
+    band = band_executed_pairs(band_plan(dilated, n, n), 128, 64)
+    assert band <= executed * 1.05
+    # a prefix of 512 under dilation: only the row blocks that hold prefix rows walk it
+    prefixed = MaskSpec(causal=True, window=(255, 0), dilation=2, prefix_len=512)
+    with_prefix = band_executed_pairs(band_plan(prefixed, n, n), 128, 64)
+    assert kept_pairs(prefixed, n, n) <= with_prefix <= band + (512 + 2 * 128) * (512 + 64)
 
 
 def test_dispatch_cpu_keeps_the_tile_path():
@@ -184,6 +189,32 @@ FEATURES = {  # id -> (mask, shape): every new clause alone and mixed, odd lengt
     "prefix-globals": (
         MaskSpec(causal=True, window=(3, 0), prefix_len=20, global_tokens=(5, 70)),
         (1, 2, 97, 97, 64),
+    ),
+    "prefix-dilated-causal": (
+        MaskSpec(causal=True, window=(6, 0), dilation=2, prefix_len=23), (1, 2, 97, 97, 59)
+    ),
+    "prefix-dilated-globals-unequal": (  # n_q < n_k: rows from position 12 on
+        MaskSpec(window=(3, 2), dilation=3, prefix_len=17, global_tokens=(2, 40, 41)),
+        (1, 2, 101, 113, 59),
+    ),
+    "prefix-dilated-global-count-rows-first": (  # n_q > n_k: rows before the first key
+        MaskSpec(causal=True, window=(4, 0), dilation=2, prefix_len=40, global_tokens=3),
+        (1, 2, 133, 97, 59),
+    ),
+    "prefix-dilated-rows-first": (  # rows p < 0 count as position 0: in the prefix
+        MaskSpec(window=(2, 1), dilation=3, prefix_len=30), (1, 2, 127, 99, 59)
+    ),
+    "prefix-dilated-docs-globals": (  # a prefix longer than the middle document
+        MaskSpec(causal=True, window=(4, 0), dilation=3, prefix_len=9, global_tokens=(0, 5),
+                 documents=(40, 6, 51)),
+        (1, 2, 97, 97, 59),
+    ),
+    "prefix-dilated-docs-global-count": (
+        MaskSpec(window=(2, 2), dilation=2, prefix_len=7, global_tokens=2, documents=(30, 3, 64)),
+        (1, 2, 97, 97, 59),
+    ),
+    "prefix-causal-rows-first": (  # the key slots' prefix takes the rows before the first key
+        MaskSpec(causal=True, window=(5, 0), prefix_len=30), (1, 2, 70, 45, 59)
     ),
     "bigbird-global-blocks": (
         MaskSpec(causal=True, window=(1, 0), block_size=16, random_blocks=1,
@@ -239,7 +270,11 @@ def test_documents_skip_other_documents_key_blocks():
 
 @pytest.mark.parametrize("case", ["docs-window", "prefix-globals", "global-positions-dilated",
                                   "docs-dilated-globals", "docs-global-count",
-                                  "docs-prefix-globals-bidirectional", "prefix-window-docs"])
+                                  "docs-prefix-globals-bidirectional", "prefix-window-docs",
+                                  "prefix-dilated-causal", "prefix-dilated-globals-unequal",
+                                  "prefix-dilated-global-count-rows-first",
+                                  "prefix-dilated-rows-first", "prefix-dilated-docs-globals",
+                                  "prefix-dilated-docs-global-count"])
 def test_executed_pairs_cover_every_kept_pair(case):
     mask, (_, _, n_q, n_k, _) = FEATURES[case]
     for block_m, block_n in ((32, 16), (128, 64), (64, 64)):
@@ -306,7 +341,7 @@ def test_fused_reasons_refuse_what_the_kernels_do_not_cover():
 
     assert reasons(MaskSpec(causal=True, documents=(30, 34), prefix_len=5)) == []
     assert reasons(MaskSpec(causal=True, global_tokens=(3, 9), window=(4, 0))) == []
-    assert "prefix with dilation" in reasons(MaskSpec(window=(2, 0), dilation=2, prefix_len=4))[0]
+    assert reasons(MaskSpec(window=(2, 0), dilation=2, prefix_len=4, documents=(40, 24))) == []
     assert "block_size" in reasons(MaskSpec(block_size=16, window=(1, 1), prefix_len=5))[0]
     assert "prefix" in reasons(MaskSpec(block_size=16, window=(1, 1), prefix_len=5))[0]
     assert "multiple" in reasons(MaskSpec(causal=True), kv_heads=3)[0]
@@ -324,6 +359,20 @@ DECODE = {  # id -> (mask, (B, H, H_kv, n_q, n_k, D))
     "documents": (MaskSpec(causal=True, documents=(4, 9)), (1, 2, 1, 13, 13, 64)),
     "documents-prefix-globals": (
         MaskSpec(causal=True, window=(3, 0), prefix_len=3, global_tokens=(1,), documents=(5, 11)),
+        (1, 4, 2, 16, 16, 59),
+    ),
+    "dilated-prefix-all-1row-gqa": (  # the one row is in the prefix: it keeps every key
+        MaskSpec(causal=True, window=(40, 0), dilation=3, prefix_len=613), (1, 6, 2, 1, 613, 59)
+    ),
+    "dilated-prefix-globals-1row-gqa": (  # the row is past the prefix: band and globals
+        MaskSpec(causal=True, window=(90, 0), dilation=2, prefix_len=200, global_tokens=(7,)),
+        (1, 6, 3, 1, 701, 64),
+    ),
+    "dilated-prefix-5rows": (  # rows 605..609: the first three in the prefix
+        MaskSpec(causal=True, window=(100, 0), dilation=3, prefix_len=608), (1, 4, 2, 5, 610, 59)
+    ),
+    "dilated-prefix-documents-globals": (
+        MaskSpec(window=(2, 1), dilation=2, prefix_len=4, global_tokens=(1,), documents=(6, 10)),
         (1, 4, 2, 16, 16, 59),
     ),
 }
@@ -350,7 +399,8 @@ def test_split_kv_decode_matches_float64(case, monkeypatch):
     _check(out, q, k, v, mask, torch.float32)
     assert len(grids) == 1 and grids[0][1] == b * h_kv  # one program per K/V head, not B·H
     keys_per_class = -(-n_k // mask.dilation)
-    assert grids[0][0] == split_count(b * h_kv, grids[0][2], keys_per_class, device_key(DEVICE))
+    keys = max(s[5] - s[4] for s in band_plan(mask, n_q, n_k).slots)  # a global slot: n_k
+    assert grids[0][0] == split_count(b * h_kv, grids[0][2], keys, device_key(DEVICE))
     if keys_per_class > 256:
         assert grids[0][0] > 1  # the keys were split
 
@@ -380,6 +430,11 @@ BIG = {  # id -> (mask, (B, H, n_q, n_k, D))
                            (1, 1, 689, 689, 64)),
     "docs-prefix": (MaskSpec(causal=True, prefix_len=130, documents=(300, 261, 40)),
                     (1, 1, 601, 601, 64)),
+    "dilated-prefix-docs-globals": (  # prefixes longer than a row block, in every class
+        MaskSpec(causal=True, window=(300, 0), dilation=2, prefix_len=150, global_tokens=(3,),
+                 documents=(600, 189)),
+        (1, 1, 789, 789, 64),
+    ),
 }
 
 
