@@ -87,30 +87,13 @@ def test_flop_crossover_of_attention_and_recurrence():
 
 
 def test_decode_step_flops_and_cache_bytes():
-    point = Point.of(
-        "sdpa",
-        "decode",
-        heads=2,
-        head_dim=4,
-        seq_len=10,
-        gen_tokens=1,
-        layers=3,
-        cache="full",
-        causal=True,
-    )
+    def step(cache: str) -> Point:
+        return Point.of("sdpa", "decode", heads=2, head_dim=4, seq_len=10, gen_tokens=1,
+                        layers=3, cache=cache, causal=True)
+
+    point, none = step("full"), step("none")
     per_token = 2 * 8 * 32 + 1024  # projections + FFN for one token
     assert useful(point) == 3 * (per_token + 4 * 2 * 4 * 11)  # attends to 10 + itself
-    none = Point.of(
-        "sdpa",
-        "decode",
-        heads=2,
-        head_dim=4,
-        seq_len=10,
-        gen_tokens=1,
-        layers=3,
-        cache="none",
-        causal=True,
-    )
     assert cost_of(none).executed_flops > 5 * useful(none)
     assert cost_of(point).cache_bytes == 2 * 3 * 1 * 2 * 11 * 4 * 4
     rolling = Point.of(
