@@ -1,7 +1,8 @@
 """The fused kernels compiled ahead of time for sm_90 (H100) and sm_80 (A100), on this CPU.
 
 One subprocess compiles, through the real launch code (meta tensors, bf16, D = 64 and 128),
-the config each kernel starts from before autotuning (``benchmarks/aot_kernels.py --ci``), with
+the config each kernel starts from before autotuning (``benchmarks/aot_kernels.py --ci``: one
+mask per family, and the prefix-with-dilation defaults nearest the register limit), with
 ``TRITON_CACHE_DIR`` in this run's temporary directory. The checks: every kernel compiles for
 both targets at both head dims; shared memory within each target's limit; no default config
 spills (so each kernel and head dim has a spill-free config); the prefill kernels run on
@@ -65,6 +66,14 @@ def test_no_default_config_spills(compiled):
     spilling = [(r["kernel"], r["config"], r["head_dim"], r["target"], r["spill_bytes"])
                 for r in compiled if r["default"] and r["spill_bytes"]]
     assert spilling == []
+
+
+def test_prefix_with_dilation_defaults_are_checked(compiled):
+    """The kernels with a prefix and dilation that spilled at the plain band's defaults."""
+    gathered = {(r["kernel"], r["head_dim"], r["target"]) for r in compiled
+                if r["workload"] == "band-dilated-prefix" and r["default"]}
+    assert gathered == {("band_fwd", 128, "sm_90"), ("band_dq", 64, "sm_80"),
+                        ("band_dkdv", 64, "sm_80"), ("band_dkdv", 128, "sm_80")}
 
 
 def test_prefill_kernels_run_on_wgmma_on_hopper(compiled):
