@@ -10,7 +10,8 @@ recheck each kernel's default); configs that spilled were taken out (a 128x64 fo
 warps, 128x128 tiles, 32x128 dK/dV at 4 warps). A kernel compiled with both a prefix and
 dilation (``PREFIX`` and ``DILATED``: the gathered prefix segment) holds more registers and
 takes its lists from ``GATHERED_SHAPES`` where that has one (checked ahead of time with the
-``*-dilated-prefix`` workloads); every other kernel's lists are ``SHAPES``' alone.
+``*-dilated-prefix`` workloads; their ``MODE_KEY`` holds both clauses, so they tune apart);
+every other kernel's lists are ``SHAPES``' alone.
 
 Under ``TRITON_INTERPRET=1`` (CPU tests) a single small configuration runs: the interpreter's
 time goes into every extra config, and small tiles exercise more block edges on small inputs
@@ -78,7 +79,7 @@ SHAPES: dict[str, list[tuple[int, int, int, int, frozenset[str]]]] = {
 # more registers): SHAPES' lists less the configs that spill there (128x64 forward and 64x64
 # at D128 on sm_90, dQ at 128x64/64x64/128x32 on sm_80 D64, 64x64 and 16x128 dK/dV at D128,
 # 64x64/4w dK/dV on sm_90 D64, 32x64/4w dK/dV on sm_80 D64, the decode's 128 keys/4w at D128),
-# plus 8-warp 64x64 dQ and 32x64 dK/dV, 16x64 dK/dV on sm_80 D64, which do not
+# plus three that do not spill there: on sm_80 D64, 64x64/8w dQ, 32x64/8w and 16x64/4w dK/dV
 GATHERED_SHAPES: dict[str, list[tuple[int, int, int, int, frozenset[str]]]] = {
     "band_fwd": [
         (128, 64, 8, 3, D64),
