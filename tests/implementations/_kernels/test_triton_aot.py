@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 triton = pytest.importorskip("triton")
 
@@ -94,3 +95,23 @@ def test_forward_registers_at_128x64_8_warps_d64_on_hopper(compiled):
     row = next(r for r in compiled if r["kernel"] == "band_fwd" and r["head_dim"] == 64
                and r["target"] == "sm_90")
     assert row["config"] == "128x64 w8 s3" and row["regs"] <= 168
+
+
+def test_prune_takes_the_dilated_prefix_lists_from_the_launch_flags(monkeypatch):
+    """The autotuner's prune (GPU runs, no compile): a launch with both PREFIX and DILATED keeps
+    GATHERED_SHAPES' configs of its class, any other launch SHAPES' (here sm_90, D 128)."""
+    from implementations._kernels import triton_autotune as tune
+
+    monkeypatch.setattr(tune, "interpreted", lambda: False)
+    every = tune.configs("band_fwd")
+    keep = tune.prune("band_fwd")
+    nargs = {"Q": torch.empty(0)}  # a CPU tensor: the default class, sm_90
+
+    def kept(**flags) -> list[tuple]:
+        return [(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages)
+                for c in keep(every, nargs, BLOCK_D=128, **flags)]
+
+    plain = [(128, 64, 8, 3), (128, 32, 8, 3), (64, 64, 4, 2), (64, 32, 4, 2)]
+    assert kept(PREFIX=True, DILATED=False) == plain
+    assert kept(PREFIX=False, DILATED=True, GLOBAL=True) == plain
+    assert kept(PREFIX=True, DILATED=True, GLOBAL=True) == [(128, 32, 8, 3), (64, 32, 4, 2)]
