@@ -7,9 +7,12 @@ loop that holds an MMA (masked/unmasked ratio of the band kernels). Prints a mar
 
     python benchmarks/aot_kernels.py [--ci] [--json OUT.json] [--workers N]
 
-``--ci``: the CPU test suite's subset (the default config of each kernel, one mask per family).
-Each autotuned kernel compiles the configs of the target's class (``triton_autotune.SHAPES``);
-exit 1 when any of them spills, so the lists stay spill-free.
+``--ci``: the CPU test suite's subset (the default config of each kernel, one mask per family,
+and ``triton_aot.CI_EXTRA``: four prefix-with-dilation defaults).
+Each autotuned kernel compiles the configs of the target's class (``triton_autotune.SHAPES``;
+``GATHERED_SHAPES`` for a kernel with both a prefix and dilation, which the
+``*-dilated-prefix`` workloads compile); exit 1 when any of them spills, so the lists stay
+spill-free. ``--workloads band-dilated-prefix decode-dilated-prefix`` checks those lists alone.
 Needs Triton with its NVIDIA backend; run without ``TRITON_INTERPRET`` (exit 2 otherwise).
 Exit 1 when a compile fails, a kernel exceeds its target's shared memory, or a config spills.
 """
@@ -52,10 +55,13 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--json", help="also write the rows here")
     args = parser.parse_args()
-    workloads = tuple(args.workloads or (triton_aot.CI_WORKLOADS if args.ci
-                                         else triton_aot.WORKLOADS))
+    dims, targets = tuple(args.head_dims), tuple(args.targets)
     start = time.perf_counter()
-    todo = triton_aot.jobs(workloads, tuple(args.head_dims), tuple(args.targets), not args.ci)
+    if args.ci and not args.workloads:
+        todo = triton_aot.ci_jobs(dims, targets)
+    else:
+        workloads = tuple(args.workloads or triton_aot.WORKLOADS)
+        todo = triton_aot.jobs(workloads, dims, targets, not args.ci)
     print(f"aot_kernels: {len(todo)} compiles on {args.workers} workers", file=sys.stderr)
     rows = triton_aot.run_jobs(todo, args.workers)
     seconds = time.perf_counter() - start

@@ -68,6 +68,14 @@ WORKLOADS: dict[str, tuple[MaskSpec, int, int, int, int, bool]] = {
     "blocks": (BIGBIRD, 4096, 4096, 16, 16, True),
 }
 CI_WORKLOADS = ("band", "decode", "blocks")
+# the CI's further defaults: the prefix-with-dilation kernels nearest the register limit
+# (they spilled at SHAPES' defaults): (workload, kernel, head dim, target)
+CI_EXTRA = (
+    ("band-dilated-prefix", "band_fwd", 128, "sm_90"),
+    ("band-dilated-prefix", "band_dq", 64, "sm_80"),
+    ("band-dilated-prefix", "band_dkdv", 64, "sm_80"),
+    ("band-dilated-prefix", "band_dkdv", 128, "sm_80"),
+)
 
 
 @dataclass(frozen=True)
@@ -173,7 +181,7 @@ def configs(launch: Launch, target: str) -> list[triton.Config]:
     (its default first), or the launch's own options."""
     if hasattr(launch.kernel, "configs"):
         capability = divmod(TARGETS[target], 10)
-        return configs_for(launch.name, launch.kwargs["BLOCK_D"], capability)
+        return configs_for(launch.name, launch.kwargs["BLOCK_D"], capability, launch.kwargs)
     return [triton.Config({}, num_warps=launch.kwargs.get("num_warps", 4),
                           num_stages=launch.kwargs.get("num_stages", 3))]
 
@@ -277,6 +285,17 @@ def jobs(workloads: tuple[str, ...], head_dims: tuple[int, ...], targets: tuple[
                         if key not in done:
                             done.add(key)
                             out.append((workload, d, target, i, c))
+    return out
+
+
+def ci_jobs(head_dims: tuple[int, ...], targets: tuple[str, ...]) -> list[Job]:
+    """The CI's compiles: the default config of each launch of ``CI_WORKLOADS``, then the
+    ``CI_EXTRA`` defaults within ``head_dims`` and ``targets``."""
+    out = jobs(CI_WORKLOADS, head_dims, targets, False)
+    for workload, kernel, d, target in CI_EXTRA:
+        if d in head_dims and target in targets:
+            names = [launch.name for launch in record(workload, d)]
+            out.append((workload, d, target, names.index(kernel), 0))
     return out
 
 

@@ -77,7 +77,7 @@ def executed_pairs(mask: MaskSpec, n_q: int, n_k: int, head_dim: int, dtype: tor
     if mask.block_size is not None:
         return block_executed_pairs(mask, n_q, n_k)
     plan = band_plan(mask, n_q, n_k)
-    cfg = triton_launch.forward_blocks(tune_key(mask, n_q, n_k, head_dim, dtype))
+    cfg = triton_launch.forward_blocks(tune_key(mask, n_q, n_k, head_dim, dtype), plan.flags)
     if is_decode(n_q):
         return band_executed_pairs(plan, triton_next_pow2(plan.max_rows), cfg["BLOCK_N"])
     return band_executed_pairs(plan, cfg["BLOCK_M"], cfg["BLOCK_N"])

@@ -7,7 +7,11 @@ class before timing any (``early_config_prune``), and the first config of a clas
 assumed before autotuning (executed pairs). Every class was checked ahead of time on sm_90 and
 sm_80 at D = 64 and 128 with each mask clause (``benchmarks/aot_kernels.py``; the CPU tests
 recheck each kernel's default); configs that spilled were taken out (a 128x64 forward at 4
-warps, 128x128 tiles, 32x128 dK/dV at 4 warps).
+warps, 128x128 tiles, 32x128 dK/dV at 4 warps). A kernel compiled with both a prefix and
+dilation (``PREFIX`` and ``DILATED``: the gathered prefix segment) holds more registers and
+takes its lists from ``GATHERED_SHAPES`` where that has one (checked ahead of time with the
+``*-dilated-prefix`` workloads; their ``MODE_KEY`` holds both clauses, so they tune apart);
+every other kernel's lists are ``SHAPES``' alone.
 
 Under ``TRITON_INTERPRET=1`` (CPU tests) a single small configuration runs: the interpreter's
 time goes into every extra config, and small tiles exercise more block edges on small inputs
@@ -18,7 +22,7 @@ is ``(n_bucket, q_bucket, BLOCK_D, MODE_KEY)`` plus the tensors' dtypes (Triton 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import torch
 import triton
@@ -71,6 +75,45 @@ SHAPES: dict[str, list[tuple[int, int, int, int, frozenset[str]]]] = {
     "blocks_dq": [(0, 0, w, s, ALL) for w in (4, 8) for s in (2, 3)],
     "blocks_dkdv": [(0, 0, 8, 2, ALL), (0, 0, 8, 3, ALL), (0, 0, 4, 2, D64), (0, 0, 4, 3, D64)],
 }
+# the band kernels compiled with PREFIX and DILATED both on (the gathered prefix segment holds
+# more registers): SHAPES' lists less the configs that spill there (128x64 forward and 64x64
+# at D128 on sm_90, dQ at 128x64/64x64/128x32 on sm_80 D64, 64x64 and 16x128 dK/dV at D128,
+# 64x64/4w dK/dV on sm_90 D64, 32x64/4w dK/dV on sm_80 D64, the decode's 128 keys/4w at D128),
+# plus three that do not spill there: on sm_80 D64, 64x64/8w dQ, 32x64/8w and 16x64/4w dK/dV
+GATHERED_SHAPES: dict[str, list[tuple[int, int, int, int, frozenset[str]]]] = {
+    "band_fwd": [
+        (128, 64, 8, 3, D64),
+        (128, 32, 4, 4, D64),
+        (64, 64, 4, 3, frozenset({"sm90-d64"})),
+        (64, 64, 4, 4, frozenset({"sm90-d64"})),
+        (128, 32, 8, 3, frozenset({"sm90-d128"})),
+        (64, 32, 4, 2, ALL),
+    ],
+    "band_dq": [
+        (128, 64, 8, 2, frozenset({"sm90-d64", "sm90-d128"})),
+        (64, 64, 8, 2, frozenset({"sm80-d64", "sm90-d128", "sm80-d128"})),
+        (64, 64, 4, 3, frozenset({"sm90-d64"})),
+        (128, 32, 4, 3, frozenset({"sm90-d64"})),
+        (64, 32, 4, 3, frozenset({"sm90-d128", "sm80-d128"})),
+        (64, 32, 4, 2, ALL),
+        (32, 32, 4, 2, ALL),
+    ],
+    "band_dkdv": [
+        (64, 128, 8, 2, frozenset({"sm90-d64"})),
+        (32, 128, 8, 2, frozenset({"sm90-d128"})),
+        (32, 64, 8, 2, frozenset({"sm80-d64", "sm90-d128", "sm80-d128"})),
+        (32, 64, 4, 2, frozenset({"sm90-d64"})),
+        (16, 64, 4, 2, frozenset({"sm80-d64"})),
+        (16, 128, 8, 2, frozenset({"sm90-d128"})),
+        (16, 32, 4, 2, ALL),
+    ],
+    "band_fwd_split": [
+        (0, 64, 4, 2, ALL),
+        (0, 128, 4, 2, D64),
+        (0, 64, 4, 3, frozenset({"sm90-d64", "sm80-d64", "sm80-d128"})),
+        (0, 128, 8, 2, ALL),
+    ],
+}
 
 
 def interpreted() -> bool:
@@ -89,8 +132,21 @@ def _config(kernel: str, m: int, n: int, w: int, s: int) -> triton.Config:
     return triton.Config(tiles, num_warps=w, num_stages=s)
 
 
+def gathered(flags: Mapping[str, object]) -> bool:
+    """Whether a launch's compile-time mask clauses (``PREFIX``, ``DILATED``, ...) select
+    ``GATHERED_SHAPES``: a prefix walked as a gathered segment under dilation."""
+    return bool(flags.get("PREFIX")) and bool(flags.get("DILATED"))
+
+
+def _shapes(kernel: str, gathered_prefix: bool) -> list[tuple]:
+    if gathered_prefix and kernel in GATHERED_SHAPES:
+        return GATHERED_SHAPES[kernel]
+    return SHAPES[kernel]
+
+
 def configs(kernel: str) -> list[triton.Config]:
-    """Every config of ``kernel`` (the autotuner's list; its prune keeps a class's)."""
+    """Every config of ``kernel`` (the autotuner's list, ``SHAPES``' then the further ones of
+    ``GATHERED_SHAPES``; its prune keeps a class's)."""
     if interpreted():
         if kernel.startswith("blocks"):
             return [triton.Config({}, num_warps=4, num_stages=1)]
@@ -98,15 +154,22 @@ def configs(kernel: str) -> list[triton.Config]:
         if kernel == "band_dkdv":
             m, n = n, m  # rows per step x keys per program
         return [_config(kernel, m, n, 4, 1)]
-    return [_config(kernel, *shape[:4]) for shape in SHAPES[kernel]]
+    shapes = [shape[:4] for shape in SHAPES[kernel]]
+    for shape in GATHERED_SHAPES.get(kernel, ()):
+        if shape[:4] not in shapes:
+            shapes.append(shape[:4])
+    return [_config(kernel, *shape) for shape in shapes]
 
 
-def configs_for(kernel: str, block_d: int, capability: tuple[int, int]) -> list[triton.Config]:
-    """The configs of ``kernel`` that run on a GPU of this class, the default first."""
+def configs_for(kernel: str, block_d: int, capability: tuple[int, int],
+                flags: Mapping[str, object] | None = None) -> list[triton.Config]:
+    """The configs of ``kernel`` that run on a GPU of this class, the default first; ``flags``:
+    the launch's mask clauses (``PREFIX`` with ``DILATED``: ``GATHERED_SHAPES``)."""
     if interpreted():
         return configs(kernel)
     where = gpu_class(block_d, capability)
-    return [_config(kernel, *shape[:4]) for shape in SHAPES[kernel] if where in shape[4]]
+    shapes = _shapes(kernel, gathered(flags or {}))
+    return [_config(kernel, *shape[:4]) for shape in shapes if where in shape[4]]
 
 
 def _same(a: triton.Config, b: triton.Config) -> bool:
@@ -119,7 +182,7 @@ def prune(kernel: str) -> Callable:
     def keep(all_configs: list, named_args: dict, **kwargs) -> list:
         device = named_args["Q"].device
         capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else (9, 0)
-        wanted = configs_for(kernel, kwargs["BLOCK_D"], capability)
+        wanted = configs_for(kernel, kwargs["BLOCK_D"], capability, kwargs)
         return [c for c in all_configs if any(_same(c, w) for w in wanted)]
 
     return keep

@@ -40,12 +40,12 @@ AUTOTUNED = (  # every autotuned kernel: (module, name)
 )
 
 
-def forward_blocks(key: tuple) -> dict:
+def forward_blocks(key: tuple, flags: dict[str, bool]) -> dict:
     """``BLOCK_M``/``BLOCK_N`` of the band forward (``BLOCK_N`` of the decode kernel) for a
-    :func:`tune_key`: the config the autotuner chose for it in this process, else the default
-    config of the current GPU's class."""
+    :func:`tune_key` and the plan's mask clauses (``BandPlan.flags``): the config the autotuner
+    chose for it in this process, else the default config of the current GPU's class."""
     kernel = "band_fwd_split" if is_decode(key[2]) else "band_fwd"
-    return CHOSEN.get(key) or configs_for(kernel, key[3], current_capability())[0].kwargs
+    return CHOSEN.get(key) or configs_for(kernel, key[3], current_capability(), flags)[0].kwargs
 
 
 @contextlib.contextmanager

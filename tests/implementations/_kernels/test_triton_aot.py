@@ -1,7 +1,8 @@
 """The fused kernels compiled ahead of time for sm_90 (H100) and sm_80 (A100), on this CPU.
 
 One subprocess compiles, through the real launch code (meta tensors, bf16, D = 64 and 128),
-the config each kernel starts from before autotuning (``benchmarks/aot_kernels.py --ci``), with
+the config each kernel starts from before autotuning (``benchmarks/aot_kernels.py --ci``: one
+mask per family, and the prefix-with-dilation defaults nearest the register limit), with
 ``TRITON_CACHE_DIR`` in this run's temporary directory. The checks: every kernel compiles for
 both targets at both head dims; shared memory within each target's limit; no default config
 spills (so each kernel and head dim has a spill-free config); the prefill kernels run on
@@ -19,6 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 triton = pytest.importorskip("triton")
 
@@ -67,6 +69,14 @@ def test_no_default_config_spills(compiled):
     assert spilling == []
 
 
+def test_prefix_with_dilation_defaults_are_checked(compiled):
+    """The kernels with a prefix and dilation that spilled at the plain band's defaults."""
+    gathered = {(r["kernel"], r["head_dim"], r["target"]) for r in compiled
+                if r["workload"] == "band-dilated-prefix" and r["default"]}
+    assert gathered == {("band_fwd", 128, "sm_90"), ("band_dq", 64, "sm_80"),
+                        ("band_dkdv", 64, "sm_80"), ("band_dkdv", 128, "sm_80")}
+
+
 def test_prefill_kernels_run_on_wgmma_on_hopper(compiled):
     """Decode tiles are 16 rows (a few query rows): mma.sync there, as wgmma needs 64."""
     kinds = {(r["kernel"], r["head_dim"]): r["mma"] for r in compiled if r["target"] == "sm_90"}
@@ -85,3 +95,23 @@ def test_forward_registers_at_128x64_8_warps_d64_on_hopper(compiled):
     row = next(r for r in compiled if r["kernel"] == "band_fwd" and r["head_dim"] == 64
                and r["target"] == "sm_90")
     assert row["config"] == "128x64 w8 s3" and row["regs"] <= 168
+
+
+def test_prune_takes_the_dilated_prefix_lists_from_the_launch_flags(monkeypatch):
+    """The autotuner's prune (GPU runs, no compile): a launch with both PREFIX and DILATED keeps
+    GATHERED_SHAPES' configs of its class, any other launch SHAPES' (here sm_90, D 128)."""
+    from implementations._kernels import triton_autotune as tune
+
+    monkeypatch.setattr(tune, "interpreted", lambda: False)
+    every = tune.configs("band_fwd")
+    keep = tune.prune("band_fwd")
+    nargs = {"Q": torch.empty(0)}  # a CPU tensor: the default class, sm_90
+
+    def kept(**flags) -> list[tuple]:
+        return [(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages)
+                for c in keep(every, nargs, BLOCK_D=128, **flags)]
+
+    plain = [(128, 64, 8, 3), (128, 32, 8, 3), (64, 64, 4, 2), (64, 32, 4, 2)]
+    assert kept(PREFIX=True, DILATED=False) == plain
+    assert kept(PREFIX=False, DILATED=True, GLOBAL=True) == plain
+    assert kept(PREFIX=True, DILATED=True, GLOBAL=True) == [(128, 32, 8, 3), (64, 32, 4, 2)]
