@@ -28,6 +28,7 @@ from implementations._kernels.triton_primitives import (
     own_block,
     own_bounds,
     prefix_bounds,
+    segment_positions,
     walk,
 )
 
@@ -88,10 +89,7 @@ def dq_cross(dq, q, do, lse, delta, lo, hi, glo, ghi, k_base, v_base, skn, svn, 
     for e in range(e0, e1, BLOCK_N):
         ev = e + tl.arange(0, BLOCK_N)
         col_ok = ev < e1
-        if GATHER:  # noqa: SIM108 (a constexpr branch, one load compiled)
-            j = tl.load(GPOS + tl.minimum(ev, e1 - 1))
-        else:
-            j = tl.minimum(ev, e1 - 1)
+        j = segment_positions(GPOS, ev, e1, GATHER)
         k = load_rows(k_base + j[:, None] * skn + dd[None, :], col_ok, D, BLOCK_D, False)
         v = load_rows(v_base + j[:, None] * svn + dd[None, :], col_ok, D, BLOCK_D, False)
         keep = cross_keep(j, glo, ghi, lo, hi, r, step, DILATED, GATHER)
@@ -223,10 +221,7 @@ def dkdv_cross(dk, dv, k, v, lo, hi, glo, ghi, q_base, do_base, lse_base, delta_
     for e in range(e0, e1, BLOCK_M):
         ev = e + tl.arange(0, BLOCK_M)
         row_ok = ev < e1
-        if GATHER:  # noqa: SIM108 (a constexpr branch, one load compiled)
-            p = tl.load(GPOS + tl.minimum(ev, e1 - 1))
-        else:
-            p = tl.minimum(ev, e1 - 1)
+        p = segment_positions(GPOS, ev, e1, GATHER)
         i = p - off
         q = load_rows(q_base + i[:, None] * sqn + dd[None, :], row_ok, D, BLOCK_D, False)
         do = load_rows(do_base + i[:, None] * sdn + dd[None, :], row_ok, D, BLOCK_D, False)

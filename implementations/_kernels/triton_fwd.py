@@ -33,6 +33,7 @@ from implementations._kernels.triton_primitives import (
     own_block,
     own_bounds,
     prefix_bounds,
+    segment_positions,
     walk,
 )
 
@@ -82,10 +83,7 @@ def fwd_cross(acc, l_i, m_i, q, lo, hi, glo, ghi, k_base, v_base, skn, svn, GPOS
     for e in range(e0, e1, BLOCK_N):
         ev = e + tl.arange(0, BLOCK_N)
         col_ok = ev < e1
-        if GATHER:  # noqa: SIM108 (a constexpr branch, one load compiled)
-            j = tl.load(GPOS + tl.minimum(ev, e1 - 1))
-        else:
-            j = tl.minimum(ev, e1 - 1)
+        j = segment_positions(GPOS, ev, e1, GATHER)
         k = load_rows(k_base + j[:, None] * skn + dd[None, :], col_ok, D, BLOCK_D, False)
         s = mma(q, tl.trans(k), None, PRECISION)
         keep = cross_keep(j, glo, ghi, lo, hi, r, step, DILATED, GATHER) & col_ok[None, :]

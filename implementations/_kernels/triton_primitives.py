@@ -145,6 +145,16 @@ def cross_bounds(y, ok, xlo, xhi, DS, DE, DOCS: tl.constexpr):
 
 
 @triton.jit
+def segment_positions(GPOS, ev, e1, GATHER: tl.constexpr):
+    """The positions of a cross segment's entries ``ev`` (clamped to its last, ``e1 - 1``): the
+    global positions ``GPOS[ev]`` (GATHER), or ``ev`` itself (the keys of a dilated prefix)."""
+    last = tl.minimum(ev, e1 - 1)
+    if GATHER:
+        return tl.load(GPOS + last)
+    return last
+
+
+@triton.jit
 def cross_keep(ppos, glo, ghi, lo, hi, r, step, DILATED: tl.constexpr, GATHER: tl.constexpr):
     """(owns, partners) keep of a segment of partners at positions ``ppos`` outside the band:
     those in each own's [glo, ghi] (:func:`cross_bounds`, or :func:`prefix_bounds`) and not
