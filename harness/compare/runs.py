@@ -21,6 +21,7 @@ Exit 0 when nothing failed, 1 on any regression, 2 on unusable input (a
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from harness.compare.baseline import machine_key
@@ -53,6 +54,28 @@ def _env_notes(base: dict, cur: dict, opts: CompareOptions) -> list[str]:
     if base.get("suite") != cur.get("suite"):
         notes.append(f"suites differ: {base.get('suite')!r} vs {cur.get('suite')!r}")
     return notes
+
+
+def _other_machine_time(findings: list[Finding], notes: list[str]) -> list[Finding]:
+    """Under the report gate, a time regression against another machine's baseline warns.
+
+    Normalized time (time / a matmul timed beside it) cancels a machine's speed, not its balance
+    of compute and memory: an op's time relative to a matmul differs between CPU models by tens
+    of percent (sdpa-math, which writes its n x n scores, measured +50..+100 % on an Intel Xeon
+    against an AMD EPYC baseline), which the report gate's margin must not read as a regression.
+    Status, memory and numerics still fail; ``--time-gate hard`` still fails on time."""
+    kept = [
+        replace(f, level="warn", verdict=f"{f.verdict}; another machine's baseline")
+        if f.metric == "time" and f.level == "fail"
+        else f
+        for f in findings
+    ]
+    if kept != findings:
+        notes.append(
+            "time regressions against another machine's baseline are warnings under "
+            "--time-gate report; record this machine's with: attnbench baseline save RUN_DIR"
+        )
+    return kept
 
 
 def _presence(base_rows: dict[str, dict], cur_rows: dict[str, dict]) -> list[Finding]:
@@ -101,6 +124,8 @@ def compare_runs(
     findings += _presence(base.rows, cur.rows)
     for run, name in others:
         findings = confirm_failures(findings, base, run, name, opts, scatter)
+    if opts.time_gate == "report" and machine_key(base.env) != machine_key(cur.env):
+        findings = _other_machine_time(findings, notes)
     findings.sort(key=lambda f: (LEVELS.index(f.level), f.label, f.metric))
     return Comparison(
         str(baseline),

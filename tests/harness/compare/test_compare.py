@@ -175,6 +175,32 @@ def test_report_gate_fails_a_lone_wide_slowdown(base: Path, tmp_path: Path) -> N
     assert run_cli(base, cur, "--time-gate", "report") == 1
 
 
+def test_report_gate_warns_on_time_against_another_machines_baseline(
+    base: Path, tmp_path: Path
+) -> None:
+    """A lone 3x slowdown fails the report gate on the baseline's own machine; against another
+    machine's baseline it is a warning (normalized time does not carry across CPU models),
+    while the hard gate and a memory regression still fail."""
+    slow = lambda i, r: scale_time(r, 3.0) if i == 5 else r
+    other = {**ENV, "fingerprint": "cpu-other-cpu-t2"}
+    cur = variant(base, tmp_path, slow, env=other)
+    result = compare_runs(base, cur, CompareOptions(time_gate="report"))
+    assert result.exit_code == 0 and result.count("warn") >= 1
+    assert any("another machine's baseline" in note for note in result.warnings)
+    assert run_cli(base, cur) == 1  # the hard gate
+    same = variant(base, tmp_path, slow, name="same")
+    assert run_cli(base, same, "--time-gate", "report") == 1
+
+    def slow_and_big(i: int, row: dict) -> dict:
+        row = slow(i, row)
+        if i == 5:
+            row["peak_mem_bytes"] *= 3
+        return row
+
+    bigger = variant(base, tmp_path, slow_and_big, name="bigger", env=other)
+    assert run_cli(base, bigger, "--time-gate", "report") == 1
+
+
 def test_report_gate_tolerates_a_busy_machine(base: Path, tmp_path: Path) -> None:
     """Every point scattered by load (log-normal, sd 0.8): hard gate fails, report gate warns."""
     factors = np.random.default_rng(6).lognormal(0.0, 0.8, len(POINTS))
