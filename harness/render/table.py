@@ -86,6 +86,9 @@ def default_metrics(frame: pd.DataFrame) -> tuple[str, ...]:
     return (*DEFAULT_METRICS, *present)
 
 
+_IDENTITY = frozenset(c.name for c in IDENTITY)  # which run and point (schema_version, d_model)
+
+
 def unit_of(column: str) -> Unit | None:
     """The display unit of a documented column (from its schema kind), None for a column that
     is not one number per row (text, a flag, a point field, a list per sample or pass)."""
@@ -97,8 +100,6 @@ def unit_of(column: str) -> Unit | None:
         return replace(unit, label=declared.unit)
     return unit
 
-
-_IDENTITY = frozenset(c.name for c in IDENTITY)  # which run and point (schema_version, d_model)
 
 # Every documented row column that is a metric (``attnbench table --metric`` accepts these).
 METRICS: tuple[str, ...] = tuple(c for c in ROW_COLUMNS if unit_of(c) is not None)
