@@ -96,25 +96,38 @@ def launch(
     return StepLaunch(run, mode, note)
 
 
+class GraphedStep:
+    """``step`` captured in a ``torch.cuda.CUDAGraph``; calling it replays the graph and returns
+    the static output (B, 1, d), overwritten by the next replay.
+
+    A graph holds raw device addresses, not Python references: every buffer it reads or writes
+    must outlive it, or the caching allocator hands that memory to the next tensor and a replay
+    reads whatever lies there (the 2026-11-26 H100 crash: the position tensor was freed once
+    ``launch`` returned, reused, and ``index_copy_`` got a garbage index). So this object keeps
+    the :class:`StaticStep`, and with it x, the position and the caches, for as long as the
+    graph exists.
+    """
+
+    def __init__(self, step: StaticStep):
+        self.step = step
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up on a side stream, as capture requires
+            for _ in range(WARMUP_STEPS):
+                step()
+        torch.cuda.current_stream().wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.out = step()
+
+    def __call__(self) -> Tensor:
+        self.graph.replay()
+        return self.out
+
+
 def cuda_graph(step: StaticStep) -> Callable[[], Tensor]:
-    """Capture ``step`` in a ``torch.cuda.CUDAGraph`` after warm-up on a side stream (as the
-    CUDA-graph documentation requires); the returned call replays it and returns the static
-    output (B, 1, d), overwritten by the next replay."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(WARMUP_STEPS):
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = step()
-
-    def replay() -> Tensor:
-        graph.replay()
-        return out
-
-    return replay
+    """The replay of ``step`` captured in a CUDA graph (:class:`GraphedStep`)."""
+    return GraphedStep(step)
 
 
 def reduce_overhead(step: StaticStep) -> tuple[Callable[[], Tensor], str | None]:

@@ -223,3 +223,74 @@ def test_one_static_rolling_step_serves_every_position_once_the_ring_is_full():
             step.x.copy_(x[:, t : t + 1])
             step.index.fill_(t)
             torch.testing.assert_close(step(), eager.step(x[:, t : t + 1], t), rtol=0, atol=1e-12)
+
+
+class _FakeCapture:
+    """Stand-ins for torch.cuda's stream and graph API on CPU: capture runs the step once,
+    replay does nothing. Like a real graph, the fake graph keeps no Python reference to what
+    the step reads, so only the launched callable can keep those buffers alive."""
+
+    class Stream:
+        def wait_stream(self, other) -> None:
+            pass
+
+    class CUDAGraph:
+        def replay(self) -> None:
+            pass
+
+    @staticmethod
+    def stream(_stream):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    graph = stream
+
+    @classmethod
+    def current_stream(cls):
+        return cls.Stream()
+
+
+@pytest.mark.parametrize(
+    "cache, mask, kv_heads",
+    [
+        ("full", MaskSpec(causal=True), None),
+        ("full", MaskSpec(causal=True), 1),  # grouped K/V heads
+        ("rolling", MaskSpec(causal=True, window=(4, 0)), None),
+        ("rolling", MaskSpec(causal=True, window=(4, 0)), 1),
+        ("none", MaskSpec(causal=True), None),
+    ],
+)
+def test_a_captured_step_keeps_the_buffers_its_graph_reads_alive(monkeypatch, cache, mask,
+                                                                  kv_heads):
+    """The CUDA-graph decode crash of 2026-11-26 (``index_copy_(): index out of bounds`` on an
+    H100): the replay closure held the graph but not the StaticStep, so the position tensor
+    and the token buffer were freed when ``launch`` returned and their memory was reused.
+    Whatever launches a captured step must keep every buffer of :meth:`StaticStep.buffers`."""
+    import gc
+    import weakref
+
+    from harness.scenarios.decode import step_launch
+
+    for name in ("Stream", "CUDAGraph", "stream", "graph", "current_stream"):
+        monkeypatch.setattr(torch.cuda, name, getattr(_FakeCapture, name))
+    held: list[weakref.ref] = []
+
+    class Tracked(step_launch.StaticStep):
+        def __init__(self, *args):
+            super().__init__(*args)
+            held.extend(weakref.ref(t) for t in (self.x, self.index))
+
+    monkeypatch.setattr(step_launch, "StaticStep", Tracked)
+    stack = _ref_stack(kv_heads, cache, mask, capacity=16)
+    x = torch.randn(2, 12, 24, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+    with torch.no_grad():
+        stack.prefill(x[:, :11])
+    launched = step_launch.launch(stack, x[:, 11:12], 11, "cuda-graph", "cuda")
+    assert launched.mode == "cuda-graph" and launched.reason is None
+    gc.collect()
+    assert held and all(ref() is not None for ref in held), "a buffer of the graph was freed"
+    assert launched.run().shape == (2, 1, 24)
+    del launched
+    gc.collect()
+    assert all(ref() is None for ref in held)  # and nothing else holds them
