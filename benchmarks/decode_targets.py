@@ -131,7 +131,8 @@ def run_direct(rounds: int, threads: int | None, budget_s: float, suite: Path) -
         torch.set_num_threads(threads)
     loaded = load_suite(suite)
     timing = TimingConfig(budget_s=budget_s, min_samples=3, warmup_calls=1)
-    config = MeasureConfig(timing=timing, check="none", decode_graph=loaded.measure.decode_graph)
+    config = MeasureConfig(timing=timing, check="none", cuda_graph=loaded.measure.cuda_graph,
+                           options=loaded.measure.options)
     devices = {kind: get_device(kind, False) for kind in {p.device for p in loaded.points}}
     rows = [run_point(p, config, devices[p.device]) for _ in range(rounds) for p in loaded.points]
     return fastest([pd.DataFrame(rows)])

@@ -120,12 +120,26 @@ def run_suite(suite: Suite, measure: MeasureConfig, options: RunOptions,
         with Progress(list(plan.values())) if options.progress and points else nullcontext() as bar:
             counts = run_points(points, writer, measure, run_id=run_id, suite_name=suite.name,
                                 mem_budget=options.mem_budget, executor=executor,
-                                on_pass=_stepper(bar, plan, max(measure.passes, 1)))
+                                on_pass=_stepper(bar, plan, max(measure.passes, 1)),
+                                after_fault=_isolate_after_fault(measure, options))
     except KeyboardInterrupt:
         raise Interrupted(interrupted_message(suite, run_dir)) from None
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "nothing to run"
     print(f"attnbench: {summary}; rows in {run_dir / ROWS_FILE}", file=sys.stderr)
     return RunResult(run_dir, counts)
+
+
+def _isolate_after_fault(measure: MeasureConfig, options: RunOptions):
+    """The runner's ``after_fault``: say in one line that a CUDA error may have poisoned this
+    process, and go on as ``--isolate`` does, each remaining point in a fresh child."""
+
+    def switch(point: Point, record: dict) -> Callable[..., dict]:
+        print(f"attnbench: {point.impl} n={point.seq_len} hit a CUDA error ({record.get('reason')}"
+              "); this process's CUDA context may be unusable, so the remaining points run "
+              "each in a fresh child process (as with --isolate)", file=sys.stderr)
+        return isolated_executor(measure, options.mem_budget, options.point_timeout)
+
+    return switch
 
 
 def interrupted_message(suite: Suite, run_dir: Path) -> str:

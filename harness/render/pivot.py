@@ -17,9 +17,11 @@ from dataclasses import dataclass
 import pandas as pd
 
 from harness import fmt
+from harness.measure.timing import HOST_BOUND_FRAC, host_bound
 from harness.schema import POINT_COLUMNS
 
 MEASURED = ("ok", "mismatch")  # statuses whose rows hold measurements
+HOST_MARK = "(h)"  # a time cell of a host-bound row (host_frac >= HOST_BOUND_FRAC)
 
 
 @dataclass
@@ -135,7 +137,23 @@ def notes(frame: pd.DataFrame, lay: Layout) -> list[str]:
                      + _grouped(mismatched, with_status=False))
     elif "agree" in frame.columns and frame["agree"].eq(False).any():
         lines.append("(!) disagrees with the float64 reference beyond tolerance")
+    if line := host_bound_line(shown):
+        lines.append(line)
     return lines
+
+
+def host_bound_line(rows: pd.DataFrame) -> str:
+    """The footnote of :data:`HOST_MARK`: which implementations have host-bound rows, or ""."""
+    if "host_frac" not in rows.columns:
+        return ""
+    bound = rows[rows["status"].isin(MEASURED) & rows["host_frac"].map(host_bound)]
+    if not len(bound):
+        return ""
+    counts = bound["impl"].astype(str).value_counts(sort=False)
+    which = ", ".join(f"{impl} ({n})" for impl, n in counts.items())
+    return (f"{HOST_MARK} host-bound: issuing the timed calls took at least "
+            f"{HOST_BOUND_FRAC:.0%} of their GPU time (host_frac), so the GPU waited on the "
+            f"host and the time measures Python and launches, not the kernels: {which}")
 
 
 def _grouped(rows: pd.DataFrame, with_status: bool = True) -> str:

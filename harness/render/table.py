@@ -20,7 +20,9 @@ from functools import partial
 import pandas as pd
 
 from harness import fmt
+from harness.measure.timing import host_bound
 from harness.render.pivot import (
+    HOST_MARK,
     MEASURED,
     Layout,
     axis_values,
@@ -73,6 +75,8 @@ TITLES = {
     "rel_err": "relative error vs float64",
 }
 DEFAULT_METRICS = ("time_median_s", "peak_mem_bytes")
+# the timed call's figures: marked HOST_MARK where the GPU waited on the host (host_frac)
+TIMED_METRICS = ("time_median_s", "tokens_per_s", "tflops_per_s")
 # shown by default too when a row of the run has a value: an approximation's distance from
 # softmax attention, and what a decode step keeps (K/V caches and recurrent states side by side)
 WHEN_PRESENT = ("approx_err", "cache_bytes")
@@ -152,8 +156,9 @@ def cells(frame: pd.DataFrame, metric: str, lay: Layout) -> pd.DataFrame:
 
 
 def _cell(row: dict, metric: str) -> str:
-    """The formatted value, marked ``(!)`` when the row disagrees with the reference; a row
-    that holds no measurement shows its status."""
+    """The formatted value, marked ``(!)`` when the row disagrees with the reference and, in a
+    time column, ``(h)`` when the row is host-bound; a row that holds no measurement shows its
+    status."""
     if row.get("status") not in MEASURED:
         return str(row.get("status"))
     value = row.get(metric)
@@ -161,6 +166,8 @@ def _cell(row: dict, metric: str) -> str:
         return "n/a"
     text = fmt_value(metric, value)
     wrong = row.get("agree") is False or row.get("status") == "mismatch"
+    if metric in TIMED_METRICS and host_bound(row.get("host_frac")):
+        text = f"{text} {HOST_MARK}"
     return f"{text} (!)" if wrong else text
 
 

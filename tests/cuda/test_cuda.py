@@ -19,7 +19,7 @@ from harness.measure.device import get_device
 from harness.measure.timing import TimingConfig, measure
 from harness.oracle.agreement import tolerance
 from harness.results import RowWriter, load_rows
-from harness.scenarios.case import CaseOptions
+from harness.scenarios.case import CaseOptions, launch_case
 from harness.scenarios.interface import Point, cost_of, scenario_of
 from harness.sweep.suite import MeasureConfig
 
@@ -164,7 +164,7 @@ def test_decode_on_cuda_with_and_without_a_graph(mode, cache, window):
         window_left=None if window is None else window - 1,
         window_right=None if window is None else 0,
     )
-    config = MeasureConfig(timing=TimingConfig(budget_s=0.2), decode_graph=mode)
+    config = MeasureConfig(timing=TimingConfig(budget_s=0.2), options=(("decode_graph", mode),))
     row = run_point(point, config, get_device("cuda"))
     assert row["status"] == "ok", row.get("reason")
     assert row["agree"] is True
@@ -175,9 +175,11 @@ def test_decode_on_cuda_with_and_without_a_graph(mode, cache, window):
 def test_graph_replay_equals_the_eager_step():
     point = _decode_point()
     device = get_device("cuda")
-    graph = scenario_of(point).build_case(point, device, CaseOptions("none", "cuda-graph"))
-    eager = scenario_of(point).build_case(point, device, CaseOptions("none", "none"))
-    assert graph.columns["decode_graph"] == "cuda-graph"
+    graph = scenario_of(point).build_case(point, device, CaseOptions("none"))
+    eager = scenario_of(point).build_case(point, device, CaseOptions("none"))
+    launch_case(graph, True, "cuda")
+    launch_case(eager, False, "cuda")
+    assert graph.columns["decode_graph"] == "cuda-graph" == graph.columns["cuda_graph"]
     replayed = graph.run().clone()
     tol = tolerance(torch.bfloat16)
     torch.testing.assert_close(replayed, eager.run(), rtol=tol.rtol, atol=tol.atol)

@@ -45,14 +45,15 @@ COLUMNS = (
     ),
     Column(
         "decode_graph", "", "text",
-        "decode: how the timed step was launched: `none` = eager, `cuda-graph`, `compile` = "
-        "`torch.compile(mode=\"reduce-overhead\")` (`[measure] decode_graph`; by default a CUDA "
-        "graph on CUDA and eager on CPU)",
+        "decode: how the timed step was launched, as `cuda_graph` says (decode's name for it): "
+        "`none` = eager, `cuda-graph`, `compile` = `torch.compile(mode=\"reduce-overhead\")` "
+        "(`[measure] decode_graph`, else `cuda_graph`; by default a CUDA graph on CUDA and eager "
+        "on CPU)",
     ),
     Column(
         "decode_graph_reason", "", "text",
-        "decode: why a requested mode was not used (e.g. `unavailable: CUDA graphs need a CUDA "
-        "device`)",
+        "decode: why a requested mode was not used, as `cuda_graph_reason` (e.g. `unavailable: "
+        "CUDA graphs need a CUDA device`)",
     ),
     Column(
         "step_bytes", "B", "bytes",

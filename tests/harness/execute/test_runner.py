@@ -186,3 +186,56 @@ def test_threads_are_recorded_on_cpu():
         run(Point(impl="sdpa", seq_len=16, heads=1, head_dim=8))["threads"]
         == torch.get_num_threads()
     )
+
+
+class _TwoClockCpu(CpuDevice):
+    """A CPU device that pretends to have a clock of its own on which every sample takes
+    ``slowdown`` times what the host spent issuing it (host_frac = 1 / slowdown)."""
+
+    host_issue_reason = None
+
+    def __init__(self, slowdown: float):
+        self.slowdown = slowdown
+
+    def time_issue(self, fn, calls: int):
+        from harness.measure.device import CallTimes
+
+        host = self.time_calls(fn, calls)
+        return CallTimes(host * self.slowdown, host)
+
+
+def test_rows_and_later_passes_carry_host_issue_time_combined_over_passes():
+    from harness.execute.passlog import final_row, pass_record
+    from harness.execute.runner import time_pass
+
+    point = Point(impl="sdpa", seq_len=40, heads=2, head_dim=8)
+    first = run_point(point, FAST, _TwoClockCpu(4.0))
+    assert first["status"] == "ok" and first["host_frac_status"] == "ok"
+    assert first["host_frac"] == pytest.approx(0.25)
+    assert first["gpu_time_s"] == pytest.approx(4 * first["host_issue_s"])
+    later = time_pass(point, FAST, _TwoClockCpu(1.25))
+    assert later["host_issue_s"] > 0 and later["gpu_time_s"] > 0
+    row = final_row(first, {0: pass_record(first), 1: {"pass": 1, **later}})
+    w0 = len(first["time_samples_s"]) * first["calls_per_sample"]
+    w1 = len(later["time_samples_s"]) * later["calls_per_sample"]
+    host = (w0 * first["host_issue_s"] + w1 * later["host_issue_s"]) / (w0 + w1)
+    gpu = (w0 * first["gpu_time_s"] + w1 * later["gpu_time_s"]) / (w0 + w1)
+    assert row["host_issue_s"] == pytest.approx(host) and row["gpu_time_s"] == pytest.approx(gpu)
+    assert row["host_frac"] == pytest.approx(host / gpu)
+    assert 0.25 < row["host_frac"] < 0.8
+
+
+def test_cpu_rows_say_host_issue_time_is_unavailable():
+    row = run(Point(impl="sdpa", seq_len=40, heads=2, head_dim=8))
+    assert row["host_frac"] is None and row["host_issue_s"] is None
+    assert row["host_frac_status"].startswith("unavailable: on a CPU")
+    assert row["cuda_graph"] == "none" and row["cuda_graph_reason"] is None
+
+
+@pytest.mark.parametrize("scenario", ["attention", "attention+backward", "block"])
+def test_cuda_graph_on_a_cpu_runs_eagerly_and_says_why(scenario):
+    config = MeasureConfig(timing=FAST.timing, cuda_graph=True)
+    row = run_point(Point.of("sdpa", scenario, seq_len=40, heads=2, head_dim=8), config,
+                    CpuDevice())
+    assert row["status"] == "ok" and row["cuda_graph"] == "none"
+    assert row["cuda_graph_reason"] == "unavailable: CUDA graphs need a CUDA device"

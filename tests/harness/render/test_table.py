@@ -146,3 +146,21 @@ def test_markdown_writer_escapes_and_aligns():
     rule = lines[1].strip("|").split("|")
     assert rule[0].endswith(":") and rule[1].startswith(":")  # numbers right, text left
     assert "x\\|y" in out and "None" not in out
+
+
+def test_host_bound_rows_are_marked_in_time_cells_with_a_footnote():
+    """A row whose host took at least half the GPU time to issue its calls is marked ``(h)``
+    in time columns (not in memory columns), and a line under the table names it; rows below
+    the threshold and CPU rows (host_frac null) are not."""
+    rows = pd.DataFrame([
+        _row(Point("performer", seq_len=n), host_frac=frac, seconds=1e-3 * n / 512)
+        for n, frac in ((512, 0.93), (1024, 0.3), (2048, None))
+    ] + [_row(Point("sdpa", seq_len=512), host_frac=0.02)])
+    text = table.render(rows, ("time_median_s", "peak_mem_bytes"))
+    time_part, memory_part = text.split("peak memory")[0], text.split("peak memory")[1]
+    marked = [line for line in time_part.splitlines() if pivot.HOST_MARK in line]
+    assert len(marked) == 1 and marked[0].split()[0] == "512"
+    assert pivot.HOST_MARK not in memory_part.split("(h) host-bound")[0]
+    (note,) = [line for line in text.splitlines() if line.startswith("(h) host-bound")]
+    assert note.endswith(": performer (1)") and "host_frac" in note
+    assert pivot.HOST_MARK not in table.render(rows.assign(host_frac=0.1))

@@ -141,7 +141,7 @@ def _decode(impl: str, cache: str = "state", n: int = 37, **kw) -> Point:
 
 
 def _case(point: Point, check: str = "auto"):
-    return scenario_of(point).build_case(point, CPU, CaseOptions(check, "auto"))
+    return scenario_of(point).build_case(point, CPU, CaseOptions(check))
 
 
 @pytest.mark.parametrize("impl", ["linear", "performer"])

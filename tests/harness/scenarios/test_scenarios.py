@@ -54,6 +54,7 @@ repeat = 3
 budget_s = 0.02
 passes = 1
 min_samples = 2
+toy_order = "reversed"
 """
 
 
@@ -95,6 +96,7 @@ print(json.dumps([bad, rc]))
     (row,) = [json.loads(line) for line in (tmp_path / "run" / "rows.jsonl").open()]
     assert row["status"] == "ok" and row["agree"] is True, row
     assert row["scenario"] == "toy" and row["repeat"] == 3 and row["toy_calls"] == 3
+    assert row["toy_order"] == "reversed"  # its own [measure] option, through CaseOptions
     assert row["useful_flops"] == 3 * 4 * 1 * 2 * 16 * 48 * 48
 
 
