@@ -239,3 +239,65 @@ def test_cuda_graph_on_a_cpu_runs_eagerly_and_says_why(scenario):
                     CpuDevice())
     assert row["status"] == "ok" and row["cuda_graph"] == "none"
     assert row["cuda_graph_reason"] == "unavailable: CUDA graphs need a CUDA device"
+
+
+class _PoisonedCleanup(CpuDevice):
+    """A device whose cleanup after a point raises what a poisoned CUDA context raises at
+    ``torch.cuda.empty_cache()`` (the 2026-11-26 decode crash surfaced there)."""
+
+    def release_memory(self) -> None:
+        raise torch.AcceleratorError("CUDA error: device-side assert triggered\nmore")
+
+
+def test_an_error_in_the_cleanup_after_a_point_is_the_point_s_row_not_a_crash(scratch_impls):
+    from harness.execute.runner import device_fault, time_pass
+
+    point = Point(impl="sdpa", seq_len=24, heads=2, head_dim=8)
+    row = run_point(point, FAST, _PoisonedCleanup())
+    assert row["status"] == "error" and row["impl"] == "sdpa"
+    assert row["reason"] == "after the point: AcceleratorError: CUDA error: device-side assert " \
+        "triggered"
+    assert device_fault(row)
+    assert time_pass(point, FAST, _PoisonedCleanup())["status"] == "error"
+
+    def boom(q, k, v, mask, scale=None):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    scratch_impls("test-illegal", boom)
+    failed = run_point(Point(impl="test-illegal", seq_len=24, heads=2, head_dim=8), FAST,
+                       _PoisonedCleanup())
+    assert failed["reason"] == "RuntimeError: CUDA error: an illegal memory access was encountered"
+    assert device_fault(failed)
+    assert not device_fault({"status": "error", "reason": "ValueError: bad shape"})
+    assert not device_fault({"status": "oom", "reason": "CUDA error: out of memory"})
+
+
+def test_after_a_device_fault_the_rest_of_the_run_goes_to_the_fault_executor(tmp_path,
+                                                                           monkeypatch):
+    """The first point's cleanup raises a CUDA error: its row is written as an error, the
+    fault executor is asked for once, and every later pass runs through it, none here."""
+    from harness.execute import runner
+    from harness.results import RowWriter, iter_rows
+
+    monkeypatch.setattr(runner, "get_device", lambda kind, flush_l2=False: _PoisonedCleanup())
+    points = [Point(impl="sdpa", seq_len=n, heads=2, head_dim=8) for n in (16, 24, 32)]
+    elsewhere: list[tuple[str, int]] = []
+    faults: list[str] = []
+
+    def isolated(point, pass_index=0):
+        elsewhere.append((point.point_id, pass_index))
+        return {**runner.point_row(point), "status": "ok", "time_samples_s": [1e-3],
+                "calls_per_sample": 1, "time_median_s": 1e-3}
+
+    def after_fault(point, record):
+        faults.append(point.point_id)
+        return isolated
+
+    config = MeasureConfig(timing=FAST.timing, passes=2)
+    counts = runner.run_points(points, RowWriter(tmp_path), config, run_id="r", suite_name="s",
+                               mem_budget=2**40, after_fault=after_fault)
+    assert counts == {"error": 1, "ok": 2} and len(faults) == 1
+    rows = {r["point_id"]: r for r in iter_rows(tmp_path / "rows.jsonl")}
+    assert rows[faults[0]]["reason"].startswith("after the point: AcceleratorError: CUDA error")
+    assert sorted(elsewhere) == sorted(
+        (p.point_id, k) for p in points if p.point_id != faults[0] for k in (0, 1))
