@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
 import torch
@@ -11,6 +12,10 @@ import torch
 # when a kernel is defined, so it is set here, before any test imports the kernel modules.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+# Probe outcomes the tests' runs record go to a scratch cache, not the user's (harness.probecache);
+# set in the environment, so the CLI subprocesses that tests start use it too.
+os.environ.setdefault("ATTNBENCH_CACHE_DIR", tempfile.mkdtemp(prefix="attnbench-test-cache-"))
 
 # The core implementations: every test over the core set uses this list.
 CORE_IMPLEMENTATIONS = [

@@ -19,11 +19,13 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy import stats
 
-from harness.measure.device import Device
+if TYPE_CHECKING:  # annotations only: tables read HOST_BOUND_FRAC without importing torch
+    from harness.measure.device import Device
 
 # Below this a single call is within a few event-timer resolutions (~0.5 us) and launch gaps:
 # such calls are batched unflushed instead, and their rows say ``l2 = warm``.

@@ -71,7 +71,8 @@ def _tiny_call_works(name: str) -> bool:
 
 
 def test_list_shows_every_implementation_with_availability(capsys):
-    code, out, err = cli(capsys, "list", "--json")
+    # --probe: on a GPU machine too, every backend's availability from its real call
+    code, out, err = cli(capsys, "list", "--json", "--probe")
     assert code == 0, err
     listed = {d["name"]: d for d in json.loads(out)}
     assert set(CORE_IMPLEMENTATIONS) <= set(listed)
@@ -83,6 +84,62 @@ def test_list_shows_every_implementation_with_availability(capsys):
             assert listed[name]["status"].startswith("unavailable: "), listed[name]
             reason = registry.get(name).unavailable_reason()
             assert listed[name]["status"] == f"unavailable: {reason}"
+
+
+def test_list_on_a_gpu_launches_no_probe_and_says_what_earlier_probes_found(capsys,
+                                                                          monkeypatch,
+                                                                          tmp_path):
+    """On a (fake) CUDA machine ``list`` runs no probe on the GPU (a probe may compile kernels:
+    fla's Triton kernels, seconds each): those backends say they are not probed yet, with the
+    command that probes them. ``list --probe`` runs each probe once and records it; a later
+    ``list`` (a new process: no in-process outcome) shows what was found without a call."""
+    from dataclasses import replace
+
+    from harness import probecache
+
+    monkeypatch.setenv(probecache.CACHE_ENV, str(tmp_path))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(probecache, "environment", lambda: {"fake": "an H100 machine"})
+    monkeypatch.setattr(registry, "_PROBES", {})
+    calls: list[tuple[str, str]] = []
+
+    def compiling(name: str):
+        def probe(device_type: str):
+            calls.append((name, device_type))  # a real probe would compile and launch here
+            if name == "xformers":
+                raise RuntimeError("No operator found for `memory_efficient_attention_forward`")
+            return torch.ones(1)
+
+        return probe
+
+    probed = [i.name for i in registry.all_implementations() if i.probe is not None]
+    assert {"fla-linear", "xformers", "sdpa-flash"} <= set(probed)
+    for name in probed:
+        impl = registry.get(name)
+        monkeypatch.setitem(registry._REGISTRY, name, replace(impl, probe=compiling(name)))
+
+    def listed(*flags: str) -> dict:
+        code, out, err = cli(capsys, "list", "--json", *flags)
+        assert code == 0, err
+        return {d["name"]: d for d in json.loads(out)}
+
+    first = listed()
+    assert calls == []  # nothing compiled or launched
+    for name in probed:
+        assert first[name]["available"] is None, first[name]
+        assert first[name]["status"].startswith("not probed on cuda here yet")
+        assert "attnbench list --probe" in first[name]["status"]
+    assert first["full"]["available"] is True  # no probe needed
+
+    listed("--probe")
+    assert sorted(calls) == sorted((name, "cuda") for name in probed)
+    calls.clear()
+    monkeypatch.setattr(registry, "_PROBES", {})  # as in a new process
+    later = listed()
+    assert calls == []
+    assert later["fla-linear"]["available"] is True and later["sdpa-flash"]["status"] == "available"
+    assert later["xformers"]["available"] is False
+    assert later["xformers"]["status"].startswith("unavailable: probe on cuda: RuntimeError")
 
 
 def test_list_in_a_file_is_never_cut(capsys):
