@@ -116,8 +116,15 @@ def _probe_reason(name: str, probe: ProbeFn, device_type: str) -> str | None:
             _PROBES[key] = None
         except Exception as exc:  # a broken backend fails in many ways; the reason says which
             _PROBES[key] = f"probe on {device_type}: {first_line(exc, 300)}"
-        probecache.remember(name, device_type, _PROBES[key])
+        if not _process_fault(_PROBES[key]):  # not the backend's: this process's context
+            probecache.remember(name, device_type, _PROBES[key])
     return _PROBES[key]
+
+
+def _process_fault(reason: str | None) -> bool:
+    """A probe that failed on a CUDA error says more about this process's CUDA context (a
+    fault earlier in it poisons every later call) than about the backend: not remembered."""
+    return reason is not None and ("CUDA error" in reason or "AcceleratorError" in reason)
 
 
 def _known_probe_reason(name: str, probe: ProbeFn, device_type: str) -> tuple[bool, str | None]:

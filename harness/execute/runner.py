@@ -61,13 +61,14 @@ def _is_oom(exc: BaseException) -> bool:
 
 
 def device_fault(row: dict) -> bool:
-    """Whether an ``error`` row's reason is a CUDA error, which may poison the context of the
-    process it happened in (``torch.AcceleratorError`` since torch 2.8; a ``RuntimeError``
-    that says ``CUDA error`` before). Not every CUDA error is sticky, but telling which are is
-    not worth a run: any of them sends the rest of the run into fresh processes."""
+    """Whether a row failed on a CUDA error, which may poison the context of the process it
+    happened in (``torch.AcceleratorError`` since torch 2.8; a ``RuntimeError`` that says
+    ``CUDA error`` before): an ``error`` row, or a ``skipped`` one whose availability probe
+    met it. Not every CUDA error is sticky, but telling which are is not worth a run: any of
+    them sends the rest of the run into fresh processes."""
     reason = str(row.get("reason") or "")
-    return row.get("status") == "error" and ("AcceleratorError" in reason or
-                                             "CUDA error" in reason)
+    return row.get("status") in ("error", "skipped") and (
+        "AcceleratorError" in reason or "CUDA error" in reason)
 
 
 def point_row(point: Point) -> dict:

@@ -25,6 +25,7 @@ row states. On a CPU there are no CUDA graphs (:data:`NO_CUDA`).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -79,7 +80,9 @@ def reduce_overhead(call: Callable[[], object]) -> tuple[Callable[[], object], s
     writes do not make inductor decline."""
     for tensor in getattr(call, "buffers", list)():
         torch._dynamo.mark_static_address(tensor)
-    compiled = torch.compile(call, mode="reduce-overhead", dynamic=False)
+    # dynamo traces functions and bound methods; an object is traced through its __call__
+    target = call if inspect.isfunction(call) or inspect.ismethod(call) else call.__call__
+    compiled = torch.compile(target, mode="reduce-overhead", dynamic=False)
     before = _cudagraph_skips()
     for _ in range(WARMUP_CALLS):  # inductor records its graph on the second or third call
         compiled()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -183,3 +184,19 @@ def test_graph_replay_equals_the_eager_step():
     replayed = graph.run().clone()
     tol = tolerance(torch.bfloat16)
     torch.testing.assert_close(replayed, eager.run(), rtol=tol.rtol, atol=tol.atol)
+
+
+@pytest.mark.parametrize("scenario", ["attention", "attention+backward", "block"])
+def test_cuda_graph_for_any_scenario_and_the_host_fraction_it_removes(scenario):
+    """``[measure] cuda_graph = true`` replays every scenario's timed call from a graph that
+    agrees with the reference; a small eager call is host-bound (its host issues for most of
+    its GPU time), its replay (one launch) much less so."""
+    point = Point.of("sdpa", scenario, seq_len=128, heads=2, head_dim=64, dtype="bfloat16")
+    device = get_device("cuda")
+    eager = run_point(point, replace(FAST, cuda_graph=False), device)
+    graph = run_point(point, replace(FAST, cuda_graph=True), device)
+    assert eager["status"] == graph["status"] == "ok", (eager["reason"], graph["reason"])
+    assert graph["cuda_graph"] == "cuda-graph", graph["cuda_graph_reason"]
+    assert eager["cuda_graph"] == "none" and eager["host_frac_status"] == "ok"
+    assert graph["host_frac"] < eager["host_frac"], (graph["host_frac"], eager["host_frac"])
+    assert graph["peak_mem_bytes"] == pytest.approx(eager["peak_mem_bytes"], rel=0.5)

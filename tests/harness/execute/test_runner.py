@@ -270,6 +270,9 @@ def test_an_error_in_the_cleanup_after_a_point_is_the_point_s_row_not_a_crash(sc
     assert device_fault(failed)
     assert not device_fault({"status": "error", "reason": "ValueError: bad shape"})
     assert not device_fault({"status": "oom", "reason": "CUDA error: out of memory"})
+    assert device_fault({"status": "skipped", "reason": "unavailable: probe on cuda: "
+                         "AcceleratorError: CUDA error: an illegal memory access"})
+    assert not device_fault({"status": "skipped", "reason": "needs a CUDA GPU"})
 
 
 def test_after_a_device_fault_the_rest_of_the_run_goes_to_the_fault_executor(tmp_path,
