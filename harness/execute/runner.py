@@ -83,7 +83,10 @@ def run_point(point: Point, config: MeasureConfig, device: Device,
     never raised. ``ref``: the reference kernel to bracket the timing with (one is made when
     None)."""
     row = point_row(point)
-    row["device_name"] = device.name()
+    try:
+        row["device_name"] = device.name()
+    except Exception as exc:  # a device that cannot even name itself (a poisoned context)
+        return {**row, "status": "error", "reason": f"device: {first_line(exc)}"}
     scenario = scenario_of(point)
     try:
         reasons = scenario.support(point)
@@ -313,15 +316,23 @@ def _first_pass(point, config, executor, devices, refs, mem_budget) -> dict:
     if executor is not None:
         return executor(point)
     device = devices[point.device]
-    budget = mem_budget if mem_budget is not None else default_budget(device)
-    return run_point(point, config, device, budget, _ref(point, device, refs))
+    try:
+        budget = mem_budget if mem_budget is not None else default_budget(device)
+        ref = _ref(point, device, refs)
+    except Exception as exc:  # the device itself fails (a poisoned context): this point's row
+        return {**point_row(point), "status": "error", "reason": f"device: {first_line(exc)}"}
+    return run_point(point, config, device, budget, ref)
 
 
 def _later_pass(point, config, executor, devices, refs, index: int) -> dict:
     if executor is not None:
         return executor(point, pass_index=index)
     device = devices[point.device]
-    return time_pass(point, config, device, _ref(point, device, refs))
+    try:
+        ref = _ref(point, device, refs)
+    except Exception as exc:  # as in _first_pass: a failed pass, not a failed run
+        return {"status": "error", "reason": f"device: {first_line(exc)}"}
+    return time_pass(point, config, device, ref)
 
 
 def default_budget(device: Device) -> int:

@@ -7,6 +7,7 @@ import torch
 
 from harness import registry
 from harness.execute.runner import run_point
+from harness.measure import passes
 from harness.measure.device import CpuDevice
 from harness.measure.timing import TimingConfig
 from harness.registry import register
@@ -275,14 +276,36 @@ def test_an_error_in_the_cleanup_after_a_point_is_the_point_s_row_not_a_crash(sc
     assert not device_fault({"status": "skipped", "reason": "needs a CUDA GPU"})
 
 
-def test_after_a_device_fault_the_rest_of_the_run_goes_to_the_fault_executor(tmp_path,
-                                                                           monkeypatch):
-    """The first point's cleanup raises a CUDA error: its row is written as an error, the
-    fault executor is asked for once, and every later pass runs through it, none here."""
+class _PoisonedAfterOnePoint(CpuDevice):
+    """A device whose free-memory reading raises a CUDA error after the first point (a fault
+    that surfaced outside any point: the runner's own budget check meets it)."""
+
+    def __init__(self):
+        self.reads = 0
+
+    def free_memory_bytes(self) -> int:
+        self.reads += 1
+        if self.reads > 1:
+            raise torch.AcceleratorError("CUDA error: an illegal memory access was encountered")
+        return super().free_memory_bytes()
+
+
+@pytest.mark.parametrize(
+    ("device", "first_faults", "reason"),
+    [(_PoisonedCleanup, True, "after the point: AcceleratorError: CUDA error"),
+     (_PoisonedAfterOnePoint, False, "device: AcceleratorError: CUDA error")],
+    ids=["in-the-cleanup", "in-the-budget-check"],
+)
+def test_after_a_device_fault_the_rest_of_the_run_goes_to_the_fault_executor(
+        tmp_path, monkeypatch, device, first_faults, reason):
+    """A CUDA error in a point's cleanup, or in the runner's own device call before a point:
+    that point's row is an error, the fault executor is asked for once, and every later pass
+    runs through it; the run never raises."""
     from harness.execute import runner
     from harness.results import RowWriter, iter_rows
 
-    monkeypatch.setattr(runner, "get_device", lambda kind, flush_l2=False: _PoisonedCleanup())
+    one = device()
+    monkeypatch.setattr(runner, "get_device", lambda kind, flush_l2=False: one)
     points = [Point(impl="sdpa", seq_len=n, heads=2, head_dim=8) for n in (16, 24, 32)]
     elsewhere: list[tuple[str, int]] = []
     faults: list[str] = []
@@ -298,9 +321,14 @@ def test_after_a_device_fault_the_rest_of_the_run_goes_to_the_fault_executor(tmp
 
     config = MeasureConfig(timing=FAST.timing, passes=2)
     counts = runner.run_points(points, RowWriter(tmp_path), config, run_id="r", suite_name="s",
-                               mem_budget=2**40, after_fault=after_fault)
+                               after_fault=after_fault)
     assert counts == {"error": 1, "ok": 2} and len(faults) == 1
     rows = {r["point_id"]: r for r in iter_rows(tmp_path / "rows.jsonl")}
-    assert rows[faults[0]]["reason"].startswith("after the point: AcceleratorError: CUDA error")
-    assert sorted(elsewhere) == sorted(
-        (p.point_id, k) for p in points if p.point_id != faults[0] for k in (0, 1))
+    assert rows[faults[0]]["reason"].startswith(reason)
+    first = passes.pass_orders(3, 2, 0)[0][0]  # the point the run starts with
+    assert (faults[0] == points[first].point_id) is first_faults
+    in_process = {faults[0]} | ({points[first].point_id} if not first_faults else set())
+    expected = [(p.point_id, k) for p in points if p.point_id not in in_process for k in (0, 1)]
+    if not first_faults:  # its first pass ran here, before the fault; its second there
+        expected.append((points[first].point_id, 1))
+    assert sorted(elsewhere) == sorted(expected)
