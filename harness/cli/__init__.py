@@ -17,6 +17,7 @@ import os
 import re
 import sys
 import warnings
+from pathlib import Path
 
 from harness.errors import CliError, ResultsWarning
 
@@ -48,6 +49,32 @@ def parse_size(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"size must be > 0: {text!r}")
     return int(value)
+
+
+def output_dir(path: Path, flag: str = "--out") -> None:
+    """Refuse, before any work, a directory the command could not write into: an existing
+    file, a path under a file, or a folder this user may not write (CliError, exit 2). The
+    directory itself need not exist yet."""
+    if path.exists() and not path.is_dir():
+        raise CliError(f"{flag} {path}: exists and is not a directory")
+    _writable_parent(path if path.exists() else path.parent, path, flag)
+
+
+def output_file(path: Path, flag: str) -> None:
+    """Refuse, before any work, a file path the command could not write: an existing
+    directory, a path under a file, a folder this user may not write (CliError, exit 2)."""
+    if path.is_dir():
+        raise CliError(f"{flag} {path}: is a directory, not a file")
+    _writable_parent(path.parent, path, flag)
+
+
+def _writable_parent(folder: Path, path: Path, flag: str) -> None:
+    """The nearest existing folder at or above ``folder`` is a directory we may write in."""
+    existing = next(p for p in (folder, *folder.parents) if p.exists())  # "/" or "." at last
+    if not existing.is_dir():
+        raise CliError(f"{flag} {path}: {existing} is a file, not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise CliError(f"{flag} {path}: cannot write in {existing} (permission denied)")
 
 
 class _Parser(argparse.ArgumentParser):

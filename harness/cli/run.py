@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from harness import bundled
-from harness.cli import parse_size
+from harness.cli import output_dir, parse_size
 from harness.cli.table import print_table
 from harness.distributed.launch import launch
 from harness.distributed.merge import merge_runs, print_report
@@ -79,6 +79,8 @@ def _add_shard_options(p) -> None:
 def cmd_run(args) -> int:
     if args.resume and args.out is None:
         raise CliError("--resume needs --out DIR (the run directory to continue)")
+    if args.out is not None:
+        output_dir(args.out)
     options = RunOptions(
         out=args.out, resume=args.resume, force=args.force, mem_budget=args.mem_budget,
         check=args.check, budget_s=args.budget_s, isolate=args.isolate,
@@ -106,6 +108,7 @@ def cmd_run(args) -> int:
 
 def cmd_merge(args) -> int:
     """Exit 0: complete; 1: written, but points or shards are missing; 2: refused."""
+    output_dir(args.out)
     report = merge_runs(args.dirs, args.out, overwrite=args.force)
     print_report(report)
     return 0 if report.complete else 1

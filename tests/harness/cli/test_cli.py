@@ -456,3 +456,34 @@ def test_an_interrupted_multi_pass_run_shows_its_finished_passes(tmp_path, capsy
     code, table, err = cli(capsys, "table", out)
     assert code == 0 and "no such results file" not in err
     assert all(n in table for n in ("33", "48", "64")) and "interrupted run" in err
+
+
+# --- output paths -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (("report", "{run}", "--out", "{file}"), "--out {file}: exists and is not a directory"),
+        (("report", "{run}", "--out", "{file}/sub"), "--out {file}/sub: {file} is a file"),
+        (("merge", "{run}", "--out", "{file}"), "--out {file}: exists and is not a directory"),
+        (("run", "{run}/suite.toml", "--out", "{file}"),
+         "--out {file}: exists and is not a directory"),
+        (("compare", "{run}", "{run}", "--markdown", "{dir}"),
+         "--markdown {dir}: is a directory, not a file"),
+        (("baseline", "save", "{run}", "--root", "{file}"),
+         "--root {file}: exists and is not a directory"),
+    ],
+    ids=["report", "report-under-a-file", "merge", "run", "compare-markdown", "baseline-save"],
+)
+def test_an_output_path_that_cannot_be_written_is_refused_before_any_work(
+    tmp_path, capsys, argv, needle
+):
+    """Every verb that writes files checks where first: one line, exit 2. The run directory
+    named does not exist, so a verb that did any work first would complain about it instead."""
+    names = {"run": tmp_path / "missing-run", "file": tmp_path / "afile", "dir": tmp_path / "adir"}
+    names["file"].write_text("not a directory\n")
+    names["dir"].mkdir()
+    code, out, err = cli(capsys, *(a.format(**names) for a in argv))
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"attnbench: {needle.format(**names)}"), err
