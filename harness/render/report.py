@@ -187,9 +187,10 @@ def detail_sections(rows: pd.DataFrame, envs: dict[str, dict]) -> list[Section]:
         Section(
             "agreement",
             "Agreement with the float64 reference",
-            "Max abs and relative Frobenius error of each implementation's output; dashed: "
-            "the tolerance each must meet (k x a naive same-dtype error + one ulp; the median "
-            "over the rows at each n).",
+            "Max abs and relative Frobenius error of each implementation's output over the "
+            "bound that row must meet (k x a naive same-dtype error + one ulp, so each row has "
+            "its own); dashed at 1: a point above it disagrees. Rows judged by the fixed "
+            "allclose rule (no per-row bound kept): raw errors beside atol.",
             images=checks.agreement(rows),
         ),
         Section(

@@ -442,12 +442,49 @@ def test_a_log_axis_has_at_least_two_labelled_ticks(low, high):
     assert len(shown) >= 2, [t.get_text() for t in shown]
 
 
-def test_the_agreement_plot_draws_the_tolerance():
-    rows = pd.DataFrame(synthetic_rows())
-    rows["tolerance"] = 2e-6
-    rows["rel_tolerance"] = 3e-6
-    part = rows[rows["scenario"] == "attention"]
-    guides = checks._tolerance_guides(part, "max_abs_err")
-    assert len(guides) == 1 and guides[0].label == "tolerance"
-    assert set(np.asarray(guides[0].y)) == {2e-6}
-    assert checks._tolerance_guides(part.drop(columns="tolerance"), "max_abs_err") == []
+def agreement_rows() -> pd.DataFrame:
+    """Rows judged by the naive-relative rule, bounds as on the H100 (2026-11-26): exact
+    attention's bound ~1e-2, Linformer's up to ~30 (its naive error is large), all agreeing,
+    plus one sdpa row beyond its bound (a mismatch); and decode rows judged by allclose."""
+    out = []
+    for n in (1024, 4096, 16384):
+        for impl, err, bound, rel, rel_bound in (
+            ("sdpa-flash", 8e-4, 1.6e-2, 2.2e-3, 1.7e-2),
+            ("linformer", 0.34 * n / 8192, 3.1 * n / 8192, 6.7e-3, 3.2e-2),
+            ("performer", 7.8e-3, 0.27, 1.7e-3, 5.4e-2),
+        ):
+            point = Point.of(impl, seq_len=n)
+            out.append(row(point, 1e-3, 1e6, max_abs_err=err, tolerance=bound, rel_err=rel,
+                           rel_tolerance=rel_bound, agree=True))
+    wrong = row(Point.of("sdpa", seq_len=4096), 1e-3, 1e6, max_abs_err=0.05, tolerance=0.01,
+                rel_err=0.02, rel_tolerance=0.017, agree=False, status="mismatch")
+    decode = [row(Point.of("sdpa", scenario="decode", seq_len=n), 1e-3, 1e6,
+                  max_abs_err=2e-6 * n / 1024, tolerance=1e-5, agree=True)
+              for n in (1024, 2048)]
+    return pd.DataFrame([*out, wrong, *decode])
+
+
+def test_the_agreement_plot_draws_each_row_over_its_own_bound():
+    """Every agreeing row is at or under the line at 1 and the mismatch above it, whatever its
+    bound; the median-bound line of before put every Linformer point above it."""
+    rows = agreement_rows()
+    for metric in checks.ERRORS:
+        ratio = checks.over_bound(rows, metric)
+        judged = rows["scenario"] == "attention"
+        assert (ratio[judged & rows["agree"]] <= 1).all()
+        assert (ratio[judged & ~rows["agree"]] > 1).all()
+        assert ratio[~judged].isna().all()  # allclose rows keep no per-row bound
+    exact = rows[rows["scenario"] == "attention"]
+    old_line = exact.groupby("seq_len")["tolerance"].transform("median")  # the line of before
+    assert (exact["agree"] & (exact["max_abs_err"] > old_line)).any()
+    figures = {f.name: f for f in checks.agreement_figures(rows)}
+    own = figures["agreement-attention"]
+    assert own.hline[0] == 1.0 and "own bound" in own.hline[1]
+    drawn = {s.label: np.asarray(s.y, float) for p in own.panels for s in p.series}
+    assert {"sdpa-flash", "linformer", "performer", "sdpa"} <= set(drawn)
+    assert all((drawn[impl] <= 1).all() for impl in ("sdpa-flash", "linformer", "performer"))
+    assert (drawn["sdpa"] > 1).all()
+    fixed = figures["agreement-decode-allclose"]
+    (guide,) = fixed.panels[0].guides
+    assert guide.label.startswith("atol") and set(np.asarray(guide.y)) == {1e-5}
+    assert [name for name, _ in checks.agreement(rows)] == list(figures)
