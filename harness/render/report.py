@@ -38,12 +38,12 @@ def build_report(
 ) -> Path:
     """Load the runs, compute every section, write the files; returns the HTML page's path.
     ``allow_contended``: rows measured under contention count in time verdicts too."""
-    rows = load_runs(run_dirs)
     envs, runs = {}, []
     for run_dir in run_dirs:
         env = env_or_note(run_dir)
         envs[str(env.get("run_id", Path(run_dir).name))] = env
         runs.append(f"{Path(run_dir).name} ({env.get('suite', '?')})")
+    rows = pivot.in_suite_order(load_runs(run_dirs), envs.values())
     if baseline is not None and baseline not in set(rows.get("impl", ())):
         raise CliError(f"--baseline {baseline}: no rows of it in these runs")
     secs = sections(rows, envs, claims_path, baseline, allow_contended)

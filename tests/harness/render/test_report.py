@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import hashlib
 import json
 import re
 import shutil
@@ -488,3 +489,27 @@ def test_the_agreement_plot_draws_each_row_over_its_own_bound():
     (guide,) = fixed.panels[0].guides
     assert guide.label.startswith("atol") and set(np.asarray(guide.y)) == {1e-5}
     assert [name for name, _ in checks.agreement(rows)] == list(figures)
+
+
+def test_the_report_lists_implementations_in_the_suites_order(tmp_path):
+    """The results table and tables/rows.csv follow the suite file env.json names, not the
+    shuffled order the passes wrote the rows in."""
+    suite = tmp_path / "s.toml"
+    suite.write_text('name = "s"\nscenario = "attention"\n'
+                     'implementations = ["sdpa", "full", "flash-tiled"]\n')
+    writer = RowWriter(tmp_path / "run")
+    for n, impl in [(1024, "full"), (512, "flash-tiled"), (512, "sdpa"), (512, "full"),
+                    (1024, "sdpa"), (1024, "flash-tiled")]:
+        writer.write(row(Point.of(impl, seq_len=n), 1e-3, 1e6, suite="s"))
+    digest = hashlib.sha256(suite.read_bytes()).hexdigest()
+    write_env(tmp_path / "run", {"run_id": "r1", "suite": "s", "suite_path": str(suite),
+                                 "suite_fingerprint": digest})
+    report.build_report([tmp_path / "run"], tmp_path / "out", claims_path=None)
+    rows = pd.read_csv(tmp_path / "out" / "tables" / "rows.csv")
+    assert list(zip(rows["impl"], rows["seq_len"], strict=True)) == [
+        ("sdpa", 512), ("sdpa", 1024), ("full", 512), ("full", 1024), ("flash-tiled", 512),
+        ("flash-tiled", 1024)]
+    results = (tmp_path / "out" / "report.md").read_text().split("median time (ms)")[1]
+    header = next(line for line in results.splitlines() if "seq_len" in line)
+    assert [c.strip() for c in header.strip("|").split("|")] == ["seq_len", "sdpa", "full",
+                                                                  "flash-tiled"]
