@@ -3,9 +3,12 @@
 - :func:`console`: a rich Console that fits the terminal's width, and on a file or a pipe never
   wraps or cuts a line (a table is as wide as its cells). When the reader of a pipe leaves
   (``| head``, ``| true``), writing raises :class:`BrokenPipeError`, which the command line
-  turns into exit 141 (``compare``: its verdict). rich's own handling,
+  turns into a quiet exit 0 (``compare``: its verdict). rich's own handling,
   ``Console.on_broken_pipe``, raises ``SystemExit(1)`` -- the exit status of a regression --
   so it is replaced here.
+- :func:`text_width` and :func:`word_table`: prose-like cells (reasons, feature lists) wrapped
+  at word boundaries to the terminal's width, or to :data:`PIPE_WIDTH` on a file or a pipe;
+  never a word cut in two.
 - :class:`Progress`: a run's progress counted in point-passes (a point timed in 3 passes is 3
   steps): a bar on a terminal; elsewhere one plain line at most every :data:`LINE_EVERY_S`
   seconds, each with the time so far and the expected time left (ETA), which starts from a
@@ -15,7 +18,9 @@
 from __future__ import annotations
 
 import errno
+import os
 import sys
+import textwrap
 import time
 from collections.abc import Callable, Sequence
 from typing import TextIO
@@ -25,6 +30,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsed
 from rich.progress import Progress as RichProgress
 
 WIDE = 10_000  # columns on a file or pipe: wide enough that nothing is ever wrapped or cut
+PIPE_WIDTH = 100  # columns of wrapped text on a file or pipe when $COLUMNS does not say
 LINE_EVERY_S = 10.0  # plain progress lines, at most one per this many seconds
 
 
@@ -43,6 +49,79 @@ def console(stream: TextIO | None = None) -> Console:
     if probe.is_terminal:
         return probe
     return _Console(file=stream, highlight=False, width=WIDE, no_color=True)
+
+
+def text_width(stream: TextIO | None = None) -> int:
+    """Columns to wrap text to on ``stream`` (default stdout): the terminal's width on a
+    terminal; on a file or a pipe ``$COLUMNS`` when set, else :data:`PIPE_WIDTH`."""
+    stream = sys.stdout if stream is None else stream
+    try:
+        if stream.isatty():
+            return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError):  # no descriptor (a StringIO, pytest capture)
+        pass
+    columns = os.environ.get("COLUMNS", "")
+    return int(columns) if columns.isdigit() and int(columns) > 0 else PIPE_WIDTH
+
+
+def word_table(header: Sequence[str], rows: Sequence[Sequence[str]], width: int,
+               gap: int = 2, max_lines: int | None = None) -> str | None:
+    """A plain-text table in ``width`` columns whose cells wrap at spaces, never inside a word
+    (nor at a hyphen: ``block-sparse`` stays whole), a rule under the header. Columns get their
+    full width when all fit, else their longest word plus a share of the room left in
+    proportion to what they lack. None when even the longest words side by side do not fit,
+    or a row would take more than ``max_lines`` lines: the caller lays the rows out another
+    way."""
+    cells = [list(header), *(list(r) for r in rows)]
+    count = len(header)
+    natural = [max(len(r[j]) for r in cells) for j in range(count)]
+    longest = [max((len(w) for r in cells for w in r[j].split()), default=0)
+               for j in range(count)]
+    room = width - gap * (count - 1)
+    if sum(longest) > room:
+        return None
+    widths = natural if sum(natural) <= room else _shares(natural, longest, room)
+    spacer = " " * gap
+    lines = []
+    for i, row in enumerate(cells):
+        wrapped = [textwrap.wrap(cell, w, break_long_words=False, break_on_hyphens=False) or [""]
+                   for cell, w in zip(row, widths, strict=True)]
+        height = max(len(c) for c in wrapped)
+        if max_lines is not None and height > max_lines:
+            return None
+        for k in range(height):
+            parts = [(c[k] if k < len(c) else "").ljust(w)
+                     for c, w in zip(wrapped, widths, strict=True)]
+            lines.append(spacer.join(parts).rstrip())
+        if i == 0:
+            lines.append(spacer.join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _shares(natural: list[int], least: list[int], room: int) -> list[int]:
+    """Column widths in ``room``: a column whose full width is within a fair share of the room
+    left gets it (narrow columns stay on one line), repeatedly; the others start at their
+    longest word and share what is left in proportion to their shortfall."""
+    widths = list(least)
+    open_ = set(range(len(natural)))
+    left = room
+    settled = True
+    while settled and open_:
+        settled = False
+        for j in sorted(open_, key=lambda j: natural[j]):
+            others = sum(least[k] for k in open_ if k != j)
+            if natural[j] <= left / len(open_) and left - natural[j] >= others:
+                widths[j], left = natural[j], left - natural[j]
+                open_.remove(j)
+                settled = True
+                break
+    want = {j: natural[j] - least[j] for j in open_}
+    spare = left - sum(least[j] for j in open_)
+    for j in open_:
+        widths[j] += spare * want[j] // max(sum(want.values()), 1)
+    for j in sorted(open_, key=lambda j: -want[j])[: left - sum(widths[j] for j in open_)]:
+        widths[j] += 1
+    return widths
 
 
 def duration(seconds: float) -> str:

@@ -4,9 +4,10 @@ Subcommands live in their own modules and add themselves with ``add_cli(subparse
 module of the subcommand being run is imported (torch, pandas and matplotlib load after the
 arguments are parsed): ``attnbench --help`` lists the subcommands from :data:`COMMANDS` alone.
 
-Exit codes: 0 done; 1 a regression (``compare``), a wrong result (``run`` with a ``mismatch``
-row) or an internal error; 2 a usage error or unusable input; 130 interrupted (Ctrl-C); 141
-the reader of the output left (``| head``; ``compare`` exits with its verdict instead).
+Exit codes: 0 done, or the reader of the output left early (``| head``: quietly, whether the
+output was long or short; ``compare`` exits with its verdict instead); 1 a regression
+(``compare``), a wrong result (``run`` with a ``mismatch`` row) or an internal error; 2 a usage
+error or unusable input; 130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -128,9 +129,11 @@ def _run(argv: list[str]) -> int:
     except KeyboardInterrupt:  # a verb with output to keep says so with an Interrupted
         print("attnbench: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # `attnbench table RUN | head`: the reader left; say nothing
+    except BrokenPipeError:  # `attnbench list | head -1`: the reader has what it wanted
         silence_stdout()
-        return 141  # 128 + SIGPIPE, what a shell reports for a writer killed by a closed pipe
+        # 0, not 141 (128 + SIGPIPE): whether a write meets the closed pipe depends only on
+        # how much was written, and a script under `set -o pipefail` must not fail on `| head`
+        return 0
     except Exception as exc:
         if os.environ.get("ATTNBENCH_DEBUG"):
             raise

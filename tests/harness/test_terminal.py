@@ -7,7 +7,15 @@ import io
 
 from rich.table import Table
 
-from harness.terminal import LINE_EVERY_S, Progress, console, duration
+from harness.terminal import (
+    LINE_EVERY_S,
+    PIPE_WIDTH,
+    Progress,
+    console,
+    duration,
+    text_width,
+    word_table,
+)
 
 
 class Clock:
@@ -55,3 +63,27 @@ def test_a_console_on_a_file_never_cuts_or_wraps():
     text = stream.getvalue()
     assert long in text and "…" not in text and "x" * 500 in text
     assert "\x1b[" not in text  # no colour codes in a file
+
+
+def test_a_word_table_wraps_prose_columns_and_keeps_narrow_ones_whole():
+    header = ("name", "family", "features")
+    rows = [("flex-blocksparse", "block-sparse", "block_sparse, causal, global, window, prefix"),
+            ("sdpa", "sdpa", "causal")]
+    text = word_table(header, rows, 50)
+    lines = text.splitlines()
+    assert max(map(len, lines)) <= 50
+    assert lines[0].split() == list(header) and set(lines[1]) == {"-", " "}
+    assert lines[2].startswith("flex-blocksparse  block-sparse  ")  # whole, not wrapped
+    assert "block_sparse," in text and "prefix" in text and "sdpa" in lines[-1]
+    assert word_table(header, rows, 200).splitlines()[2].endswith("window, prefix")
+    assert word_table(header, rows, 44) is None  # the longest words do not fit side by side
+    assert word_table(header, rows, 50, max_lines=1) is None  # a row needs more lines
+
+
+def test_text_width_off_a_terminal_is_columns_or_the_pipe_width(monkeypatch):
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert text_width(io.StringIO()) == PIPE_WIDTH
+    monkeypatch.setenv("COLUMNS", "132")
+    assert text_width(io.StringIO()) == 132
+    monkeypatch.setenv("COLUMNS", "wide")
+    assert text_width(io.StringIO()) == PIPE_WIDTH

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from harness import registry
-from harness.cli import main
+from harness.cli import listing, main
 from harness.execute import session
 from harness.masks import MaskSpec
 from harness.results import PASSES_FILE, ROWS_FILE, RowWriter, load_env, load_rows, write_env
@@ -85,16 +85,43 @@ def test_list_shows_every_implementation_with_availability(capsys):
             assert listed[name]["status"] == f"unavailable: {reason}"
 
 
-def test_list_in_a_file_is_never_cut(capsys):
-    """Written to a file or a pipe (capsys is neither a terminal), no cell is cut with "…"."""
+def _words(text: str) -> set[str]:
+    return {w.strip(",;:()") for w in text.split()} - {""}
+
+
+@pytest.mark.parametrize("width", [60, 80, 100, 120, 160, 250])
+def test_list_wraps_at_word_boundaries_to_the_width(width):
+    """Every line fits ``width`` and every word printed is a whole word of what is listed
+    (a 100-column terminal once showed ``availabl`` / ``e``); nothing is left out."""
+    impls = [listing._describe(i) for i in registry.all_implementations()]
+    errors = {"broken-plugin": "ImportError: No module named 'broken_plugin_dep'"}
+    text = listing.render(impls, errors, width)
+    assert max(len(line) for line in text.splitlines()) <= width
+    source = " ".join([*listing.HEADER, listing.MIXERS, *errors.values(),
+                       *(" ".join(map(str, [*d.values(), *d["devices"], *d["dtypes"],
+                                            *d["mask_features"]])) for d in impls),
+                       *(listing._params_text(d["params"]) for d in impls),
+                       *(f"~n^{d[k]:g}" for d in impls for k in ("time_exponent",
+                                                                   "memory_exponent")),
+                       f"{len(impls)} {sum(d['available'] for d in impls)}",
+                       "attnbench implementations here unavailable available time memory "
+                       "params devices dtypes mask features: none plug-in broken-plugin"])
+    assert _words(text) <= _words(source) | {"-" * k for k in range(1, width + 1)}
+    flat = " ".join(text.split())
+    for d in impls:
+        assert d["name"] in _words(text)
+        reason = d["status"].removeprefix("unavailable: ")
+        assert d["available"] or reason in flat, d["name"]
+
+
+def test_list_piped_is_a_sane_width(capsys, monkeypatch):
+    """Off a terminal (a pipe, a file) without $COLUMNS: 100 columns, not the widest cell."""
+    monkeypatch.delenv("COLUMNS", raising=False)
     code, out, _ = cli(capsys, "list")
-    assert code == 0 and "…" not in out
-    for impl in registry.all_implementations():
-        dtypes = ", ".join(sorted(str(d).removeprefix("torch.") for d in impl.caps.dtypes))
-        features = ", ".join(sorted(impl.caps.mask_features))
-        line = next(line for line in out.splitlines()
-                    if line.split("│")[1:2] and line.split("│")[1].strip() == impl.name)
-        assert dtypes in line and features in line, (impl.name, line)
+    assert code == 0 and max(len(line) for line in out.splitlines()) <= 100
+    monkeypatch.setenv("COLUMNS", "250")
+    code, wide, _ = cli(capsys, "list")
+    assert code == 0 and 100 < max(len(line) for line in wide.splitlines()) <= 250
 
 
 def test_run_writes_rows_env_and_prints_a_table(tmp_path, capsys):
