@@ -117,10 +117,11 @@ def run_suite(suite: Suite, measure: MeasureConfig, options: RunOptions,
              "(predicted; the ETA follows the run's pace)" if predict and points else ""),
           file=sys.stderr)
     try:
-        with Progress(list(plan.values())) if options.progress and points else nullcontext() as bar:
+        with (Progress(plan, max(measure.passes, 1)) if options.progress and points
+              else nullcontext()) as bar:
             counts = run_points(points, writer, measure, run_id=run_id, suite_name=suite.name,
                                 mem_budget=options.mem_budget, executor=executor,
-                                on_pass=_stepper(bar, plan, max(measure.passes, 1)))
+                                on_pass=_stepper(bar))
     except KeyboardInterrupt:
         raise Interrupted(interrupted_message(suite, run_dir)) from None
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "nothing to run"
@@ -174,18 +175,17 @@ def pass_plan(points: list[Point], log: PassLog, passes: int,
     return plan
 
 
-def _stepper(bar, plan: dict[tuple[str, int], float], passes: int):
+def _stepper(bar):
     """The runner's ``on_pass``: one progress step per pass; a point that fails its first
-    pass takes its later passes off the plan."""
+    pass leaves the later passes."""
     if not isinstance(bar, Progress):
         return None
 
     def on_pass(point: Point, k: int, record: dict) -> None:
         status = record.get("status")
         if k == 0 and status != "ok":
-            bar.forget([plan.get((point.point_id, j), 0.0) for j in range(1, passes)])
-        what = f"{point.impl} n={point.seq_len} pass {k + 1}/{passes}: {status}"
-        bar.step(what, plan.get((point.point_id, k), 0.0))
+            bar.forget(point.point_id)
+        bar.step(point.point_id, k, f"{point.impl} n={point.seq_len}: {status}")
 
     return on_pass
 

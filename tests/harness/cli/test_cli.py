@@ -147,7 +147,7 @@ def test_run_says_its_expected_time_and_progress_off_a_terminal(tmp_path, capsys
     lines = err.splitlines()
     assert "1 point of suite 'tiny'" in lines[0] and "expected about" in lines[0]
     assert "1 points" not in err
-    assert any("3/3 point-passes (100%)" in line for line in lines), err
+    assert any("pass 3/3: 1/1 point (100%)" in line for line in lines), err
 
 
 def test_the_expected_time_leaves_out_points_over_the_memory_budget(tmp_path, capsys):
