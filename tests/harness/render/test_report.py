@@ -513,3 +513,32 @@ def test_the_report_lists_implementations_in_the_suites_order(tmp_path):
     header = next(line for line in results.splitlines() if "seq_len" in line)
     assert [c.strip() for c in header.strip("|").split("|")] == ["seq_len", "sdpa", "full",
                                                                   "flash-tiled"]
+
+
+def test_plot_axes_name_each_metric_and_its_unit():
+    """An axis reads ``median time (ms)``, never ``time_median_s (ms)``: every metric a
+    bundled claims file measures, and every metric the report plots against n."""
+    from harness import SUITES_DIR
+    from harness.analysis.claims import load_claims
+
+    files = [f for f in SUITES_DIR.glob("*.toml") if "[[claim]]" in f.read_text()]
+    claimed = {c.metric for f in files for c in load_claims(f)}
+    assert {"time_median_s", "approx_err", "state_bytes"} <= claimed
+    for metric in claimed | {"time_median_s", "peak_mem_bytes", "mixer_time_s", "tflops_per_s"}:
+        unit, _ = panels.display_unit(metric, [1.0])
+        label = panels.axis_label(metric, unit)
+        assert "_" not in label.split(" (")[0], label
+    assert panels.axis_label("time_median_s", "ms") == "median time (ms)"
+    assert panels.display_unit("tflops_per_s", [1.0]) == ("TFLOP/s", 1.0)  # the schema's unit
+
+
+def test_a_time_claims_figure_names_its_axis(monkeypatch):
+    from harness.analysis.claims import DEFAULT_CLAIMS
+    from harness.render import verdict_views
+
+    seen = []
+    monkeypatch.setattr(verdict_views, "fit_over_utilization",
+                        lambda *a, **kw: seen.append(kw["ylabel"]) or b"")
+    rows = pd.DataFrame(synthetic_rows()).assign(suite="synthetic")
+    verdict_views.claims_section(rows, DEFAULT_CLAIMS, {"r1": {"calibration": CALIBRATION}})
+    assert set(seen) == {"median time (ms)", "mixer time (ms)"}
