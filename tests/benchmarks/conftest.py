@@ -3,9 +3,10 @@
 The plain ``pytest`` run (pyproject's addopts pass ``--benchmark-disable``) skips every test
 here that takes the ``benchmark`` fixture, so a failed ``--benchmark-compare-fail`` (which ends
 in a traceback and no "N passed" line) can never leak into it; the tests of the benchmark
-scripts themselves (``test_gpu_scripts.py``) are ordinary tests and run. Run them with ``--benchmark-enable`` (plus ``--benchmark-only``
-to run nothing else), or set ``ATTNBENCH_BENCHMARKS=1`` (then, under ``--benchmark-disable``,
-each runs once: a functional check). See docs/pytest-benchmark.md.
+scripts themselves (``test_gpu_scripts.py``) are ordinary tests and run. Run the benchmarks
+with ``--benchmark-enable`` (plus ``--benchmark-only`` to run nothing else), or set
+``ATTNBENCH_BENCHMARKS=1`` (then, under ``--benchmark-disable``, each runs once: a functional
+check). See docs/pytest-benchmark.md.
 """
 
 from __future__ import annotations
