@@ -50,6 +50,9 @@ def _add_run(sub) -> None:
     p.add_argument("--check", choices=CHECK_MODES,
                    help="agreement check (overrides the suite's [measure].check)")
     p.add_argument("--budget-s", type=float, help="timing budget per point (overrides the suite)")
+    p.add_argument("--passes", type=int, metavar="N",
+                   help="timing passes over the suite (overrides [measure] passes; 1 = a quick "
+                        "profile)")
     p.add_argument("--isolate", action="store_true",
                    help="run each point in a child process (crashes take only that point)")
     p.add_argument("--point-timeout", type=float, metavar="SECONDS",
@@ -83,7 +86,7 @@ def cmd_run(args) -> int:
         output_dir(args.out)
     options = RunOptions(
         out=args.out, resume=args.resume, force=args.force, mem_budget=args.mem_budget,
-        check=args.check, budget_s=args.budget_s, isolate=args.isolate,
+        check=args.check, budget_s=args.budget_s, passes=args.passes, isolate=args.isolate,
         point_timeout=args.point_timeout, progress=not args.no_progress,
     )
     suite = load_suite(args.suite or default_suite())

@@ -28,7 +28,7 @@ from harness.measure import calibrate, env
 from harness.measure.device import get_device
 from harness.results import PASSES_FILE, ROWS_FILE, RowWriter, iter_rows, load_env, write_env
 from harness.scenarios.interface import Point, cost_of
-from harness.sweep.suite import MeasureConfig, Suite
+from harness.sweep.suite import MAX_PASSES, MeasureConfig, Suite
 from harness.terminal import Progress, duration
 
 
@@ -43,6 +43,7 @@ class RunOptions:
     mem_budget: int | None = None  # bytes; skip points predicted to need more
     check: str | None = None  # agreement check: auto | full | rows | none
     budget_s: float | None = None  # timing budget per point, seconds
+    passes: int | None = None  # timing passes over the suite ([measure] passes)
     isolate: bool = False  # each point in its own child process
     point_timeout: float | None = None  # seconds; with isolation, give up on a point after this
     progress: bool = True  # a progress bar while points run
@@ -68,6 +69,10 @@ def configure(suite: Suite, options: RunOptions) -> MeasureConfig:
         measure = replace(measure, check=options.check)
     if options.budget_s:
         measure = replace(measure, timing=replace(measure.timing, budget_s=options.budget_s))
+    if options.passes is not None:
+        if not 1 <= options.passes <= MAX_PASSES:
+            raise CliError(f"--passes {options.passes}: must be 1..{MAX_PASSES}")
+        measure = replace(measure, passes=options.passes)
     if ((options.point_timeout or measure.point_timeout_s)
             and not (options.isolate or measure.isolate)):
         raise CliError("--point-timeout / [measure] point_timeout_s needs --isolate "

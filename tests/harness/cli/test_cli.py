@@ -150,6 +150,14 @@ def test_run_says_its_expected_time_and_progress_off_a_terminal(tmp_path, capsys
     assert any("pass 3/3: 1/1 point (100%)" in line for line in lines), err
 
 
+def test_passes_overrides_the_suite_and_one_pass_is_a_quick_profile(tmp_path, capsys):
+    code, _, err = cli(capsys, "run", suite_file(tmp_path, ONE), "--out", tmp_path / "r",
+                       "--no-table", "--passes", "1")
+    assert code == 0, err
+    assert any("1/1 point-passes (100%)" in line for line in err.splitlines()), err
+    assert set(load_rows(tmp_path / "r")["passes"]) == {1}
+
+
 def test_the_expected_time_leaves_out_points_over_the_memory_budget(tmp_path, capsys):
     """A point predicted not to fit is skipped at once: it adds nothing to the expected time
     (``local`` at n=10^6 once said "expected about 563 h" and was done in a second)."""
