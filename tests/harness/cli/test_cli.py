@@ -154,7 +154,7 @@ def test_passes_overrides_the_suite_and_one_pass_is_a_quick_profile(tmp_path, ca
     code, _, err = cli(capsys, "run", suite_file(tmp_path, ONE), "--out", tmp_path / "r",
                        "--no-table", "--passes", "1")
     assert code == 0, err
-    assert any("1/1 point-passes (100%)" in line for line in err.splitlines()), err
+    assert any("pass 1/1: 1/1 point (100%)" in line for line in err.splitlines()), err
     assert set(load_rows(tmp_path / "r")["passes"]) == {1}
 
 
