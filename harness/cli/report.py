@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.analysis.claims import DEFAULT_CLAIMS
+from harness.cli import output_dir
 from harness.render.report import build_report
 
 
@@ -48,6 +49,7 @@ def add_cli(subparsers) -> None:
 
 def cmd_report(args) -> int:
     """Build the report of ``args.history`` then ``args.run_dirs``; print the page's path."""
+    output_dir(args.out)  # before any work: a file named by --out is refused at once
     runs = list(dict.fromkeys([*args.history, *args.run_dirs]))  # oldest first, no repeats
     page = build_report(
         runs, args.out, args.claims, args.title, args.baseline, args.allow_contended

@@ -16,7 +16,7 @@ from harness import fmt
 from harness.analysis.claims import TIMED_METRICS, VERDICTS, Claim, load_claims
 from harness.analysis.verdicts import Verdict, judge_claims, verdict_table
 from harness.render.page import Section
-from harness.render.panels import display_unit
+from harness.render.panels import axis_label, display_unit
 from harness.render.plots import Series, fit_over_utilization
 
 MAX_GROUPS = 8  # series per claim figure
@@ -140,7 +140,7 @@ def claim_figure(verdict: Verdict, claim: Claim) -> bytes | None:
     return fit_over_utilization(
         fitted, util, regions,
         xlabel=claim.over,
-        ylabel=f"{claim.metric} ({unit})" if unit else claim.metric,
+        ylabel=axis_label(claim.metric, unit),
         util_label=f"% of {claim.saturation_rule}" if percent else "achieved TFLOP/s",
         title=title,
         percent=percent,

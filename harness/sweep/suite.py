@@ -130,6 +130,9 @@ def parse_suite(doc: dict, where: str = "<suite>", sha256: str = "") -> Suite:
     if not doc:
         raise SuiteError(f"{where}: empty suite file (a suite needs name, scenario and "
                          "implementations; suites/smoke.toml is an example)")
+    if "claim" in doc and "scenario" not in doc:  # `attnbench run suites/claims.toml`
+        raise SuiteError(f"{where}: a claims file ([[claim]] entries), not a suite; judge runs "
+                         f"with it: attnbench claims RUN_DIR --claims {where}")
     name, scenario, impls = _top_level(doc, err)
     device = doc.get("device", "cpu")
     fixed = table(doc, "fixed", err)

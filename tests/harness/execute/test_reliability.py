@@ -189,6 +189,8 @@ def test_bad_out_and_bad_arguments_are_one_line_and_write_nothing(tmp_path, caps
         ("--out", str(tmp_path / "o"), "--mem-budget", "-1GiB"),
         ("--out", str(tmp_path / "o"), "--budget-s", "-1"),
         ("--out", str(tmp_path / "o"), "--budget-s", "nan"),
+        ("--out", str(tmp_path / "o"), "--passes", "0"),
+        ("--out", str(tmp_path / "o"), "--passes", "two"),
         ("--out", str(tmp_path / "o"), "--isolate", "--point-timeout", "0"),
         ("--out", str(tmp_path / "o"), "--point-timeout", "5"),  # needs --isolate
         ("--out", str(tmp_path / "o"), "--check", "sometimes"),
