@@ -74,7 +74,8 @@ def test_a_scenario_is_a_folder(tmp_path):
     suite.write_text(TOY_SUITE)
     bad = tmp_path / "bad.toml"
     bad.write_text(TOY_SUITE.replace("repeat = 3", "repeat = 0"))
-    env = {"PYTHONPATH": f"{tree}:{ROOT}", "PATH": "/usr/bin:/bin", "TRITON_INTERPRET": "1"}
+    env = {"PYTHONPATH": f"{tree}:{ROOT}", "PATH": "/usr/bin:/bin", "TRITON_INTERPRET": "1",
+           "ATTNBENCH_CACHE_DIR": str(tmp_path / "cache")}  # probe outcomes: not the user's
     script = f"""
 import json, sys
 from harness.cli import main
