@@ -80,7 +80,7 @@ except Exception as exc:  # no Triton, or kernels that do not import: nothing to
           file=sys.stderr)
     sys.exit(2)
 
-from harness.cost.components import attention_tensor_bytes
+from harness.cost.components import attention_tensor_bytes, bandwidth_fraction
 from harness.masks import MaskSpec, kept_pairs
 from harness.measure import calibrate
 from harness.render.page import markdown_table
@@ -430,7 +430,8 @@ def rates(row: dict, flops: float, nbytes: int, bandwidth: float) -> dict:
     """The row with its ms turned into TFLOP/s, GB/s and the fraction of the copy bandwidth."""
     seconds = row["ms"] / 1e3
     return {**row, "flops": flops, "bytes": nbytes, "tflops": flops / seconds / 1e12,
-            "gbps": nbytes / seconds / 1e9, "bw_fraction": nbytes / seconds / bandwidth}
+            "gbps": nbytes / seconds / 1e9,
+            "bw_fraction": bandwidth_fraction(nbytes, seconds, bandwidth)}
 
 
 def synchronize() -> None:

@@ -101,6 +101,12 @@ def attention_bytes(impl: str, problem: Problem, backward: bool | None = None) -
     return inputs + out + t["lse"] + (qkv + 2 * t["out"] + t["lse"]) + qkv
 
 
+def bandwidth_fraction(nbytes: float, seconds: float, bandwidth: float) -> float:
+    """Bytes moved per second as a fraction of a bandwidth (bytes/s): the memory roofline's
+    utilization of a call that moves ``nbytes`` in ``seconds``."""
+    return nbytes / seconds / bandwidth
+
+
 def attention_workspace(impl: str, problem: Problem) -> int:
     """The implementation's own ``memory_model`` workspace in bytes for ``problem``; 0 when it
     declares none."""
