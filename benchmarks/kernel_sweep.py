@@ -32,10 +32,14 @@ with the reason, and the summary counts it.
     python benchmarks/kernel_sweep.py --out DIR [--minutes 4] [--groups fwd dq dkdv band decode]
     python benchmarks/kernel_sweep.py --list     # what it would time and compile; no GPU needed
 
+The decode shapes also time the default config with the split count's rule aimed at 1, 2 and 8
+programs per SM (``triton_tables.DECODE_WAVES`` is 4): rows ``waves=W``, with the ``splits``
+they gave.
+
 ``--configs N`` times the first N configs per kernel and shape (the default first); ``--cases``
 and ``--peers`` pick shapes and peers. ``--smoke`` runs small copies of the shapes (B1 H2,
-n 97; decode 301 keys), on the CPU under ``TRITON_INTERPRET=1`` too (timed by the clock): the
-CPU test of every path.
+n 97; decode 301 keys in chunks of 64 at least), on the CPU under ``TRITON_INTERPRET=1`` too
+(timed by the clock): the CPU test of every path.
 
 Writes ``DIR/rows.jsonl`` (a row per line, flushed as it goes), ``DIR/sweep.md`` and
 ``DIR/rows.csv`` (rewritten after each shape), and prints the winners: per group and shape the
@@ -65,7 +69,7 @@ try:
     import triton
     from triton.testing import do_bench
 
-    from implementations._kernels import triton_launch, triton_run
+    from implementations._kernels import triton_launch, triton_run, triton_tables
     from implementations._kernels.triton_autotune import (
         TUNING_ENV,
         candidate_configs,
@@ -93,6 +97,7 @@ EST_CONFIG_S = 0.4  # one config: do_bench (warm-up, repeats, L2 flushes) and th
 EST_COMPILE_S = 3.0  # one Triton compile of these kernels on the GPU machine's CPU
 EST_PEER_S = {"sdpa": 1.0, "sdpa-flash": 0.6, "flex": 20.0, "flash-tiled": 0.6}
 EST_FLEX_BWD_S = 40.0
+SPLIT_WAVES = (1, 2, 4, 8)  # decode: the split count's target, programs per SM, also timed
 
 
 @dataclass(frozen=True)
@@ -226,14 +231,16 @@ class Budget:
 class Prepared:
     """A case's inputs on the device and its recorded launches (not yet run: :meth:`fill`)."""
 
-    def __init__(self, name: str, case: Case, device: str):
+    def __init__(self, name: str, case: Case, device: str, inputs: tuple | None = None):
         self.name, self.case = name, case
         gen = torch.Generator(device=device).manual_seed(len(name))
         shape_q = (case.batch, case.heads, case.n_q, case.head_dim)
         shape_kv = (case.batch, case.kv_heads, case.n_k, case.head_dim)
         rand = lambda s: torch.randn(s, generator=gen, device=device, dtype=torch.bfloat16)
-        self.q, self.k, self.v = rand(shape_q), rand(shape_kv), rand(shape_kv)
-        self.dout = rand(shape_q) if case.backward else None
+        if inputs is None:
+            inputs = (rand(shape_q), rand(shape_kv), rand(shape_kv),
+                      rand(shape_q) if case.backward else None)
+        self.q, self.k, self.v, self.dout = inputs
         self.launches: list[triton_run.Launch] = []
         scale = case.head_dim**-0.5
         with triton_run.watching(self.launches.append, execute=False):
@@ -242,6 +249,8 @@ class Prepared:
                 triton_launch.attention_backward(self.q, self.k, self.v, out, lse, self.dout,
                                                  case.mask, scale)
         self.by_name = {launch.name: launch for launch in self.launches}
+        split = self.by_name.get("band_fwd_split")
+        self.splits = split.grid[0] if split is not None else None  # decode: key chunks
 
     def fill(self) -> None:
         """Run every recorded launch once, in order, with its own (pinned) config: the forward's
@@ -392,7 +401,8 @@ class Writer:
     """Rows to ``rows.jsonl`` as they come (flushed), tables rewritten on :meth:`tables`."""
 
     COLUMNS = ("group", "case", "impl", "kernel", "config", "default", "candidate", "status",
-               "ms", "tflops", "bw_fraction", "gbps", "rel_err", "backend", "shape", "bytes",
+               "ms", "tflops", "bw_fraction", "gbps", "rel_err", "splits", "backend", "shape",
+               "bytes",
                "flops", "flops_rule", "note")
 
     def __init__(self, out: Path):
@@ -463,38 +473,79 @@ def compile_all(jobs: list[tuple], workers: int) -> float:
 
 def sweep_case(group: str, p: Prepared, capability, args, budget: Budget, bandwidth: float,
                writer: Writer) -> int:
-    """Time every config of the group's kernel on one case; the count of failed configs."""
+    """Time every config of the group's kernel on one case (decode: then the default config
+    at other split counts); the count of failed configs."""
     kernel, _, per_pair, rule = GROUPS[group]
     case, failed, reference = p.case, 0, None
-    flops = per_pair * case.batch * case.heads * case.head_dim * case.pairs
-    nbytes = kernel_bytes(group, case)
+    work = (per_pair * case.batch * case.heads * case.head_dim * case.pairs,
+            kernel_bytes(group, case), bandwidth)
     if budget.fits(EST_CONFIG_S):
         p.fill()
-    for config, default, candidate in sweep_configs(kernel, case, capability)[:args.configs]:
+    listed = sweep_configs(kernel, case, capability)[:args.configs]
+    for config, default, candidate in listed:
         row = row_of(group, p.name, "flash-tiled", kernel, config_label(config),
-                     default=default, candidate=candidate, flops_rule=rule)
+                     default=default, candidate=candidate, flops_rule=rule, splits=p.splits)
         if not budget.fits(EST_CONFIG_S):
             writer.add({**row, "status": budget.skip(EST_CONFIG_S)})
             continue
-        try:
-            call, outputs = p.timed(kernel, config)
-            call()
-            synchronize()
-            got = tuple(t.clone() for t in outputs)
-            row["ms"] = measure(call, args.rep_ms)
-            if default:
-                reference = got
-            row["rel_err"] = rel_err(got, reference) if reference is not None else None
-            if row["rel_err"] is not None and not row["rel_err"] <= TOLERANCE:
-                row["status"], failed = f"mismatch: rel_err {row['rel_err']:.1e}", failed + 1
-            row = rates(row, flops, nbytes, bandwidth)
-        except Exception as exc:  # one config's failure is its row; the sweep goes on
-            row["status"], failed = f"error: {type(exc).__name__}: {str(exc)[:160]}", failed + 1
-            if not cuda_alive():
-                writer.add(row)
-                raise
+        row, got = timed_row(row, p, kernel, config, reference, work, args.rep_ms)
+        if default and got is not None:
+            reference, row["rel_err"] = got, 0.0
+        failed += row["status"] != "ok"
+        writer.add(row)
+    if kernel != "band_fwd_split" or not listed:
+        return failed
+    for waves in SPLIT_WAVES:  # the split count's rule at other targets (the lease decides)
+        if waves == triton_tables.DECODE_WAVES:
+            continue
+        if not budget.fits(EST_CONFIG_S + EST_COMPILE_S):
+            writer.add({**row_of(group, p.name, "flash-tiled", kernel, f"waves={waves}"),
+                        "status": budget.skip(EST_CONFIG_S + EST_COMPILE_S)})
+            continue
+        with split_waves(waves):
+            other = Prepared(p.name, case, p.q.device.type, (p.q, p.k, p.v, p.dout))
+        other.fill()
+        row = row_of(group, p.name, "flash-tiled", kernel,
+                     f"{config_label(listed[0][0])} waves={waves}", default=False,
+                     candidate=True, flops_rule=rule, splits=other.splits,
+                     note=f"DECODE_WAVES={waves} (the rule's: {triton_tables.DECODE_WAVES})")
+        row, _ = timed_row(row, other, kernel, listed[0][0], reference, work, args.rep_ms)
+        failed += row["status"] != "ok"
         writer.add(row)
     return failed
+
+
+@contextlib.contextmanager
+def split_waves(waves: int):
+    """Decode calls aim at ``waves`` programs per SM for the duration."""
+    saved = triton_tables.DECODE_WAVES
+    triton_tables.DECODE_WAVES = waves
+    try:
+        yield
+    finally:
+        triton_tables.DECODE_WAVES = saved
+
+
+def timed_row(row: dict, p: Prepared, kernel: str, config, reference: tuple | None,
+              work: tuple[float, int, float], rep_ms: int) -> tuple[dict, tuple | None]:
+    """The row of one config: its median, its distance from the default's output
+    (``reference``; the mismatch beyond ``TOLERANCE``) and rates from ``work`` (FLOPs, bytes,
+    bandwidth); an error is the row's status. Returns (row, the config's outputs)."""
+    try:
+        call, outputs = p.timed(kernel, config)
+        call()
+        synchronize()
+        got = tuple(t.clone() for t in outputs)
+        row["ms"] = measure(call, rep_ms)
+        row["rel_err"] = rel_err(got, reference) if reference is not None else None
+        if row["rel_err"] is not None and not row["rel_err"] <= TOLERANCE:
+            row["status"] = f"mismatch: rel_err {row['rel_err']:.1e}"
+        return rates(row, *work), got
+    except Exception as exc:  # one config's failure is its row; the sweep goes on
+        row["status"] = f"error: {type(exc).__name__}: {str(exc)[:160]}"
+        if not cuda_alive():
+            raise
+        return row, None
 
 
 def sweep_peer(group: str, name: str, kernel: str, peer: str, p: Prepared, args,
@@ -646,6 +697,7 @@ def main() -> int:
         return 2
     if args.smoke:
         CASES.update({name: case.small() for name, case in CASES.items()})
+        triton_tables.MIN_SPLIT_KEYS = 64  # the small decode caches still split
     if args.cases:
         for group, (kernel, names, per_pair, rule) in list(GROUPS.items()):
             GROUPS[group] = (kernel, tuple(n for n in names if n in args.cases), per_pair, rule)

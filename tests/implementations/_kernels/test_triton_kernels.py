@@ -371,9 +371,13 @@ DECODE = {  # id -> (mask, (B, H, H_kv, n_q, n_k, D))
 
 
 @pytest.mark.parametrize("case", list(DECODE))
-def test_split_kv_decode_matches_float64(case):
-    """n_q <= 16: keys split over programs (more than one chunk here), partial softmax states
-    merged by the combine kernel; grouped K/V heads packed in one tile."""
+def test_split_kv_decode_matches_float64(case, monkeypatch):
+    """n_q <= 16: keys split over programs (more than one chunk here: chunks of 128 keys at
+    least, where calls keep 512), partial softmax states merged by the combine kernel; grouped
+    K/V heads packed in one tile."""
+    from implementations._kernels import triton_tables
+
+    monkeypatch.setattr(triton_tables, "MIN_SPLIT_KEYS", 128)
     mask, (b, h, h_kv, n_q, n_k, d) = DECODE[case]
     launched = []
     q, k, v = (t.to(DEVICE) for t in make_qkv(b, h, n_q, n_k, d, kv_heads=h_kv, seed=31))
