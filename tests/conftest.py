@@ -12,6 +12,9 @@ import torch
 # when a kernel is defined, so it is set here, before any test imports the kernel modules.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+# The fused kernels launch their class default config, not autotuned (one compile per kernel and
+# mask mode; on a GPU autotuning compiles and times every config); one test autotunes on purpose.
+os.environ.setdefault("ATTNBENCH_AUTOTUNE", "off")
 
 # Probe outcomes the tests' runs record go to a scratch cache, not the user's (harness.probecache);
 # set in the environment, so the CLI subprocesses that tests start use it too.

@@ -40,7 +40,7 @@ from implementations._kernels import (
     triton_fwd,
     triton_launch,
 )
-from implementations._kernels.triton_autotune import configs_for
+from implementations._kernels.triton_autotune import class_configs, config_label
 
 TARGETS = {"sm_90": 90, "sm_80": 80}
 SMEM_LIMIT = {90: 232448, 80: 166912}  # opt-in shared memory per block: H100, A100 (bytes)
@@ -181,14 +181,9 @@ def configs(launch: Launch, target: str) -> list[triton.Config]:
     (its default first), or the launch's own options."""
     if hasattr(launch.kernel, "configs"):
         capability = divmod(TARGETS[target], 10)
-        return configs_for(launch.name, launch.kwargs["BLOCK_D"], capability, launch.kwargs)
+        return class_configs(launch.name, launch.kwargs["BLOCK_D"], capability, launch.kwargs)
     return [triton.Config({}, num_warps=launch.kwargs.get("num_warps", 4),
                           num_stages=launch.kwargs.get("num_stages", 3))]
-
-
-def config_label(cfg: triton.Config) -> str:
-    tiles = "x".join(str(cfg.kwargs[k]) for k in ("BLOCK_M", "BLOCK_N") if k in cfg.kwargs)
-    return f"{tiles or '-'} w{cfg.num_warps} s{cfg.num_stages}"
 
 
 def compile_launch(launch: Launch, index: int, target: str) -> Compiled:

@@ -17,6 +17,11 @@ Under ``TRITON_INTERPRET=1`` (CPU tests) a single small configuration runs: the 
 time goes into every extra config, and small tiles exercise more block edges on small inputs
 (tests swap in GPU-sized tiles with ``triton_launch.interpreter_tiles``). The autotuner's key
 is ``(n_bucket, q_bucket, BLOCK_D, MODE_KEY)`` plus the tensors' dtypes (Triton adds those).
+
+``ATTNBENCH_AUTOTUNE=off`` (:func:`autotuning`) turns autotuning off: each launch runs its
+kernel's class default, the config the AOT check compiles, and times no other
+(:mod:`.triton_run`). The tests set it: on a GPU every autotuned launch otherwise compiles and
+times every config of its class for every mask mode it meets.
 """
 
 from __future__ import annotations
@@ -28,6 +33,9 @@ import torch
 import triton
 
 TUNE_KEY = ["n_bucket", "q_bucket", "BLOCK_D", "MODE_KEY"]  # plus the dtypes, Triton adds them
+TUNING_ENV = "ATTNBENCH_AUTOTUNE"
+_TUNING = {"on": True, "1": True, "true": True, "yes": True,
+           "off": False, "0": False, "false": False, "no": False}
 INTERPRET_BLOCK_M = 32
 INTERPRET_BLOCK_N = 16
 ALL = frozenset({"sm90-d64", "sm90-d128", "sm80-d64", "sm80-d128"})
@@ -115,6 +123,11 @@ GATHERED_SHAPES: dict[str, list[tuple[int, int, int, int, frozenset[str]]]] = {
     ],
 }
 
+# candidates: configs a GPU measurement has not yet chosen (``benchmarks/kernel_sweep.py`` times
+# them beside SHAPES'; the autotuner and the pin never run them): kernel -> [(BLOCK_M, BLOCK_N,
+# warps, stages, classes, extra compile-time arguments)]
+CANDIDATES: dict[str, list[tuple[int, int, int, int, frozenset[str], dict]]] = {}
+
 
 def interpreted() -> bool:
     """Whether Triton kernels run in the NumPy interpreter (set before the kernels import)."""
@@ -126,10 +139,20 @@ def gpu_class(block_d: int, capability: tuple[int, int]) -> str:
     return f"sm{90 if capability[0] >= 9 else 80}-d{64 if block_d <= 64 else 128}"
 
 
-def _config(kernel: str, m: int, n: int, w: int, s: int) -> triton.Config:
+def _config(kernel: str, m: int, n: int, w: int, s: int, extra: dict | None = None
+            ) -> triton.Config:
     tiles = {} if kernel.startswith("blocks") else (
         {"BLOCK_N": n} if kernel == "band_fwd_split" else {"BLOCK_M": m, "BLOCK_N": n})
-    return triton.Config(tiles, num_warps=w, num_stages=s)
+    return triton.Config({**tiles, **(extra or {})}, num_warps=w, num_stages=s)
+
+
+def config_label(cfg: triton.Config) -> str:
+    """``BLOCK_MxBLOCK_N wW sS`` (``-`` for a kernel without tile sizes), then any further
+    compile-time argument a candidate sets, lower case (``tma``; ``name=value`` unless True)."""
+    tiles = "x".join(str(cfg.kwargs[k]) for k in ("BLOCK_M", "BLOCK_N") if k in cfg.kwargs)
+    extra = [k.lower() if v is True else f"{k.lower()}={v}" for k, v in cfg.kwargs.items()
+             if k not in ("BLOCK_M", "BLOCK_N")]
+    return " ".join([f"{tiles or '-'} w{cfg.num_warps} s{cfg.num_stages}", *extra])
 
 
 def gathered(flags: Mapping[str, object]) -> bool:
@@ -161,15 +184,40 @@ def configs(kernel: str) -> list[triton.Config]:
     return [_config(kernel, *shape) for shape in shapes]
 
 
-def configs_for(kernel: str, block_d: int, capability: tuple[int, int],
-                flags: Mapping[str, object] | None = None) -> list[triton.Config]:
-    """The configs of ``kernel`` that run on a GPU of this class, the default first; ``flags``:
-    the launch's mask clauses (``PREFIX`` with ``DILATED``: ``GATHERED_SHAPES``)."""
-    if interpreted():
-        return configs(kernel)
+def class_configs(kernel: str, block_d: int, capability: tuple[int, int],
+                  flags: Mapping[str, object] | None = None) -> list[triton.Config]:
+    """The configs of ``kernel`` that run on a GPU of this class, the default first (whether
+    or not the kernels are interpreted here); ``flags``: the launch's mask clauses (``PREFIX``
+    with ``DILATED``: ``GATHERED_SHAPES``)."""
     where = gpu_class(block_d, capability)
     shapes = _shapes(kernel, gathered(flags or {}))
     return [_config(kernel, *shape[:4]) for shape in shapes if where in shape[4]]
+
+
+def candidate_configs(kernel: str, block_d: int, capability: tuple[int, int]
+                      ) -> list[triton.Config]:
+    """The candidates of ``kernel`` for a GPU of this class (not autotuned, not pinned)."""
+    where = gpu_class(block_d, capability)
+    return [_config(kernel, *c[:4], c[5]) for c in CANDIDATES.get(kernel, ()) if where in c[4]]
+
+
+def configs_for(kernel: str, block_d: int, capability: tuple[int, int],
+                flags: Mapping[str, object] | None = None) -> list[triton.Config]:
+    """The configs ``kernel`` runs here for this GPU class, the default first: the
+    interpreter's one under ``TRITON_INTERPRET``, else :func:`class_configs`."""
+    if interpreted():
+        return configs(kernel)
+    return class_configs(kernel, block_d, capability, flags)
+
+
+def autotuning() -> bool:
+    """Whether launches autotune: ``ATTNBENCH_AUTOTUNE`` unset or ``on`` (the default); ``off``:
+    each launch runs its kernel's class default and times no other config. Read at each launch,
+    so a test or a run may set it at any time."""
+    value = os.environ.get(TUNING_ENV, "on").strip().lower()
+    if value not in _TUNING:
+        raise ValueError(f"{TUNING_ENV}={value!r}: use on or off")
+    return _TUNING[value]
 
 
 def _same(a: triton.Config, b: triton.Config) -> bool:

@@ -21,6 +21,12 @@ from implementations._kernels.triton_plan import BandPlan, band_plan
 
 DECODE_MAX_ROWS = 16  # n_q up to this runs the split-KV decode kernels
 DEFAULT_SMS = 132  # an H100's SM count: the split count off a GPU (the interpreter)
+# split-KV decode: programs per SM a call aims at (a decode program of 4 warps holds ~128
+# registers a thread and 20-40 KiB of shared memory, so an SM keeps about 4 resident: 4 per SM
+# fills them once, with loads in flight on every SM), and keys per split at least (4 blocks of
+# 128 keys: a program's fixed work, q and its partial state, stays a few % of its K/V reads)
+DECODE_WAVES = 4
+MIN_SPLIT_KEYS = 512
 
 
 def triton_next_pow2(x: int) -> int:
@@ -78,10 +84,13 @@ def sm_count(device: str) -> int:
 
 
 def split_count(batch_kv_heads: int, slots: int, keys: int, device: str) -> int:
-    """Key chunks per (K/V head, slot) of a decode call: enough programs for two waves over
-    the SMs, each chunk at least 256 keys."""
+    """Key chunks per (K/V head, slot) of a decode call over ``keys`` keys: enough programs
+    for ``DECODE_WAVES`` per SM of the device (at batch 1 the K/V heads alone leave most SMs
+    idle: 8 programs on 132), as long as each chunk keeps ``MIN_SPLIT_KEYS`` keys; 1 when the
+    (K/V head, slot) programs already fill the SMs or the cache is short."""
     programs = max(batch_kv_heads * slots, 1)
-    return max(1, min(-(-2 * sm_count(device) // programs), -(-keys // 256)))
+    wanted = -(-DECODE_WAVES * sm_count(device) // programs)
+    return max(1, min(wanted, keys // MIN_SPLIT_KEYS))
 
 
 def decode_tiles(n_rows: int, group: int) -> tuple[int, int]:

@@ -45,6 +45,7 @@ def _qkv(n: int, dtype=torch.bfloat16, batch: int = 4, heads: int = 16, d: int =
     ]
 
 
+@pytest.mark.gpu_alone  # a 10% timing agreement: no other process on the GPU
 def test_event_timing_agrees_with_triton_do_bench():
     """The harness's CUDA-event median of an SDPA call within 10% of do_bench's median (both
     flush L2 between samples)."""
@@ -61,6 +62,7 @@ def test_event_timing_agrees_with_triton_do_bench():
     assert abs(ours - theirs) <= 0.10 * theirs, (ours, theirs)
 
 
+@pytest.mark.gpu_alone  # a peak-memory reading within 5-10%
 @pytest.mark.parametrize("impl, lo, hi", [("full", 0.95, 1.10), ("sdpa-flash", 1.0, 1.10)])
 def test_allocator_peak_matches_the_analytic_figure(impl, lo, hi):
     """Eager attention's peak is its (B, H, n, n) score tensors; flash's is its output (plus an

@@ -6,7 +6,7 @@ decoder is :mod:`.stack`, the launch of the timed step :mod:`.step_launch`, the 
 analytic costs :mod:`.decode_cost`, the scenario :mod:`.decode_case`.
 """
 
-from harness.columns import Column, point_column
+from harness.columns import BANDWIDTH, Column, point_column
 from harness.scenarios.block import LAYOUT
 
 COLUMNS = (
@@ -60,14 +60,5 @@ COLUMNS = (
         "decode: bytes one step must move (every layer's weights, the K/V it reads, the K/V it "
         "writes, the hidden state)",
     ),
-    Column(
-        "bw_fraction", "", "share",
-        "decode: step_bytes / median step time as a fraction of the measured copy bandwidth",
-    ),
-    Column(
-        "bw_source", "", "text",
-        "decode: where that bandwidth came from: env.json "
-        "`calibration.mem_bandwidth_bytes_per_s`, or measured in the process for isolated or "
-        "resumed points",
-    ),
+    *BANDWIDTH,
 )  # fmt: skip

@@ -155,6 +155,7 @@ def test_cpu_rows_say_l2_does_not_apply():
 
 
 @pytest.mark.cuda
+@pytest.mark.gpu_alone
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_flush_per_call_times_one_call_per_event_pair():
     from harness.measure.device import get_device

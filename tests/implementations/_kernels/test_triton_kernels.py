@@ -19,7 +19,7 @@ from harness.masks import MaskSpec, kept_pairs
 from harness.oracle.agreement import grad_agreement, output_agreement
 from harness.oracle.reference import reference_attention, reference_grads
 from harness.spec import Problem
-from implementations._kernels import triton_attn, triton_fwd, triton_launch
+from implementations._kernels import triton_attn, triton_fwd, triton_launch, triton_run
 from implementations._kernels.triton_blocklist import block_entry_count, block_plan, block_tile
 from implementations._kernels.triton_plan import TABLE, band_executed_pairs, band_plan, own_bounds
 from implementations._kernels.triton_tables import device_key, split_count, tune_key
@@ -300,26 +300,18 @@ def test_every_mask_clause_is_a_compile_time_parameter(kernel):
                                                                             "tl.constexpr")
 
 
-def test_a_launch_sets_only_the_clauses_its_mask_uses(monkeypatch):
+def test_a_launch_sets_only_the_clauses_its_mask_uses():
     """A kernel launched for a plain window carries no code for globals, dilation, documents
     or a prefix; each feature turns on its own clause."""
     launched = []
-    real = triton_fwd.band_fwd
-
-    class Spy:
-        def __getitem__(self, grid):
-            def launch(*args, **kwargs):
-                launched.append({c: kwargs[c] for c in CLAUSES})
-                return real[grid](*args, **kwargs)
-            return launch
-
-    monkeypatch.setattr(triton_fwd, "band_fwd", Spy())
     masks = [MaskSpec(causal=True, window=(7, 0)), MaskSpec(causal=True, global_tokens=(3,)),
              MaskSpec(window=(2, 2), dilation=2), MaskSpec(documents=(20, 12)),
              MaskSpec(causal=True, prefix_len=5)]
-    q, k, v = make_qkv(1, 1, 32, 32, 16, seed=5)
-    for mask in masks:
-        triton_attn.triton_attention(q, k, v, mask)
+    q, k, v = (t.to(DEVICE) for t in make_qkv(1, 1, 32, 32, 16, seed=5))
+    with triton_run.watching(launched.append):
+        for mask in masks:
+            triton_attn.triton_attention(q, k, v, mask)
+    launched = [{c: r.kwargs[c] for c in CLAUSES} for r in launched if r.name == "band_fwd"]
     want = [{c: f in m.features for c, f in CLAUSES.items()} for m in masks]
     assert launched == want and not any(want[0].values())
 
@@ -380,23 +372,19 @@ DECODE = {  # id -> (mask, (B, H, H_kv, n_q, n_k, D))
 
 @pytest.mark.parametrize("case", list(DECODE))
 def test_split_kv_decode_matches_float64(case, monkeypatch):
-    """n_q <= 16: keys split over programs (more than one chunk here), partial softmax states
-    merged by the combine kernel; grouped K/V heads packed in one tile."""
-    from implementations._kernels import triton_decode
+    """n_q <= 16: keys split over programs (more than one chunk here: chunks of 128 keys at
+    least, where calls keep 512), partial softmax states merged by the combine kernel; grouped
+    K/V heads packed in one tile."""
+    from implementations._kernels import triton_tables
 
+    monkeypatch.setattr(triton_tables, "MIN_SPLIT_KEYS", 128)
     mask, (b, h, h_kv, n_q, n_k, d) = DECODE[case]
-    grids = []
-    real = triton_decode.band_fwd_split
-
-    class Spy:
-        def __getitem__(self, grid):
-            grids.append(grid)
-            return real[grid]
-
-    monkeypatch.setattr(triton_decode, "band_fwd_split", Spy())
+    launched = []
     q, k, v = (t.to(DEVICE) for t in make_qkv(b, h, n_q, n_k, d, kv_heads=h_kv, seed=31))
-    out = triton_attn.triton_attention(q, k, v, mask)
+    with triton_run.watching(launched.append):
+        out = triton_attn.triton_attention(q, k, v, mask)
     _check(out, q, k, v, mask, torch.float32)
+    grids = [r.grid for r in launched if r.name == "band_fwd_split"]
     assert len(grids) == 1 and grids[0][1] == b * h_kv  # one program per K/V head, not B·H
     keys_per_class = -(-n_k // mask.dilation)
     keys = max(s[5] - s[4] for s in band_plan(mask, n_q, n_k).slots)  # a global slot: n_k
