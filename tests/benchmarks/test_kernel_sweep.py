@@ -87,8 +87,8 @@ def test_smoke_runs_every_path_and_checks_each_config_against_the_default(tmp_pa
     ours = [r for r in rows if r["impl"] == "flash-tiled" and r["kernel"] != "backward"]
     assert [(r["kernel"], r["case"], r["default"]) for r in ours] == [
         ("band_fwd_split", "decode-32k-mha", True), ("band_fwd_split", "decode-32k-mha", False),
-        *[("band_fwd_split", "decode-32k-mha", False)] * 3,  # the split rule at 1, 2, 8 waves
-        ("band_dq", "d64", True), ("band_dq", "d64", False)]
+        ("band_dq", "d64", True), ("band_dq", "d64", False),
+        *[("band_fwd_split", "decode-32k-mha", False)] * 3]  # the split rule at 1, 2, 8 waves
     waves = [r for r in ours if "waves=" in r["config"]]
     assert [r["config"].split()[-1] for r in waves] == ["waves=1", "waves=2", "waves=8"]
     assert all(r["candidate"] and r["splits"] > 1 for r in waves)  # 301 keys in 64-key chunks
@@ -101,6 +101,23 @@ def test_smoke_runs_every_path_and_checks_each_config_against_the_default(tmp_pa
     assert "torch's choice" in peers["decode", "sdpa", "forward"]["backend"]
     assert (out / "sweep.md").read_text().count("band_dq") == 2
     assert "best" in result.stdout and "0 skipped for the budget" in result.stdout
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter's run (CPU)")
+def test_the_hopper_candidates_run_after_the_listed_configs_against_the_default(tmp_path):
+    """The forward's TMA candidates (sm_90 class) forced in the interpreter: each agrees with
+    the default's output; they come after the class's configs and the peers."""
+    out = tmp_path / "sweep"
+    result = _sweep("--smoke", "--groups", "fwd", "--cases", "d64", "--configs", "1",
+                    "--peers", "sdpa", "--capability", "9.0", "--out", str(out), interpret=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
+    order = [(r["impl"], bool(r["candidate"])) for r in rows]
+    assert order == [("flash-tiled", False), ("sdpa", False),
+                     *[("flash-tiled", True)] * (len(rows) - 2)]
+    tma = [r for r in rows if r["candidate"]]
+    assert len(tma) >= 2 and all("tma" in r["config"].split() for r in tma)
+    assert all(r["status"] == "ok" and r["rel_err"] <= 2e-2 for r in tma), tma
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter's run (CPU)")
