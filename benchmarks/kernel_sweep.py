@@ -98,6 +98,7 @@ EST_CONFIG_S = 0.4  # one config: do_bench (warm-up, repeats, L2 flushes) and th
 EST_COMPILE_S = 3.0  # one Triton compile of these kernels on the GPU machine's CPU
 EST_PEER_S = {"sdpa": 1.0, "sdpa-flash": 0.6, "flex": 20.0, "flash-tiled": 0.6}
 EST_FLEX_BWD_S = 40.0
+COMPILE_SHARE = 0.4  # of the budget, at most, compiling ahead (the rest compile at first run)
 SPLIT_WAVES = (1, 2, 4, 8)  # decode: the split count's target, programs per SM, also timed
 
 
@@ -459,17 +460,25 @@ def cuda_alive() -> bool:
         return False
 
 
-def compile_all(jobs: list[tuple], workers: int) -> float:
-    """Compile every (launch, config) at once on ``workers`` threads; seconds taken. A compile
-    that fails raises again when its config first runs (its row's error)."""
+def compile_all(jobs: list[tuple], workers: int, budget: Budget) -> tuple[int, float]:
+    """Compile the (launch, config) jobs in order, ``2·workers`` at a time on ``workers``
+    threads, until :data:`COMPILE_SHARE` of the budget is spent (the rest compile when first
+    run); (jobs compiled, seconds). A compile that fails raises again when its config first
+    runs (its row's error)."""
     start = time.perf_counter()
     if interpreted():  # nothing compiles
-        return 0.0
-    with ThreadPoolExecutor(workers) as pool, triton.AsyncCompileMode(pool, ignore_errors=True):
-        for launch, config in jobs:
-            with contextlib.suppress(Exception):  # a config that fails: its row says so later
-                launch.compile(config)
-    return time.perf_counter() - start
+        return 0, 0.0
+    stop = start + COMPILE_SHARE * (budget.end - budget.start)
+    done = 0
+    with ThreadPoolExecutor(workers) as pool:
+        while done < len(jobs) and time.perf_counter() < stop:
+            chunk = jobs[done:done + 2 * workers]
+            with triton.AsyncCompileMode(pool, ignore_errors=True):
+                for launch, config in chunk:
+                    with contextlib.suppress(Exception):  # its row says so later
+                        launch.compile(config)
+            done += len(chunk)
+    return done, time.perf_counter() - start
 
 
 def sweep_case(group: str, p: Prepared, capability, args, budget: Budget, bandwidth: float,
@@ -643,16 +652,20 @@ def run(args, capability: tuple[int, int]) -> int:
     writer = Writer(out)
     names = list(dict.fromkeys(n for g in args.groups for n in GROUPS[g][1]))
     prepared = {name: Prepared(name, CASES[name], device) for name in names}
+    # the recorded launches' own configs, then the listed ones, then the candidates
     jobs = [(launch, launch.config) for p in prepared.values() for launch in p.launches]
-    for group in args.groups:
-        kernel = GROUPS[group][0]
-        for name in GROUPS[group][1]:
-            jobs += [(prepared[name].by_name[kernel], config) for config, _, _ in
-                     sweep_configs(kernel, CASES[name], capability)[:args.configs]]
+    for candidates in (False, True):
+        for group in args.groups:
+            kernel = GROUPS[group][0]
+            for name in GROUPS[group][1]:
+                every = sweep_configs(kernel, CASES[name], capability)
+                picked = [c for c, _, cand in every if cand == candidates]
+                jobs += [(prepared[name].by_name[kernel], config)
+                         for config in (picked if candidates else picked[:args.configs])]
     workers = min(32, os.cpu_count() or 1)
-    seconds = compile_all(jobs, workers)
-    print(f"kernel_sweep: {len(jobs)} compiles requested in {seconds:.1f} s on {workers} "
-          f"threads; {budget.left():.0f} s left", file=sys.stderr)
+    done, seconds = compile_all(jobs, workers, budget)
+    print(f"kernel_sweep: {done} of {len(jobs)} compiles in {seconds:.1f} s on {workers} "
+          f"threads (the rest when first run); {budget.left():.0f} s left", file=sys.stderr)
     failed = 0
     try:
         # the class's configs, the peers but Flex, the candidates (a new path that faults the

@@ -6,10 +6,12 @@ rows and tables) and budgets itself."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -129,3 +131,27 @@ def test_what_does_not_fit_the_budget_is_skipped_and_said(tmp_path):
     rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
     assert rows and all(r["status"].startswith("skipped: budget") for r in rows)
     assert f"({len(rows)} skipped for the budget, 0 failed)" in result.stdout
+
+
+def test_compiles_ahead_stop_at_their_share_of_the_budget(monkeypatch):
+    """Compiles go 2·workers at a time through triton.AsyncCompileMode until 40% of the budget
+    is spent; the rest compile when first run (faked compiles of 0.15 s, one worker)."""
+    spec = importlib.util.spec_from_file_location("kernel_sweep", SWEEP)
+    sweep = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "kernel_sweep", sweep)  # its dataclasses look it up
+    spec.loader.exec_module(sweep)
+    monkeypatch.setattr(sweep, "interpreted", lambda: False)
+    compiled = []
+
+    class Job:
+        def compile(self, config):
+            time.sleep(0.15)
+            compiled.append(config)
+
+    jobs = [(Job(), i) for i in range(10)]
+    budget = sweep.Budget(1.0)
+    assert sweep.compile_all(jobs, 1, budget)[0] == 10 and compiled == list(range(10))
+    compiled.clear()
+    budget.end = budget.start + 0.5  # 0.2 s to compile ahead: one chunk of two
+    done, seconds = sweep.compile_all(jobs, 1, budget)
+    assert done == 2 and compiled == [0, 1] and seconds < 1.0
