@@ -5,10 +5,14 @@ of its autotune configs, head dims and targets: registers, spilled bytes, shared
 the target's limit), the tensor-core instruction kind, SASS size and the instructions of each
 loop that holds an MMA (masked/unmasked ratio of the band kernels). Prints a markdown table.
 
-    python benchmarks/aot_kernels.py [--ci] [--json OUT.json] [--workers N]
+    python benchmarks/aot_kernels.py [--ci] [--candidates] [--json OUT.json] [--workers N]
 
 ``--ci``: the CPU test suite's subset (the default config of each kernel, one mask per family,
-and ``triton_aot.CI_EXTRA``: four prefix-with-dilation defaults).
+``triton_aot.CI_EXTRA``: four prefix-with-dilation defaults, and on sm_90 the forward's first
+candidate of each Hopper path). ``--candidates``: every candidate too
+(``triton_autotune.CANDIDATES``: the TMA and warp-specialized forward); columns ``tma`` (SASS
+bulk tensor copies), ``bulk_tensor`` (PTX ``cp.async.bulk.tensor``) and ``setmaxnreg`` (SASS
+``USETMAXREG``: a warp-specialized kernel's register hand-over).
 Each autotuned kernel compiles the configs of the target's class (``triton_autotune.SHAPES``;
 ``GATHERED_SHAPES`` for a kernel with both a prefix and dilation, which the
 ``*-dilated-prefix`` workloads compile); exit 1 when any of them spills, so the lists stay
@@ -40,15 +44,17 @@ except Exception as exc:  # no Triton, or no NVIDIA backend in it
 
 from harness.render.page import markdown_table
 
-COLUMNS = ["kernel", "workload", "config", "default", "head_dim", "target", "regs",
-           "spill_bytes", "smem_bytes", "mma", "sass", "loops", "masked_ratio", "cross_ratio",
-           "error"]
+COLUMNS = ["kernel", "workload", "config", "default", "candidate", "head_dim", "target", "regs",
+           "spill_bytes", "smem_bytes", "mma", "tma", "bulk_tensor", "setmaxnreg", "sass", "loops",
+           "masked_ratio", "cross_ratio", "error"]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ci", action="store_true", help="the test suite's subset")
     parser.add_argument("--workloads", nargs="+", choices=list(triton_aot.WORKLOADS))
+    parser.add_argument("--candidates", action="store_true",
+                        help="compile the candidates too (with every config)")
     parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
     parser.add_argument("--targets", nargs="+", default=list(triton_aot.TARGETS),
                         choices=list(triton_aot.TARGETS))
@@ -61,7 +67,7 @@ def main() -> int:
         todo = triton_aot.ci_jobs(dims, targets)
     else:
         workloads = tuple(args.workloads or triton_aot.WORKLOADS)
-        todo = triton_aot.jobs(workloads, dims, targets, not args.ci)
+        todo = triton_aot.jobs(workloads, dims, targets, not args.ci, args.candidates)
     print(f"aot_kernels: {len(todo)} compiles on {args.workers} workers", file=sys.stderr)
     rows = triton_aot.run_jobs(todo, args.workers)
     seconds = time.perf_counter() - start

@@ -25,8 +25,9 @@ bytes / time over the copy bandwidth measured here (the figure for memory-bound 
 and decode).
 
 Budget: ``--minutes`` (4) from the start: first the compiles (every config at once, on the CPU's
-cores through ``triton.AsyncCompileMode``), then the configs shape by shape, then SDPA and our
-backward, then Flex (its compiles are the dearest). What does not fit is a row ``skipped``
+cores through ``triton.AsyncCompileMode``), then the listed configs shape by shape, then SDPA and
+our backward, then the candidates (a new path that faulted the device would cost the least
+there), then Flex (its compiles are the dearest). What does not fit is a row ``skipped``
 with the reason, and the summary counts it.
 
     python benchmarks/kernel_sweep.py --out DIR [--minutes 4] [--groups fwd dq dkdv band decode]
@@ -97,6 +98,7 @@ EST_CONFIG_S = 0.4  # one config: do_bench (warm-up, repeats, L2 flushes) and th
 EST_COMPILE_S = 3.0  # one Triton compile of these kernels on the GPU machine's CPU
 EST_PEER_S = {"sdpa": 1.0, "sdpa-flash": 0.6, "flex": 20.0, "flash-tiled": 0.6}
 EST_FLEX_BWD_S = 40.0
+COMPILE_SHARE = 0.4  # of the budget, at most, compiling ahead (the rest compile at first run)
 SPLIT_WAVES = (1, 2, 4, 8)  # decode: the split count's target, programs per SM, also timed
 
 
@@ -458,58 +460,73 @@ def cuda_alive() -> bool:
         return False
 
 
-def compile_all(jobs: list[tuple], workers: int) -> float:
-    """Compile every (launch, config) at once on ``workers`` threads; seconds taken. A compile
-    that fails raises again when its config first runs (its row's error)."""
+def compile_all(jobs: list[tuple], workers: int, budget: Budget) -> tuple[int, float]:
+    """Compile the (launch, config) jobs in order, ``2·workers`` at a time on ``workers``
+    threads, until :data:`COMPILE_SHARE` of the budget is spent (the rest compile when first
+    run); (jobs compiled, seconds). A compile that fails raises again when its config first
+    runs (its row's error)."""
     start = time.perf_counter()
     if interpreted():  # nothing compiles
-        return 0.0
-    with ThreadPoolExecutor(workers) as pool, triton.AsyncCompileMode(pool, ignore_errors=True):
-        for launch, config in jobs:
-            with contextlib.suppress(Exception):  # a config that fails: its row says so later
-                launch.compile(config)
-    return time.perf_counter() - start
+        return 0, 0.0
+    stop = start + COMPILE_SHARE * (budget.end - budget.start)
+    done = 0
+    with ThreadPoolExecutor(workers) as pool:
+        while done < len(jobs) and time.perf_counter() < stop:
+            chunk = jobs[done:done + 2 * workers]
+            with triton.AsyncCompileMode(pool, ignore_errors=True):
+                for launch, config in chunk:
+                    with contextlib.suppress(Exception):  # its row says so later
+                        launch.compile(config)
+            done += len(chunk)
+    return done, time.perf_counter() - start
 
 
 def sweep_case(group: str, p: Prepared, capability, args, budget: Budget, bandwidth: float,
-               writer: Writer) -> int:
-    """Time every config of the group's kernel on one case (decode: then the default config
-    at other split counts); the count of failed configs."""
+               writer: Writer, candidates: bool = False) -> int:
+    """Time the configs of the group's kernel on one case: the class's list (``candidates``
+    False), or the candidates (decode: the default config at other split counts), each checked
+    against the default's output; the count of failed configs."""
     kernel, _, per_pair, rule = GROUPS[group]
     case, failed, reference = p.case, 0, None
     work = (per_pair * case.batch * case.heads * case.head_dim * case.pairs,
             kernel_bytes(group, case), bandwidth)
-    if budget.fits(EST_CONFIG_S):
-        p.fill()
-    listed = sweep_configs(kernel, case, capability)[:args.configs]
-    for config, default, candidate in listed:
-        row = row_of(group, p.name, "flash-tiled", kernel, config_label(config),
-                     default=default, candidate=candidate, flops_rule=rule, splits=p.splits)
-        if not budget.fits(EST_CONFIG_S):
-            writer.add({**row, "status": budget.skip(EST_CONFIG_S)})
+    every = sweep_configs(kernel, case, capability)
+    default = every[0][0]
+    # (config, is the default, the split rule's target: None but for decode's extra rows)
+    todo = [(c, d, None) for c, d, cand in every if cand == candidates]
+    todo = todo if candidates else todo[:args.configs]
+    if kernel == "band_fwd_split" and candidates:
+        todo += [(default, False, waves) for waves in SPLIT_WAVES
+                 if waves != triton_tables.DECODE_WAVES]
+    if not todo or not budget.fits(EST_CONFIG_S):
+        for config, is_default, _ in todo:
+            writer.add({**row_of(group, p.name, "flash-tiled", kernel, config_label(config),
+                                 default=is_default, candidate=candidates),
+                        "status": budget.skip(EST_CONFIG_S)})
+        return 0
+    p.fill()
+    if candidates:  # the default's output, the reference of every candidate
+        call, outputs = p.timed(kernel, default)
+        call()
+        reference = tuple(t.clone() for t in outputs)
+    for config, is_default, waves in todo:
+        ran, label, cost = p, config_label(config), EST_CONFIG_S
+        if waves is not None:  # another split count's rule: the call recorded again
+            label, cost = f"{label} waves={waves}", EST_CONFIG_S + EST_COMPILE_S
+        row = row_of(group, p.name, "flash-tiled", kernel, label, default=is_default,
+                     candidate=candidates, flops_rule=rule, splits=p.splits)
+        if not budget.fits(cost):
+            writer.add({**row, "status": budget.skip(cost)})
             continue
-        row, got = timed_row(row, p, kernel, config, reference, work, args.rep_ms)
-        if default and got is not None:
+        if cost > EST_CONFIG_S:
+            with split_waves(waves):
+                ran = Prepared(p.name, case, p.q.device.type, (p.q, p.k, p.v, p.dout))
+            ran.fill()
+            row.update(splits=ran.splits,
+                       note=f"DECODE_WAVES={waves} (the rule's: {triton_tables.DECODE_WAVES})")
+        row, got = timed_row(row, ran, kernel, config, reference, work, args.rep_ms)
+        if is_default and got is not None:
             reference, row["rel_err"] = got, 0.0
-        failed += row["status"] != "ok"
-        writer.add(row)
-    if kernel != "band_fwd_split" or not listed:
-        return failed
-    for waves in SPLIT_WAVES:  # the split count's rule at other targets (the lease decides)
-        if waves == triton_tables.DECODE_WAVES:
-            continue
-        if not budget.fits(EST_CONFIG_S + EST_COMPILE_S):
-            writer.add({**row_of(group, p.name, "flash-tiled", kernel, f"waves={waves}"),
-                        "status": budget.skip(EST_CONFIG_S + EST_COMPILE_S)})
-            continue
-        with split_waves(waves):
-            other = Prepared(p.name, case, p.q.device.type, (p.q, p.k, p.v, p.dout))
-        other.fill()
-        row = row_of(group, p.name, "flash-tiled", kernel,
-                     f"{config_label(listed[0][0])} waves={waves}", default=False,
-                     candidate=True, flops_rule=rule, splits=other.splits,
-                     note=f"DECODE_WAVES={waves} (the rule's: {triton_tables.DECODE_WAVES})")
-        row, _ = timed_row(row, other, kernel, listed[0][0], reference, work, args.rep_ms)
         failed += row["status"] != "ok"
         writer.add(row)
     return failed
@@ -635,27 +652,35 @@ def run(args, capability: tuple[int, int]) -> int:
     writer = Writer(out)
     names = list(dict.fromkeys(n for g in args.groups for n in GROUPS[g][1]))
     prepared = {name: Prepared(name, CASES[name], device) for name in names}
+    # the recorded launches' own configs, then the listed ones, then the candidates
     jobs = [(launch, launch.config) for p in prepared.values() for launch in p.launches]
-    for group in args.groups:
-        kernel = GROUPS[group][0]
-        for name in GROUPS[group][1]:
-            jobs += [(prepared[name].by_name[kernel], config) for config, _, _ in
-                     sweep_configs(kernel, CASES[name], capability)[:args.configs]]
+    for candidates in (False, True):
+        for group in args.groups:
+            kernel = GROUPS[group][0]
+            for name in GROUPS[group][1]:
+                every = sweep_configs(kernel, CASES[name], capability)
+                picked = [c for c, _, cand in every if cand == candidates]
+                jobs += [(prepared[name].by_name[kernel], config)
+                         for config in (picked if candidates else picked[:args.configs])]
     workers = min(32, os.cpu_count() or 1)
-    seconds = compile_all(jobs, workers)
-    print(f"kernel_sweep: {len(jobs)} compiles requested in {seconds:.1f} s on {workers} "
-          f"threads; {budget.left():.0f} s left", file=sys.stderr)
+    done, seconds = compile_all(jobs, workers, budget)
+    print(f"kernel_sweep: {done} of {len(jobs)} compiles in {seconds:.1f} s on {workers} "
+          f"threads (the rest when first run); {budget.left():.0f} s left", file=sys.stderr)
     failed = 0
     try:
-        for group in args.groups:
-            for name in GROUPS[group][1]:
-                failed += sweep_case(group, prepared[name], capability, args, budget, bandwidth,
-                                     writer)
-                writer.tables()
-        for peers_of in (lambda peers: [x for x in peers if x != "flex"],
-                         lambda peers: [x for x in peers if x == "flex"]):
+        # the class's configs, the peers but Flex, the candidates (a new path that faults the
+        # device costs the least there), then Flex (its compiles are the dearest)
+        for phase in ("listed", "peers", "candidates", "flex"):
+            if phase in ("listed", "candidates"):
+                for group in args.groups:
+                    for name in GROUPS[group][1]:
+                        failed += sweep_case(group, prepared[name], capability, args, budget,
+                                             bandwidth, writer, phase == "candidates")
+                        writer.tables()
+                continue
             for group, name, kernel, peers in peer_items(args.groups):
-                for peer in peers_of([x for x in peers if x in args.peers]):
+                for peer in [x for x in peers if x in args.peers and (x == "flex") == (
+                        phase == "flex")]:
                     sweep_peer(group, name, kernel, peer, prepared[name], args, budget,
                                bandwidth, writer)
                 writer.tables()

@@ -40,7 +40,12 @@ from implementations._kernels import (
     triton_fwd,
     triton_launch,
 )
-from implementations._kernels.triton_autotune import class_configs, config_label
+from implementations._kernels.triton_autotune import (
+    candidate_configs,
+    class_configs,
+    config_label,
+    tma_allowed,
+)
 
 TARGETS = {"sm_90": 90, "sm_80": 80}
 SMEM_LIMIT = {90: 232448, 80: 166912}  # opt-in shared memory per block: H100, A100 (bytes)
@@ -97,6 +102,7 @@ class Compiled:
     workload: str
     config: str
     default: bool  # the config assumed before autotuning (the list's first)
+    candidate: bool  # a candidate (triton_autotune.CANDIDATES): swept, not yet autotuned
     head_dim: int
     target: str
     regs: int
@@ -108,6 +114,9 @@ class Compiled:
     loops: tuple[int, ...]  # instructions of each innermost loop holding an MMA, in order
     segments: int  # the first loops walk partners outside the band: global positions, and
     # a dilated prefix (class slots of a dilation with a prefix)
+    tma: int  # SASS bulk tensor copies (UTMALDG loads, UTMASTG stores): the TMA path
+    bulk_tensor: int  # PTX cp.async.bulk.tensor instructions
+    setmaxnreg: int  # SASS USETMAXREG: warp groups re-balancing registers (warp-specialized)
     seconds: float
 
     @property
@@ -178,12 +187,30 @@ def record(workload: str, head_dim: int) -> list[Launch]:
 
 def configs(launch: Launch, target: str) -> list[triton.Config]:
     """The configs a launch may run on ``target``: the autotuned kernel's for that GPU class
-    (its default first), or the launch's own options."""
+    (its default first) then its candidates (a TMA one where the launch allows it), or the
+    launch's own options."""
     if hasattr(launch.kernel, "configs"):
-        capability = divmod(TARGETS[target], 10)
-        return class_configs(launch.name, launch.kwargs["BLOCK_D"], capability, launch.kwargs)
+        return listed(launch, target) + candidates(launch, target)
     return [triton.Config({}, num_warps=launch.kwargs.get("num_warps", 4),
                           num_stages=launch.kwargs.get("num_stages", 3))]
+
+
+def listed(launch: Launch, target: str) -> list[triton.Config]:
+    """The autotuned kernel's configs for ``target``'s GPU class (empty for another kernel)."""
+    if not hasattr(launch.kernel, "configs"):
+        return []
+    capability = divmod(TARGETS[target], 10)
+    return class_configs(launch.name, launch.kwargs["BLOCK_D"], capability, launch.kwargs)
+
+
+def candidates(launch: Launch, target: str) -> list[triton.Config]:
+    """The kernel's candidates for ``target``'s class that this launch may take."""
+    if not hasattr(launch.kernel, "configs"):
+        return []
+    found = candidate_configs(launch.name, launch.kwargs["BLOCK_D"], divmod(TARGETS[target], 10))
+    allowed = tma_allowed(dict(zip(launch.kernel.arg_names, launch.args, strict=False)),
+                          launch.kwargs)
+    return [c for c in found if allowed or not c.kwargs.get("TMA")]
 
 
 def compile_launch(launch: Launch, index: int, target: str) -> Compiled:
@@ -201,11 +228,14 @@ def compile_launch(launch: Launch, index: int, target: str) -> Compiled:
     finally:
         driver._active = saved
     regs, stack, sass = read_cubin(kernel.asm["cubin"])
+    count = lambda word: sum(word in text for _, text in sass)
     return Compiled(
         launch.name, launch.workload, config_label(cfg), index == 0,
-        launch.kwargs.get("D", 0), target, regs, stack, int(kernel.metadata.shared),
-        SMEM_LIMIT[capability], mma_kind(sass), len(sass), mma_loops(sass),
-        segments(launch.kwargs), round(time.perf_counter() - start, 2),
+        index >= max(len(listed(launch, target)), 1), launch.kwargs.get("D", 0), target, regs,
+        stack, int(kernel.metadata.shared), SMEM_LIMIT[capability], mma_kind(sass), len(sass),
+        mma_loops(sass), segments(launch.kwargs), count("UTMALDG") + count("UTMASTG"),
+        kernel.asm["ptx"].count("cp.async.bulk.tensor"), count("USETMAXREG"),
+        round(time.perf_counter() - start, 2),
     )
 
 
@@ -267,15 +297,19 @@ Job = tuple[str, int, str, int, int]  # (workload, head dim, target, launch inde
 
 
 def jobs(workloads: tuple[str, ...], head_dims: tuple[int, ...], targets: tuple[str, ...],
-         all_configs: bool) -> list[Job]:
+         all_configs: bool, with_candidates: bool = False) -> list[Job]:
     """Every (workload, D, target, launch, config) to compile; ``all_configs`` False: the
-    default config of each launch only. Kernels shared by workloads (delta) compile once."""
+    default config of each launch only; ``with_candidates``: the candidates too. Kernels
+    shared by workloads (delta) compile once."""
     out, done = [], set()
     for workload in workloads:
         for d in head_dims:
             for i, launch in enumerate(record(workload, d)):
                 for target in targets:
-                    for c in range(len(configs(launch, target)) if all_configs else 1):
+                    count = max(len(listed(launch, target)), 1) if all_configs else 1
+                    if with_candidates:
+                        count = len(configs(launch, target))
+                    for c in range(count):
                         key = (launch.name, d, target, c, _flags(launch))
                         if key not in done:
                             done.add(key)
@@ -285,12 +319,21 @@ def jobs(workloads: tuple[str, ...], head_dims: tuple[int, ...], targets: tuple[
 
 def ci_jobs(head_dims: tuple[int, ...], targets: tuple[str, ...]) -> list[Job]:
     """The CI's compiles: the default config of each launch of ``CI_WORKLOADS``, then the
-    ``CI_EXTRA`` defaults within ``head_dims`` and ``targets``."""
+    ``CI_EXTRA`` defaults, then on sm_90 the forward's first candidate of each Hopper path
+    (TMA; TMA with a warp-specialized loop), within ``head_dims`` and ``targets``."""
     out = jobs(CI_WORKLOADS, head_dims, targets, False)
     for workload, kernel, d, target in CI_EXTRA:
         if d in head_dims and target in targets:
             names = [launch.name for launch in record(workload, d)]
             out.append((workload, d, target, names.index(kernel), 0))
+    for d in head_dims if "sm_90" in targets else ():
+        launches = record("band", d)
+        i = [launch.name for launch in launches].index("band_fwd")
+        every = configs(launches[i], "sm_90")
+        first = len(listed(launches[i], "sm_90"))
+        for ws in (False, True):
+            picks = [c for c in range(first, len(every)) if bool(every[c].kwargs.get("WS")) == ws]
+            out += [("band", d, "sm_90", i, picks[0])] if picks else []
     return out
 
 
@@ -307,6 +350,7 @@ def run_job(job: Job) -> dict:
     except Exception as exc:  # one failing compile is its row; the table goes on
         return {"kernel": launch.name, "workload": workload, "head_dim": d, "target": target,
                 "config": config_label(configs(launch, target)[c]), "default": c == 0,
+                "candidate": c >= max(len(listed(launch, target)), 1),
                 "error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}"}
 
 

@@ -125,8 +125,24 @@ GATHERED_SHAPES: dict[str, list[tuple[int, int, int, int, frozenset[str]]]] = {
 
 # candidates: configs a GPU measurement has not yet chosen (``benchmarks/kernel_sweep.py`` times
 # them beside SHAPES'; the autotuner and the pin never run them): kernel -> [(BLOCK_M, BLOCK_N,
-# warps, stages, classes, extra compile-time arguments)]
-CANDIDATES: dict[str, list[tuple[int, int, int, int, frozenset[str], dict]]] = {}
+# warps, stages, classes, extra compile-time arguments)]. The forward's Hopper paths: ``TMA``,
+# Q/K/V tiles loaded and O stored through tensor descriptors (masks without clauses); ``WS``,
+# its key loop warp-specialized (one masked loop; Triton 3.6 specializes it at 4 warps only).
+# Each compiles on sm_90 without spilling (Triton 3.6.0 and 3.9.0, aot_kernels.py --candidates).
+SM90 = frozenset({"sm90-d64", "sm90-d128"})
+TMA = {"TMA": True}
+TMA_WS = {"TMA": True, "WS": True}
+CANDIDATES: dict[str, list[tuple[int, int, int, int, frozenset[str], dict]]] = {
+    "band_fwd": [
+        (128, 64, 8, 3, SM90, TMA),
+        (128, 64, 4, 3, frozenset({"sm90-d64"}), TMA_WS),
+        (128, 64, 4, 2, frozenset({"sm90-d128"}), TMA_WS),
+        (128, 128, 8, 2, SM90, TMA),
+        (128, 128, 4, 2, frozenset({"sm90-d64"}), TMA_WS),
+        (128, 64, 8, 2, frozenset({"sm90-d128"}), TMA),
+        (128, 32, 4, 3, frozenset({"sm90-d128"}), TMA_WS),
+    ],
+}
 
 
 def interpreted() -> bool:
@@ -224,13 +240,44 @@ def _same(a: triton.Config, b: triton.Config) -> bool:
     return (a.kwargs, a.num_warps, a.num_stages) == (b.kwargs, b.num_warps, b.num_stages)
 
 
+TMA_TENSORS = ("Q", "K", "V", "Out")  # what a TMA config reads and writes by descriptor
+CLAUSES = ("GLOBAL", "DILATED", "DOCS", "PREFIX")
+
+
+def tma_allowed(named_args: Mapping[str, object], flags: Mapping[str, object]) -> bool:
+    """Whether a launch may take a ``TMA`` config: a mask without clauses (one slot of rows in
+    order, keys in order) and Q, K, V, Out whose rows a tensor descriptor can address: unit
+    last stride, the other strides and the base 16-byte aligned (D = 59 in bf16 is not)."""
+    if any(flags.get(c) for c in CLAUSES):
+        return False
+    for name in TMA_TENSORS:
+        t = named_args.get(name)
+        if not isinstance(t, torch.Tensor) or t.stride(-1) != 1:
+            return False
+        size = t.element_size()
+        if any(st * size % 16 for st in t.stride()[:-1]):
+            return False
+        if t.device.type != "meta" and t.data_ptr() % 16:
+            return False
+    return True
+
+
+def without_tma(config: triton.Config) -> triton.Config:
+    """The config with its pointer loads: ``TMA`` and ``WS`` dropped."""
+    kwargs = {k: v for k, v in config.kwargs.items() if k not in ("TMA", "WS")}
+    return triton.Config(kwargs, num_warps=config.num_warps, num_stages=config.num_stages)
+
+
 def prune(kernel: str) -> Callable:
-    """``early_config_prune`` of ``kernel``: the configs of the launch's GPU class."""
+    """``early_config_prune`` of ``kernel``: the configs of the launch's GPU class (a ``TMA``
+    one only where :func:`tma_allowed`)."""
 
     def keep(all_configs: list, named_args: dict, **kwargs) -> list:
         device = named_args["Q"].device
         capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else (9, 0)
         wanted = configs_for(kernel, kwargs["BLOCK_D"], capability, kwargs)
+        if not tma_allowed(named_args, kwargs):
+            wanted = [w for w in wanted if not w.kwargs.get("TMA")]
         return [c for c in all_configs if any(_same(c, w) for w in wanted)]
 
     return keep

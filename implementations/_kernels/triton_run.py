@@ -31,6 +31,8 @@ from implementations._kernels.triton_autotune import (
     class_configs,
     config_label,
     interpreted,
+    tma_allowed,
+    without_tma,
 )
 
 Grid = tuple | Callable[[dict], tuple]
@@ -106,6 +108,9 @@ def launch(name: str, kernel, grid: Grid, args: tuple, kwargs: dict) -> Launch:
     ``args[0]`` is a tensor on the launch's device. Returns the launch, its config filled in
     from the autotuner's pick when it autotuned."""
     config, how = _choose(name, kernel, kwargs, args[0].device)
+    if config is not None and config.kwargs.get("TMA") and not tma_allowed(
+            dict(zip(kernel.arg_names, args, strict=False)), kwargs):
+        config = without_tma(config)  # rows a descriptor cannot address: pointer loads
     record = Launch(name, kernel, grid, args, kwargs, config, how)
     for listener, _ in list(_WATCHERS):
         listener(record)
@@ -134,11 +139,19 @@ def _choose(name: str, kernel, kwargs: dict, device: torch.device):
     return class_configs(name, kwargs["BLOCK_D"], _capability(device), kwargs)[0], "pinned"
 
 
+def _scratch(size: int, alignment: int, stream) -> torch.Tensor:
+    """Global scratch for the tensor descriptors a kernel makes on the device (TMA)."""
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
 def _capability(device: torch.device) -> tuple[int, int]:
     return torch.cuda.get_device_capability(device) if device.type == "cuda" else (9, 0)
 
 
 def _run(kernel, grid: Grid, args: tuple, kwargs: dict, config: triton.Config | None) -> None:
+    candidates = [config] if config is not None else getattr(kernel, "configs", [])
+    if not interpreted() and any(c.kwargs.get("TMA") for c in candidates):
+        triton.set_allocator(_scratch)  # the descriptors a TMA config makes need it
     if config is None or not _tuned(kernel):
         kernel[grid](*args, **kwargs)
         return

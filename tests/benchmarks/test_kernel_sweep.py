@@ -6,10 +6,12 @@ rows and tables) and budgets itself."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -87,8 +89,8 @@ def test_smoke_runs_every_path_and_checks_each_config_against_the_default(tmp_pa
     ours = [r for r in rows if r["impl"] == "flash-tiled" and r["kernel"] != "backward"]
     assert [(r["kernel"], r["case"], r["default"]) for r in ours] == [
         ("band_fwd_split", "decode-32k-mha", True), ("band_fwd_split", "decode-32k-mha", False),
-        *[("band_fwd_split", "decode-32k-mha", False)] * 3,  # the split rule at 1, 2, 8 waves
-        ("band_dq", "d64", True), ("band_dq", "d64", False)]
+        ("band_dq", "d64", True), ("band_dq", "d64", False),
+        *[("band_fwd_split", "decode-32k-mha", False)] * 3]  # the split rule at 1, 2, 8 waves
     waves = [r for r in ours if "waves=" in r["config"]]
     assert [r["config"].split()[-1] for r in waves] == ["waves=1", "waves=2", "waves=8"]
     assert all(r["candidate"] and r["splits"] > 1 for r in waves)  # 301 keys in 64-key chunks
@@ -104,6 +106,23 @@ def test_smoke_runs_every_path_and_checks_each_config_against_the_default(tmp_pa
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter's run (CPU)")
+def test_the_hopper_candidates_run_after_the_listed_configs_against_the_default(tmp_path):
+    """The forward's TMA candidates (sm_90 class) forced in the interpreter: each agrees with
+    the default's output; they come after the class's configs and the peers."""
+    out = tmp_path / "sweep"
+    result = _sweep("--smoke", "--groups", "fwd", "--cases", "d64", "--configs", "1",
+                    "--peers", "sdpa", "--capability", "9.0", "--out", str(out), interpret=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
+    order = [(r["impl"], bool(r["candidate"])) for r in rows]
+    assert order == [("flash-tiled", False), ("sdpa", False),
+                     *[("flash-tiled", True)] * (len(rows) - 2)]
+    tma = [r for r in rows if r["candidate"]]
+    assert len(tma) >= 2 and all("tma" in r["config"].split() for r in tma)
+    assert all(r["status"] == "ok" and r["rel_err"] <= 2e-2 for r in tma), tma
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter's run (CPU)")
 def test_what_does_not_fit_the_budget_is_skipped_and_said(tmp_path):
     out = tmp_path / "sweep"
     result = _sweep("--smoke", "--groups", "fwd", "--minutes", "0.05", "--peers", "sdpa",
@@ -112,3 +131,27 @@ def test_what_does_not_fit_the_budget_is_skipped_and_said(tmp_path):
     rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
     assert rows and all(r["status"].startswith("skipped: budget") for r in rows)
     assert f"({len(rows)} skipped for the budget, 0 failed)" in result.stdout
+
+
+def test_compiles_ahead_stop_at_their_share_of_the_budget(monkeypatch):
+    """Compiles go 2·workers at a time through triton.AsyncCompileMode until 40% of the budget
+    is spent; the rest compile when first run (faked compiles of 0.15 s, one worker)."""
+    spec = importlib.util.spec_from_file_location("kernel_sweep", SWEEP)
+    sweep = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "kernel_sweep", sweep)  # its dataclasses look it up
+    spec.loader.exec_module(sweep)
+    monkeypatch.setattr(sweep, "interpreted", lambda: False)
+    compiled = []
+
+    class Job:
+        def compile(self, config):
+            time.sleep(0.15)
+            compiled.append(config)
+
+    jobs = [(Job(), i) for i in range(10)]
+    budget = sweep.Budget(1.0)
+    assert sweep.compile_all(jobs, 1, budget)[0] == 10 and compiled == list(range(10))
+    compiled.clear()
+    budget.end = budget.start + 0.5  # 0.2 s to compile ahead: one chunk of two
+    done, seconds = sweep.compile_all(jobs, 1, budget)
+    assert done == 2 and compiled == [0, 1] and seconds < 1.0

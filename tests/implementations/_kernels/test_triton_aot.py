@@ -2,12 +2,15 @@
 
 One subprocess compiles, through the real launch code (meta tensors, bf16, D = 64 and 128),
 the config each kernel starts from before autotuning (``benchmarks/aot_kernels.py --ci``: one
-mask per family, and the prefix-with-dilation defaults nearest the register limit), with
-``TRITON_CACHE_DIR`` in this run's temporary directory. The checks: every kernel compiles for
-both targets at both head dims; shared memory within each target's limit; no default config
-spills (so each kernel and head dim has a spill-free config); the prefill kernels run on
-Hopper's ``wgmma``; a masked loop is at most 1.5x the unmasked one in SASS instructions; the
-forward at 128x64 tiles, 8 warps, D = 64 uses at most 168 registers on sm_90.
+mask per family, the prefix-with-dilation defaults nearest the register limit, and on sm_90 the
+forward's first candidate of each Hopper path), with ``TRITON_CACHE_DIR`` in this run's
+temporary directory. The checks: every kernel compiles for both targets at both head dims;
+shared memory within each target's limit; no default config spills (so each kernel and head
+dim has a spill-free config); the prefill kernels run on Hopper's ``wgmma``; a default's masked
+loop is at most 1.5x the unmasked one in SASS instructions; the forward at 128x64 tiles, 8
+warps, D = 64 uses at most 168 registers on sm_90; the Hopper candidates issue ``wgmma`` and
+bulk tensor copies (TMA) and spill nothing, the warp-specialized one re-balances registers
+between its warp groups, and no default (sm_80's path included) uses TMA.
 """
 
 from __future__ import annotations
@@ -86,15 +89,29 @@ def test_prefill_kernels_run_on_wgmma_on_hopper(compiled):
 
 def test_masked_loops_cost_at_most_one_and_a_half_unmasked(compiled):
     ratios = {(r["kernel"], r["head_dim"], r["target"]): r["masked_ratio"]
-              for r in compiled if r["masked_ratio"] is not None}
+              for r in compiled if r["masked_ratio"] is not None and not r["candidate"]}
     assert {k[0] for k in ratios} >= PREFILL | {"band_fwd_split"}
     assert {k: v for k, v in ratios.items() if v > 1.5} == {}
 
 
 def test_forward_registers_at_128x64_8_warps_d64_on_hopper(compiled):
     row = next(r for r in compiled if r["kernel"] == "band_fwd" and r["head_dim"] == 64
-               and r["target"] == "sm_90")
+               and r["target"] == "sm_90" and r["default"])
     assert row["config"] == "128x64 w8 s3" and row["regs"] <= 168
+
+
+def test_hopper_candidates_issue_wgmma_and_tma_and_spill_nothing(compiled):
+    """The forward's TMA path and its warp-specialized loop, on sm_90 at both head dims: bulk
+    tensor copies in SASS and PTX, wgmma, no spill; the defaults keep today's pointer loads."""
+    hopper = [r for r in compiled if r["candidate"]]
+    assert {(r["head_dim"], "ws" in r["config"].split()) for r in hopper} == {
+        (64, False), (64, True), (128, False), (128, True)}
+    for r in hopper:
+        assert (r["kernel"], r["target"], r["mma"]) == ("band_fwd", "sm_90", "wgmma"), r
+        assert r["tma"] > 0 and r["bulk_tensor"] > 0 and r["spill_bytes"] == 0, r
+        assert r["smem_bytes"] <= r["smem_limit"]
+        assert (r["setmaxnreg"] > 0) == ("ws" in r["config"].split()), r
+    assert all(r["tma"] == 0 and r["bulk_tensor"] == 0 for r in compiled if not r["candidate"])
 
 
 def test_prune_takes_the_dilated_prefix_lists_from_the_launch_flags(monkeypatch):

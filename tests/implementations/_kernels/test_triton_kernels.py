@@ -20,6 +20,7 @@ from harness.oracle.agreement import grad_agreement, output_agreement
 from harness.oracle.reference import reference_attention, reference_grads
 from harness.spec import Problem
 from implementations._kernels import triton_attn, triton_fwd, triton_launch, triton_run
+from implementations._kernels.triton_autotune import candidate_configs, config_label, tma_allowed
 from implementations._kernels.triton_blocklist import block_entry_count, block_plan, block_tile
 from implementations._kernels.triton_plan import TABLE, band_executed_pairs, band_plan, own_bounds
 from implementations._kernels.triton_tables import device_key, split_count, tune_key
@@ -497,3 +498,66 @@ def test_block_entry_count_is_the_csr_size_without_building_it(mask, n_q, n_k):
     """BigBird executed pairs are predicted in O(blocks); they equal the CSR lists' size."""
     plan = block_plan(mask, n_q, n_k, block_tile(mask.block_size))
     assert block_entry_count(mask, n_q, n_k) == plan.n_entries
+
+
+# --- the Hopper candidates: TMA tiles, a warp-specialized loop -------------------------------
+
+def _first_of_each_path(d: int) -> list[str]:
+    """The forward's first TMA candidate and its first warp-specialized one at head dim d (as
+    the AOT check compiles)."""
+    found = [c for c in candidate_configs("band_fwd", d, (9, 0)) if c.kwargs.get("TMA")]
+    return [config_label(next(c for c in found if bool(c.kwargs.get("WS")) == ws))
+            for ws in (False, True)]
+
+
+HOPPER = [(d, label) for d in (64, 128) for label in _first_of_each_path(d)]
+
+
+@pytest.mark.parametrize("d,label", HOPPER,
+                         ids=[f"d{d}-{lab.replace(' ', '-')}" for d, lab in HOPPER])
+def test_hopper_candidates_agree_with_float64(d, label):
+    """Each TMA candidate of the forward (Q/K/V/O through tensor descriptors; "ws": one masked
+    loop, warp-specialized), forced: n_q < n_k dense, n_q > n_k causal (rows with no key),
+    a window; D = 59 (rows a descriptor cannot address) falls back to pointer loads."""
+    if DEVICE == "cuda" and torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("tensor descriptors are Hopper's (sm_90)")
+    config = next(c for c in candidate_configs("band_fwd", d, (9, 0)) if config_label(c) == label)
+    cases = [(MaskSpec(), (1, 2, 33, 130, d)), (MaskSpec(causal=True), (1, 2, 130, 45, d)),
+             (MaskSpec(causal=True, window=(40, 0)), (1, 2, 97, 97, d))]
+    if d == 64:
+        cases.append((MaskSpec(causal=True), (1, 2, 97, 97, 59)))
+    for mask, shape in cases:
+        q, k, v = (t.to(DEVICE) for t in make_qkv(*shape, seed=61))
+        launched = []
+        with triton_run.forced({"band_fwd": config}), triton_run.watching(launched.append):
+            out = triton_attn.triton_attention(q, k, v, mask)
+        _check(out, q, k, v, mask, torch.float32)
+        used = next(r for r in launched if r.name == "band_fwd").config.kwargs
+        assert bool(used.get("TMA")) == (shape[-1] != 59)
+
+
+def test_the_tma_path_sees_one_slot_of_rows_in_order():
+    """A mask without clauses plans one slot of step 1 over all rows and keys [0, n_k): what
+    the TMA path of the forward assumes (rows i0 .. i0 + BLOCK_M, no idle row block)."""
+    for mask in (MaskSpec(), MaskSpec(causal=True), MaskSpec(window=(7, 3)),
+                 MaskSpec(causal=True, window=(255, 0))):
+        for n_q, n_k in ((97, 97), (33, 130), (130, 45)):
+            plan = band_plan(mask, n_q, n_k)
+            assert not any(plan.flags.values())
+            assert [s[:6] for s in plan.slots] == [(0, 1, n_k - n_q, n_q, 0, n_k)]
+            assert plan.max_rows == n_q
+
+
+def test_tma_is_allowed_where_a_descriptor_addresses_the_rows():
+    shape = (2, 3, 40, 64)
+    q = torch.empty(shape, dtype=torch.bfloat16)
+    args = dict(Q=q, K=q, V=q, Out=q)
+    plain = dict.fromkeys(("GLOBAL", "DILATED", "DOCS", "PREFIX"), False)
+    assert tma_allowed(args, plain)
+    assert tma_allowed({**args, "K": q.transpose(1, 2).contiguous().transpose(1, 2)}, plain)
+    assert not tma_allowed(args, {**plain, "DILATED": True})
+    odd = torch.empty((2, 3, 40, 59), dtype=torch.bfloat16)  # rows of 118 bytes
+    assert not tma_allowed({**args, "V": odd}, plain)
+    assert not tma_allowed({**args, "Q": q.transpose(2, 3)}, plain)  # no unit last stride
+    meta = torch.empty(shape, dtype=torch.bfloat16, device="meta")
+    assert tma_allowed(dict(Q=meta, K=meta, V=meta, Out=meta), plain)
