@@ -13,8 +13,10 @@
 #   tests-serial    the `cuda and gpu_alone` tests (timing, NVML: they need the GPU to themselves)
 #   smoke           suites/gpu-smoke.toml and suites/gpu-smoke-decode.toml (CUDA-graph decode)
 #   decode-targets  benchmarks/decode_targets.py on the decode smoke rows
-#   profile         every claims suite for a GPU, one pass at a short budget (a quick
-#                   profile: the rows of the points that fit, partial runs kept)
+#   profile         every claims suite for a GPU, one pass at a short budget, the fused
+#                   kernels at their pinned default configs (ATTNBENCH_AUTOTUNE=off, recorded
+#                   in env.json): a quick profile, the rows of the points that fit, partial
+#                   runs kept
 #   verdicts        attnbench claims and attnbench report on the profile rows
 # Everything is written under OUT_DIR as it goes (steps.tsv: one line per finished step);
 # --archive FILE re-packs OUT_DIR into FILE (a .tar.gz, replaced atomically) after every step,
@@ -31,7 +33,10 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 2
 export PYTHONUNBUFFERED=1
 
-usage() { echo "usage: bash benchmarks/gpu_proof.sh OUT_DIR [--minutes M] [--archive FILE] | --dry-run" >&2; exit 2; }
+usage() {
+  echo "usage: bash benchmarks/gpu_proof.sh OUT_DIR [--minutes M] [--archive FILE] | --dry-run" >&2
+  exit 2
+}
 
 OUT="" MINUTES=6 ARCHIVE="" DRY=0
 while [ $# -gt 0 ]; do
@@ -45,7 +50,8 @@ while [ $# -gt 0 ]; do
   shift
 done
 case "$MINUTES" in
-  '' | *[!0-9.]* | *.*.*) echo "gpu_proof: --minutes $MINUTES: not a number of minutes" >&2; exit 2 ;;
+  '' | *[!0-9.]* | *.*.*)
+    echo "gpu_proof: --minutes $MINUTES: not a number of minutes" >&2; exit 2 ;;
 esac
 
 # The project's Python, found the way README sets it up; say why one cannot be used.
@@ -54,7 +60,8 @@ elif [ -x "$ROOT/.venv/bin/python" ]; then PY=$ROOT/.venv/bin/python
 else PY=$(command -v python3 || command -v python || echo python3)
 fi
 why=$("$PY" -c 'import torch, pytest' 2>&1) || {
-  echo "gpu_proof: $PY cannot run the proof (${why##*$'\n'}); set PYTHON= or set up .venv as README.md says" >&2
+  echo "gpu_proof: $PY cannot run the proof (${why##*$'\n'});" \
+    "set PYTHON= or set up .venv as README.md says" >&2
   exit 2
 }
 
@@ -140,9 +147,10 @@ capped() {
   return $rc
 }
 
-# step NAME NOMINAL_S MIN_S RESERVE_S COMMAND...: run COMMAND under the step's cap, log it, record it in
-# steps.tsv, print one line, archive. A COMMAND that caps its own parts (the profile) reads the
-# cap from STEP_CAP and runs without the step's watchdog (process groups do not nest).
+# step NAME NOMINAL_S MIN_S RESERVE_S COMMAND...: run COMMAND under the step's cap, log it,
+# record it in steps.tsv, print one line, archive. A COMMAND that caps its own parts (the
+# profile) reads the cap from STEP_CAP and runs without the step's watchdog (process groups do
+# not nest).
 step() {
   local name=$1 nominal=$2 minimum=$3 reserve=$4; shift 4
   local cap t0 rc status left
@@ -217,8 +225,9 @@ profile() {  # every claims suite for a GPU, one pass at a short budget, each in
     i=$(( i + 1 ))
     [ "$share" -ge 10 ] || { echo "$name: did not fit"; rc=1; continue; }
     rm -rf "${OUT:?}/$name"
-    capped "$OUT/.capped-profile" "$share" "$PY" -m harness.cli run "$suite" \
-      --out "$OUT/$name" --no-progress --no-table --passes 1 --budget-s 0.05
+    ATTNBENCH_AUTOTUNE=off capped "$OUT/.capped-profile" "$share" \
+      "$PY" -m harness.cli run "$suite" --out "$OUT/$name" --no-progress --no-table \
+      --passes 1 --budget-s 0.05
     local code=$?
     if [ -e "$OUT/.capped-profile" ]; then
       echo "$name: stopped at its share of $share s (finished rows kept)"; rc=1
@@ -242,15 +251,15 @@ verdicts() {
 
 # name, nominal cap at 6 minutes, least worth starting, reserve for the later steps' least
 rc=0
-step setup 45 20 90 setup || rc=1
-step tests-parallel 150 30 60 tests tests-parallel "${XDIST[@]}" "${PARALLEL[@]}" "${FLEX[@]}" \
+step setup 40 20 90 setup || rc=1
+step tests-parallel 130 30 75 tests tests-parallel "${XDIST[@]}" "${PARALLEL[@]}" "${FLEX[@]}" \
   || rc=1
-step tests-serial 30 10 50 tests tests-serial "${SERIAL[@]}" || rc=1
-step smoke 45 15 35 smoke || rc=1
-step decode-targets 10 5 30 "$PY" benchmarks/decode_targets.py --run-dir "$OUT/gpu-smoke-decode" \
+step tests-serial 25 10 65 tests tests-serial "${SERIAL[@]}" || rc=1
+step smoke 75 20 45 smoke || rc=1
+step decode-targets 10 5 40 "$PY" benchmarks/decode_targets.py --run-dir "$OUT/gpu-smoke-decode" \
   || rc=1
-step profile 100 20 10 profile || rc=1
-step verdicts 30 10 0 verdicts || rc=1
+step profile 60 20 10 profile || rc=1
+step verdicts 20 10 0 verdicts || rc=1
 
 "$PY" benchmarks/gpu_proof_summary.py "$OUT" | tee "$OUT/summary.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
