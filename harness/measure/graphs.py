@@ -18,7 +18,10 @@ its launch returned, reused, and ``index_copy_`` read a garbage index). So a
 :class:`GraphedCall` keeps the captured callable, and with it everything the callable holds
 (a closure's tensors, a static step's buffers), for as long as the graph exists.
 
-After capture the replay is compared once with an eager call of the same callable; a capture
+After capture the graph's static output is poisoned (NaN), the graph replayed and its output
+compared once with an eager call of the same callable: a replay that does not write its output
+(an empty graph: the call's kernels went to another stream than the capture's, so they ran
+once, eagerly, and were not recorded) or computes something else is caught there. A capture
 that fails, or a replay that differs, falls back to the eager call with the reason, which the
 row states. On a CPU there are no CUDA graphs (:data:`NO_CUDA`).
 """
@@ -113,12 +116,24 @@ def launch(
     try:
         call = capturable() if capturable is not None else eager
         run, note = (GraphedCall(call), None) if mode == "cuda-graph" else reduce_overhead(call)
+        if isinstance(run, GraphedCall):
+            poison(run.out)  # a replay must write every element of its output again
         differs = replay_difference(run(), call())
     except Exception as exc:  # a call that syncs with the host cannot be captured: say so
         return Launch(eager, "none", f"{mode} failed: {first_line(exc)}"[:300])
     if differs is not None:
         return Launch(eager, "none", f"{mode} replay differs from the eager call: {differs}")
     return Launch(run, mode, note)
+
+
+def poison(out: object) -> None:
+    """Fill every floating-point tensor of ``out`` (a tensor, or a tuple/list of them) with
+    NaN, in place."""
+    if isinstance(out, tuple | list):
+        for item in out:
+            poison(item)
+    elif isinstance(out, torch.Tensor) and out.is_floating_point():
+        out.fill_(float("nan"))
 
 
 def replay_difference(replayed: object, eager: object) -> str | None:
@@ -136,6 +151,9 @@ def replay_difference(replayed: object, eager: object) -> str | None:
         return None  # NaN/inf: the runner's own finiteness check names that, graph or not
     if not isinstance(replayed, torch.Tensor) or replayed.shape != eager.shape:
         return "a different output shape"
+    if replayed.numel() and not bool(torch.isfinite(replayed).all()):
+        return ("the replay left its output unwritten (the graph is empty: the call's kernels "
+                "ran outside the capture stream)")
     diff = float((replayed.double() - eager.double()).abs().max()) if eager.numel() else 0.0
     scale = float(eager.double().abs().max()) if eager.numel() else 0.0
     bound = REPLAY_ULPS * torch.finfo(eager.dtype).eps * scale

@@ -193,7 +193,8 @@ def test_cuda_graph_for_any_scenario_and_the_host_fraction_it_removes(scenario):
     """``[measure] cuda_graph = true`` replays every scenario's timed call from a graph that
     agrees with the reference; a small eager call is host-bound (its host issues for most of
     its GPU time), its replay (one launch) much less so."""
-    point = Point.of("sdpa", scenario, seq_len=128, heads=2, head_dim=64, dtype="bfloat16")
+    point = Point.of("sdpa", scenario, device="cuda", seq_len=128, heads=2, head_dim=64,
+                     dtype="bfloat16")
     device = get_device("cuda")
     eager = run_point(point, replace(FAST, cuda_graph=False), device)
     graph = run_point(point, replace(FAST, cuda_graph=True), device)

@@ -3,51 +3,15 @@ a fake capture: what falls back to the eager call, and why the row says so."""
 
 from __future__ import annotations
 
-import contextlib
-
 import pytest
 import torch
 
 from harness.measure import graphs
 
 
-class _Capture:
-    """torch.cuda's stream and graph API on a CPU: capture runs the call once; replay does
-    nothing (the captured output stays as it was), like a graph that keeps no Python
-    references. ``fail`` makes the capture raise as a capture of a host sync does."""
-
-    fail: str | None = None
-
-    class Stream:
-        def wait_stream(self, other) -> None:
-            pass
-
-    class CUDAGraph:
-        def replay(self) -> None:
-            pass
-
-    @staticmethod
-    def stream(_stream):
-        return contextlib.nullcontext()
-
-    @classmethod
-    @contextlib.contextmanager
-    def graph(cls, _graph):
-        yield
-        if cls.fail:
-            raise RuntimeError(cls.fail)
-
-    @classmethod
-    def current_stream(cls):
-        return cls.Stream()
-
-
 @pytest.fixture
-def capture(monkeypatch):
-    for name in ("Stream", "CUDAGraph", "stream", "graph", "current_stream"):
-        monkeypatch.setattr(torch.cuda, name, getattr(_Capture, name))
-    monkeypatch.setattr(_Capture, "fail", None)
-    return _Capture
+def capture(fake_capture):
+    return fake_capture
 
 
 def _weights() -> torch.Tensor:
@@ -87,6 +51,21 @@ def test_a_replay_that_differs_from_the_eager_call_runs_eagerly(capture):
     launched = graphs.launch(moving, "cuda-graph")
     assert launched.mode == "none" and launched.run is moving
     assert launched.reason.startswith("cuda-graph replay differs from the eager call: max |")
+
+
+def test_an_empty_graph_is_caught_by_its_poisoned_output(capture):
+    """On the H100 the attention and block captures came out empty ("The CUDA Graph is empty")
+    while their replays 'agreed': the output was the eager result of the capture call. The
+    poisoned output catches it."""
+    capture.empty = True
+    w = _weights()
+
+    def eager():
+        return w @ w.T
+
+    launched = graphs.launch(eager, "cuda-graph")
+    assert launched.mode == "none" and launched.run is eager
+    assert "left its output unwritten" in launched.reason
 
 
 def test_eager_keeps_the_reason_it_was_given():

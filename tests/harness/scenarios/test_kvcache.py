@@ -225,32 +225,6 @@ def test_one_static_rolling_step_serves_every_position_once_the_ring_is_full():
             torch.testing.assert_close(step(), eager.step(x[:, t : t + 1], t), rtol=0, atol=1e-12)
 
 
-class _FakeCapture:
-    """Stand-ins for torch.cuda's stream and graph API on CPU: capture runs the step once,
-    replay does nothing. Like a real graph, the fake graph keeps no Python reference to what
-    the step reads, so only the launched callable can keep those buffers alive."""
-
-    class Stream:
-        def wait_stream(self, other) -> None:
-            pass
-
-    class CUDAGraph:
-        def replay(self) -> None:
-            pass
-
-    @staticmethod
-    def stream(_stream):
-        import contextlib
-
-        return contextlib.nullcontext()
-
-    graph = stream
-
-    @classmethod
-    def current_stream(cls):
-        return cls.Stream()
-
-
 @pytest.mark.parametrize(
     "cache, mask, kv_heads",
     [
@@ -261,7 +235,7 @@ class _FakeCapture:
         ("none", MaskSpec(causal=True), None),
     ],
 )
-def test_a_captured_step_keeps_the_buffers_its_graph_reads_alive(monkeypatch, cache, mask,
+def test_a_captured_step_keeps_the_buffers_its_graph_reads_alive(fake_capture, cache, mask,
                                                                   kv_heads):
     """The CUDA-graph decode crash of 2026-11-26 (``index_copy_(): index out of bounds`` on an
     H100): the replay closure held the graph but not the StaticStep, so the position tensor
@@ -274,7 +248,6 @@ def test_a_captured_step_keeps_the_buffers_its_graph_reads_alive(monkeypatch, ca
     from harness.measure import graphs
     from harness.scenarios.decode import step_launch
 
-    _fake_capture(monkeypatch)
     held: list[weakref.ref] = []
 
     class Tracked(step_launch.StaticStep):
@@ -298,11 +271,6 @@ def test_a_captured_step_keeps_the_buffers_its_graph_reads_alive(monkeypatch, ca
     assert all(ref() is None for ref in held)  # and nothing else holds them
 
 
-def _fake_capture(monkeypatch) -> None:
-    for name in ("Stream", "CUDAGraph", "stream", "graph", "current_stream"):
-        monkeypatch.setattr(torch.cuda, name, getattr(_FakeCapture, name))
-
-
 def _tensors_of(fn) -> list[torch.Tensor]:
     """The tensors a closure (or a StaticStep) reads: its cells' tensors and buffers."""
     if hasattr(fn, "buffers"):
@@ -320,7 +288,8 @@ def _tensors_of(fn) -> list[torch.Tensor]:
     ],
     ids=["attention", "attention+backward", "decode"],
 )
-def test_every_scenario_s_captured_call_keeps_its_buffers_alive(monkeypatch, fields):
+def test_every_scenario_s_captured_call_keeps_its_buffers_alive(fake_capture, monkeypatch,
+                                                              fields):
     """``[measure] cuda_graph`` through the runner's path (:func:`launch_case`) for any
     scenario: once the Case is gone, the launched call alone keeps every tensor the captured
     call reads (the inputs built outside the timed call, decode's static step), and replays
@@ -333,7 +302,6 @@ def test_every_scenario_s_captured_call_keeps_its_buffers_alive(monkeypatch, fie
     from harness.scenarios.decode import step_launch
     from harness.scenarios.interface import scenario_of
 
-    _fake_capture(monkeypatch)
     held: list[weakref.ref] = []
     real = step_launch.StaticStep
 
