@@ -17,11 +17,12 @@ K(i) is every key, or, when causal, the keys ``j <= i + n_k - n_q`` (bottom-righ
   times fewer than the n prefix states of the plain recurrence).
 - Segments: features, ``[V | 1]``, the chunk states and the chunk products exist for one
   segment of positions at a time (whole chunks). The segment comes from memory, per device
-  (:func:`segment_budget`): a CPU keeps 8 MiB of workspace (the allocator reuses such blocks;
-  see :data:`CPU_SEGMENT_BYTES`), a GPU runs the whole call as one segment unless its workspace
-  would exceed half the free memory. The ``segment_bytes`` parameter (:data:`SEGMENT`) sets the
-  cap by hand; a cap below one chunk's workspace is refused (:func:`cap_reason`). Each extra
-  segment adds a fixed number of launches.
+  (:func:`segment_budget`): a GPU runs the whole call as one segment unless its workspace
+  would exceed half the free memory; a CPU keeps 8 MiB of workspace (the allocator reuses such
+  blocks; :data:`CPU_SEGMENT_BYTES`), 2 MiB when causal (the batched chunk products then work
+  within a core's L2 cache; :data:`CPU_CAUSAL_SEGMENT_BYTES`). The ``segment_bytes`` parameter
+  (:data:`SEGMENT`) sets the cap by hand; a cap below one chunk's workspace is refused
+  (:func:`cap_reason`). Each extra segment adds a fixed number of launches.
 - Grouped K/V: the G = H / H_kv query heads of one K/V head are folded into the row axis,
   (B·H_kv, n·G, F), row ``t·G + g`` at position t, so one state serves the whole group.
 - Half-precision inputs run in float32: the state is a sum over the whole sequence.
@@ -42,10 +43,16 @@ from torch import Tensor
 from harness.spec import HALF_DTYPES, Param
 
 CPU_SEGMENT_BYTES = 8 * 2**20
-"""A CPU's segment: 8 MiB of workspace. Buffers this size are reused from the heap call after
-call, where glibc maps blocks over its (at most 32 MiB) mmap threshold afresh on every call and
-pays their page faults again: one segment for the whole call was ~30% slower at n = 16k before
-segmenting (B1 H8 D64 float32), and ``benchmarks/linear_launches.py`` measures it again."""
+"""A CPU's segment, not causal: 8 MiB of workspace. Buffers this size are reused from the heap
+call after call, where glibc maps blocks over its (at most 32 MiB) mmap threshold afresh on
+every call and pays their page faults again: one segment for the whole call was ~30% slower at
+n = 16k when this was chosen (B1 H8 D64 float32), 1.8-2x slower measured again with this code
+(docs/linear_attention.md; 2 to 8 MiB within noise of each other)."""
+CPU_CAUSAL_SEGMENT_BYTES = 2 * 2**20
+"""A CPU's segment, causal: 2 MiB. Each batched product of the chunkwise form reads the whole
+segment's features and chunk states; within a core's L2 (2 MiB on the Xeon measured) a call
+at n = 16k took 130-140 ms (linear) and 380 ms (performer, one chunk per segment), against
+210-250 ms and 450-590 ms at 8 MiB (docs/linear_attention.md)."""
 GPU_FREE_SHARE = 0.5
 """A GPU's segment: the whole call, unless its workspace would exceed this share of the free
 device memory (the rest stays for the caller's tensors and the allocator's rounding)."""
@@ -76,28 +83,41 @@ def chunk_bytes(
     batch: int,
     heads: int,
     kv_heads: int,
-    row_elems: int,
+    features: int,
+    map_temps: int,
     value_dim: int,
     size: int,
     chunk: int,
     causal: bool,
 ) -> int:
-    """The workspace of one chunk of C positions, the unit a segment is made of: its query and
-    key feature rows (``row_elems`` each, the map's temporaries included) and ``[V | 1]``; when
-    causal also its C×C scores and (Dv + 1) products per query row and its (F, Dv + 1) chunk
-    state per K/V head (F = ``row_elems`` bounds it)."""
-    e = value_dim + 1
-    q_rows = heads * row_elems + (heads * (chunk + e) if causal else 0)
-    k_rows = kv_heads * (row_elems + e)
-    states = kv_heads * row_elems * e if causal else 0
-    return batch * (chunk * (q_rows + k_rows) + states) * size
+    """The workspace of one chunk of C positions, the unit a segment is made of.
+
+    Not causal: its query and key feature rows (F + ``map_temps`` elements each) and its
+    ``[V | 1]`` rows, summed (the 8 MiB CPU segment was measured with this count). Causal: the
+    largest phase of a chunk in :meth:`KernelState.advance` — φ(K) and ``[V | 1]`` with the
+    chunk's (F, Dv + 1) state per K/V head, beside its query rows (the feature map, the
+    regrouped copy under grouped K/V, or φ(Q) with its products), or later φ(Q), products and
+    C×C scores without the state.
+    """
+    e, row = value_dim + 1, features + map_temps
+    if not causal:
+        return batch * chunk * (heads * row + kv_heads * (row + e)) * size
+    kv = kv_heads * chunk * (features + e)
+    grouped = 2 * features if heads != kv_heads else 0
+    queries = heads * chunk * max(row, features + e, grouped)
+    peak = max(
+        kv_heads * chunk * row,  # the key map
+        kv + kv_heads * features * e + queries,
+        kv + heads * chunk * (features + e + chunk),
+    )
+    return batch * peak * size
 
 
-def segment_budget(device: torch.device | str) -> int | None:
+def segment_budget(device: torch.device | str, causal: bool) -> int | None:
     """The device's workspace per segment in bytes; None: no limit (one segment)."""
     dev = torch.device(device)
     if dev.type == "cpu":
-        return CPU_SEGMENT_BYTES
+        return CPU_CAUSAL_SEGMENT_BYTES if causal else CPU_SEGMENT_BYTES
     if dev.type == "cuda" and torch.cuda.is_available():
         if torch.cuda.is_current_stream_capturing():  # no device queries inside a capture
             return int(torch.cuda.get_device_properties(dev).total_memory * GPU_FREE_SHARE)
@@ -105,11 +125,13 @@ def segment_budget(device: torch.device | str) -> int | None:
     return None
 
 
-def segment_positions(need: int, cap: int, device: torch.device | str, chunk: int) -> int | None:
+def segment_positions(
+    need: int, cap: int, device: torch.device | str, chunk: int, causal: bool
+) -> int | None:
     """Positions per segment for a chunk workspace of ``need`` bytes: whole chunks within the
     cap (``cap`` > 0: the user's, at least one chunk; 0: :func:`segment_budget`, at least one
     chunk); None: no limit."""
-    budget = cap or segment_budget(device)
+    budget = cap or segment_budget(device, causal)
     if budget is None:
         return None
     return max(1, budget // need) * chunk
@@ -301,7 +323,8 @@ class KernelState:
             self.batch,
             self.heads,
             self.kv_heads,
-            self.features + self.map_temps,
+            self.features,
+            self.map_temps,
             self.value_dim,
             self.dtype.itemsize,
             self.chunk,
@@ -315,7 +338,8 @@ class KernelState:
         reason = cap_reason(self.segment_bytes, need, self.chunk)
         if reason:
             raise ValueError(reason)
-        seg = segment_positions(need, self.segment_bytes, self.device, self.chunk) or length
+        seg = segment_positions(need, self.segment_bytes, self.device, self.chunk, causal)
+        seg = seg or length
         for s in range(0, length, seg):
             yield s, min(s + seg, length)
 

@@ -73,8 +73,8 @@ def kernel_workspace(
     out_bytes, state = bq * p.n_q * dv * size, bk * f * e
 
     def segment(causal: bool) -> int | None:
-        need = chunk_bytes(p.batch, p.heads, p.n_kv_heads, f + map_temps, dv, c, chunk, causal)
-        return segment_positions(need, segment_bytes, p.device, chunk)
+        need = chunk_bytes(p.batch, p.heads, p.n_kv_heads, f, map_temps, dv, c, chunk, causal)
+        return segment_positions(need, segment_bytes, p.device, chunk, causal)
 
     def key_map(r: int) -> list[int]:
         return [bk * r * (f + map_temps), bk * r * (f + e)]
@@ -125,7 +125,7 @@ def kernel_chunk_bytes(p: Problem, features: int, chunk: int, map_temps: int = 0
     ``segment_bytes`` cap must at least allow."""
     c = compute_dtype(p.dtype).itemsize
     return chunk_bytes(
-        p.batch, p.heads, p.n_kv_heads, features + map_temps, p.head_dim, c, chunk, p.mask.causal
+        p.batch, p.heads, p.n_kv_heads, features, map_temps, p.head_dim, c, chunk, p.mask.causal
     )
 
 

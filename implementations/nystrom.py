@@ -123,14 +123,16 @@ def _flops(p: Problem) -> int:
 def _workspace(p: Problem) -> int:
     """Peak bytes beyond inputs and output, over the call's phases: an n-sized kernel's scores
     and softmax (2·m·n per head), then the queries' softmax beside the output; the m-sized
-    landmark, kernel and iteration temporaries; for half inputs float32 copies of q, k, v
-    throughout and the float32 output while it is rounded."""
+    landmark, kernel and iteration temporaries (K̃ per K/V head); for half inputs float32
+    copies of q, k, v throughout and the float32 output while it is rounded."""
     m, d, bh = int(p.param("landmarks", LANDMARKS.default)), p.head_dim, p.batch * p.heads
     half = p.dtype in HALF_DTYPES
     c = 4 if half else p.dtype.itemsize
     out = bh * p.n_q * d * p.dtype.itemsize
     copies = (p.n_q * p.heads + 2 * p.n_k * p.n_kv_heads) * p.batch * d * c if half else 0
-    small = bh * (2 * m * m + 4 * m * d) * c  # landmarks, Ã, B̃V, W: live to the end
+    bk = p.batch * p.n_kv_heads
+    # Q̃, B̃V, W and Ã per query head, K̃ and s·K̃ per K/V head: live to the end
+    small = (bh * (2 * m * m + 2 * m * d) + bk * 2 * m * d) * c
     phases = [
         bh * 6 * m * m * c,  # the iteration's temporaries
         2 * bh * m * p.n_k * c,  # softmax(Q̃ Kᵀ) and its scores

@@ -79,11 +79,13 @@ def orthogonal_features(features: int, head_dim: int, seed: int) -> Tensor:
 
 @lru_cache(maxsize=32)
 def device_features(
-    features: int, head_dim: int, seed: int, device: torch.device, dtype: torch.dtype
+    features: int, head_dim: int, seed: int, scale: float, device: torch.device, dtype: torch.dtype
 ) -> Tensor:
-    """W (m, D) on ``device`` in ``dtype``, copied once: a call on a GPU then makes no host
-    copy. At most 32 kept (m·D elements each: 64 KiB at m = 256, D = 64)."""
-    return orthogonal_features(features, head_dim, seed).to(device=device, dtype=dtype)
+    """√scale·W (m, D) on ``device`` in ``dtype``, made once: a call on a GPU then makes no host
+    copy, and x' = √scale·x is never formed (W x' = (√scale·W) x). At most 32 kept (m·D
+    elements each: 64 KiB at m = 256, D = 64)."""
+    w = orthogonal_features(features, head_dim, seed) * math.sqrt(scale)
+    return w.to(device=device, dtype=dtype)
 
 
 def favor_logits(x: Tensor, w: Tensor, scale: float) -> Tensor:
@@ -121,8 +123,10 @@ class PerformerState(KernelState):
             chunk_size,
             segment_bytes,
         )
-        self.w = device_features(features, p.head_dim, p.mask.seed, self.device, self.dtype)
         self.scale = _scale(scale, p.head_dim)
+        self.w = device_features(
+            features, p.head_dim, p.mask.seed, self.scale, self.device, self.dtype
+        )
         self.map_temps = _map_temps(p)
         self.log_root_m = 0.5 * math.log(features)
         self.shift = torch.full((p.batch * p.n_kv_heads, 1, 1), -math.inf, device=p.device)
@@ -132,14 +136,19 @@ class PerformerState(KernelState):
         return [self.matrix, self.shift]
 
     def query_features(self, q: Tensor) -> Tensor:
-        logits = favor_logits(q.to(self.dtype), self.w, self.scale)
+        """exp(W x' − max_j (W x')_j) / √m: the definition's −|x'|²/2 is a per-row constant, as
+        the row's stabiliser is, so it cancels with it (and in the output's ratio) unformed."""
+        logits = q.to(self.dtype) @ self.w.T  # (B, H, t, m)
         row_max = logits.detach().amax(-1, keepdim=True)
-        return logits.sub_(row_max + self.log_root_m).exp_()
+        return logits.sub_(row_max.add_(self.log_root_m)).exp_()
 
     def key_features(self, k: Tensor) -> Tensor:
         """Key features under the running maximum; the state is rescaled first when the new
         keys raise it (exp(old − new) <= 1: nothing overflows)."""
-        logits = favor_logits(k.to(self.dtype), self.w, self.scale)  # (B, H_kv, t, m)
+        k = k.to(self.dtype)
+        half_norms = (k * k).sum(-1, keepdim=True).mul_(self.scale / 2)  # |x'|²/2
+        logits = (k @ self.w.T).sub_(half_norms)  # (B, H_kv, t, m)
+        del half_norms
         block_max = logits.detach().amax(dim=(-2, -1)).view(-1, 1, 1)
         shift = torch.maximum(self.shift, block_max)
         # exp(-inf) = 0 rescales the empty state (zeros) to zeros: no host-side check needed
@@ -176,9 +185,9 @@ def performer_reference(
 
 
 def _map_temps(p: Problem) -> int:
-    """x' (D), x'² (D) and its row sums (1) live beside the m logits while features are made
-    (a half input's float32 copy is dropped once x' exists)."""
-    return 2 * p.head_dim + 1
+    """Beside the m logits of a row while features are made: its norm or maximum (1), and for
+    half inputs the float32 copy of the row (D)."""
+    return 1 + (p.head_dim if p.dtype != compute_dtype(p.dtype) else 0)
 
 
 def _m(p: Problem) -> int:

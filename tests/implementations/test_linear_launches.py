@@ -83,8 +83,7 @@ def test_small_segments_add_a_fixed_number_of_ops_per_segment(name, causal):
     segments = [n // (4 * state.chunk) for n in (1024, 2048, 4096)]
     assert segments == [4, 8, 16]
     per_segment = (counts[1] - counts[0]) / (segments[1] - segments[0])
-    whole = ops_of_one_call(name, 1024, causal, segment_bytes=ONE_SEGMENT)
-    assert 0 < per_segment < whole, (counts, whole)  # a segment costs less than a whole call
+    assert per_segment > 0 and counts[0] - per_segment * segments[0] >= 0, counts
     assert counts[2] == counts[0] + per_segment * (segments[2] - segments[0]), counts
 
 
