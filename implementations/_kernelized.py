@@ -8,32 +8,143 @@ K(i) is every key, or, when causal, the keys ``j <= i + n_k - n_q`` (bottom-righ
 - Values get a column of ones, so ``[S | z]`` is one (F, Dv + 1) matrix (the *state*) and one
   product gives numerator and normaliser.
 - Not causal: associativity, ``φ(Q) (φ(K)ᵀ [V | 1])``: time O(n·F·Dv), no n×n anything.
-- Causal: chunk by chunk, C positions at a time: a masked C×C quadratic inside the chunk plus the
-  running state of every earlier chunk; then the chunk's keys join the state. Time
-  O(n·(C + F)·Dv); the n prefix states (n, F, Dv) of the recurrence are never formed.
-- Memory: features, ``[V | 1]`` and the chunk loop's inputs exist for one segment of positions
-  at a time (:data:`SEGMENT_BYTES`), so beyond the output the workspace is O(segment + C² +
-  F·Dv) per head, constant in n.
+- Causal: the chunkwise-parallel form (flash-linear-attention's ``chunk`` algorithm) over
+  chunks of C positions, all chunks at once: every chunk's ``U_c = φ(K_c)ᵀ [V | 1]_c`` in one
+  batched product, the states before each chunk ``P_c = S_0 + Σ_{c' < c} U_c'`` as one
+  cumulative sum, then ``φ(Q_c) P_c`` plus the masked C×C product inside each chunk, again one
+  batched product each. No Python loop over chunks: the launches per call do not grow with n.
+  Time O(n·(C + F)·Dv); the per-chunk states take (n/C)·F·(Dv + 1) elements per head (C
+  times fewer than the n prefix states of the plain recurrence).
+- Segments: features, ``[V | 1]``, the chunk states and the chunk products exist for one
+  segment of positions at a time (whole chunks). The segment comes from memory, per device
+  (:func:`segment_budget`): a GPU runs the whole call as one segment unless its workspace
+  would exceed half the free memory; a CPU keeps 8 MiB of workspace (the allocator reuses such
+  blocks; :data:`CPU_SEGMENT_BYTES`), 2 MiB when causal (the batched chunk products then work
+  within a core's L2 cache; :data:`CPU_CAUSAL_SEGMENT_BYTES`). The ``segment_bytes`` parameter
+  (:data:`SEGMENT`) sets the cap by hand; a cap below one chunk's workspace is refused
+  (:func:`cap_reason`). Each extra segment adds a fixed number of launches.
 - Grouped K/V: the G = H / H_kv query heads of one K/V head are folded into the row axis,
   (B·H_kv, n·G, F), row ``t·G + g`` at position t, so one state serves the whole group.
 - Half-precision inputs run in float32: the state is a sum over the whole sequence.
 
 :class:`KernelState` is that state as an object: ``absorb`` (keys only), ``read`` (queries that
 see exactly the absorbed keys) and ``advance`` (causal continuation) give every mask case, and the
-recurrent decode step (``cache = "state"``) is ``advance`` with one token: O(1) in the context.
+recurrent decode step (``cache = "state"``) is ``advance`` with one token: one state update,
+O(1) in the context.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 from torch import Tensor
 
-from harness.spec import HALF_DTYPES
+from harness.spec import HALF_DTYPES, Param
+
+CPU_SEGMENT_BYTES = 8 * 2**20
+"""A CPU's segment, not causal: 8 MiB of workspace. Buffers this size are reused from the heap
+call after call, where glibc maps blocks over its (at most 32 MiB) mmap threshold afresh on
+every call and pays their page faults again: one segment for the whole call was ~30% slower at
+n = 16k when this was chosen (B1 H8 D64 float32), 1.8-2x slower measured again with this code
+(docs/linear_attention.md; 2 to 8 MiB within noise of each other)."""
+CPU_CAUSAL_SEGMENT_BYTES = 2 * 2**20
+"""A CPU's segment, causal: 2 MiB. Each batched product of the chunkwise form reads the whole
+segment's features and chunk states; within a core's L2 (2 MiB on the Xeon measured) a call
+at n = 16k took 130-140 ms (linear) and 380 ms (performer, one chunk per segment), against
+210-250 ms and 450-590 ms at 8 MiB (docs/linear_attention.md)."""
+GPU_FREE_SHARE = 0.5
+"""A GPU's segment: the whole call, unless its workspace would exceed this share of the free
+device memory (the rest stays for the caller's tensors and the allocator's rounding)."""
+SEGMENT = Param(
+    0,
+    "workspace bytes per segment of positions (whole chunks); 0: the device's policy "
+    "(8 MiB on a CPU; on a GPU one segment unless it exceeds half the free memory)",
+    minimum=0,
+)
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     """The dtype the feature maps and the state run in: float32 for half inputs."""
     return torch.float32 if dtype in HALF_DTYPES else dtype
+
+
+def check_inputs(q: Tensor, k: Tensor, v: Tensor) -> None:
+    """Refuse q, k, v on different devices or in different dtypes, before any launch."""
+    if len({q.device, k.device, v.device}) > 1 or len({q.dtype, k.dtype, v.dtype}) > 1:
+        got = ", ".join(
+            f"{name} {t.device} {str(t.dtype).removeprefix('torch.')}"
+            for name, t in (("q", q), ("k", k), ("v", v))
+        )
+        raise ValueError(f"q, k and v must share one device and one dtype; got {got}")
+
+
+def chunk_bytes(
+    batch: int,
+    heads: int,
+    kv_heads: int,
+    features: int,
+    map_temps: int,
+    value_dim: int,
+    size: int,
+    chunk: int,
+    causal: bool,
+) -> int:
+    """The workspace of one chunk of C positions, the unit a segment is made of.
+
+    Not causal: its query and key feature rows (F + ``map_temps`` elements each) and its
+    ``[V | 1]`` rows, summed (the 8 MiB CPU segment was measured with this count). Causal: the
+    largest phase of a chunk in :meth:`KernelState.advance` — φ(K) and ``[V | 1]`` with the
+    chunk's (F, Dv + 1) state per K/V head, beside its query rows (the feature map, the
+    regrouped copy under grouped K/V, or φ(Q) with its products), or later φ(Q), products and
+    C×C scores without the state.
+    """
+    e, row = value_dim + 1, features + map_temps
+    if not causal:
+        return batch * chunk * (heads * row + kv_heads * (row + e)) * size
+    kv = kv_heads * chunk * (features + e)
+    grouped = 2 * features if heads != kv_heads else 0
+    queries = heads * chunk * max(row, features + e, grouped)
+    peak = max(
+        kv_heads * chunk * row,  # the key map
+        kv + kv_heads * features * e + queries,
+        kv + heads * chunk * (features + e + chunk),
+    )
+    return batch * peak * size
+
+
+def segment_budget(device: torch.device | str, causal: bool) -> int | None:
+    """The device's workspace per segment in bytes; None: no limit (one segment)."""
+    dev = torch.device(device)
+    if dev.type == "cpu":
+        return CPU_CAUSAL_SEGMENT_BYTES if causal else CPU_SEGMENT_BYTES
+    if dev.type == "cuda" and torch.cuda.is_available():
+        if torch.cuda.is_current_stream_capturing():  # no device queries inside a capture
+            return int(torch.cuda.get_device_properties(dev).total_memory * GPU_FREE_SHARE)
+        return int(torch.cuda.mem_get_info(dev)[0] * GPU_FREE_SHARE)
+    return None
+
+
+def segment_positions(
+    need: int, cap: int, device: torch.device | str, chunk: int, causal: bool
+) -> int | None:
+    """Positions per segment for a chunk workspace of ``need`` bytes: whole chunks within the
+    cap (``cap`` > 0: the user's, at least one chunk; 0: :func:`segment_budget`, at least one
+    chunk); None: no limit."""
+    budget = cap or segment_budget(device, causal)
+    if budget is None:
+        return None
+    return max(1, budget // need) * chunk
+
+
+def cap_reason(cap: int, need: int, chunk: int) -> str | None:
+    """Why a ``segment_bytes`` cap cannot run (None: it can): below one chunk's workspace."""
+    if 0 < cap < need:
+        return (
+            f"segment_bytes = {cap:,} B is below one chunk's workspace, {need:,} B "
+            f"(C = {chunk} positions)"
+        )
+    return None
 
 
 def fold_heads(x: Tensor, kv_heads: int) -> Tensor:
@@ -81,48 +192,89 @@ def chunk_keep(chunk: int, group: int, device: torch.device, dtype: torch.dtype)
     return (torch.arange(chunk, device=device)[None, :] <= rows[:, None]).to(dtype)
 
 
-def causal_chunks(
-    fq: Tensor, fk: Tensor, v1: Tensor, state: Tensor, chunk: int, group: int, out: Tensor
-) -> None:
-    """Causal attention continuing ``state``: fq (BH, t·G, F) query rows at the t positions of
-    fk (BH, t, F) / v1 (BH, t, Dv + 1), all after the keys in state (BH, F, Dv + 1).
+def chunk_prefixes(fk: Tensor, v1: Tensor, state: Tensor, chunk: int) -> Tensor:
+    """The state before each of N whole chunks, with ``state`` advanced past all of them in
+    place. fk (BH, N·C, F), v1 (BH, N·C, E), state (BH, F, E) -> P (BH, N, F, E),
+    ``P_c = state + Σ_{c' < c} fk_c'ᵀ v1_c'``.
 
-    Writes the outputs into ``out`` (BH, t·G, Dv) chunk by chunk and adds the t keys to
-    ``state``, both in place (no autograd: see :func:`causal_chunks_autograd`).
+    One batched product writes every chunk's ``U`` one slot after its own into a buffer of
+    BH·N + 1 slots, so head h's slots h·N .. h·N + N - 1 hold U of its chunks 0 .. N - 2 after
+    slot h·N, which held the previous head's last U (set aside for the final state) and takes
+    ``state``; one in-place cumulative sum per head then gives P without a second buffer.
     """
-    t = fk.shape[1]
-    keep = chunk_keep(min(chunk, t), group, fq.device, fq.dtype)
-    for s in range(0, t, chunk):
-        e = min(s + chunk, t)
-        qc, kc, vc = fq[:, s * group : e * group], fk[:, s:e], v1[:, s:e]
-        scores = torch.bmm(qc, kc.transpose(1, 2)).mul_(keep[: (e - s) * group, : e - s])
-        part = torch.bmm(scores, vc).baddbmm_(qc, state)  # inside the chunk + every earlier one
-        torch.div(part[..., :-1], part[..., -1:], out=out[:, s * group : e * group])
-        state.baddbmm_(kc.transpose(1, 2), vc)
+    bh, t, f = fk.shape
+    e, n = v1.shape[-1], t // chunk
+    slots = fk.new_empty(bh * n + 1, f, e)
+    torch.bmm(fk.view(bh * n, chunk, f).transpose(1, 2), v1.view(bh * n, chunk, e), out=slots[1:])
+    last = slots[n::n].clone()  # each head's last chunk's U: (BH, F, E)
+    slots[: bh * n : n] = state
+    prefixes = slots[: bh * n].view(bh, n, f, e).cumsum_(1)
+    torch.add(prefixes[:, -1], last, out=state)
+    return prefixes
 
 
-def causal_chunks_autograd(
-    fq: Tensor, fk: Tensor, v1: Tensor, state: Tensor, chunk: int, group: int
+def chunk_step(
+    fq: Tensor, fk: Tensor, v1: Tensor, state: Tensor, keep: Tensor, out: Tensor
+) -> None:
+    """One chunk of c <= C positions in place, the recurrent step: fq (BH, c·G, F), fk (BH, c,
+    F), v1 (BH, c, E), keep (C·G, C) -> outputs written into out (BH, c·G, Dv); the c keys join
+    ``state`` (BH, F, E). A decode step is this with c = 1."""
+    c = fk.shape[1]
+    scores = torch.bmm(fq, fk.transpose(1, 2)).mul_(keep[: fq.shape[1], :c])
+    num = torch.bmm(scores, v1).baddbmm_(fq, state)  # inside the chunk + every earlier one
+    torch.div(num[..., :-1], num[..., -1:], out=out)
+    state.baddbmm_(fk.transpose(1, 2), v1)
+
+
+def causal_autograd(
+    fq: Tensor, fk: Tensor, v1: Tensor, state: Tensor, chunk: int, keep: Tensor
 ) -> tuple[Tensor, Tensor]:
-    """:func:`causal_chunks` out of place, for autograd: (outputs (BH, t·G, Dv), new state).
-    Autograd keeps each chunk's state: O(n/C·F·Dv) for the backward pass."""
-    t = fk.shape[1]
-    keep = chunk_keep(min(chunk, t), group, fq.device, fq.dtype)
+    """The causal path out of place, for autograd: (outputs (BH, t·G, Dv), new state). The
+    same chunkwise-parallel form; autograd keeps the per-chunk states for the backward pass."""
+    bh, t, f = fk.shape
+    e, n = v1.shape[-1], t // chunk
     parts = []
-    for s in range(0, t, chunk):
-        e = min(s + chunk, t)
-        qc, kc, vc = fq[:, s * group : e * group], fk[:, s:e], v1[:, s:e]
-        scores = torch.bmm(qc, kc.transpose(1, 2)) * keep[: (e - s) * group, : e - s]
-        parts.append(normalise(torch.baddbmm(torch.bmm(scores, vc), qc, state)))
-        state = torch.baddbmm(state, kc.transpose(1, 2), vc)
+    if n:
+        whole = n * chunk
+        kc, vc = fk[:, :whole], v1[:, :whole]
+        updates = torch.bmm(kc.reshape(bh * n, chunk, f).transpose(1, 2), vc.reshape(-1, chunk, e))
+        updates = updates.view(bh, n, f, e)
+        prefixes = torch.cat([state[:, None], updates[:, :-1]], dim=1).cumsum(1)
+        rows = fq[:, : whole * (fq.shape[1] // t)].reshape(bh * n, -1, f)
+        scores = torch.bmm(rows, kc.reshape(bh * n, chunk, f).transpose(1, 2)) * keep
+        num = torch.baddbmm(
+            torch.bmm(rows, prefixes.view(bh * n, f, e)), scores, vc.reshape(-1, chunk, e)
+        )
+        parts.append(normalise(num).reshape(bh, -1, e - 1))
+        state = prefixes[:, -1] + updates[:, -1]
+    if t > n * chunk:
+        s, g = n * chunk, fq.shape[1] // t
+        qr, kr, vr = fq[:, s * g :], fk[:, s:], v1[:, s:]
+        scores = torch.bmm(qr, kr.transpose(1, 2)) * keep[: qr.shape[1], : t - s]
+        parts.append(normalise(torch.baddbmm(torch.bmm(scores, vr), qr, state)))
+        state = torch.baddbmm(state, kr.transpose(1, 2), vr)
     return torch.cat(parts, dim=1), state
 
 
-SEGMENT_BYTES = 8 * 2**20
-"""Feature-map work per segment of positions. The feature maps, ``[V | 1]`` and the chunk
-loop's inputs exist for one segment at a time: workspace O(segment), not O(n), and buffers
-this size are reused from the heap call after call instead of being mapped afresh (glibc maps
-blocks over 32 MiB anew each time: page faults cost ~30% of the time at n = 16k)."""
+def split_tail(start: int, end: int, chunk: int) -> Iterator[tuple[int, int]]:
+    """A causal segment as pieces: its whole chunks, then a partial last chunk apart when there
+    are two or more whole chunks (their features must be whole chunks to batch them)."""
+    whole = (end - start) // chunk * chunk
+    if whole < 2 * chunk or start + whole == end:
+        yield start, end
+    else:
+        yield start, start + whole
+        yield start + whole, end
+
+
+def piece_lengths(length: int, segment: int | None, chunk: int) -> set[int]:
+    """The lengths of the causal pieces of ``length`` positions in segments of ``segment``
+    (None: one segment), each segment split by :func:`split_tail`: closed form in n."""
+    if length <= 0:
+        return set()
+    seg = min(segment or length, length)
+    ends = {seg} | ({length % seg} if length % seg else set())
+    return {b - a for end in ends for a, b in split_tail(0, end, chunk)}
 
 
 class KernelState:
@@ -131,8 +283,8 @@ class KernelState:
     Subclasses define the feature map: :meth:`query_features` and :meth:`key_features`
     ((B, H, t, D) -> (B, H, t, F) in the compute dtype; key features may rescale the state,
     as FAVOR+'s stabiliser does) and ``map_temps``, the map's own temporaries per row in
-    elements. ``chunk`` is the causal chunk size C. Every method walks its tokens in segments
-    of :meth:`segment_len` positions.
+    elements. ``chunk`` is the causal chunk size C; ``segment_bytes`` the workspace cap per
+    segment (0: the device's policy, :func:`segment_budget`).
     """
 
     map_temps = 0
@@ -147,9 +299,11 @@ class KernelState:
         dtype: torch.dtype,
         device: torch.device | str,
         chunk: int,
+        segment_bytes: int = 0,
     ):
         self.batch, self.heads, self.kv_heads, self.chunk = batch, heads, kv_heads, chunk
         self.features, self.value_dim = features, value_dim
+        self.segment_bytes, self.device = int(segment_bytes), torch.device(device)
         self.dtype = compute_dtype(dtype)
         shape = (batch * kv_heads, features, value_dim + 1)
         self.matrix = torch.zeros(shape, dtype=self.dtype, device=device)
@@ -163,24 +317,37 @@ class KernelState:
     def tensors(self) -> list[Tensor]:
         return [self.matrix]
 
-    def segment_len(self) -> int:
-        """Positions per segment: :data:`SEGMENT_BYTES` of features, a whole number of chunks."""
-        return segment_len(
+    def chunk_bytes(self, causal: bool) -> int:
+        """One chunk's workspace (:func:`chunk_bytes`) in this state's shapes."""
+        return chunk_bytes(
             self.batch,
             self.heads,
             self.kv_heads,
-            self.features + self.map_temps,
+            self.features,
+            self.map_temps,
             self.value_dim,
             self.dtype.itemsize,
             self.chunk,
+            causal,
         )
+
+    def segments(self, length: int, causal: bool) -> Iterator[tuple[int, int]]:
+        """(start, end) of each segment of ``length`` positions; refuses a cap below one
+        chunk's workspace (:func:`cap_reason`)."""
+        need = self.chunk_bytes(causal)
+        reason = cap_reason(self.segment_bytes, need, self.chunk)
+        if reason:
+            raise ValueError(reason)
+        seg = segment_positions(need, self.segment_bytes, self.device, self.chunk, causal)
+        seg = seg or length
+        for s in range(0, length, seg):
+            yield s, min(s + seg, length)
 
     def absorb(self, k: Tensor, v: Tensor) -> None:
         """Add keys k/v (B, H_kv, t, D) that every later query sees: O(t·F·Dv)."""
-        seg = self.segment_len()
-        for s in range(0, k.shape[-2], seg):
-            fk = self.key_features(k[:, :, s : s + seg]).flatten(0, 1)  # (BH_kv, seg, F)
-            v1 = with_ones(v[:, :, s : s + seg], self.dtype)
+        for s, e in self.segments(k.shape[-2], causal=False):
+            fk = self.key_features(k[:, :, s:e]).flatten(0, 1)  # (BH_kv, seg, F)
+            v1 = with_ones(v[:, :, s:e], self.dtype)
             if _needs_grad(fk, v1, self.matrix):
                 self.matrix = torch.baddbmm(self.matrix, fk.transpose(1, 2), v1)
             else:
@@ -189,18 +356,17 @@ class KernelState:
 
     def read(self, q: Tensor) -> Tensor:
         """Outputs of queries q (B, H, n, D) that see exactly the absorbed keys: (B, H, n, Dv)."""
-        seg, group = self.segment_len(), self.heads // self.kv_heads
+        group = self.heads // self.kv_heads
         grad = _needs_grad(q, self.matrix)
         out = None if grad else self._folded_output(q)
         parts = []
-        for s in range(0, q.shape[-2], seg):
-            fq = fold_heads(self.query_features(q[:, :, s : s + seg]), self.kv_heads)
+        for s, e in self.segments(q.shape[-2], causal=False):
+            fq = fold_heads(self.query_features(q[:, :, s:e]), self.kv_heads)
             num = torch.bmm(fq, self.matrix)
             del fq
             if grad:
                 parts.append(normalise(num))
             else:
-                e = min(s + seg, q.shape[-2])
                 torch.div(num[..., :-1], num[..., -1:], out=out[:, s * group : e * group])
             del num
         return self._outputs(torch.cat(parts, dim=1) if grad else out, q.dtype)
@@ -208,24 +374,58 @@ class KernelState:
     def advance(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         """The next t tokens, causal among themselves: q (B, H, t, D), k/v (B, H_kv, t, D)
         -> (B, H, t, Dv); their keys join the state."""
-        seg, group = self.segment_len(), self.heads // self.kv_heads
+        check_inputs(q, k, v)
+        group = self.heads // self.kv_heads
         grad = _needs_grad(q, k, v, self.matrix)
         out = None if grad else self._folded_output(q)
+        keep = chunk_keep(min(self.chunk, k.shape[-2]), group, q.device, self.dtype)
         parts = []
-        for s in range(0, k.shape[-2], seg):
-            fk = self.key_features(k[:, :, s : s + seg]).flatten(0, 1)
-            fq = fold_heads(self.query_features(q[:, :, s : s + seg]), self.kv_heads)
-            v1 = with_ones(v[:, :, s : s + seg], self.dtype)
-            if grad:
-                part, self.matrix = causal_chunks_autograd(
-                    fq, fk, v1, self.matrix, self.chunk, group
-                )
-                parts.append(part)
-            else:
-                rows = out[:, s * group : (s + fk.shape[1]) * group]
-                causal_chunks(fq, fk, v1, self.matrix, self.chunk, group, rows)
-            del fk, fq, v1
+        for s, e in self.segments(k.shape[-2], causal=True):
+            for a, b in split_tail(s, e, self.chunk):
+                qs, ks, vs = q[:, :, a:b], k[:, :, a:b], v[:, :, a:b]
+                if grad:
+                    fk = self.key_features(ks).flatten(0, 1)
+                    v1 = with_ones(vs, self.dtype)
+                    fq = fold_heads(self.query_features(qs), self.kv_heads)
+                    part, self.matrix = causal_autograd(fq, fk, v1, self.matrix, self.chunk, keep)
+                    parts.append(part)
+                else:
+                    self._advance_piece(qs, ks, vs, keep, out[:, a * group : b * group])
         return self._outputs(torch.cat(parts, dim=1) if grad else out, q.dtype)
+
+    def _advance_piece(self, q: Tensor, k: Tensor, v: Tensor, keep: Tensor, out: Tensor) -> None:
+        """A piece of :func:`split_tail` without autograd, into ``out`` (BH_kv, t·G, Dv): two
+        or more whole chunks at once (:func:`chunk_prefixes`, then ``φ(Q_c) P_c`` plus the masked
+        product inside each chunk, one batched product each), or one or
+        two :func:`chunk_step` (a piece shorter than 2·C). Buffers are dropped as soon as they
+        are used: the workspace model follows this order."""
+        t, c, g = k.shape[-2], self.chunk, self.heads // self.kv_heads
+        fk = self.key_features(k).flatten(0, 1)  # (BH_kv, t, F)
+        v1 = with_ones(v, self.dtype)  # (BH_kv, t, Dv + 1)
+        if t < 2 * c:
+            fq = fold_heads(self.query_features(q), self.kv_heads)  # (BH_kv, t·G, F)
+            for s in range(0, t, c):
+                e = min(s + c, t)
+                chunk_step(
+                    fq[:, s * g : e * g],
+                    fk[:, s:e],
+                    v1[:, s:e],
+                    self.matrix,
+                    keep,
+                    out[:, s * g : e * g],
+                )
+            return
+        prefixes = chunk_prefixes(fk, v1, self.matrix, c)  # (BH_kv, N, F, E), N = t / C
+        bh, n, f, e = prefixes.shape
+        fq = fold_heads(self.query_features(q), self.kv_heads).view(bh * n, c * g, f)
+        num = torch.bmm(fq, prefixes.view(bh * n, f, e))  # φ(Q_c) P_c: every earlier chunk
+        del prefixes
+        scores = torch.bmm(fq, fk.view(bh * n, c, f).transpose(1, 2)).mul_(keep)
+        del fq, fk
+        num.baddbmm_(scores, v1.view(bh * n, c, e))  # + the masked product inside the chunk
+        del scores, v1
+        num = num.view(bh, n, c * g, e)
+        torch.div(num[..., :-1], num[..., -1:], out=out.unflatten(1, (n, c * g)))
 
     def _folded_output(self, q: Tensor) -> Tensor:
         """The outputs' buffer in the folded layout: (B·H_kv, n·G, Dv), compute dtype."""
@@ -236,16 +436,6 @@ class KernelState:
     def _outputs(self, out: Tensor, dtype: torch.dtype) -> Tensor:
         """(B·H_kv, n·G, Dv) in the compute dtype -> (B, H, n, Dv) in ``dtype``."""
         return unfold_heads(out, self.batch, self.heads).to(dtype)
-
-
-def segment_len(
-    batch: int, heads: int, kv_heads: int, row_elems: int, value_dim: int, size: int, chunk: int
-) -> int:
-    """Positions per segment: the query and key feature rows (``row_elems`` each, with the
-    map's temporaries) and ``[V | 1]`` of one position take ``per`` bytes; a segment takes
-    :data:`SEGMENT_BYTES` of them, rounded down to whole chunks (at least one chunk)."""
-    per = batch * (heads * row_elems + kv_heads * (row_elems + value_dim + 1)) * size
-    return max(chunk, SEGMENT_BYTES // per // chunk * chunk)
 
 
 def kernel_attention(state: KernelState, q: Tensor, k: Tensor, v: Tensor, causal: bool) -> Tensor:

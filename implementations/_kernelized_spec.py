@@ -12,7 +12,12 @@ from torch import Tensor
 
 from harness.masks import MaskSpec, keep_pairs
 from harness.spec import Problem
-from implementations._kernelized import compute_dtype, segment_len
+from implementations._kernelized import (
+    chunk_bytes,
+    compute_dtype,
+    piece_lengths,
+    segment_positions,
+)
 
 
 def kernel_flops(p: Problem, features: int) -> int:
@@ -45,49 +50,83 @@ def state_bytes(p: Problem, features: int, extra_per_head: int = 0) -> int:
     return p.batch * p.n_kv_heads * (features * (p.head_dim + 1) + extra_per_head) * size
 
 
-def kernel_workspace(p: Problem, features: int, chunk: int, map_temps: int = 0) -> int:
+def kernel_workspace(
+    p: Problem, features: int, chunk: int, map_temps: int = 0, segment_bytes: int = 0
+) -> int:
     """Predicted peak bytes of one forward call beyond its inputs and output (closed form):
     the largest of the phases of :class:`KernelState`'s code, in allocation order.
 
-    Per segment of r positions (:func:`segment_len`): a feature map peaks at
-    r·(F + ``map_temps``) elements per head; keys hold φ(K) and ``[V | 1]``; queries φ(Q) (and a
-    regrouped copy under grouped K/V), then ``[numerator | normaliser]`` or, causal, one chunk's
-    C·C scores and C·(Dv + 1) product. The outputs' buffer (B·H·n_q·Dv in the compute dtype) is
-    the output itself for float32-like inputs without grouped K/V; otherwise it lives beside the
-    regrouped or rounded output. The state (F·(Dv + 1) per K/V head) is live throughout.
+    The call runs in segments of positions (:func:`segment_positions`, the same rule as the
+    code: ``segment_bytes`` or the device's policy), a causal segment in the pieces of
+    :func:`split_tail`. A feature map peaks at r·(F + ``map_temps``) elements per head; keys
+    hold φ(K) and ``[V | 1]``; queries φ(Q) (and a regrouped copy under grouped K/V), then
+    ``[numerator | normaliser]``. A causal piece of two or more whole chunks also holds the
+    chunk states (r/C·F·(Dv + 1) per K/V head, one slot more) and then its C×C scores per query
+    row; a shorter one one chunk's scores and products at a time. The outputs' buffer
+    (B·H·n_q·Dv in the compute dtype) is the output itself for float32-like inputs without
+    grouped K/V; otherwise it lives beside the regrouped or rounded output. The state
+    (F·(Dv + 1) per K/V head) is live throughout.
     """
     c, size = compute_dtype(p.dtype).itemsize, p.dtype.itemsize
     bk, bq, dv, f = p.batch * p.n_kv_heads, p.batch * p.heads, p.head_dim, features
-    grouped = p.heads != p.n_kv_heads
-    seg = segment_len(p.batch, p.heads, p.n_kv_heads, f + map_temps, dv, c, chunk)
-    out_c, out_bytes = bq * p.n_q * dv, bq * p.n_q * dv * size
+    e, grouped = dv + 1, p.heads != p.n_kv_heads
+    out_bytes, state = bq * p.n_q * dv * size, bk * f * e
 
-    def keys(r: int) -> list[int]:
-        return [bk * r * (f + map_temps), bk * r * (f + dv + 1)]
+    def segment(causal: bool) -> int | None:
+        need = chunk_bytes(p.batch, p.heads, p.n_kv_heads, f, map_temps, dv, c, chunk, causal)
+        return segment_positions(need, segment_bytes, p.device, chunk, causal)
 
-    def queries(r: int, fk: int) -> list[int]:
-        return [fk + bq * r * (f + map_temps), fk + 2 * bq * r * f if grouped else 0]
+    def key_map(r: int) -> list[int]:
+        return [bk * r * (f + map_temps), bk * r * (f + e)]
 
+    def query_map(r: int, live: int) -> list[int]:
+        return [live + bq * r * (f + map_temps), live + 2 * bq * r * f if grouped else 0]
+
+    def piece(r: int) -> list[int]:
+        kv, fq = bk * r * (f + e), bq * r * f
+        if r < 2 * chunk:
+            step = min(chunk, r)
+            return [*key_map(r), *query_map(r, kv), kv + fq + bq * step * (step + e)]
+        slots = (bk * (r // chunk) + 1) * f * e
+        return [
+            *key_map(r),
+            kv + slots + bk * f * e,  # the chunk states and each head's last chunk's U
+            *query_map(r, kv + slots),
+            kv + slots + fq + bq * r * e,  # φ(Q_c) P_c
+            kv + fq + bq * r * (e + chunk),  # the chunks' masked scores
+        ]
+
+    plain = segment(False)
     if not p.mask.causal:
-        r = min(seg, p.n_q)
-        before = keys(min(seg, p.n_k))
-        during = [*queries(r, 0), bq * r * (f + dv + 1)]
+        before = key_map(min(plain or p.n_k, p.n_k))
+        r = min(plain or p.n_q, p.n_q)
+        during = [*query_map(r, 0), bq * r * (f + e)]
+        rows, keep = p.n_q, 0
     else:
-        t = min(p.n_q, p.n_k)
-        r, step = min(seg, t), min(chunk, max(t, 1))
-        before = keys(min(seg, p.n_k - t)) if p.n_k > t else []
-        fk = bk * r * f
-        loop = fk + bq * r * f + bk * r * (dv + 1) + bq * step * (step + dv + 1)
-        during = [*keys(r)[:1], *queries(r, fk), loop]
+        rows = min(p.n_q, p.n_k)  # the query rows that keep a key advance; the rest are zeros
+        before = key_map(min(plain or p.n_k, p.n_k - rows)) if p.n_k > rows else []
+        step = min(chunk, max(rows, 1))
+        keep = bq // bk * step * step  # the chunk mask, live while the rows advance
+        during = [x for r in piece_lengths(rows, segment(True), chunk) for x in piece(r)]
+    out_c = bq * rows * dv  # the folded outputs, compute dtype
     end = [out_c]
     if grouped:
         end.append(2 * out_c)  # the folded outputs and their regrouped copy
     if size != c:
-        end.append((2 if grouped else 1) * out_c + out_bytes // c)  # rounded to the dtype
-    if p.mask.causal and p.n_q > p.n_k:
-        end.append(out_c + 2 * out_bytes // c)  # rows without keys: zeros, concatenated
-    peak = max([*before, *(out_c + x for x in during), *end]) + bk * f * (dv + 1)
-    return max(peak * c - out_bytes, 0)
+        end.append((2 if grouped else 1) * out_c + bq * rows * dv * size // c)  # rounded
+    peaks = [*before, *(keep + out_c + x for x in during), *(keep + x for x in end)]
+    if rows < p.n_q:  # the rows, the zeros before them and both concatenated
+        peaks.append(2 * out_bytes // c)
+    return max((max(peaks) + state) * c - out_bytes, 0)
+
+
+def kernel_chunk_bytes(p: Problem, features: int, chunk: int, map_temps: int = 0) -> int:
+    """One chunk's workspace in the call's shapes (:func:`chunk_bytes`): what a
+    ``segment_bytes`` cap must at least allow."""
+    c = compute_dtype(p.dtype).itemsize
+    return chunk_bytes(
+        p.batch, p.heads, p.n_kv_heads, features, map_temps, p.head_dim, c, chunk, p.mask.causal
+    )
 
 
 def repeat_heads(x: Tensor, heads: int) -> Tensor:

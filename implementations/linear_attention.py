@@ -5,8 +5,10 @@
 
 with no 1/√D scaling and no epsilon (φ > 0, so the normaliser is positive whenever a key is
 kept). K(i) is every key, or the causal prefix ``j <= i + n_k - n_q`` (bottom-right). Not
-causal: O(n·D²) by associativity; causal: chunk by chunk with a running D×(D + 1) state (see
-:mod:`implementations._kernelized`), peak memory O(n·D + D²) per head. Its recurrent form
+causal: O(n·D²) by associativity; causal: the chunkwise-parallel form, every chunk of C
+positions at once with the D×(D + 1) state before each chunk from one cumulative sum (see
+:mod:`implementations._kernelized`); memory O(n·D) per head, in segments whose size the device
+decides (``segment_bytes``). Its recurrent form
 (:class:`LinearState`) decodes one token in O(D²), whatever the context length.
 
 Not an approximation of softmax attention but a different attention: the agreement check holds
@@ -23,12 +25,16 @@ from harness.masks import MaskSpec
 from harness.registry import register
 from harness.spec import FLOAT_DTYPES, Capabilities, Cost, Param, Problem, Recurrence
 from implementations._kernelized import (
+    SEGMENT,
     KernelState,
+    cap_reason,
+    check_inputs,
     compute_dtype,
     kernel_attention,
 )
 from implementations._kernelized_spec import (
     feature_definition,
+    kernel_chunk_bytes,
     kernel_flops,
     kernel_workspace,
     state_bytes,
@@ -50,10 +56,18 @@ def elu_features(x: Tensor) -> Tensor:
 class LinearState(KernelState):
     """The linear transformer's recurrent state: ``[S | z]`` (B·H_kv, D, Dv + 1)."""
 
-    def __init__(self, problem: Problem, chunk_size: int = 64):
+    def __init__(self, problem: Problem, chunk_size: int = 64, segment_bytes: int = 0):
         p = problem
         super().__init__(
-            p.batch, p.heads, p.n_kv_heads, p.head_dim, p.head_dim, p.dtype, p.device, chunk_size
+            p.batch,
+            p.heads,
+            p.n_kv_heads,
+            p.head_dim,
+            p.head_dim,
+            p.dtype,
+            p.device,
+            chunk_size,
+            segment_bytes,
         )
         # elu runs on a float32 copy of half inputs
         self.map_temps = 0 if p.dtype == self.dtype else p.head_dim
@@ -71,7 +85,9 @@ def no_scale(scale: float | None) -> None:
         raise ValueError("linear attention has no softmax scale (φ(q)ᵀφ(k) is unscaled)")
 
 
-def _state_of(q: Tensor, k: Tensor, mask: MaskSpec, chunk_size: int) -> LinearState:
+def _state_of(
+    q: Tensor, k: Tensor, mask: MaskSpec, chunk_size: int, segment_bytes: int
+) -> LinearState:
     problem = Problem(
         q.shape[0],
         q.shape[1],
@@ -79,11 +95,11 @@ def _state_of(q: Tensor, k: Tensor, mask: MaskSpec, chunk_size: int) -> LinearSt
         k.shape[-2],
         q.shape[-1],
         q.dtype,
-        q.device.type,
+        str(q.device),
         mask,
         kv_heads=k.shape[1],
     )
-    return LinearState(problem, chunk_size)
+    return LinearState(problem, chunk_size, segment_bytes)
 
 
 def linear_reference(
@@ -93,19 +109,36 @@ def linear_reference(
     mask: MaskSpec,
     scale: float | None = None,
     chunk_size: int = 64,
+    segment_bytes: int = 0,
     rows: Tensor | None = None,
 ) -> Tensor:
     """The definition in the inputs' dtype (float64 inputs: the float64 reference), O(n²):
-    weights φ(q_i)ᵀφ(k_j) over the kept pairs, normalised. ``chunk_size`` is not part of the
-    definition (accepted so the signature matches); ``rows`` limits the output to those rows."""
+    weights φ(q_i)ᵀφ(k_j) over the kept pairs, normalised. ``chunk_size`` and
+    ``segment_bytes`` are not part of the definition (accepted so the signature matches);
+    ``rows`` limits the output to those rows."""
     no_scale(scale)
     return feature_definition(F.elu(q) + 1, F.elu(k) + 1, v, mask, rows)
 
 
+def _map_temps(p: Problem) -> int:
+    """φ(x) = elu(x) + 1 is computed in place after elu; half inputs are copied to float32
+    first (D elements per row beside the features)."""
+    return p.head_dim if p.dtype != compute_dtype(p.dtype) else 0
+
+
+def _chunk(p: Problem) -> int:
+    return int(p.param("chunk_size", CHUNK.default))
+
+
 def _workspace(p: Problem) -> int:
-    # φ(k) = elu(k) + 1 is computed in place after elu; half inputs are copied to float32 first
-    copies = p.head_dim if p.dtype != compute_dtype(p.dtype) else 0
-    return kernel_workspace(p, p.head_dim, int(p.param("chunk_size", CHUNK.default)), copies)
+    cap = int(p.param("segment_bytes", SEGMENT.default))
+    return kernel_workspace(p, p.head_dim, _chunk(p), _map_temps(p), cap)
+
+
+def _reasons(p: Problem) -> list[str]:
+    need = kernel_chunk_bytes(p, p.head_dim, _chunk(p), _map_temps(p))
+    reason = cap_reason(int(p.param("segment_bytes", SEGMENT.default)), need, _chunk(p))
+    return [reason] if reason else []
 
 
 @register(
@@ -119,7 +152,8 @@ def _workspace(p: Problem) -> int:
         flops=lambda p: kernel_flops(p, p.head_dim),
     ),
     description="linear transformer, φ = elu + 1: O(n·D²); causal chunk by chunk with a state",
-    params={"chunk_size": CHUNK},
+    params={"chunk_size": CHUNK, "segment_bytes": SEGMENT},
+    extra_reasons=_reasons,
     reference=linear_reference,
     recurrence=Recurrence(new_state=LinearState, state_bytes=lambda p: state_bytes(p, p.head_dim)),
 )
@@ -130,7 +164,10 @@ def linear_attention(
     mask: MaskSpec,
     scale: float | None = None,
     chunk_size: int = 64,
+    segment_bytes: int = 0,
 ) -> Tensor:
     """q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D) -> (B, H, n_q, D)."""
     no_scale(scale)
-    return kernel_attention(_state_of(q, k, mask, chunk_size), q, k, v, mask.causal)
+    check_inputs(q, k, v)
+    state = _state_of(q, k, mask, chunk_size, segment_bytes)
+    return kernel_attention(state, q, k, v, mask.causal)

@@ -34,6 +34,7 @@ from torch import Tensor
 from harness.masks import MaskSpec
 from harness.registry import register
 from harness.spec import FLOAT_DTYPES, HALF_DTYPES, Capabilities, Cost, Param, Problem
+from implementations._kernelized import check_inputs
 
 LANDMARKS = Param(64, "landmarks m: segment means of Q and K (m <= n)", minimum=1)
 PINV_ITERS = Param(
@@ -48,7 +49,9 @@ def segment_means(x: Tensor, m: int) -> Tensor:
         return x.unflatten(-2, (m, n // m)).mean(-2)
     seg = torch.arange(n, device=x.device) * m // n
     sums = x.new_zeros(*x.shape[:-2], m, x.shape[-1]).index_add(-2, seg, x)
-    return sums / torch.bincount(seg, minlength=m).to(x.dtype)[:, None]
+    # segment i holds rows ⌈i·n/m⌉ .. ⌈(i+1)·n/m⌉ - 1: counts without a host sync (bincount)
+    bounds = (torch.arange(m + 1, device=x.device) * n + m - 1) // m
+    return sums / (bounds[1:] - bounds[:-1]).to(x.dtype)[:, None]
 
 
 def iterative_pinv(a: Tensor, iters: int) -> Tensor:
@@ -57,9 +60,10 @@ def iterative_pinv(a: Tensor, iters: int) -> Tensor:
     norm_1 = a.abs().sum(-2).amax(-1)  # largest column sum
     norm_inf = a.abs().sum(-1).amax(-1)  # largest row sum (1 for a softmax)
     z = a.transpose(-2, -1) / (norm_1 * norm_inf)[..., None, None]
+    eye7, eye15, eye13 = 7 * eye, 15 * eye, 13 * eye  # once, not once per iteration
     for _ in range(iters):
         az = a @ z
-        z = 0.25 * z @ (13 * eye - az @ (15 * eye - az @ (7 * eye - az)))
+        z = 0.25 * z @ (eye13 - az @ (eye15 - az @ (eye7 - az)))
     return z
 
 
@@ -119,14 +123,16 @@ def _flops(p: Problem) -> int:
 def _workspace(p: Problem) -> int:
     """Peak bytes beyond inputs and output, over the call's phases: an n-sized kernel's scores
     and softmax (2·m·n per head), then the queries' softmax beside the output; the m-sized
-    landmark, kernel and iteration temporaries; for half inputs float32 copies of q, k, v
-    throughout and the float32 output while it is rounded."""
+    landmark, kernel and iteration temporaries (K̃ per K/V head); for half inputs float32
+    copies of q, k, v throughout and the float32 output while it is rounded."""
     m, d, bh = int(p.param("landmarks", LANDMARKS.default)), p.head_dim, p.batch * p.heads
     half = p.dtype in HALF_DTYPES
     c = 4 if half else p.dtype.itemsize
     out = bh * p.n_q * d * p.dtype.itemsize
     copies = (p.n_q * p.heads + 2 * p.n_k * p.n_kv_heads) * p.batch * d * c if half else 0
-    small = bh * (2 * m * m + 4 * m * d) * c  # landmarks, Ã, B̃V, W: live to the end
+    bk = p.batch * p.n_kv_heads
+    # Q̃, B̃V, W and Ã per query head, K̃ and s·K̃ per K/V head: live to the end
+    small = (bh * (2 * m * m + 2 * m * d) + bk * 2 * m * d) * c
     phases = [
         bh * 6 * m * m * c,  # the iteration's temporaries
         2 * bh * m * p.n_k * c,  # softmax(Q̃ Kᵀ) and its scores
@@ -156,6 +162,7 @@ def nystrom_attention(
     pinv_iters: int = 6,
 ) -> Tensor:
     """q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D) -> (B, H, n_q, D)."""
+    check_inputs(q, k, v)
     b, h, n_q, d = q.shape
     kv = k.shape[1]
     c = torch.float32 if q.dtype in HALF_DTYPES else q.dtype

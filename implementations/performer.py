@@ -17,7 +17,15 @@ the same recurrent state as ``linear``.
   query, the largest of its m logits; for keys, the largest logit over all keys and features of
   a (batch, K/V head). Each is a per-row or per-head constant, so it cancels exactly between
   numerator and normaliser; it only keeps exp() in range. The recurrent state keeps a running
-  key maximum and rescales ``[S | z]`` when it grows, so decoding never needs future keys. The
+  key maximum and rescales ``[S | z]`` when it grows, so decoding never needs future keys.
+- The stabiliser under the chunkwise-parallel causal form: the key features of a segment are
+  made once, under one shift per (batch, K/V head) — the segment's largest key logit, or the
+  running maximum when that is larger. Every chunk's ``φ(K_c)ᵀ [V | 1]`` and so every
+  cumulative state ``P_c`` carries the same factor exp(−c), which cancels between each query's
+  numerator and normaliser: the cumulative sum only adds terms of one scale, and the result is
+  the reference's function exactly (in exact arithmetic). A later segment first rescales the
+  carried state by exp(c_old − c_new) <= 1. With one segment (a GPU's default) the shift is the
+  largest logit over all keys, as in the reference. The
   official code's additive 1e-6 is not used: with it the output would depend on the stabiliser
   (a prefix's key maximum is not the sequence's), and the causal and recurrent forms would
   compute different functions.
@@ -38,12 +46,16 @@ from harness.masks import MaskSpec
 from harness.registry import register
 from harness.spec import FLOAT_DTYPES, Capabilities, Cost, Param, Problem, Recurrence
 from implementations._kernelized import (
+    SEGMENT,
     KernelState,
+    cap_reason,
+    check_inputs,
     compute_dtype,
     kernel_attention,
 )
 from implementations._kernelized_spec import (
     feature_definition,
+    kernel_chunk_bytes,
     kernel_flops,
     kernel_workspace,
     state_bytes,
@@ -63,6 +75,17 @@ def orthogonal_features(features: int, head_dim: int, seed: int) -> Tensor:
         blocks.append(torch.linalg.qr(gaussian).Q.T)  # rows orthonormal
     lengths = torch.randn(features, head_dim, generator=gen, dtype=torch.float64).norm(dim=1)
     return torch.cat(blocks)[:features] * lengths[:, None]
+
+
+@lru_cache(maxsize=32)
+def device_features(
+    features: int, head_dim: int, seed: int, scale: float, device: torch.device, dtype: torch.dtype
+) -> Tensor:
+    """√scale·W (m, D) on ``device`` in ``dtype``, made once: a call on a GPU then makes no host
+    copy, and x' = √scale·x is never formed (W x' = (√scale·W) x). At most 32 kept (m·D
+    elements each: 64 KiB at m = 256, D = 64)."""
+    w = orthogonal_features(features, head_dim, seed) * math.sqrt(scale)
+    return w.to(device=device, dtype=dtype)
 
 
 def favor_logits(x: Tensor, w: Tensor, scale: float) -> Tensor:
@@ -86,15 +109,25 @@ class PerformerState(KernelState):
         features: int = 256,
         chunk_size: int = 64,
         scale: float | None = None,
+        segment_bytes: int = 0,
     ):
         p = problem
         super().__init__(
-            p.batch, p.heads, p.n_kv_heads, features, p.head_dim, p.dtype, p.device, chunk_size
+            p.batch,
+            p.heads,
+            p.n_kv_heads,
+            features,
+            p.head_dim,
+            p.dtype,
+            p.device,
+            chunk_size,
+            segment_bytes,
         )
-        w = orthogonal_features(features, p.head_dim, p.mask.seed)
-        self.w = w.to(device=p.device, dtype=self.dtype)
         self.scale = _scale(scale, p.head_dim)
-        self.map_temps = 2 * p.head_dim  # x' and x'² beside the m logits
+        self.w = device_features(
+            features, p.head_dim, p.mask.seed, self.scale, self.device, self.dtype
+        )
+        self.map_temps = _map_temps(p)
         self.log_root_m = 0.5 * math.log(features)
         self.shift = torch.full((p.batch * p.n_kv_heads, 1, 1), -math.inf, device=p.device)
         self.shift = self.shift.to(self.dtype)
@@ -103,14 +136,19 @@ class PerformerState(KernelState):
         return [self.matrix, self.shift]
 
     def query_features(self, q: Tensor) -> Tensor:
-        logits = favor_logits(q.to(self.dtype), self.w, self.scale)
+        """exp(W x' − max_j (W x')_j) / √m: the definition's −|x'|²/2 is a per-row constant, as
+        the row's stabiliser is, so it cancels with it (and in the output's ratio) unformed."""
+        logits = q.to(self.dtype) @ self.w.T  # (B, H, t, m)
         row_max = logits.detach().amax(-1, keepdim=True)
-        return logits.sub_(row_max + self.log_root_m).exp_()
+        return logits.sub_(row_max.add_(self.log_root_m)).exp_()
 
     def key_features(self, k: Tensor) -> Tensor:
         """Key features under the running maximum; the state is rescaled first when the new
         keys raise it (exp(old − new) <= 1: nothing overflows)."""
-        logits = favor_logits(k.to(self.dtype), self.w, self.scale)  # (B, H_kv, t, m)
+        k = k.to(self.dtype)
+        half_norms = (k * k).sum(-1, keepdim=True).mul_(self.scale / 2)  # |x'|²/2
+        logits = (k @ self.w.T).sub_(half_norms)  # (B, H_kv, t, m)
+        del half_norms
         block_max = logits.detach().amax(dim=(-2, -1)).view(-1, 1, 1)
         shift = torch.maximum(self.shift, block_max)
         # exp(-inf) = 0 rescales the empty state (zeros) to zeros: no host-side check needed
@@ -131,11 +169,13 @@ def performer_reference(
     scale: float | None = None,
     features: int = 256,
     chunk_size: int = 64,
+    segment_bytes: int = 0,
     rows: Tensor | None = None,
 ) -> Tensor:
     """The definition in the inputs' dtype (float64 inputs: the float64 reference), O(n²): the
     same W and stabilisers, weights φ(q_i)ᵀφ(k_j) over the kept pairs, normalised.
-    ``chunk_size`` is not part of the definition; ``rows`` limits the output to those rows."""
+    ``chunk_size`` and ``segment_bytes`` are not part of the definition; ``rows`` limits the
+    output to those rows."""
     w = orthogonal_features(features, q.shape[-1], mask.seed).to(q.device, q.dtype)
     s = _scale(scale, q.shape[-1])
     lq, lk = favor_logits(q, w, s), favor_logits(k, w, s)
@@ -144,10 +184,29 @@ def performer_reference(
     return feature_definition(fq, fk, v, mask, rows)
 
 
+def _map_temps(p: Problem) -> int:
+    """Beside the m logits of a row while features are made: its norm or maximum (1), and for
+    half inputs the float32 copy of the row (D)."""
+    return 1 + (p.head_dim if p.dtype != compute_dtype(p.dtype) else 0)
+
+
+def _m(p: Problem) -> int:
+    return int(p.param("features", FEATURES.default))
+
+
+def _chunk(p: Problem) -> int:
+    return int(p.param("chunk_size", CHUNK.default))
+
+
 def _workspace(p: Problem) -> int:
-    m = int(p.param("features", FEATURES.default))
-    # logits: x' (D) and x'² (D) live beside the m logits while the key features are made
-    return kernel_workspace(p, m, int(p.param("chunk_size", CHUNK.default)), 2 * p.head_dim)
+    cap = int(p.param("segment_bytes", SEGMENT.default))
+    return kernel_workspace(p, _m(p), _chunk(p), _map_temps(p), cap)
+
+
+def _reasons(p: Problem) -> list[str]:
+    need = kernel_chunk_bytes(p, _m(p), _chunk(p), _map_temps(p))
+    reason = cap_reason(int(p.param("segment_bytes", SEGMENT.default)), need, _chunk(p))
+    return [reason] if reason else []
 
 
 def _flops(p: Problem) -> int:
@@ -173,7 +232,8 @@ def _flops(p: Problem) -> int:
         ),
     ),
     description="Performer FAVOR+, positive orthogonal random features: O(n·m·D)",
-    params={"features": FEATURES, "chunk_size": CHUNK},
+    params={"features": FEATURES, "chunk_size": CHUNK, "segment_bytes": SEGMENT},
+    extra_reasons=_reasons,
     reference=performer_reference,
     recurrence=Recurrence(
         new_state=PerformerState,
@@ -188,8 +248,10 @@ def performer_attention(
     scale: float | None = None,
     features: int = 256,
     chunk_size: int = 64,
+    segment_bytes: int = 0,
 ) -> Tensor:
     """q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D) -> (B, H, n_q, D)."""
+    check_inputs(q, k, v)
     problem = Problem(
         q.shape[0],
         q.shape[1],
@@ -197,9 +259,9 @@ def performer_attention(
         k.shape[-2],
         q.shape[-1],
         q.dtype,
-        q.device.type,
+        str(q.device),
         mask,
         kv_heads=k.shape[1],
     )
-    state = PerformerState(problem, features, chunk_size, scale)
+    state = PerformerState(problem, features, chunk_size, scale, segment_bytes)
     return kernel_attention(state, q, k, v, mask.causal)

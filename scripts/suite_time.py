@@ -2,7 +2,7 @@
 
 Usage: python scripts/suite_time.py SUITE.toml [SUITE.toml ...] [--tflops 300]
 Per point: t = useful (executed) FLOPs / rate; the point takes about
-max(budget_s, min_samples·t) + 3·t (warm-up, agreement check, first call), doubled for block
+passes·max(budget_s, min_samples·t) + 3·t (warm-up, agreement check, first call), doubled for block
 points (the mixer is timed again on half the budget). Points the device cannot run (an
 unavailable implementation) cost nothing. Calibration adds ~5 s per run. An estimate, not a
 measurement: kernels below the assumed rate take longer.
@@ -23,7 +23,7 @@ from harness.sweep.suite import load_suite
 def estimate(path: str, rate: float) -> tuple[int, float, float, float]:
     """(points, total FLOPs of one call per point, largest call in seconds, estimated seconds)."""
     suite = load_suite(path)
-    m = suite.measure.timing
+    m, passes = suite.measure.timing, max(suite.measure.passes, 1)
     total_flops, longest, seconds = 0.0, 0.0, 5.0
     for point in suite.points:
         try:
@@ -31,7 +31,7 @@ def estimate(path: str, rate: float) -> tuple[int, float, float, float]:
         except Exception:  # an implementation that is not registered here: no model
             flops = cost_of(point).useful_flops
         t = flops / rate
-        per_point = max(m.budget_s, m.min_samples * t) + 3 * t
+        per_point = passes * max(m.budget_s, m.min_samples * t) + 3 * t
         if point.scenario.startswith("block"):
             per_point *= 2
         total_flops += flops

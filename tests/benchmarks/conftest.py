@@ -18,8 +18,6 @@ import pytest
 
 HERE = Path(__file__).parent.resolve()
 ENV_SWITCH = "ATTNBENCH_BENCHMARKS"
-
-
 def benchmarks_enabled(config: pytest.Config) -> bool:
     """True when the user asked for benchmarks (a pytest-benchmark flag or the env switch)."""
     if not config.pluginmanager.hasplugin("benchmark"):

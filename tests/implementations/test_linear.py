@@ -7,6 +7,10 @@ FLOPs and measured peaks, and the reasons bad parameters get."""
 from __future__ import annotations
 
 import itertools
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -241,8 +245,11 @@ MEMORY_CASES = [
 
 @pytest.mark.parametrize("name,causal,dtype,kv_heads", MEMORY_CASES)
 def test_memory_model_predicts_the_measured_peak(name, causal, dtype, kv_heads):
-    """Peak bytes above the inputs (profiler allocation events) = output + memory_model,
-    within 10%, at the defaults (B1 H8 D64) through the runner's prepared call."""
+    """Peak bytes above the inputs (profiler allocation events) = output + memory_model, at the
+    defaults (B1 H8 D64) through the runner's prepared call: exact for the feature-map and
+    Linformer models (performer's running maximum, B·H_kv floats, is left out: <= 64 B), which
+    follow the code phase by phase and SDPA's CPU path as torch reports it (AMX or not); within
+    10% for Nyström (exact here; an upper bound within 8% at n_q != n_k in half precision)."""
     n = 1024
     q, k, v = make_qkv(1, 8, n, n, 64, kv_heads=kv_heads, dtype=dtype, seed=n)
     problem = Problem(
@@ -264,7 +271,8 @@ def test_memory_model_predicts_the_measured_peak(name, causal, dtype, kv_heads):
     call()
     measured = profiler_peak_bytes(call) - q.numel() * q.element_size()
     predicted = registry.get(name).cost.memory_model(problem)
-    assert abs(measured - predicted) <= 0.1 * predicted, (measured, predicted)
+    bound = 0.1 * predicted if name == "nystrom" else 64
+    assert abs(measured - predicted) <= bound, (measured, predicted)
 
 
 @pytest.mark.slow
@@ -388,3 +396,65 @@ def test_fla_linear_matches_its_definition_on_cuda(shape, dtype):
     ref = impl.reference(q.double(), k.double(), v.double(), mask)
     result = output_agreement(impl(q, k, v, mask), ref, dtype, naive=impl.reference(q, k, v, mask))
     assert result["agree"], result
+
+
+# Peak bytes of linformer's measured-peak cases (B1 H8 D64 n = 1024 bfloat16, k = 256), as
+# measured on the two kinds of Intel Xeon: with AMX (its SDPA packs K and V for oneDNN) and
+# with AVX512-bf16 but no AMX (the figures of issue 33; the same measured here with oneDNN
+# capped at AVX512_CORE_BF16). (kv_heads, threads) -> bytes.
+XEON_PEAKS = {
+    "amx": {(8, 2): 2_068_480, (2, 2): 1_282_048, (8, 1): 1_835_008, (2, 1): 788_480},
+    "avx512-bf16": {(8, 2): 1_835_008, (2, 2): 1_085_440, (8, 1): 1_835_008, (2, 1): 624_640},
+}
+
+
+def fake_xeon(monkeypatch, kind: str) -> None:
+    """torch's view of the CPU flags as on that kind of Xeon (AMX tiles or not), oneDNN on and
+    not capped."""
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: kind == "amx")
+    monkeypatch.setattr(torch.cpu, "_is_amx_fp16_supported", lambda: False)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True)
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
+
+
+@pytest.mark.parametrize("kind", sorted(XEON_PEAKS))
+def test_linformer_memory_model_on_both_kinds_of_xeon(monkeypatch, kind):
+    """The model predicts each kind's measured peak exactly, from the flags torch reports."""
+    fake_xeon(monkeypatch, kind)
+    for (kv_heads, threads), measured in XEON_PEAKS[kind].items():
+        torch.set_num_threads(threads)  # the autouse fixture restores it
+        problem = Problem(1, 8, 1024, 1024, 64, dtype=torch.bfloat16,
+                          kv_heads=None if kv_heads == 8 else kv_heads)
+        assert registry.get("linformer").cost.memory_model(problem) == measured, (kv_heads, threads)
+
+
+def test_sdpa_packing_follows_the_flags_and_the_onednn_cap(monkeypatch):
+    from implementations.linformer import cpu_sdpa_packs
+
+    fake_xeon(monkeypatch, "amx")
+    assert cpu_sdpa_packs(torch.bfloat16)
+    assert not cpu_sdpa_packs(torch.float16) and not cpu_sdpa_packs(torch.float32)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_BF16")
+    assert not cpu_sdpa_packs(torch.bfloat16)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "avx512_core_amx")
+    assert cpu_sdpa_packs(torch.bfloat16)
+    monkeypatch.setattr(torch.backends.mkldnn, "enabled", False)
+    assert not cpu_sdpa_packs(torch.bfloat16)
+    monkeypatch.setattr(torch.backends.mkldnn, "enabled", True)
+    fake_xeon(monkeypatch, "avx512-bf16")
+    assert not cpu_sdpa_packs(torch.bfloat16)
+
+
+def test_the_memory_cases_pass_with_onednn_capped_below_amx():
+    """The real path of a Xeon without AMX, on any machine: oneDNN capped at AVX512_CORE_BF16
+    in a fresh process (it reads the cap once), the linformer bfloat16 measured-peak cases."""
+    env = {**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"}
+    selection = "test_memory_model_predicts_the_measured_peak and linformer and bfloat16"
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", selection],
+        capture_output=True, text=True, env=env, cwd=Path(__file__).resolve().parents[2],
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "2 passed" in result.stdout, result.stdout[-500:]  # full, H_kv 8 and 2
