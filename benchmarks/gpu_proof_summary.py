@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import warnings
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -23,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness.results import load_rows
 
 TEST_STEPS = ("tests-parallel", "tests-serial")
-SMOKE = ("gpu-smoke", "gpu-smoke-decode")
+SMOKE = ("gpu-smoke-decode", "gpu-smoke")
 
 
 def steps(out: Path) -> tuple[list[str], int]:
@@ -65,11 +66,15 @@ def tests(out: Path, name: str) -> tuple[list[str], int]:
 def run_rows(out: Path, name: str) -> tuple[list[str], int, pd.DataFrame | None]:
     """Status counts of one run folder and every row that is neither ok nor skipped."""
     folder = out / name
-    if not (folder / "rows.jsonl").exists():
+    if not (folder / "rows.jsonl").exists() and not (folder / "passes.jsonl").exists():
         return [f"{name}: no rows"], 1, None
-    rows = load_rows(folder)
+    with warnings.catch_warnings():  # an interrupted run's partial rows are counted below
+        warnings.simplefilter("ignore")
+        rows = load_rows(folder)
     counts = ", ".join(f"{v} {k}" for k, v in rows["status"].value_counts().items())
-    lines, bad = [f"{name}: {len(rows)} rows: {counts}"], 0
+    partial = int(rows["partial"].fillna(False).astype(bool).sum()) if "partial" in rows else 0
+    note = f" ({partial} partial: read from an interrupted run's passes)" if partial else ""
+    lines, bad = [f"{name}: {len(rows)} rows: {counts}{note}"], 0
     for _, r in rows[~rows["status"].isin(["ok", "skipped"])].iterrows():
         bad += 1
         lines.append(f"  {r['status']} {r['impl']} n={r['seq_len']}: {str(r['reason'])[:160]}")

@@ -131,6 +131,29 @@ def test_the_summary_of_a_proof_cut_short_names_what_failed_and_what_did_not_fit
     assert clean.returncode == 0 and "every step ran and passed" in clean.stdout
 
 
+def test_the_summary_reads_an_interrupted_run_from_its_passes(tmp_path):
+    """The first H100 lease cut the smoke run at its cap after 46 of 96 point-passes: no
+    rows.jsonl, but every point's first pass in passes.jsonl. The summary counts those."""
+    suite = tmp_path / "gpu-smoke.toml"
+    suite.write_text('name = "gpu-smoke"\nscenario = "attention"\nimplementations = ["sdpa"]\n'
+                     "[fixed]\nheads = 2\n"
+                     "head_dim = 16\n[sweep]\nseq_len = [33, 65]\n[measure]\nbudget_s = 0.02\n"
+                     "min_samples = 3\nwarmup_calls = 1\npasses = 2\n")
+    out = tmp_path / "proof"
+    done = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(suite), "--out",
+                           str(out / "gpu-smoke"), "--no-progress", "--no-table"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr
+    (out / "gpu-smoke" / "rows.jsonl").unlink()  # as if stopped before its last pass
+    (out / "steps.tsv").write_text("step\tstatus\tseconds\tcap_s\tnote\n"
+                                   "smoke\tstopped at its cap\t77\t62\t\n")
+    (out / "smoke.log").write_text("")
+    result = _summary(out)
+    assert result.returncode == 1
+    assert "gpu-smoke: 2 rows: 2 ok (2 partial: read from an interrupted run's passes)" in (
+        result.stdout), result.stdout
+
+
 def _tests_skipping_without_cuda() -> set[str]:
     """Test ids of the functions decorated to skip without CUDA, found by reading the files."""
     found = set()
