@@ -38,7 +38,7 @@ from harness import fmt
 from harness.analysis import regime
 from harness.analysis.claims import Claim
 from harness.analysis.exponents import device_groups, work_groups
-from harness.analysis.frames import MISSING, groupable, select, with_derived
+from harness.analysis.frames import column, matches, select, with_derived
 from harness.analysis.ratios import crossover_groups, matched, ratio_groups
 from harness.measure.contention import contended_mask, notice
 from harness.results import json_safe
@@ -96,40 +96,79 @@ def judge(lo: float, hi: float, band: tuple[float, float]) -> tuple[str, str]:
 
 
 def _judged(group: dict, claim: Claim) -> dict:
-    """A measured group with its ``verdict`` and ``reason`` (the judging words, then the
-    group's own detail)."""
+    """A measured group with its ``verdict``, its ``reason`` (the judging words, then the
+    group's own detail) and ``thin`` (True: too few points to decide, and it did not)."""
     if group.get("unjudged"):
-        verdict, why = "inconclusive", group["unjudged"]
+        verdict, why, short = "inconclusive", group["unjudged"], bool(group.get("short"))
+    elif group.get("verdict"):  # judged by its own rule (a ratio along the axis)
+        verdict, why, short = group["verdict"], group["why"], False
     else:
         verdict, why = judge(group["ci_low"], group["ci_high"], claim.band)
-        if verdict == "inconclusive" and group.get("thin"):
+        short = verdict == "inconclusive" and bool(group.get("thin"))
+        if short:
             k = group["n_points"]
             why = f"thin data ({k} point{'' if k == 1 else 's'})"
-    out = {k: v for k, v in group.items() if k not in ("unjudged", "thin", "detail")}
-    return {**out, "verdict": verdict, "reason": why + group.get("detail", "")}
+        elif group.get("untestable"):  # the work itself leaves the band: no verdict on time
+            verdict, why = "inconclusive", group["untestable"]
+        elif verdict == "refuted" and group.get("unrefutable"):  # work not clearly inside
+            verdict, why = "inconclusive", group["unrefutable"]
+    drop = ("unjudged", "thin", "detail", "short", "untestable", "unrefutable", "why")
+    out = {k: v for k, v in group.items() if k not in drop}
+    return {**out, "verdict": verdict, "reason": why + group.get("detail", ""), "thin": short}
 
 
-def combine(groups: list[dict]) -> tuple[str, dict]:
-    """Across groups: any refuted -> refuted; all confirmed -> confirmed; else inconclusive.
-    Groups without a time verdict (``judged`` False) count only when no group has one.
-    Returns the verdict and the group that decided it."""
-    judged = [g for g in groups if g.get("judged", True)] or groups
-    verdicts = [g["verdict"] for g in judged]
-    overall = (
-        "refuted"
-        if "refuted" in verdicts
-        else "confirmed"
-        if all(v == "confirmed" for v in verdicts)
-        else "inconclusive"
-    )
-    return overall, next(g for g in judged if g["verdict"] == overall)
+def _rank(verdicts: set[str]) -> str:
+    """The verdict of a claim from the verdicts of its deciding groups."""
+    if {"confirmed", "refuted"} <= verdicts:
+        return "mixed"
+    for verdict in ("holds in part", "refuted"):
+        if verdict in verdicts:
+            return verdict
+    return "confirmed" if verdicts == {"confirmed"} else "inconclusive"
+
+
+def combine(groups: list[dict]) -> tuple[str, dict, str]:
+    """Across groups, from those with enough data (thin groups are listed, not counted; groups
+    without a time verdict, ``judged`` False, count only when no group has one): confirmed
+    and refuted groups together -> mixed; any holds in part -> holds in part; any refuted ->
+    refuted (one counterexample refutes a general statement); all confirmed -> confirmed;
+    else inconclusive. Returns the verdict, the group that decided it (for mixed: the first
+    refuted one) and the words after its reason (the groups of a mixed verdict, the groups
+    not judged)."""
+    timed = [g for g in groups if g.get("judged", True)] or groups
+    enough = [g for g in timed if not g.get("thin")]
+    pool = enough or timed
+    overall = _rank({g["verdict"] for g in pool})
+    pick = "refuted" if overall == "mixed" else overall
+    decisive = next(g for g in pool if g["verdict"] == pick)
+    words = ""
+    if overall == "mixed":
+        words += "; groups disagree: " + "; ".join(
+            f"{g['group']}: {g['verdict']} {_value(g)}" for g in pool
+            if g["verdict"] in ("confirmed", "refuted")
+        )
+    thin = [g for g in timed if g.get("thin")] if enough else []
+    if thin:
+        words += "; not judged: " + ", ".join(
+            f"{g['group']} (thin data: {g['n_points']} point{'' if g['n_points'] == 1 else 's'})"
+            for g in thin
+        )
+    return overall, decisive, words
+
+
+def _value(group: dict) -> str:
+    """``1.98 [1.95, 2.01]``: a group's measurement in words."""
+    return f"{fmt.number(group['measured'], 3)} [{fmt.number(group['ci_low'], 3)}, " \
+        f"{fmt.number(group['ci_high'], 3)}]"
 
 
 # --- the rows a claim is about ---------------------------------------------------------------
 
 
 def subject_rows(df: pd.DataFrame, claim: Claim, baseline: bool = False) -> pd.DataFrame:
-    """Rows the claim (or its baseline) is about, any status."""
+    """Rows the claim (or its baseline) is about, any status: the filters hold (columns the
+    rows lack read as their schema default) and the row has a value on the claim's axis (a
+    run without packed documents is not about a claim over ``document_len``)."""
     where = dict(claim.where)
     if baseline and claim.baseline_where is not None:
         where = dict(claim.baseline_where)
@@ -140,13 +179,12 @@ def subject_rows(df: pd.DataFrame, claim: Claim, baseline: bool = False) -> pd.D
         where["scenario"] = claim.scenario
     out = with_derived(df)
     for col, value in where.items():
-        if col not in out.columns:
-            return out.iloc[0:0]
-        out = out[groupable(out[[col]])[col].eq(MISSING if value is None else value)]
-    if claim.range is not None and claim.over in out.columns:
-        x = pd.to_numeric(out[claim.over], errors="coerce")
-        out = out[(x >= claim.range[0]) & (x <= claim.range[1])]
-    return out
+        out = out[matches(out, col, value)]
+    x = pd.to_numeric(column(out, claim.over), errors="coerce")
+    keep = x.notna()
+    if claim.range is not None:
+        keep &= (x >= claim.range[0]) & (x <= claim.range[1])
+    return out[keep]
 
 
 def describe(claim: Claim, baseline: bool = False) -> str:
@@ -169,17 +207,34 @@ def missing_reason(rows: pd.DataFrame, claim: Claim, who: str) -> str:
     return f"missing rows: {who} rows have no positive {claim.metric}"
 
 
+HOST_BOUND = 0.5  # host_frac at or above this: the GPU waited on the host (no time verdict)
+HOST_WORDS = "host-bound: the GPU waits on the host"
+
+
+def host_bound(rows: pd.DataFrame) -> pd.Series:
+    """Rows whose timed calls kept the GPU waiting on the host: ``host_frac`` (host issue time
+    over GPU event time) >= :data:`HOST_BOUND`; absent or null = not host-bound."""
+    frac = pd.to_numeric(column(rows, "host_frac"), errors="coerce")
+    return frac.ge(HOST_BOUND).fillna(False).astype(bool)
+
+
 class _Evidence:
-    """The ok rows of one side of a claim, with contended rows left out of time evidence."""
+    """The ok rows of one side of a claim; rows measured under contention, and host-bound rows,
+    left out of time evidence."""
 
     def __init__(self, rows: pd.DataFrame, claim: Claim, allow: bool, who: str):
         ok = select(rows, claim.metric)
         flagged = (
             contended_mask(ok) if claim.timed and not allow else pd.Series(False, index=ok.index)
         )
-        self.rows, self.left_out = ok[~flagged], int(flagged.sum())
+        host = host_bound(ok) & ~flagged if claim.timed else pd.Series(False, index=ok.index)
+        self.rows, self.left_out = ok[~flagged & ~host], int(flagged.sum())
+        self.host_bound = int(host.sum())
+        self.host_note = _host_note(ok[host], claim) if self.host_bound else ""
         if not len(ok):
             self.why = missing_reason(rows, claim, who)
+        elif not len(self.rows) and self.host_bound:
+            self.why = f"no time verdict: {HOST_WORDS} (every {who} row: {self.host_note})"
         elif not len(self.rows):
             example = ok.get("contention", pd.Series(dtype=object)).dropna().astype(str)
             self.why = (
@@ -189,6 +244,15 @@ class _Evidence:
             )
         else:
             self.why = ""
+
+
+def _host_note(rows: pd.DataFrame, claim: Claim) -> str:
+    """``host_frac 0.6–0.9 at seq_len 1024..4096``: the host-bound rows in words."""
+    frac = pd.to_numeric(rows["host_frac"], errors="coerce")
+    x = pd.to_numeric(column(rows, claim.over), errors="coerce")
+    span = f"{fmt.number(frac.min(), 2)}–{fmt.number(frac.max(), 2)}"
+    where = f"{x.min():g}" if x.min() == x.max() else f"{x.min():g}..{x.max():g}"
+    return f"host_frac {span} at {claim.over} {where}"
 
 
 # --- the verdict -----------------------------------------------------------------------------
@@ -228,6 +292,8 @@ class Verdict:
     calibration_beaten: bool = False  # a row above 100 % of its calibrated bound
     rows_seen: int = 0  # subject rows in the runs, any status (0: the claim is about other runs)
     contended_left_out: int = 0  # subject rows left out of time evidence (contention)
+    host_bound_left_out: int = 0  # rows left out of time evidence (host_frac >= HOST_BOUND)
+    regions: tuple[dict, ...] = ()  # a ratio claim along its axis: where it is inside/above/below
 
     def as_dict(self) -> dict:
         """JSON-ready: NaN and infinities become None, at any depth; the groups' plot data
@@ -276,24 +342,33 @@ def _work(claim: Claim, rows: pd.DataFrame) -> dict:
         return {"verdict": "inconclusive", "measured": None, "reason": reason,
                 "group": "", "ci_low": None, "ci_high": None, "n_points": 0, "groups": []}
     groups = [_judged(g, claim) for g in groups]
-    overall, decisive = combine(groups)
+    overall, decisive, words = combine(groups)
     return {"verdict": overall, "measured": decisive["measured"],
-            "reason": decisive["reason"], "group": decisive["group"],
+            "reason": decisive["reason"] + words, "group": decisive["group"],
             "ci_low": decisive["ci_low"], "ci_high": decisive["ci_high"],
             "n_points": decisive["n_points"], "groups": groups}
 
 
+def _left_out(*sides: _Evidence) -> dict:
+    """Rows left out of time evidence on the sides of a claim: contended, host-bound."""
+    notes = [e.host_note for e in sides if e.host_note]
+    return {"contended_left_out": sum(e.left_out for e in sides),
+            "host_bound_left_out": sum(e.host_bound for e in sides),
+            "host_note": "; ".join(notes)}
+
+
 def _device(claim: Claim, df: pd.DataFrame, rows: pd.DataFrame, envs, allow: bool):
-    """(measured groups, why there are none, contended rows left out) of the device side."""
+    """(measured groups, why there are none, rows left out: :func:`_left_out`) of the device
+    side."""
     subject = _Evidence(rows, claim, allow, describe(claim))
     if subject.why:
-        return [], subject.why, subject.left_out
+        return [], subject.why, _left_out(subject)
     if claim.kind == "exponent":
-        return device_groups(subject.rows, claim, envs), "", subject.left_out
+        return device_groups(subject.rows, claim, envs), "", _left_out(subject)
     base = _Evidence(subject_rows(df, claim, baseline=True), claim, allow,
                      describe(claim, baseline=True))
     if base.why:
-        return [], base.why, subject.left_out + base.left_out
+        return [], base.why, _left_out(subject, base)
     pairs, why = matched(subject.rows, base.rows, claim)
     groups = (ratio_groups if claim.kind == "ratio" else crossover_groups)(pairs, claim)
     if groups:  # utilization of the subject rows the ratios used
@@ -301,7 +376,7 @@ def _device(claim: Claim, df: pd.DataFrame, rows: pd.DataFrame, envs, allow: boo
         lo, hi = regime.util_range(data["utilization"])
         for g in groups:
             g.update(util_low=lo, util_high=hi, regime="not gated" if lo is not None else "unknown")
-    return groups, why, subject.left_out + base.left_out
+    return groups, why, _left_out(subject, base)
 
 
 def evaluate(
@@ -327,25 +402,47 @@ def evaluate(
         )
     beside = {"work_verdict": work.get("verdict"), "work_measured": work.get("measured"),
               "work_reason": work.get("reason", ""), "rows_seen": seen}
-    groups, reason, left_out = (
-        _device(claim, df, rows, envs, allow_contended) if len(df)
-        else ([], "missing rows: no rows at all", 0)
-    )
+    if not seen:
+        reason = _missing(df, claim)
+        groups, left = [], _left_out()
+    else:
+        groups, reason, left = _device(claim, df, rows, envs, allow_contended)
+    note = left.pop("host_note")
     if not groups:
         return Verdict(verdict="inconclusive", measured=None, ci_low=None, ci_high=None,
-                       reason=reason, regime="unknown", contended_left_out=left_out,
-                       **beside, **common)
-    return Verdict(**_combined([_judged(g, claim) for g in groups], left_out), **beside,
+                       reason=reason, regime="unknown", **left, **beside, **common)
+    fields = _combined([_judged(g, claim) for g in groups], left["contended_left_out"])
+    if left["host_bound_left_out"]:
+        fields["reason"] += (f" ({left['host_bound_left_out']} rows left out: {HOST_WORDS}, "
+                             f"{note})")
+    return Verdict(**fields, host_bound_left_out=left["host_bound_left_out"], **beside,
                    **common)
+
+
+def _missing(df: pd.DataFrame, claim: Claim) -> str:
+    """Why a claim has no rows: none at all, none that pass its filters, or rows that pass them
+    but have no value on its axis (a run without packed documents, for ``document_len``)."""
+    if not len(df):
+        return "missing rows: no rows at all"
+    who = describe(claim)
+    bare = subject_rows(df, Claim(**{**_fields(claim), "over": "seq_len", "range": None}))
+    if len(bare) and claim.over != "seq_len":
+        return f"missing rows: the {len(bare)} {who} rows have no {claim.over}"
+    return missing_reason(bare.iloc[0:0], claim, who)
+
+
+def _fields(claim: Claim) -> dict:
+    return {f.name: getattr(claim, f.name) for f in fields(claim)}
 
 
 def _combined(groups: list[dict], left_out: int) -> dict:
     """The device verdict's fields from its judged groups (see :func:`combine`)."""
-    overall, decisive = combine(groups)
-    used = [g for g in groups if g.get("judged", True)] or groups
+    overall, decisive, words = combine(groups)
+    timed = [g for g in groups if g.get("judged", True)] or groups
+    used = [g for g in timed if not g.get("thin")] or timed  # the groups that decide
     lows = [g["util_low"] for g in used if g.get("util_low") is not None]
     highs = [g["util_high"] for g in used if g.get("util_high") is not None]
-    why = decisive["reason"]
+    why = decisive["reason"] + words
     waiting = sum(not g.get("judged", True) for g in groups)
     if waiting and waiting < len(groups):
         why += f" ({waiting} of {len(groups)} groups have no time verdict: utilization not level)"
@@ -362,6 +459,7 @@ def _combined(groups: list[dict], left_out: int) -> dict:
         "n_points": decisive["n_points"],
         "group": decisive["group"],
         "groups": tuple({k: v for k, v in g.items() if k != "judged"} for g in groups),
+        "regions": tuple(r for g in used for r in g.get("regions", ())),
         "util_low": min(lows) if lows else None,
         "util_high": high,
         "regime": decisive.get("regime", ""),
