@@ -153,11 +153,7 @@ def _timed_group(base: dict, part: pd.DataFrame, claim: Claim) -> dict:
         return {**group, "regime": "unknown", "_evidence": _evidence(part, None, None, fit)}
     per_call = TIME_METRICS.get(claim.metric) == 1.0  # samples are of this very time
     floor = claim.saturation if basis == "utilization" else 0.0
-    plateau = regime.find_plateau(
-        part["x"], part[basis], list(part["samples"]) if per_call else None,
-        sigma=list(part["sigma"]) if per_call and part["sigma"].notna().all() else None,
-        band=claim.plateau, floor=floor,
-    )
+    plateau = _plateau(part, basis, claim, per_call, floor)
     what = "utilization" if basis == "utilization" else "achieved FLOP/s (no calibration)"
     b = fmt.fixed(plateau.exponent, 2)
     ci = _interval(plateau.ci_low, plateau.ci_high)
@@ -194,9 +190,28 @@ def _timed_group(base: dict, part: pd.DataFrame, claim: Claim) -> dict:
             + (f", {lead_span}" if lead_span else "") + ")"
         )
     group, fit = _measure(base, used, claim, words)
+    fitted = used[used["x"] >= fit["x_lo"]] if fit["n_points"] > 1 else used
+    if len(fitted) < len(used):  # the fit left out leading points: level where it fitted?
+        inner = _plateau(fitted, basis, claim, per_call, floor)
+        if inner.start != 0:
+            words = (f"no time verdict: {what} is not level over {claim.over} "
+                     f"{fit['x_lo']:g}..{fit['x_hi']:g}, where the time was fitted (exponent "
+                     f"{fmt.fixed(inner.exponent, 2)} {_interval(inner.ci_low, inner.ci_high)}), "
+                     f"though level over {region[0]:g}..{region[1]:g}")
+            return {**_no_fit(base, part, words, judged=False), **stats, "regime": "varies",
+                    "plateau_region": None, "_evidence": _evidence(part, basis, None, None)}
     group.update(_against_work(used, fit, claim))
     return {**group, **stats, "judged": True, "regime": "plateau", "plateau_region": region,
             "_evidence": _evidence(part, basis, region, fit)}
+
+
+def _plateau(part: pd.DataFrame, basis: str, claim: Claim, per_call: bool, floor: float):
+    """:func:`regime.find_plateau` over the points of ``part`` (x sorted)."""
+    return regime.find_plateau(
+        part["x"], part[basis], list(part["samples"]) if per_call else None,
+        sigma=list(part["sigma"]) if per_call and part["sigma"].notna().all() else None,
+        band=claim.plateau, floor=floor,
+    )
 
 
 def _work_fit(part: pd.DataFrame, fit: dict, col: str, model: str):

@@ -250,7 +250,8 @@ def _host_note(rows: pd.DataFrame, claim: Claim) -> str:
     """``host_frac 0.6–0.9 at seq_len 1024..4096``: the host-bound rows in words."""
     frac = pd.to_numeric(rows["host_frac"], errors="coerce")
     x = pd.to_numeric(column(rows, claim.over), errors="coerce")
-    span = f"{fmt.number(frac.min(), 2)}–{fmt.number(frac.max(), 2)}"
+    lo, hi = fmt.number(frac.min(), 2), fmt.number(frac.max(), 2)
+    span = lo if lo == hi else f"{lo}–{hi}"
     where = f"{x.min():g}" if x.min() == x.max() else f"{x.min():g}..{x.max():g}"
     return f"host_frac {span} at {claim.over} {where}"
 
