@@ -182,4 +182,7 @@ def iter_groups(agg: pd.DataFrame, keys: Sequence[str]) -> Iterator[tuple[dict, 
 
 def group_label(values: dict) -> str:
     """A fitted group in words, e.g. ``causal=True, heads=8`` (``impl`` left out)."""
-    return ", ".join(f"{k}={v}" for k, v in values.items() if k != "impl") or "all rows"
+    def word(v: object) -> object:  # a whole float (a column with nulls beside) as an int
+        return int(v) if isinstance(v, float) and v.is_integer() else v
+
+    return ", ".join(f"{k}={word(v)}" for k, v in values.items() if k != "impl") or "all rows"

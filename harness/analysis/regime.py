@@ -94,10 +94,8 @@ _CALL_METRICS = ("time_median_s", "tokens_per_s", "tflops_per_s")  # their work:
 def _recorded_flops(row: dict) -> float | None:
     """The row's ``executed_flops`` (positive and finite), or None."""
     value = row.get("executed_flops")
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        if np.isfinite(value) and value > 0:
-            return float(value)
-    return None
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    return float(value) if number and np.isfinite(value) and value > 0 else None
 
 
 def flop_crossover(d_model: int, mixer: str = "lstm") -> float:

@@ -75,7 +75,7 @@ def test_ratio_claims_give_their_regions_along_n():
     assert "above at 3072..4096 (4.17–4.38)" in speedup.reason
     inside = [r for r in speedup.regions if r["where"] == "inside"]
     assert [(r["from"], r["to"]) for r in inside] == [(1536.0, 2048.0)]
-    assert all(2.0 <= r["ci_low"] and r["ci_high"] <= 4.0 for r in inside)
+    assert all(r["ci_low"] >= 2.0 and r["ci_high"] <= 4.0 for r in inside)
     assert memory.verdict == "holds in part"
     assert [(r["from"], r["to"], r["where"]) for r in memory.regions] == [
         (1024.0, 1024.0, "inside"), (1536.0, 8192.0, "below")]

@@ -5,6 +5,8 @@ their schema default."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -212,10 +214,10 @@ def test_a_ratio_claim_says_where_along_the_axis_it_holds(speedup, verdict, word
     v = evaluate(ratio_claim(), speedup_rows(speedup), ENVS)
     assert v.verdict == verdict, v.reason
     at = [v.reason.find(w) for w in words]
-    assert at[0] == 0 and all(a < b for a, b in zip(at, at[1:], strict=False)), v.reason
+    assert at[0] == 0 and all(a < b for a, b in itertools.pairwise(at)), v.reason
     spans = [(r["from"], r["to"]) for r in v.regions]
     assert spans[0][0] == 1024 and spans[-1][1] == 8192  # the regions tile the swept range
-    assert all(a[1] < b[0] for a, b in zip(spans, spans[1:], strict=False))
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(spans))
     assert all(r["ci_low"] <= r["low"] <= r["high"] <= r["ci_high"] for r in v.regions)
     assert {r["where"] for r in v.regions} <= {"inside", "above", "below", "straddles"}
     assert all(r["over"] == "seq_len" for r in v.regions)
