@@ -5,10 +5,8 @@ module of the subcommand being run is imported (torch, pandas and matplotlib loa
 arguments are parsed): ``attnbench --help`` lists the subcommands from :data:`COMMANDS` alone.
 
 Exit codes: 0 done; 1 a regression (``compare``), a wrong result (``run`` with a ``mismatch``
-row) or an internal error; 2 a usage error or unusable input; 3 done with some input skipped
-(``claims``: a run directory without usable rows or env.json, the verdicts from the rest); 130
-interrupted (Ctrl-C); 141 the reader of the output left (``| head``; ``compare`` exits with its
-verdict instead).
+row) or an internal error; 2 a usage error or unusable input; 130 interrupted (Ctrl-C); 141
+the reader of the output left (``| head``; ``compare`` exits with its verdict instead).
 """
 
 from __future__ import annotations
