@@ -15,6 +15,7 @@ from harness import fmt
 from harness.analysis.claims import Claim
 from harness.analysis.frames import column, matches, select, with_derived
 from harness.measure.contention import contended_mask
+from harness.measure.timing import HOST_BOUND_FRAC
 
 __all__ = ["ALLOW_CONTENDED", "HOST_WORDS", "Evidence", "describe", "host_bound", "left_out",
            "missing", "missing_reason", "subject_rows"]
@@ -63,15 +64,15 @@ def missing_reason(rows: pd.DataFrame, claim: Claim, who: str) -> str:
     return f"missing rows: {who} rows have no positive {claim.metric}"
 
 
-HOST_BOUND = 0.5  # host_frac at or above this: the GPU waited on the host (no time verdict)
 HOST_WORDS = "host-bound: the GPU waits on the host"
 
 
 def host_bound(rows: pd.DataFrame) -> pd.Series:
     """Rows whose timed calls kept the GPU waiting on the host: ``host_frac`` (host issue time
-    over GPU event time) >= :data:`HOST_BOUND`; absent or null = not host-bound."""
+    over GPU event time) >= :data:`~harness.measure.timing.HOST_BOUND_FRAC`, the one threshold
+    the tables mark too; absent or null = not host-bound."""
     frac = pd.to_numeric(column(rows, "host_frac"), errors="coerce")
-    return frac.ge(HOST_BOUND).fillna(False).astype(bool)
+    return frac.ge(HOST_BOUND_FRAC).fillna(False).astype(bool)
 
 
 class Evidence:

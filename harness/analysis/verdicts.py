@@ -115,7 +115,7 @@ class Verdict:
     calibration_beaten: bool = False  # a row above 100 % of its calibrated bound
     rows_seen: int = 0  # subject rows in the runs, any status (0: the claim is about other runs)
     contended_left_out: int = 0  # subject rows left out of time evidence (contention)
-    host_bound_left_out: int = 0  # rows left out of time evidence (host_frac >= HOST_BOUND)
+    host_bound_left_out: int = 0  # rows left out of time evidence (host_frac >= HOST_BOUND_FRAC)
     regions: tuple[dict, ...] = ()  # a ratio claim along its axis: where it is inside/above/below
 
     def as_dict(self) -> dict:
