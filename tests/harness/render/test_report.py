@@ -541,3 +541,18 @@ def test_a_time_claims_figure_names_its_axis(monkeypatch):
     rows = pd.DataFrame(synthetic_rows()).assign(suite="synthetic")
     verdict_views.claims_section(rows, DEFAULT_CLAIMS, {"r1": {"calibration": CALIBRATION}})
     assert set(seen) == {"median time (ms)", "mixer time (ms)"}
+
+
+def test_every_verdict_has_its_own_cell_colour():
+    """mixed and holds in part (several groups, ratio claims along the axis) are coloured as
+    the three older verdicts are."""
+    import re
+
+    from harness.analysis.claims import VERDICTS
+    from harness.render import page
+
+    html = page.html_table(pd.DataFrame({"verdict": list(VERDICTS)}))
+    for verdict in VERDICTS:
+        css = "v-" + verdict.replace(" ", "-")
+        assert f'<td class="{css}">{verdict}</td>' in html
+        assert re.search(rf"td\.{css}\{{background:#[0-9a-f]{{6}}\}}", page.CSS), css
