@@ -73,6 +73,11 @@ def test_a_folder_without_rows_is_skipped_and_the_exit_status_says_so(tmp_path, 
     assert judged["kv-cache-step-n1"]["rows_seen"] == 0  # the skipped decode rows were not
     code, out, err = cli(capsys, "claims", FAMILIES / "local")
     assert code == 0
+    code, out, err = cli(capsys, "report", crashed, FAMILIES / "local", "--out", tmp_path / "r")
+    assert code == SKIPPED and err.startswith(f"attnbench: warning: {crashed}: skipped:"), err
+    assert "## Claims" in (tmp_path / "r" / "report.md").read_text()
+    code, _, err = cli(capsys, "report", crashed, "--out", tmp_path / "r2")
+    assert code == 2 and err.count("\n") == 1 and not (tmp_path / "r2" / "report.md").exists()
 
 
 def test_nothing_left_to_judge_is_exit_2_in_one_line(tmp_path, capsys):
