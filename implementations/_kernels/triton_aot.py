@@ -9,6 +9,11 @@ cubin, and ``cuobjdump`` reads its registers, stack (spilled registers) and SASS
 SASS: the tensor-core instruction kind (``HGMMA``: wgmma, ``HMMA``: mma.sync) and the size of
 each innermost loop that holds one, so a masked loop can be compared with the unmasked one.
 
+:func:`verdicts` holds the gates: compiles, no spill, shared memory within the target's, a
+default's masked loop within ``MASKED_RATIO_LIMIT`` of the unmasked one (reported, not gated,
+for a default a GPU measurement chose: ``triton_autotune.MEASURED``), the forward's default
+within its register target (``FORWARD_REGS``).
+
 Needs Triton with its NVIDIA backend and no ``TRITON_INTERPRET`` when the kernels were
 imported (then they are interpreted functions). Used by ``benchmarks/aot_kernels.py`` (the full
 table) and the CPU tests (one config per kernel).
