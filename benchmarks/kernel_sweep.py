@@ -33,9 +33,9 @@ with the reason, and the summary counts it.
     python benchmarks/kernel_sweep.py --out DIR [--minutes 4] [--groups fwd dq dkdv band decode]
     python benchmarks/kernel_sweep.py --list     # what it would time and compile; no GPU needed
 
-The decode shapes also time the default config with the split count's rule aimed at 1, 2 and 8
-programs per SM (``triton_tables.DECODE_WAVES`` is 4): rows ``waves=W``, with the ``splits``
-they gave.
+The decode shapes also time the default config with the split count's rule aimed at the other
+targets of 1, 2, 4 and 8 programs per SM (``triton_tables.DECODE_WAVES`` is 2, this sweep's
+choice on an H100, 2026-11-26): rows ``waves=W``, with the ``splits`` they gave.
 
 ``--configs N`` times the first N configs per kernel and shape (the default first); ``--cases``
 and ``--peers`` pick shapes and peers. ``--smoke`` runs small copies of the shapes (B1 H2,

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from harness.masks import MaskSpec
 from implementations._kernels import triton_bwd, triton_bwd_blocks, triton_decode, triton_fwd
-from implementations._kernels.triton_autotune import configs_for, current_capability
+from implementations._kernels.triton_autotune import configs_for, current_capability, tma_key
 from implementations._kernels.triton_blocklist import block_tile
 from implementations._kernels.triton_plan import ceil_div
 from implementations._kernels.triton_run import Launch, launch
@@ -140,6 +140,7 @@ def _band_forward(q, k, v, out, lse, mask: MaskSpec, tail: tuple) -> Launch:
     plan = tables.plan
     grid = lambda m: (ceil_div(plan.max_rows, m["BLOCK_M"]), q.shape[0] * q.shape[1],
                       len(plan.slots))
+    tail = (*tail[:3], tma_key(tail[3], dict(Q=q, K=k, V=v, Out=out)))  # TMA tunes apart
     args = (q, k, v, out, lse, tables.slots, *tables.pointers, *_strides(q, k, v, out), *sizes,
             *tail)
     return launch("band_fwd", triton_fwd.band_fwd, grid, args, consts)

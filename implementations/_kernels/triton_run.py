@@ -32,6 +32,7 @@ from implementations._kernels.triton_autotune import (
     config_label,
     interpreted,
     tma_allowed,
+    usable,
     without_tma,
 )
 
@@ -167,8 +168,10 @@ def compile_keys(record: Launch, capability: tuple[int, int] = (9, 0)) -> set[tu
     compile there. A launch on meta tensors (the AOT check's recording) compiles nothing."""
     if record.args[0].device.type == "meta":
         return set()
-    if record.how == "autotuned":
-        configs = class_configs(record.name, record.kwargs["BLOCK_D"], capability, record.kwargs)
+    if record.how == "autotuned":  # the prune's: a TMA config only where the launch allows it
+        named = dict(zip(getattr(record.kernel, "arg_names", ()), record.args, strict=False))
+        configs = usable(class_configs(record.name, record.kwargs["BLOCK_D"], capability,
+                                       record.kwargs), named, record.kwargs)
     elif record.how == "pinned":
         configs = class_configs(record.name, record.kwargs["BLOCK_D"], capability,
                                 record.kwargs)[:1]

@@ -21,11 +21,14 @@ from implementations._kernels.triton_plan import BandPlan, band_plan
 
 DECODE_MAX_ROWS = 16  # n_q up to this runs the split-KV decode kernels
 DEFAULT_SMS = 132  # an H100's SM count: the split count off a GPU (the interpreter)
-# split-KV decode: programs per SM a call aims at (a decode program of 4 warps holds ~128
-# registers a thread and 20-40 KiB of shared memory, so an SM keeps about 4 resident: 4 per SM
-# fills them once, with loads in flight on every SM), and keys per split at least (4 blocks of
-# 128 keys: a program's fixed work, q and its partial state, stays a few % of its K/V reads)
-DECODE_WAVES = 4
+# split-KV decode: programs per SM a call aims at, 2: the fastest of 1, 2, 4 and 8 on an H100
+# at every decode shape of the kernel sweep (one row, 32 query heads of D 128, bf16; with
+# MIN_SPLIT_KEYS = 512), 1.12-1.21x faster than 4: 0.080 vs 0.090 ms at 32k keys over 8 K/V
+# heads (33 splits vs 64), 0.204 vs 0.247 at 128k (33 vs 66), 0.197 vs 0.221 at 32k over 32
+# (9 vs 17) (docs/results/h100/2026-11-26-second-lease/kernel-sweep.csv, 2026-11-26); and
+# keys per split at least (4 blocks of 128 keys: a program's fixed work, q and its partial
+# state, stays a few % of its K/V reads)
+DECODE_WAVES = 2
 MIN_SPLIT_KEYS = 512
 
 

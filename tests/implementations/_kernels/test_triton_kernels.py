@@ -20,7 +20,13 @@ from harness.oracle.agreement import grad_agreement, output_agreement
 from harness.oracle.reference import reference_attention, reference_grads
 from harness.spec import Problem
 from implementations._kernels import triton_attn, triton_fwd, triton_launch, triton_run
-from implementations._kernels.triton_autotune import candidate_configs, config_label, tma_allowed
+from implementations._kernels.triton_autotune import (
+    WRONG_ON_H100,
+    candidate_configs,
+    class_configs,
+    config_label,
+    tma_allowed,
+)
 from implementations._kernels.triton_blocklist import block_entry_count, block_plan, block_tile
 from implementations._kernels.triton_plan import TABLE, band_executed_pairs, band_plan, own_bounds
 from implementations._kernels.triton_tables import device_key, split_count, tune_key
@@ -502,11 +508,17 @@ def test_block_entry_count_is_the_csr_size_without_building_it(mask, n_q, n_k):
 
 # --- the Hopper candidates: TMA tiles, a warp-specialized loop -------------------------------
 
+def _hopper(d: int) -> list:
+    """The forward's sm_90 configs at head dim d with a Hopper path: listed, then candidates."""
+    every = class_configs("band_fwd", d, (9, 0)) + candidate_configs("band_fwd", d, (9, 0))
+    return [c for c in every if c.kwargs.get("TMA")]
+
+
 def _first_of_each_path(d: int) -> list[str]:
-    """The forward's first TMA candidate and its first warp-specialized one at head dim d (as
-    the AOT check compiles)."""
-    found = [c for c in candidate_configs("band_fwd", d, (9, 0)) if c.kwargs.get("TMA")]
-    return [config_label(next(c for c in found if bool(c.kwargs.get("WS")) == ws))
+    """The forward's first TMA config and its first warp-specialized one at head dim d, a
+    listed one before the candidates (as the AOT check compiles: at D 64 the listed TMA
+    config)."""
+    return [config_label(next(c for c in _hopper(d) if bool(c.kwargs.get("WS")) == ws))
             for ws in (False, True)]
 
 
@@ -515,13 +527,18 @@ HOPPER = [(d, label) for d in (64, 128) for label in _first_of_each_path(d)]
 
 @pytest.mark.parametrize("d,label", HOPPER,
                          ids=[f"d{d}-{lab.replace(' ', '-')}" for d, lab in HOPPER])
-def test_hopper_candidates_agree_with_float64(d, label):
-    """Each TMA candidate of the forward (Q/K/V/O through tensor descriptors; "ws": one masked
+def test_hopper_candidates_agree_with_float64(d, label, request):
+    """Each Hopper path of the forward (Q/K/V/O through tensor descriptors; "ws": one masked
     loop, warp-specialized), forced: n_q < n_k dense, n_q > n_k causal (rows with no key),
-    a window; D = 59 (rows a descriptor cannot address) falls back to pointer loads."""
+    a window; D = 59 (rows a descriptor cannot address) falls back to pointer loads. On an
+    H100 the warp-specialized configs at 3 stages gave wrong outputs (kernel sweep,
+    2026-11-26): they stay candidates; the interpreter does not model that."""
     if DEVICE == "cuda" and torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("tensor descriptors are Hopper's (sm_90)")
-    config = next(c for c in candidate_configs("band_fwd", d, (9, 0)) if config_label(c) == label)
+    if DEVICE == "cuda" and label in WRONG_ON_H100:
+        request.applymarker(pytest.mark.xfail(reason="wrong outputs on an H100 (kernel sweep, "
+                                              "2026-11-26): a candidate, never selected"))
+    config = next(c for c in _hopper(d) if config_label(c) == label)
     cases = [(MaskSpec(), (1, 2, 33, 130, d)), (MaskSpec(causal=True), (1, 2, 130, 45, d)),
              (MaskSpec(causal=True, window=(40, 0)), (1, 2, 97, 97, d))]
     if d == 64:

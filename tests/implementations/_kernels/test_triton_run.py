@@ -20,7 +20,13 @@ import triton
 from harness.masks import MaskSpec
 from harness.oracle.agreement import grad_agreement, output_agreement
 from harness.oracle.reference import reference_attention, reference_grads
-from implementations._kernels import triton_aot, triton_attn, triton_launch, triton_run
+from implementations._kernels import (
+    triton_aot,
+    triton_attn,
+    triton_autotune,
+    triton_launch,
+    triton_run,
+)
 from implementations._kernels.triton_autotune import (
     TUNING_ENV,
     autotuning,
@@ -92,6 +98,22 @@ def test_a_pinned_launch_runs_the_class_default_the_aot_check_compiles(monkeypat
     pinned = {r.name: config_label(r.config) for r in launched if r.how == "pinned"}
     assert pinned == {name: aot[name] for name in ("band_fwd", "band_dkdv", "band_dq")}
     assert pinned["band_fwd"] == config_label(class_configs("band_fwd", 64, capability)[0])
+
+
+def test_the_measured_hopper_defaults_agree_where_the_band_has_an_unmasked_middle(monkeypatch):
+    """The sm_90 D 64 defaults the H100 sweep chose (forward 64x64, dQ 128x32, dK/dV 64x64:
+    ``triton_autotune.MEASURED``), pinned and run in the interpreter at their own tiles on a
+    window of 384 keys at n = 701, where every kernel walks masked edges and an unmasked
+    middle: forward and gradients agree with float64."""
+    if DEVICE == "cuda":
+        pytest.skip("a GPU runs its own class's defaults in the other tests")
+    monkeypatch.setattr(triton_run, "interpreted", lambda: False)
+    mask = MaskSpec(causal=True, window=(383, 0))
+    launched, out, grads, inputs = _forward_backward(mask, shape=(1, 1, 701, 701, 64), seed=59)
+    _agree(out, grads, inputs, mask)
+    pinned = {r.name: config_label(r.config) for r in launched if r.how == "pinned"}
+    assert pinned == {name: triton_autotune.MEASURED[name, "sm90-d64"].config
+                      for name in ("band_fwd", "band_dq", "band_dkdv")}
 
 
 def test_pinning_bounds_the_compiles_of_a_call():
