@@ -106,7 +106,7 @@ def availability_and_direct_calls() -> bool:
 
 
 def agreement_gate() -> bool:
-    point = Point(impl="sdpa-flash", device="cuda", dtype="bfloat16", seq_len=16384, heads=1,
+    point = Point.of(impl="sdpa-flash", device="cuda", dtype="bfloat16", seq_len=16384, heads=1,
                   head_dim=32, seed=3)
     q, k, v = make_inputs(point, "cuda")
     attn = registry.get("sdpa-flash").prepare(point.problem())

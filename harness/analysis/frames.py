@@ -18,7 +18,7 @@ import pandas as pd
 
 from harness.measure.passes import split_samples
 from harness.scenarios import packing
-from harness.scenarios.interface import SHAPE_FIELDS as POINT_SHAPE
+from harness.scenarios.interface import FIELD_DEFAULTS
 from harness.schema import POINT_COLUMNS
 
 SHAPE_FIELDS = ("heads", "head_dim", "d_model")
@@ -27,8 +27,6 @@ KEY_FIELDS: tuple[str, ...] = (*POINT_COLUMNS, "d_model")
 # metric -> power of time it scales with; their bootstrap resamples time_samples_s
 TIME_METRICS = {"time_median_s": 1.0, "tokens_per_s": -1.0, "tflops_per_s": -1.0}
 MISSING = "-"  # group-key stand-in for None/NaN (pandas cannot group or merge on them reliably)
-# a Point field's declared default: what a row written without that column meant
-POINT_DEFAULTS = {f.name: f.default for f in POINT_SHAPE}
 
 
 def column(df: pd.DataFrame, name: str) -> pd.Series:
@@ -38,7 +36,7 @@ def column(df: pd.DataFrame, name: str) -> pd.Series:
     on every row: the Point field's default for a point field, null for anything else."""
     if name in df.columns:
         return df[name]
-    return pd.Series([POINT_DEFAULTS.get(name)] * len(df), index=df.index, dtype=object)
+    return pd.Series([FIELD_DEFAULTS.get(name)] * len(df), index=df.index, dtype=object)
 
 
 def with_derived(df: pd.DataFrame) -> pd.DataFrame:

@@ -8,13 +8,19 @@ rules, the timed callable, the extra row columns) is the scenario's: the runner,
 planner, the analysis and the renderers ask it (:func:`get`, :func:`scenario_of`) and never test
 a scenario's name.
 
+The mask is one value, :class:`~harness.scenarios.pointmask.PointMask` (the MaskSpec, with the
+documents as the suite wrote them); :attr:`Point.mask` is the MaskSpec it makes for the
+point's sequence length. Rows hold it flat, one column per MaskSpec field
+(:mod:`harness.scenarios.pointmask`).
+
 Identity: :attr:`Point.point_id` is the sha1 of the JSON of :meth:`Point.fields` (sorted keys),
 cut to 12 hex digits. ``fields()`` is flat, one entry per row column: the 26 fields every point
-has had since the first results (the shape and mask fields, and :data:`FIRST_SETTINGS`: a
-setting that the point's scenario does not have counts at the value it had then), plus every
-field added since then (a mask field, a scenario setting, a method parameter) only when it is
-not at its default. So a point that could be written before keeps its id, and committed
-baselines still match.
+has had since the first results (the shape fields, the mask's
+:data:`~harness.scenarios.pointmask.FIRST_COLUMNS`, and :data:`FIRST_SETTINGS`: a setting that
+the point's scenario does not have counts at the value it had then), plus every field added
+since then (a mask field, a scenario setting, a method parameter) only when it is not at its
+default. So a point that could be written before keeps its id, and committed baselines still
+match.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import importlib
 import json
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import ClassVar
 
 import torch
@@ -33,8 +39,9 @@ import torch
 from harness import registry, scenarios
 from harness.masks import MaskSpec
 from harness.measure.device import Device
-from harness.scenarios import packing
+from harness.scenarios import packing, pointmask
 from harness.scenarios.case import Case, CaseOptions, CheckPlan, MeasureOption, plan_check
+from harness.scenarios.pointmask import PointMask
 from harness.spec import DTYPES, ParamValue, Problem
 
 # the scenario settings of the first point ids, with the values they hashed when a point's
@@ -43,7 +50,6 @@ FIRST_SETTINGS: dict[str, object] = {
     "norm": "pre", "ffn": "gelu", "pos": "rope", "mixer": "attention", "conv_kernel": 3,
     "layers": 2, "cache": "full", "gen_tokens": 8,
 }  # fmt: skip
-ADDED_FIELDS = ("documents", "prefix_len")  # Point fields added since: in the id when set
 
 
 class SettingsError(ValueError):
@@ -59,7 +65,8 @@ class Point:
     """One sweep point.
 
     q: (batch, heads, q_len or seq_len, head_dim); k/v: (batch, kv_heads, seq_len, head_dim).
-    ``settings`` is the scenario's settings dataclass (None: its defaults for ``impl``);
+    ``masking`` is the mask as the suite wrote it (:attr:`mask` realises it for seq_len);
+    ``settings`` the scenario's settings dataclass (None: its defaults for ``impl``);
     ``params`` the implementation's method parameters set away from their declared defaults,
     sorted by name.
     """
@@ -74,29 +81,21 @@ class Point:
     heads: int = 8
     kv_heads: int | None = None  # grouped/multi-query K/V; None = heads
     head_dim: int = 64
-    causal: bool = False
-    window_left: int | None = None  # None = unbounded (no window on that side)
-    window_right: int | None = None
-    dilation: int = 1
-    global_tokens: int | tuple[int, ...] = 0  # the first g positions, or the positions
-    block_size: int | None = None
-    random_blocks: int = 0
-    seed: int = 0
-    documents: packing.Documents | None = None  # packed documents (harness.scenarios.packing)
-    prefix_len: int = 0
+    masking: PointMask = field(default_factory=PointMask)
     settings: typing.Any = None
     params: tuple[tuple[str, ParamValue], ...] = ()
 
     @classmethod
     def of(cls, impl: str, scenario: str = "attention", **fields: object) -> Point:
-        """A point from flat fields, as a suite or a row spells them: the shape and mask fields,
-        the scenario's settings (``cache="rolling"``) and the implementation's declared method
-        parameters by name. A name that is none of these is a TypeError."""
+        """A point from flat fields, as a suite or a row spells them: the shape fields, the mask
+        columns (``causal=True, window_left=255``), the scenario's settings (``cache="rolling"``)
+        and the implementation's declared method parameters by name. A name that is none of
+        these is a TypeError."""
         kind = get(scenario)
         types = settings_types(kind)
         params = declared_params(impl, {})
         shape = {f.name for f in SHAPE_FIELDS}
-        unknown = set(fields) - shape - set(types) - set(params)
+        unknown = set(fields) - shape - set(pointmask.COLUMNS) - set(types) - set(params)
         if unknown:
             raise TypeError(f"not a field of a {scenario} point of {impl}: {sorted(unknown)}")
         settings = kind.make_settings(impl, {k: v for k, v in fields.items() if k in types})
@@ -104,6 +103,7 @@ class Point:
             impl=impl,
             scenario=scenario,
             **{k: v for k, v in fields.items() if k in shape},
+            masking=PointMask.from_columns(fields),
             settings=settings,
             params=tuple((k, v) for k, v in fields.items() if k in params),
         )
@@ -111,9 +111,6 @@ class Point:
     def __post_init__(self) -> None:
         if self.settings is None:  # the scenario's defaults for this implementation
             object.__setattr__(self, "settings", get(self.scenario).make_settings(self.impl, {}))
-        for name in ("global_tokens", "documents"):  # hashable: a list is its tuple
-            if isinstance(getattr(self, name), list):
-                object.__setattr__(self, name, tuple(getattr(self, name)))
         object.__setattr__(self, "params", _set_params(self.impl, self.params))
 
     @property
@@ -133,26 +130,19 @@ class Point:
         return DTYPES[self.dtype]
 
     @property
-    def document_lengths(self) -> tuple[int, ...] | None:
-        """The realised lengths of ``documents`` (None without documents)."""
-        return None if self.documents is None else packing.lengths(self.documents, self.seq_len)
+    def mask(self) -> MaskSpec:
+        """The mask of this point's sequence: ``masking`` with its documents realised."""
+        return self.masking.resolve(self.seq_len)
 
     @property
-    def mask(self) -> MaskSpec:
-        window = None
-        if self.window_left is not None or self.window_right is not None:
-            window = (self.window_left, self.window_right)
-        return MaskSpec(
-            causal=self.causal,
-            window=window,
-            dilation=self.dilation,
-            global_tokens=self.global_tokens,
-            block_size=self.block_size,
-            random_blocks=self.random_blocks,
-            seed=self.seed,
-            documents=self.document_lengths,
-            prefix_len=self.prefix_len,
-        )
+    def seed(self) -> int:
+        """The seed of the inputs (and of the mask's random blocks)."""
+        return self.masking.spec.seed
+
+    @property
+    def document_lengths(self) -> tuple[int, ...] | None:
+        """The realised lengths of the documents (None without documents)."""
+        return self.mask.documents
 
     def attention_call(self, n_q: int, n_k: int, mask: MaskSpec, backward: bool = False) -> Problem:
         """One attention call of this point's shape and method parameters: q (B, H, n_q, D),
@@ -190,19 +180,17 @@ class Point:
         settings, its implementation's declared parameters), the realised document lengths and
         their token-weighted mean ``document_len``, d_model and point_id."""
         out = self._flat(complete=True)
-        if self.documents is not None:
-            out["document_lengths"] = list(self.document_lengths)
-            out["document_len"] = packing.document_len(self.document_lengths)
+        lengths = self.document_lengths
+        if lengths is not None:
+            out["document_lengths"] = list(lengths)
+            out["document_len"] = packing.document_len(lengths)
         return {**out, "d_model": self.d_model, "point_id": self.point_id}
 
     def _flat(self, complete: bool) -> dict:
         """Flat fields; ``complete=False`` leaves out what was added after the first point ids
         while it is at its default (the id form), ``True`` keeps everything (the row form)."""
-        out = {}
-        for f in SHAPE_FIELDS:
-            value = getattr(self, f.name)
-            if complete or f.name not in ADDED_FIELDS or value != f.default:
-                out[f.name] = _column_value(value)
+        out = {f.name: getattr(self, f.name) for f in SHAPE_FIELDS}
+        out.update(self.masking.columns(complete))
         settings = dataclasses.asdict(self.settings)
         defaults = dataclasses.asdict(type(self.settings)())
         for name, first in FIRST_SETTINGS.items():
@@ -220,14 +208,12 @@ class Point:
         )
 
 
-SHAPE_FIELDS = tuple(f for f in fields(Point) if f.name not in ("settings", "params"))
-
-
-def _column_value(value: object) -> object:
-    """A field value as a row holds it: global positions and document lengths as text."""
-    if isinstance(value, tuple):
-        return packing.text(value)
-    return value
+SHAPE_FIELDS = tuple(f for f in fields(Point) if f.name not in ("masking", "settings", "params"))
+# a shape or mask column's default: what a row written without that column meant
+FIELD_DEFAULTS: dict[str, object] = {
+    **{f.name: f.default for f in SHAPE_FIELDS},
+    **PointMask().columns(),
+}
 
 
 def declared_params(impl: str, given: dict[str, ParamValue]) -> dict[str, ParamValue]:
@@ -458,10 +444,10 @@ def settings_types(scenario: Scenario) -> dict[str, type]:
 
 
 def point_fields() -> tuple[str, ...]:
-    """Every Point field as a row column, in the schema's order: the shape and mask fields, then
-    each scenario's settings (once each, folder by folder). Method parameters are not here:
-    they are the implementations'."""
-    out = [f.name for f in SHAPE_FIELDS]
+    """Every Point field as a row column, in the schema's order: the shape fields, the mask
+    columns, then each scenario's settings (once each, folder by folder). Method parameters are
+    not here: they are the implementations'."""
+    out = [f.name for f in SHAPE_FIELDS] + list(pointmask.COLUMNS)
     for word in names():
         out += [f.name for f in fields(get(word).settings) if f.name not in out]
     return tuple(out)
@@ -478,17 +464,16 @@ def point_from_row(row: Mapping) -> Point:
         for f in SHAPE_FIELDS
         if values.get(f.name) is not None
     }
-    if "documents" in base:
-        base["documents"] = packing.parse(base["documents"])
-    if isinstance(base.get("global_tokens"), str):
-        base["global_tokens"] = packing.parse(base["global_tokens"])
+    masking = PointMask.from_columns(
+        {k: _typed(values[k], t) for k, t in pointmask.HINTS.items() if values.get(k) is not None}
+    )
     types = settings_types(scenario)
     settings = scenario.settings(
         **{k: _typed(values[k], t) for k, t in types.items() if values.get(k) is not None}
     )
     declared = declared_params(base.get("impl", ""), {})
     params = {k: values[k] for k in declared if values.get(k) is not None}
-    return Point(**base, settings=settings, params=tuple(params.items()))
+    return Point(**base, masking=masking, settings=settings, params=tuple(params.items()))
 
 
 def _cell(value: object) -> object:

@@ -18,11 +18,13 @@ from harness import registry
 from harness.errors import SuiteError
 from harness.masks import MaskError
 from harness.measure.device import resolve_device_name
-from harness.scenarios import interface, packing
-from harness.scenarios.interface import Point, Scenario, SettingsError
+from harness.scenarios import interface
+from harness.scenarios.interface import SHAPE_FIELDS, Point, Scenario, SettingsError
+from harness.scenarios.pointmask import PointMask
 from harness.spec import Param
 from harness.sweep.validate import SHAPE_AXES, Axes, SuiteReporter, is_swept
 
+_SHAPE = frozenset(f.name for f in SHAPE_FIELDS)  # the Point fields a suite value sets itself
 MAX_POINTS = 100_000  # a typo'd sweep must not expand for minutes before it is refused
 
 # One implementation's share of a suite: (implementation name, its own [[variant]] axes).
@@ -169,14 +171,11 @@ def make_point(impl: str, scenario: str, values: dict, axes: Axes, err: SuiteRep
             err.fail(f"{label}: {name}", value, "; ".join(problems))
     sc = axes.scenario
     try:
-        if "documents" in values:
-            values["documents"] = packing.parse(values["documents"])
-        if isinstance(values.get("global_tokens"), list):
-            values["global_tokens"] = tuple(values["global_tokens"])
         point = Point(
             impl=impl,
             scenario=scenario,
-            **{k: v for k, v in values.items() if k in SHAPE_AXES},
+            **{k: v for k, v in values.items() if k in _SHAPE},
+            masking=PointMask.from_columns(values),
             settings=sc.make_settings(impl, settings),
             params=tuple(params.items()),
         )

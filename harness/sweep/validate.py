@@ -24,16 +24,16 @@ from dataclasses import dataclass, field, fields
 from harness.errors import SuiteError
 from harness.scenarios import packing
 from harness.scenarios.interface import Scenario, settings_types
+from harness.scenarios.pointmask import suite_types
 from harness.spec import DTYPES, Param
 
 DEVICES = ("cpu", "cuda", "auto")
 # fmt: off
 # Point fields a suite may set, with their types (bool is checked before int: True is an int).
+# The mask columns' types come from the MaskSpec (harness.scenarios.pointmask).
 FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
     "device": str, "dtype": str, "batch": int, "seq_len": int, "q_len": int, "heads": int,
-    "kv_heads": int, "head_dim": int, "causal": bool, "window_left": int, "window_right": int,
-    "dilation": int, "global_tokens": (int, list), "block_size": int, "random_blocks": int,
-    "seed": int, "documents": (str, list), "prefix_len": int,
+    "kv_heads": int, "head_dim": int, **suite_types(),
 }
 SHAPE_AXES = set(FIELD_TYPES) | {"window", "d_model"}
 _CHOICES = {"dtype": tuple(DTYPES), "device": DEVICES}

@@ -44,7 +44,7 @@ def _cases() -> list:
     cases = []
     for impl in registry.all_implementations():
         for mask_name, fields in MASKS.items():
-            if not Point(impl=impl.name, **fields).mask.features <= impl.caps.mask_features:
+            if not Point.of(impl=impl.name, **fields).mask.features <= impl.caps.mask_features:
                 continue
             for n in SEQ_LENS:
                 cases.append(
@@ -55,7 +55,7 @@ def _cases() -> list:
 
 @pytest.mark.parametrize(("name", "seq_len", "mask_name"), _cases())
 def test_attention_forward(benchmark, name: str, seq_len: int, mask_name: str) -> None:
-    point = Point(impl=name, device=DEVICE, seq_len=seq_len, **SHAPE, **MASKS[mask_name])
+    point = Point.of(impl=name, device=DEVICE, seq_len=seq_len, **SHAPE, **MASKS[mask_name])
     impl, problem = registry.get(name), point.problem()
     reasons = impl.not_supported(problem)
     if reasons:

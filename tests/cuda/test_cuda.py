@@ -99,7 +99,7 @@ def test_every_implementation_agrees_with_the_float64_reference(dtype):
         impl = registry.get(name)
         for mask in _masks_for(impl):
             for n in (197, 1031):
-                point = Point(
+                point = Point.of(
                     name, device="cuda", dtype=dtype, batch=2, heads=3, head_dim=64, seq_len=n,
                     causal=mask.causal, window_left=mask.left, window_right=mask.right,
                     dilation=mask.dilation, global_tokens=mask.global_tokens,

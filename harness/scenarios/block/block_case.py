@@ -87,7 +87,7 @@ def block_config(point: Point) -> BlockConfig:
         pos=s.pos,
         mixer=s.mixer,
         conv_kernel=s.conv_kernel,
-        causal=point.causal,
+        causal=point.mask.causal,
         max_len=point.seq_len,
     )
 

@@ -172,7 +172,7 @@ class Decode(Scenario):
         """The model's rules (causal, a window at most, what the cache kind needs), then the
         core's reasons for the step and, unless the cache fills by steps, the prefill."""
         out = []
-        if not point.causal:
+        if not point.mask.causal:
             out.append("decode is causal: set causal = true")
         extra = point.mask.features - MODEL_MASK_FEATURES
         if extra:

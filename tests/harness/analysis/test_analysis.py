@@ -112,7 +112,7 @@ def test_local_slopes_of_an_exact_power_law():
 
 def test_fit_exponents_groups_by_the_fields_that_vary():
     points = [
-        Point(impl, seq_len=int(n), causal=c)
+        Point.of(impl, seq_len=int(n), causal=c)
         for impl in ("full", "sdpa-flash")
         for c in (False, True)
         for n in X
@@ -120,7 +120,7 @@ def test_fit_exponents_groups_by_the_fields_that_vary():
     power = {"full": 2.0, "sdpa-flash": 1.0}
 
     def time(pt: Point) -> float:
-        return 1e-9 * pt.seq_len ** power[pt.impl] * (0.5 if pt.causal else 1.0)
+        return 1e-9 * pt.seq_len ** power[pt.impl] * (0.5 if pt.mask.causal else 1.0)
 
     frame = pd.DataFrame(rows(points, time))
     fits = fit_exponents(frame, "seq_len", "time_median_s")

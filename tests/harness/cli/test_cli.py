@@ -230,7 +230,7 @@ def test_the_expected_time_leaves_out_points_over_the_memory_budget(tmp_path, ca
     code, _, err = cli(capsys, "run", suite_file(tmp_path, text), "--out", tmp_path / "r",
                        "--no-table", "--mem-budget", "16MiB", "--budget-s", "0.02")
     assert code == 0, err
-    small = Point("sdpa", seq_len=33, heads=2, head_dim=16, causal=True)
+    small = Point.of("sdpa", seq_len=33, heads=2, head_dim=16, causal=True)
     expected = duration(3 * predicted_seconds(small, 0.02))
     assert f"expected about {expected} " in err.splitlines()[0], err
     assert "1 ok, 1 skipped" in err
@@ -424,7 +424,7 @@ def test_maxlen_says_up_front_how_long_verification_takes():
     from harness.execute.maxlen import verification_notice
 
     slow = verification_notice(Point("sdpa"), 256 * 2**20, 64, 120.0)
-    fast = verification_notice(Point("full", causal=True), 256 * 2**20, 64, 120.0)
+    fast = verification_notice(Point.of("full", causal=True), 256 * 2**20, 64, 120.0)
     assert "isolated runs" in slow and "min in all" in slow and "--no-verify" in slow
     assert "--no-verify" not in fast
 

@@ -25,7 +25,7 @@ from harness.results import ENV_FILE, ROWS_FILE, RowWriter, write_env
 from harness.scenarios.interface import Point, point_fields
 
 POINTS = [
-    Point(impl=impl, seq_len=n, heads=4, head_dim=32, causal=causal)
+    Point.of(impl=impl, seq_len=n, heads=4, head_dim=32, causal=causal)
     for impl in ("full", "sdpa", "flash-tiled")
     for n in (128, 256)
     for causal in (False, True)
@@ -441,7 +441,7 @@ def test_a_file_gets_the_whole_table_uncut(tmp_path: Path, capsys) -> None:
     """Written to a file or pipe, no cell is cut or wrapped, however long the labels (a
     third-party plug-in's name, a mask with every feature)."""
     name = "vendor-fused-sliding-window-attention-with-global-tokens-v2"
-    points = [Point(impl=name, seq_len=n, heads=4, head_dim=32, causal=True, window_left=255,
+    points = [Point.of(impl=name, seq_len=n, heads=4, head_dim=32, causal=True, window_left=255,
                     window_right=0, dilation=2, global_tokens=16) for n in (128, 256)]
     rng = np.random.default_rng(9)
     base = write_run(tmp_path / "base", [make_row(p, rng) for p in points])

@@ -17,7 +17,7 @@ from harness.sweep.suite import MeasureConfig
 
 
 def tiny(**kw) -> Point:
-    return Point(**{"impl": "full", "batch": 1, "heads": 1, "head_dim": 1, **kw})
+    return Point.of(**{"impl": "full", "batch": 1, "heads": 1, "head_dim": 1, **kw})
 
 
 def useful(point: Point) -> float:
@@ -132,7 +132,7 @@ def test_peak_memory_prediction_of_eager_and_flash_attention():
 
 @pytest.mark.parametrize("scenario", ["block", "block+backward", "decode"])
 def test_every_scenario_has_positive_models(scenario):
-    point = Point("sdpa", scenario=scenario, causal=scenario == "decode", seq_len=256)
+    point = Point.of("sdpa", scenario=scenario, causal=scenario == "decode", seq_len=256)
     assert useful(point) > 0
     assert cost_of(point).peak_bytes > cost_of(point).call_bytes > 0
     assert cost_of(point).compulsory_bytes > 0
@@ -158,9 +158,9 @@ def test_attention_compulsory_bytes_by_hand():
     lse written, q, k, v, out, dout and lse read, dq, dk, dv written."""
     shape = dict(batch=2, heads=4, kv_heads=2, q_len=97, seq_len=130, head_dim=59,
                  dtype="bfloat16", causal=True)
-    forward = Point("sdpa", **shape)
+    forward = Point.of("sdpa", **shape)
     assert cost_of(forward).compulsory_bytes == 91568 + 2 * 61360 + 91568
-    backward = Point("sdpa", scenario="attention+backward", **shape)
+    backward = Point.of("sdpa", scenario="attention+backward", **shape)
     qkv = 91568 + 2 * 61360
     want = (qkv + 91568) + 3104 + (qkv + 2 * 91568 + 3104) + qkv
     assert cost_of(backward).compulsory_bytes == want
@@ -180,7 +180,7 @@ def test_attention_rows_carry_compulsory_bytes_and_bw_fraction(monkeypatch):
     """Through the runner on CPU: the row's bw_fraction is its compulsory bytes over its
     median time and the calibrated bandwidth."""
     monkeypatch.setitem(calibrate._THIS_RUN, "cpu", {"mem_bandwidth_bytes_per_s": 2e9})
-    point = Point("sdpa", heads=2, head_dim=16, seq_len=97, causal=True)
+    point = Point.of("sdpa", heads=2, head_dim=16, seq_len=97, causal=True)
     config = MeasureConfig(timing=TimingConfig(budget_s=0.02, min_samples=3))
     row = run_point(point, config, get_device("cpu"))
     assert row["status"] == "ok", row.get("reason")

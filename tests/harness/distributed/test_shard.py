@@ -120,14 +120,15 @@ def test_partition_is_stable_under_reordering_of_the_suite_file(tmp_path: Path) 
 
 def test_partition_balances_predicted_time_not_count() -> None:
     # One point at n=8192 costs more than the twenty small ones together.
-    points = [Point("sdpa", seq_len=8192)] + [Point("sdpa", seq_len=64, seed=s) for s in range(20)]
+    points = [Point("sdpa", seq_len=8192)]
+    points += [Point.of("sdpa", seq_len=64, seed=s) for s in range(20)]
     shards = partition(points, 2)
     loads = [sum(predicted_seconds(p) for p in s) for s in shards]
     assert sorted(len(s) for s in shards) == [1, 20]
     assert abs(loads[0] - loads[1]) <= max(predicted_seconds(p) for p in points)
     # LPT's guarantee on a mixed sweep: no shard exceeds the mean by more than one point.
     sweep = [
-        Point(impl, seq_len=n, causal=c)
+        Point.of(impl, seq_len=n, causal=c)
         for impl in ("sdpa", "full", "flash-tiled")
         for n in (128, 512, 1024, 2048, 4096)
         for c in (False, True)
@@ -146,8 +147,8 @@ def test_declared_unsupported_points_cost_almost_nothing() -> None:
 @pytest.mark.parametrize(
     "point",
     [
-        Point("full", seq_len=4096, causal=True),
-        Point("bigbird", seq_len=4096, block_size=64, window_left=1, window_right=1,
+        Point.of("full", seq_len=4096, causal=True),
+        Point.of("bigbird", seq_len=4096, block_size=64, window_left=1, window_right=1,
               global_tokens=64, random_blocks=2),
         Point.of("sdpa", "block+backward", seq_len=2048),
         Point.of("sdpa", "decode", seq_len=4096, causal=True, cache="none", gen_tokens=4),

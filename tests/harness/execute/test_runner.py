@@ -63,7 +63,7 @@ def run(point: Point) -> dict:
 
 
 def test_ok_row_has_every_documented_column():
-    row = run(Point(impl="sdpa", seq_len=97, heads=3, head_dim=59, batch=2, causal=True))
+    row = run(Point.of(impl="sdpa", seq_len=97, heads=3, head_dim=59, batch=2, causal=True))
     assert row["status"] == "ok" and row["agree"] is True
     missing = [c for c in REQUIRED if c not in row]
     assert not missing
@@ -76,7 +76,8 @@ def test_ok_row_has_every_documented_column():
 def test_unsupported_point_is_skipped_with_the_reason():
     row = run(Point(impl="sdpa-efficient", seq_len=64, heads=2, head_dim=16))
     assert row["status"] == "skipped" and "cuda" in row["reason"]
-    row = run(Point(impl="sdpa", seq_len=64, heads=2, head_dim=16, window_left=3, window_right=0))
+    point = Point.of(impl="sdpa", seq_len=64, heads=2, head_dim=16, window_left=3, window_right=0)
+    row = run(point)
     assert row["status"] == "skipped" and "window" in row["reason"]
 
 
@@ -119,7 +120,7 @@ def test_over_budget_point_is_skipped_with_the_prediction():
 
 def test_backward_scenario_checks_gradients():
     row = run(
-        Point(
+        Point.of(
             impl="flash-tiled",
             scenario="attention+backward",
             seq_len=97,
@@ -135,7 +136,9 @@ def test_backward_scenario_checks_gradients():
 
 def test_large_points_check_sampled_rows():
     row = run_point(
-        Point(impl="sdpa-flash", seq_len=4100, heads=1, head_dim=16, causal=True), FAST, CpuDevice()
+        Point.of(impl="sdpa-flash", seq_len=4100, heads=1, head_dim=16, causal=True),
+        FAST,
+        CpuDevice(),
     )
     assert row["status"] == "ok" and row["check"] == "rows"
 
@@ -177,7 +180,9 @@ def test_block_mixer_baselines(mixer):
 
 def test_block_backward_checks_input_gradient():
     row = run(
-        Point(impl="full", scenario="block+backward", seq_len=33, heads=2, head_dim=8, causal=True)
+        Point.of(
+            impl="full", scenario="block+backward", seq_len=33, heads=2, head_dim=8, causal=True
+        )
     )
     assert row["status"] == "ok" and row["grad_rel_err"] < 1e-4
 

@@ -32,7 +32,7 @@ WINDOW = (255, 0)  # a causal sliding window of 256 keys
 def _point(dtype: str, causal: bool = False, window: tuple[int, int] | None = None) -> Point:
     left, right = window if window else (None, None)
     impl = "local" if window else "sdpa"
-    return Point(impl=impl, dtype=dtype, seq_len=N, heads=1, head_dim=D, causal=causal,
+    return Point.of(impl=impl, dtype=dtype, seq_len=N, heads=1, head_dim=D, causal=causal,
                  window_left=left, window_right=right, seed=3)
 
 

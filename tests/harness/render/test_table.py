@@ -45,8 +45,9 @@ def sparse_rows() -> pd.DataFrame:
     for n in (512, 1024, 2048):
         for i, (impl, fields) in enumerate(SPARSE_IMPLS.items()):
             base = {"causal": True, "window_left": 255, "window_right": 0, "seq_len": n}
-            rows.append(_row(Point(impl, **{**base, **fields}), seconds=(i + 1) * 1e-3 * n / 512))
-        rows.append(_row(Point("xformers", causal=True, seq_len=n), status="skipped"))
+            seconds = (i + 1) * 1e-3 * n / 512
+            rows.append(_row(Point.of(impl, **{**base, **fields}), seconds=seconds))
+        rows.append(_row(Point.of("xformers", causal=True, seq_len=n), status="skipped"))
     return pd.DataFrame(rows)
 
 
@@ -157,7 +158,7 @@ DECLARED = ("sdpa", "linear", "performer", "linformer", "nystrom")
 
 def shuffled_rows(seed: int = 3) -> pd.DataFrame:
     """Rows of a suite declaring :data:`DECLARED`, in a shuffled execution order."""
-    rows = [_row(Point(impl, seq_len=n, causal=False), seconds=1e-3 * n / 256)
+    rows = [_row(Point.of(impl, seq_len=n, causal=False), seconds=1e-3 * n / 256)
             for n in (1024, 256, 512) for impl in SHUFFLED]
     return pd.DataFrame(rows).sample(frac=1.0, random_state=seed).reset_index(drop=True)
 
@@ -202,9 +203,9 @@ def test_a_bundled_suite_orders_rows_measured_elsewhere():
 
 
 def test_windows_and_other_numbers_sort_numerically():
-    rows = [_row(Point("local", causal=True, window_left=w, window_right=0, seq_len=2048))
+    rows = [_row(Point.of("local", causal=True, window_left=w, window_right=0, seq_len=2048))
             for w in (1023, 127, 255, 63)]
-    rows.append(_row(Point("local", causal=True, window_left=None, window_right=0,
+    rows.append(_row(Point.of("local", causal=True, window_left=None, window_right=0,
                            seq_len=2048)))
     cells = table.cells(pd.DataFrame(rows), "time_median_s", pivot.layout(pd.DataFrame(rows)))
     assert list(cells["window"]) == ["-,0", "63,0", "127,0", "255,0", "1023,0"]

@@ -137,8 +137,8 @@ def test_added_fields_enter_the_id_only_away_from_their_default():
     assert same.point_id == base.point_id and same.fields() == base.fields()
     for changed in (
         Point.of("full", seq_len=256, qk_std=0.25),
-        Point("full", seq_len=256, prefix_len=16),
-        Point("full", seq_len=256, documents="uniform:64"),
+        Point.of("full", seq_len=256, prefix_len=16),
+        Point.of("full", seq_len=256, documents="uniform:64"),
     ):
         assert changed.point_id != base.point_id
     columns = base.columns()  # rows carry every field, defaults included
@@ -148,7 +148,7 @@ def test_added_fields_enter_the_id_only_away_from_their_default():
 def test_settings_a_scenario_lacks_hash_as_they_always_did():
     """A block point hashes the decode settings at the values every point had before
     (layers 2, cache full, gen_tokens 8), and a decode point the block's mixer and kernel."""
-    block, decode = Point("sdpa", "block"), Point("sdpa", "decode", causal=True)
+    block, decode = Point("sdpa", "block"), Point.of("sdpa", "decode", causal=True)
     assert not hasattr(block.settings, "cache") and block.fields()["cache"] == "full"
     assert not hasattr(decode.settings, "mixer") and decode.fields()["mixer"] == "attention"
     assert Point("lstm", "block").settings.mixer == "lstm"  # a baseline is its own mixer
@@ -159,7 +159,7 @@ def test_a_row_rebuilds_the_point_it_came_from():
         Point.of("sdpa", "decode", causal=True, cache="rolling", window_left=15, window_right=0),
         Point.of("conv", "block+backward", conv_kernel=5, ffn="swiglu"),
         Point.of("full", seq_len=96, global_tokens=(0, 95), qk_std=0.5),
-        Point("full", seq_len=96, documents=(40, 56), prefix_len=8),
+        Point.of("full", seq_len=96, documents=(40, 56), prefix_len=8),
     ]
     for point in points:
         assert point_from_row(point.columns()) == point
@@ -227,7 +227,7 @@ def test_a_documents_axis_sweeps_specs_and_rows_record_both_columns(chunked):
         "sweep": {"documents": ["uniform:32", "lognormal:mean=30,sigma=1,seed=1", [40, 56]]},
     }
     points = parse_suite(doc, "docs.toml").points
-    assert [p.documents for p in points] == [
+    assert [p.masking.documents for p in points] == [
         "uniform:32",
         "lognormal:mean=30,sigma=1,seed=1",
         (40, 56),
@@ -259,9 +259,9 @@ def test_bad_prefix_and_global_positions_are_one_line_suite_errors(fixed, expect
 def test_global_positions_are_a_value_in_fixed_and_a_list_of_lists_in_sweep():
     fixed = {**BASE, "fixed": {"seq_len": 64, "global_tokens": [0, 63]}}
     (point,) = parse_suite(fixed, "g.toml").points
-    assert point.global_tokens == (0, 63) and point.columns()["global_tokens"] == "0,63"
+    assert point.mask.global_tokens == (0, 63) and point.columns()["global_tokens"] == "0,63"
     swept = {**BASE, "fixed": {"seq_len": 64}, "sweep": {"global_tokens": [[0, 63], 4]}}
-    assert [p.global_tokens for p in parse_suite(swept, "g.toml").points] == [(0, 63), 4]
+    assert [p.mask.global_tokens for p in parse_suite(swept, "g.toml").points] == [(0, 63), 4]
     assert point.mask.global_positions(64) == (0, 63)
 
 
