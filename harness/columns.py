@@ -29,7 +29,14 @@ KINDS = {
 
 @dataclass(frozen=True)
 class Column:
-    """One row column: ``unit`` as stored ("" = none or text), ``kind`` a key of KINDS."""
+    """One row column: ``unit`` as stored ("" = none or text), ``kind`` a key of KINDS.
+
+    What the readers of rows make of it is declared here too, so a scenario's columns bring
+    it with them: ``title`` is its human name in tables and figures ("" = its name);
+    ``timed`` marks a time of a timed call (or a rate of one), which claims judge as a time;
+    ``when_present`` puts it in the default table of a run that has a value of it;
+    ``follows_impl`` marks a point field that the implementation sets (rows of two
+    implementations are matched without it)."""
 
     name: str
     unit: str
@@ -37,6 +44,10 @@ class Column:
     doc: str
     many: bool = False  # a list: one value per sample, per timing pass or per document
     point: bool = False  # a field of the sweep point: identifies the point (in point_id)
+    title: str = ""
+    timed: bool = False
+    when_present: bool = False
+    follows_impl: bool = False
 
     def __post_init__(self):
         if self.kind not in KINDS:

@@ -42,6 +42,7 @@ from pathlib import Path
 from harness import bundled
 from harness.analysis.powerfit import MODELS
 from harness.errors import CliError
+from harness.schema import COLUMNS
 
 DEFAULT_CLAIMS = bundled("claims.toml")  # the installed copy, or the checkout's suites/
 VERDICTS = ("confirmed", "refuted", "mixed", "holds in part", "inconclusive")
@@ -51,7 +52,8 @@ CONCERNS = ("work", "device", "both")
 CHEAPER = ("below", "above")
 PLATEAU = 0.15  # default: utilization is level where its exponent along the axis is within ±this
 SATURATION = 0.0  # default: no floor on utilization (the plateau rule decides)
-TIMED_METRICS = ("time_median_s", "mixer_time_s", "tokens_per_s", "tflops_per_s")
+# the times of a timed call and the rates of one (each scenario declares its own: Column.timed)
+TIMED_METRICS: tuple[str, ...] = tuple(c.name for c in COLUMNS if c.timed)
 
 
 @dataclass(frozen=True)

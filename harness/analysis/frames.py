@@ -19,11 +19,14 @@ import pandas as pd
 from harness.measure.passes import split_samples
 from harness.scenarios import packing
 from harness.scenarios.interface import FIELD_DEFAULTS
-from harness.schema import POINT_COLUMNS
+from harness.schema import COLUMNS, POINT_COLUMNS
 
 SHAPE_FIELDS = ("heads", "head_dim", "d_model")
 SHAPE_PARTNER = {"heads": "d_model", "head_dim": "d_model", "d_model": "head_dim"}
 KEY_FIELDS: tuple[str, ...] = (*POINT_COLUMNS, "d_model")
+# point fields the implementation sets (Column.follows_impl): rows of two implementations are
+# matched without them
+IMPL_FIELDS: tuple[str, ...] = tuple(c.name for c in COLUMNS if c.point and c.follows_impl)
 # metric -> power of time it scales with; their bootstrap resamples time_samples_s
 TIME_METRICS = {"time_median_s": 1.0, "tokens_per_s": -1.0, "tflops_per_s": -1.0}
 MISSING = "-"  # group-key stand-in for None/NaN (pandas cannot group or merge on them reliably)

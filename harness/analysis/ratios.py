@@ -22,7 +22,14 @@ import pandas as pd
 from harness import fmt
 from harness.analysis.claims import Claim
 from harness.analysis.fits import N_BOOT, log_ratio_boot
-from harness.analysis.frames import KEY_FIELDS, TIME_METRICS, aggregate, group_label, iter_groups
+from harness.analysis.frames import (
+    IMPL_FIELDS,
+    KEY_FIELDS,
+    TIME_METRICS,
+    aggregate,
+    group_label,
+    iter_groups,
+)
 
 Pairs = list[tuple[dict, pd.DataFrame]]
 
@@ -33,7 +40,7 @@ def matched(sub: pd.DataFrame, base: pd.DataFrame, claim: Claim) -> tuple[Pairs,
     merged points: keys, ``x``, and ``y_s``/``samples_s`` (subject), ``y_b``/``samples_b``
     (baseline) of :func:`~harness.analysis.frames.aggregate`), or ([], why there are none)."""
     filters = set(claim.where) | set(claim.baseline_where or {})
-    skip = filters | {"impl", "mixer", "point_id", claim.over}
+    skip = filters | {"impl", *IMPL_FIELDS, "point_id", claim.over}
     keys = [c for c in KEY_FIELDS if c in sub.columns and c in base.columns and c not in skip]
     merged = aggregate(sub, claim.over, claim.metric, keys).merge(
         aggregate(base, claim.over, claim.metric, keys),

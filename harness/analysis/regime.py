@@ -28,7 +28,7 @@ by a fall cannot average out to "level"). Leading points outside it are left out
 fit, and the verdict says how utilization moved there.
 
 Every call into the cost model from the analysis and the report goes through this module
-(:func:`row_costs`, :func:`flop_crossover`), so a new cost interface is re-pointed here once.
+(:func:`row_costs`), so a new cost interface is re-pointed here once.
 """
 
 from __future__ import annotations
@@ -41,13 +41,15 @@ import pandas as pd
 
 from harness.analysis.fits import fit_exponent
 from harness.analysis.powerfit import Fit, sample_medians
-from harness.cost import components
 from harness.measure import calibrate
 from harness.scenarios.interface import cost_of, point_from_row
+from harness.schema import COLUMNS
 
 RULES = ("roofline", "peak")
 WORK_KINDS = ("flops", "bytes")
-TIMED = {"time_median_s": "time_median_s", "mixer_time_s": "mixer_time_s"}
+# a timed duration (a scenario's own timing among them) -> itself: its own clock; a rate of the
+# timed call is judged by the call's time
+TIMED = {c.name: c.name for c in COLUMNS if c.timed and c.kind == "seconds"}
 COLUMNS = (
     "work",
     "work_flops",
@@ -96,11 +98,6 @@ def _recorded_flops(row: dict) -> float | None:
     value = row.get("executed_flops")
     number = isinstance(value, int | float) and not isinstance(value, bool)
     return float(value) if number and np.isfinite(value) and value > 0 else None
-
-
-def flop_crossover(d_model: int, mixer: str = "lstm") -> float:
-    """The n where a self-attention layer's FLOPs equal the ``mixer`` layer's (cost model)."""
-    return components.flop_crossover(d_model, mixer)
 
 
 # --- utilization per row -------------------------------------------------------------------

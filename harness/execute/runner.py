@@ -8,7 +8,7 @@ many points as disagreement between passes instead of on one point as bias.
 
 First pass, per point: support check -> memory-budget check -> build the Case (set-up untimed)
 -> first call (compile/allocation, reported as ``first_call_s``) -> agreement check -> peak
-memory of one call -> a timing pass -> scenario extras (e.g. attention share of block time).
+memory of one call -> a timing pass -> the scenario's extra columns (``Case.extra``).
 Later passes: build the Case again and time it (memory and agreement are measured once).
 A timing pass is bracketed by the reference kernel (:mod:`harness.measure.refkernel`) and by the
 contention readings of :mod:`harness.measure.contention`.
@@ -213,7 +213,7 @@ def _all_finite(result) -> bool:
 
 
 def _side_timing(config: MeasureConfig):
-    """Half the budget for secondary timings (the mixer alone inside a block)."""
+    """Half the budget for a scenario's secondary timings (its ``Case.extra``)."""
     return replace(config.timing, budget_s=config.timing.budget_s / 2)
 
 

@@ -2,7 +2,7 @@
 per implementation.
 
 The row axes are the point fields that vary *within* some implementation (``seq_len``,
-``causal``, a decode suite's ``cache``); fields that differ only *between* implementations (a
+``causal``, a scenario's setting); fields that differ only *between* implementations (a
 suite's ``[[variant]]`` blocks: ``dilated`` at ``dilation = 2``) are said once, in a legend under
 the table. An implementation with no measured point (unavailable here) gets no column: one line
 under the table counts those points and says why. A point that ran but disagrees with the float64

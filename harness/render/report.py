@@ -7,9 +7,9 @@ same verdicts as ``attnbench claims``); per-point results; speedup against a bas
 implementation; exponent fits (with local slopes); time and memory vs n (error bars: 95 % CI
 of each median; fitted and claimed slopes); absolute TFLOP/s vs n; forward and backward side by
 side; time against the other swept variables; throughput heat maps over heads x d_model; FLOP/s
-as % of the measured peak and a roofline; per-layer costs (attention vs recurrent vs conv);
-agreement errors against their tolerance; history of one suite across runs; row status; the
-environment. A section with nothing to show is left out of the page.
+as % of the measured peak and a roofline; the panels each scenario declares
+(``Scenario.panels``); agreement errors against their tolerance; history of one suite across
+runs; row status; the environment. A section with nothing to show is left out of the page.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from harness.render import table as tables
 from harness.render.page import Section, write
 from harness.render.verdict_views import claims_section
 from harness.results import env_or_note, load_runs
+from harness.scenarios import interface
 
 
 def build_report(
@@ -129,7 +130,8 @@ def scaling_sections(rows: pd.DataFrame) -> list[Section]:
         Section(
             "axes",
             "Time vs other swept variables",
-            "d_model, heads, window, conv_kernel: the other exponents of the claims.",
+            "d_model, heads, window, document_len and each scenario's own axes: the other "
+            "exponents of the claims.",
             images=other_imgs,
         ),
     ]
@@ -170,20 +172,23 @@ def device_sections(rows: pd.DataFrame, envs: dict[str, dict]) -> list[Section]:
     ]
 
 
+def scenario_sections(rows: pd.DataFrame) -> list[Section]:
+    """The panels each scenario declares (``Scenario.panels``), drawn from its rows, scenario
+    by scenario in folder order."""
+    out = []
+    for scenario in interface.each_scenario():
+        mine = rows[rows["scenario"].isin(list(scenario.variants))] if len(rows) else rows
+        for spec in scenario.panels:
+            tables_, images = scaling.panel(mine, spec)
+            out.append(Section(spec.key, spec.title, spec.caption, tables_, images))
+    return out
+
+
 def detail_sections(rows: pd.DataFrame, envs: dict[str, dict]) -> list[Section]:
-    """Per-layer costs, agreement errors, history across runs, row status, environment."""
-    layer_table, layer_imgs = scaling.layers(rows)
+    """The scenarios' panels, agreement errors, history across runs, row status, environment."""
     hist_table, hist_imgs = checks.run_history(rows, envs)
     return [
-        Section(
-            "layers",
-            "Per-layer cost: attention vs recurrent vs convolution",
-            "Mixer time alone inside the block. Dashed lines: textbook FLOP crossover "
-            "n = d, exact FLOP crossover with an LSTM (4·d, constants counted), "
-            "measured crossover.",
-            [("crossover", layer_table)],
-            layer_imgs,
-        ),
+        *scenario_sections(rows),
         Section(
             "agreement",
             "Agreement with the float64 reference",

@@ -1,8 +1,10 @@
 """How each cost grows: result rows -> the report's scaling figures (PNG bytes, via
 :mod:`harness.render.plots`) and the tables beside them: the exponent fits table, time and
 peak memory against n (log-log, fitted and claimed slopes), time against the other swept
-variables, forward and backward side by side, and per-layer mixer costs with their crossovers.
-(How well the device is used: :mod:`harness.render.efficiency`.)"""
+variables, forward and backward side by side, and the panels scenarios declare
+(:mod:`harness.scenarios.figures`: a metric against a variable, or implementations against
+baselines with their crossovers). (How well the device is used:
+:mod:`harness.render.efficiency`.)"""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from harness import fmt
-from harness.analysis import fits, frames, powerfit, regime
+from harness.analysis import fits, frames, powerfit
 from harness.analysis.ratios import crossing
 from harness.analysis.verdicts import crossovers
 from harness.render.panels import (
@@ -26,8 +28,10 @@ from harness.render.panels import (
 )
 from harness.render.plots import Panel, Series, lines, loglog_panels
 from harness.scenarios import interface
+from harness.scenarios.figures import CrossoverPanel, MetricPanel, ReportPanel
 
-OVERS = ("d_model", "heads", "window", "conv_kernel", "document_len")
+# what time is fitted against besides n (and each scenario's own Scenario.axes)
+OVERS = ("d_model", "heads", "window", "document_len")
 # what each other-variable plot holds fixed: heads at fixed d_model, d_model at fixed heads
 HOLD = {"heads": ("d_model",), "d_model": ("heads",)}
 
@@ -105,7 +109,7 @@ def scaling(rows: pd.DataFrame) -> tuple[pd.DataFrame, list, list, list]:
                         loglog_panels(panels, "seq_len", ylabel, f"{scenario}: {ylabel}"),
                     )
                 )
-        for over in OVERS:
+        for over in (*OVERS, *_own_axes(str(scenario))):
             if over not in part.columns and over != "window":
                 continue
             panels, recs = fit_panels(part, over, "time_median_s", HOLD.get(over, ()))
@@ -121,57 +125,106 @@ def scaling(rows: pd.DataFrame) -> tuple[pd.DataFrame, list, list, list]:
     return pd.DataFrame(records), time_imgs, mem_imgs, other_imgs
 
 
-def layers(rows: pd.DataFrame) -> tuple[pd.DataFrame, list]:
-    """Mixer time vs n per d_model (attention, LSTM, conv) with FLOP and measured crossovers."""
-    ok = frames.select(rows, "mixer_time_s")
-    if not len(ok) or not ok["mixer"].isin(["lstm", "conv"]).any():
+def _own_axes(word: str) -> tuple[str, ...]:
+    """The scenario's own axes (none for a scenario this installation does not know)."""
+    try:
+        return interface.get(word).axes
+    except interface.UnknownScenario:
+        return ()
+
+
+def panel(rows: pd.DataFrame, spec: ReportPanel) -> tuple[list[tuple[str, pd.DataFrame]], list]:
+    """(tables, images) of a panel a scenario declares, from that scenario's rows."""
+    if isinstance(spec, CrossoverPanel):
+        table, images = crossover_panel(rows, spec)
+        return [("crossover", table)], images
+    if isinstance(spec, MetricPanel):
+        panels, records = fit_panels(rows, spec.over, spec.metric)
+        if not panels:
+            return [], []
+        panels, ylabel = in_units(panels, spec.metric)
+        image = loglog_panels(panels, spec.over, ylabel, spec.title)
+        return [(f"{spec.key}-fits", pd.DataFrame(records))], [(spec.key, image)]
+    raise TypeError(f"no renderer for a {type(spec).__name__}")
+
+
+def crossover_panel(rows: pd.DataFrame, spec: CrossoverPanel) -> tuple[pd.DataFrame, list]:
+    """``spec.metric`` vs ``spec.over`` per group of the other fields, the scenario's
+    implementations against its baselines, with measured crossovers (as multiples of
+    ``spec.relative_to``), guide lines and the measured crossing."""
+    ok = frames.select(rows, spec.metric)
+    if not len(ok) or not ok["impl"].isin(spec.baselines).any():
         return pd.DataFrame(), []
+    n, d = spec.names
     table, panels = [], []
-    for impl in sorted(ok.loc[ok["mixer"] == "attention", "impl"].unique()):
-        for base in ("lstm", "conv"):
+    for impl in sorted(ok.loc[~ok["impl"].isin(spec.baselines), "impl"].unique()):
+        for base in spec.baselines:
             found = crossovers(
-                ok, impl, base, metric="mixer_time_s", over="seq_len", relative_to="d_model",
-                expect_min=1.0,
+                ok, impl, base, metric=spec.metric, over=spec.over,
+                relative_to=spec.relative_to, expect_min=spec.expect_min,
             )
             for g in found:
                 table.append(
                     {
-                        "attention": impl,
+                        spec.subject: impl,
                         "baseline": base,
                         "group": g["group"],
-                        "crossover_n_over_d": g["measured"],
+                        f"crossover_{n}_over_{d}": g["measured"],
                         "ci_low": g["ci_low"],
                         "ci_high": g["ci_high"],
-                        "cheaper_below_d": g["verdict"],
+                        f"cheaper_below_{d}": g["verdict"],
                         "detail": g["reason"],
                     }
                 )
-    skip = ("impl", "conv_kernel", "mixer")
-    keys = [k for k in frames.group_keys(ok, "seq_len") if k not in skip]
-    for values, part in split_rows(ok, keys):
-        d = float(part["d_model"].iloc[0])
-        agg = frames.aggregate(part, "seq_len", "mixer_time_s", ["impl", "conv_kernel"])
-        series = [
-            Series(f"conv k={k}" if impl == "conv" else str(impl), s["x"], s["y"])
-            for (impl, k), s in agg.groupby(["impl", "conv_kernel"], sort=True)
-            if impl == "conv" or k == part.loc[part["impl"] == impl, "conv_kernel"].min()
-        ]
-        vlines = [(d, "n = d"), (regime.flop_crossover(int(d), "lstm"), "FLOPs: 4d (LSTM)")]
-        att = [s for s in series if not s.label.startswith(("lstm", "conv"))]
-        lstm = [s for s in series if s.label.startswith("lstm")]
-        if att and lstm:
-            a = pd.Series(list(att[0].y), index=list(att[0].x))
-            b = pd.Series(list(lstm[0].y), index=list(lstm[0].x))
-            both = a.index.intersection(b.index).sort_values()
-            if len(both) >= 2:
-                lr = np.log(a[both].to_numpy() / b[both].to_numpy())
-                (lo,), (hi,) = crossing(both.to_numpy(float), lr)
-                if lo == hi:  # an interior crossing, not a censored bound
-                    vlines.append((float(lo), "measured"))
+    for values, part in split_rows(ok, _panel_keys(ok, spec)):
+        series = _crossover_series(part, spec)
+        vlines = list(spec.guides(float(part[spec.relative_to].iloc[0])))
+        vlines += _measured_crossing(series, spec)
         panels.append(Panel(group_title(values), series, vlines))
-    panels, ylabel = in_units(panels, "mixer_time_s")
-    image = loglog_panels(panels, "seq_len", ylabel, "per-layer cost")
-    return pd.DataFrame(table), [("layers-mixer-time", image)]
+    panels, ylabel = in_units(panels, spec.metric)
+    image = loglog_panels(panels, spec.over, ylabel, spec.figure_title or spec.title)
+    return pd.DataFrame(table), [(spec.key, image)]
+
+
+def _panel_keys(ok: pd.DataFrame, spec: CrossoverPanel) -> list[str]:
+    """The fields a crossover panel's figures are split by: those that vary, but for the
+    implementation, the column its baseline is split by and the fields implementations set."""
+    skip = {"impl", *frames.IMPL_FIELDS, *(spec.split[1:2] if spec.split else ())}
+    return [k for k in frames.group_keys(ok, spec.over) if k not in skip]
+
+
+def _crossover_series(part: pd.DataFrame, spec: CrossoverPanel) -> list[Series]:
+    """A series per implementation and baseline; the split baseline once per value of its
+    column, the others at their smallest value of it."""
+    if spec.split is None:
+        agg = frames.aggregate(part, spec.over, spec.metric, ["impl"])
+        return [Series(str(impl), s["x"], s["y"]) for impl, s in agg.groupby("impl", sort=True)]
+    split, column, label = spec.split
+    agg = frames.aggregate(part, spec.over, spec.metric, ["impl", column])
+    return [
+        Series(f"{split} {label}={k}" if impl == split else str(impl), s["x"], s["y"])
+        for (impl, k), s in agg.groupby(["impl", column], sort=True)
+        if impl == split or k == part.loc[part["impl"] == impl, column].min()
+    ]
+
+
+def _measured_crossing(series: list[Series], spec: CrossoverPanel) -> list[tuple[float, str]]:
+    """Where the first implementation's series crosses ``spec.measured_against``'s, as a
+    vertical line (none when it does not cross inside the measured range)."""
+    if spec.measured_against is None:
+        return []
+    att = [s for s in series if not s.label.startswith(spec.baselines)]
+    other = [s for s in series if s.label.startswith(spec.measured_against)]
+    if not (att and other):
+        return []
+    a = pd.Series(list(att[0].y), index=list(att[0].x))
+    b = pd.Series(list(other[0].y), index=list(other[0].x))
+    both = a.index.intersection(b.index).sort_values()
+    if len(both) < 2:
+        return []
+    lr = np.log(a[both].to_numpy() / b[both].to_numpy())
+    (lo,), (hi,) = crossing(both.to_numpy(float), lr)
+    return [(float(lo), "measured")] if lo == hi else []  # interior, not a censored bound
 
 
 def forward_backward(rows: pd.DataFrame) -> list:

@@ -32,7 +32,7 @@ from harness.render.pivot import (
     time_pivot,
 )
 from harness.results import ROW_COLUMNS
-from harness.schema import BY_NAME, IDENTITY
+from harness.schema import BY_NAME, COLUMNS, IDENTITY
 
 FORMATS = ("text", "markdown", "csv")
 
@@ -65,36 +65,15 @@ KIND_UNITS: dict[str, Unit | None] = {
     "bool": None,
 }
 
-# Human names of the columns tables show and plots and claims measure (the schema declares
-# each column's unit and doc; its name here); the rest keep their column name.
-TITLES = {
-    "time_median_s": "median time",
-    "time_iqr_s": "time IQR",
-    "first_call_s": "first call",
-    "peak_mem_bytes": "peak memory",
-    "predicted_mem_bytes": "predicted peak memory",
-    "useful_flops": "useful FLOPs",
-    "executed_flops": "executed FLOPs",
-    "tflops_per_s": "useful throughput",
-    "tokens_per_s": "throughput",
-    "max_abs_err": "max abs error vs float64",
-    "rel_err": "relative error vs float64",
-    "approx_err": "error vs softmax attention",
-    "mixer_time_s": "mixer time",
-    "attn_share": "attention share of block time",
-    "mixer_share": "mixer share of block time",
-    "prefill_s": "prefill time",
-    "prefill_tokens_per_s": "prefill throughput",
-    "cache_bytes": "cache size",
-    "state_bytes": "recurrent state size",
-    "step_bytes": "bytes moved per step",
-}
+# Human names of the columns tables show and plots and claims measure: each column's declared
+# title (the schema's, or its scenario folder's); the rest keep their column name.
+TITLES: dict[str, str] = {c.name: c.title for c in COLUMNS if c.title}
 DEFAULT_METRICS = ("time_median_s", "peak_mem_bytes")
 # the timed call's figures: marked HOST_MARK where the GPU waited on the host (host_frac)
 TIMED_METRICS = ("time_median_s", "tokens_per_s", "tflops_per_s")
-# shown by default too when a row of the run has a value: an approximation's distance from
-# softmax attention, and what a decode step keeps (K/V caches and recurrent states side by side)
-WHEN_PRESENT = ("approx_err", "cache_bytes")
+# shown by default too when a row of the run has a value: the columns declared so (an
+# approximation's distance from softmax attention, what a decode step keeps)
+WHEN_PRESENT: tuple[str, ...] = tuple(c.name for c in COLUMNS if c.when_present)
 
 
 def default_metrics(frame: pd.DataFrame) -> tuple[str, ...]:

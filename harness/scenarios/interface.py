@@ -41,6 +41,7 @@ from harness.masks import MaskSpec
 from harness.measure.device import Device
 from harness.scenarios import packing, pointmask
 from harness.scenarios.case import Case, CaseOptions, CheckPlan, MeasureOption, plan_check
+from harness.scenarios.figures import ReportPanel
 from harness.scenarios.pointmask import PointMask
 from harness.spec import DTYPES, ParamValue, Problem
 
@@ -307,7 +308,13 @@ class Scenario:
     - ``core_exponents``: whether a row's time and memory in n are those of the attention core
       alone (so an implementation's declared exponents apply to them);
     - ``measure_options``: ``[measure]`` keys of its own (name -> :class:`MeasureOption`),
-      which its suites may set and :meth:`build_case` reads from ``options.options``.
+      which its suites may set and :meth:`build_case` reads from ``options.options``;
+    - ``panels``: the report sections it adds (:mod:`harness.scenarios.figures`), drawn from
+      its rows;
+    - ``axes``: its own settings the report fits time against, beside the shape's.
+
+    What the readers of rows make of a column it adds (its title, whether it is a time, whether
+    tables show it by default) is declared with the column, in its folder's ``COLUMNS``.
     """
 
     variants: ClassVar[Mapping[str, bool]] = {}
@@ -315,6 +322,8 @@ class Scenario:
     baselines: ClassVar[Mapping[str, str]] = {}
     core_exponents: ClassVar[bool] = False
     measure_options: ClassVar[Mapping[str, MeasureOption]] = {}
+    panels: ClassVar[tuple[ReportPanel, ...]] = ()
+    axes: ClassVar[tuple[str, ...]] = ()
 
     def make_settings(self, impl: str, values: dict) -> object:
         """The settings of ``impl``'s points from a suite's values for the settings fields
@@ -419,6 +428,12 @@ def backward_pair(word: str) -> str | None:
     if variants[word]:
         return None
     return next((w for w, backward in variants.items() if backward), None)
+
+
+def each_scenario() -> list[Scenario]:
+    """Every scenario once (one serves several words: ``block`` and ``block+backward``), in
+    folder order."""
+    return list({id(get(w)): get(w) for w in names()}.values())
 
 
 def scenario_of(point: Point) -> Scenario:

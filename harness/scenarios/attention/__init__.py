@@ -24,7 +24,7 @@ COLUMNS = (
         "attention scenarios, approximations (linear, performer, linformer, nystrom): relative "
         "Frobenius error of the output against exact softmax attention with the same mask, in "
         "float64, on the checked rows; measured, not gated (agreement is against the method's "
-        "own float64 definition)",
+        "own float64 definition)", title="error vs softmax attention", when_present=True,
     ),
     Column(
         "compulsory_bytes", "B", "bytes",

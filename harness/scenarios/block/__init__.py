@@ -21,7 +21,8 @@ LAYOUT = (
 COLUMNS = (
     *LAYOUT,
     point_column(
-        "mixer", "", "text", "block scenario: `attention`, or the `lstm` / `conv` baseline"
+        "mixer", "", "text", "block scenario: `attention`, or the `lstm` / `conv` baseline",
+        follows_impl=True,
     ),
     point_column(
         "conv_kernel", "tokens", "int", "block scenario: kernel width of the `conv` mixer"
@@ -29,9 +30,14 @@ COLUMNS = (
     Column(
         "attn_share", "", "share",
         "block scenario with the attention mixer: attention's share of block time",
+        title="attention share of block time",
     ),
     Column(
-        "mixer_time_s", "s", "seconds", "block scenario: the mixer timed alone on the same shapes"
+        "mixer_time_s", "s", "seconds", "block scenario: the mixer timed alone on the same shapes",
+        title="mixer time", timed=True,
     ),
-    Column("mixer_share", "", "share", "block scenario: the mixer's share of block time"),
+    Column(
+        "mixer_share", "", "share", "block scenario: the mixer's share of block time",
+        title="mixer share of block time",
+    ),
 )  # fmt: skip

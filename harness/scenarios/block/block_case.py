@@ -34,6 +34,7 @@ from harness.cost.components import (
     conv_params,
     ffn_flops,
     ffn_params,
+    flop_crossover,
     kv_dim,
     lstm_flops,
     lstm_params,
@@ -45,6 +46,7 @@ from harness.model.transformer import BlockConfig, TransformerBlock, build_block
 from harness.oracle.agreement import grad_agreement, output_agreement
 from harness.oracle.definition import Definition
 from harness.scenarios.case import Case, CaseOptions, CheckPlan
+from harness.scenarios.figures import CrossoverPanel
 from harness.scenarios.interface import (
     Point,
     PointCost,
@@ -186,6 +188,27 @@ class BlockCost(PointCost):
         return float((weights + acts) * itemsize(p.dtype) * (3 if p.backward else 1))
 
 
+def _layer_guides(d_model: float) -> tuple[tuple[float, str], ...]:
+    """The textbook FLOP crossover n = d and the exact one with an LSTM (constants counted)."""
+    return (d_model, "n = d"), (flop_crossover(int(d_model), "lstm"), "FLOPs: 4d (LSTM)")
+
+
+# per-layer cost: the mixer timed alone, attention against the recurrent and conv baselines
+LAYERS = CrossoverPanel(
+    "layers",
+    "Per-layer cost: attention vs recurrent vs convolution",
+    "Mixer time alone inside the block. Dashed lines: textbook FLOP crossover n = d, exact FLOP "
+    "crossover with an LSTM (4·d, constants counted), measured crossover.",
+    metric="mixer_time_s",
+    baselines=("lstm", "conv"),
+    subject="attention",
+    split=("conv", "conv_kernel", "k"),
+    guides=_layer_guides,
+    measured_against="lstm",
+    figure_title="per-layer cost",
+)
+
+
 @register
 class Block(Scenario):
     """One transformer block; see the module docstring."""
@@ -193,6 +216,8 @@ class Block(Scenario):
     variants: ClassVar[dict[str, bool]] = {"block": False, "block+backward": True}
     settings = BlockSettings
     baselines: ClassVar[dict[str, str]] = BASELINES
+    axes: ClassVar[tuple[str, ...]] = ("conv_kernel",)
+    panels: ClassVar[tuple[CrossoverPanel, ...]] = (LAYERS,)
 
     def make_settings(self, impl: str, values: dict) -> BlockSettings:
         """The mixer comes from the implementation (a suite never sets it to a baseline)."""

@@ -48,8 +48,9 @@ implementations = ["sdpa"]
 batch = 1
 heads = 2
 head_dim = 16
-seq_len = 48
 repeat = 3
+[sweep]
+seq_len = [48, 96]
 [measure]
 budget_s = 0.02
 passes = 1
@@ -59,8 +60,9 @@ toy_order = "reversed"
 
 
 def test_a_scenario_is_a_folder(tmp_path):
-    """Copy the package tree, add the toy folder to its scenarios, and run a one-point suite of
-    the new scenario with nothing else edited: discovery, settings, columns and the runner."""
+    """Copy the package tree, add the toy folder to its scenarios, and run a two-point suite of
+    the new scenario with nothing else edited: discovery, settings, columns, its own
+    ``[measure]`` option, the runner, and its panel in the report."""
     tree = tmp_path / "tree"
     shutil.copytree(
         ROOT / "harness", tree / "harness", ignore=shutil.ignore_patterns("__pycache__")
@@ -86,19 +88,24 @@ assert "repeat" in schema.POINT_COLUMNS and "toy_calls" in schema.NAMES
 bad = main(["run", {str(bad)!r}, "--out", {str(tmp_path / "bad")!r}, "--no-progress"])
 rc = main(["run", {str(suite)!r}, "--out", {str(tmp_path / "run")!r}, "--no-progress",
            "--no-table"])
-print(json.dumps([bad, rc]))
+shown = main(["report", {str(tmp_path / "run")!r}, "--out", {str(tmp_path / "report")!r}])
+print(json.dumps([bad, rc, shown]))
 """
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == [2, 0]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [2, 0, 0]
     assert "repeat = 0" in done.stderr and "must be >= 1" in done.stderr
-    (row,) = [json.loads(line) for line in (tmp_path / "run" / "rows.jsonl").open()]
-    assert row["status"] == "ok" and row["agree"] is True, row
+    rows = [json.loads(line) for line in (tmp_path / "run" / "rows.jsonl").open()]
+    (row,) = [r for r in rows if r["seq_len"] == 48]
+    assert all(r["status"] == "ok" and r["agree"] is True for r in rows), rows
     assert row["scenario"] == "toy" and row["repeat"] == 3 and row["toy_calls"] == 3
     assert row["toy_order"] == "reversed"  # its own [measure] option, through CaseOptions
     assert row["useful_flops"] == 3 * 4 * 1 * 2 * 16 * 48 * 48
+    page = (tmp_path / "report" / "index.html").read_text()
+    assert '<section id="toy-time">' in page and "Toy: repeated calls against n" in page
+    assert (tmp_path / "report" / "plots" / "toy-time.png").is_file()  # its panel, drawn
 
 
 def test_scenarios_are_found_in_folder_order():

@@ -1,7 +1,8 @@
 """The ``toy`` scenario: ``repeat`` calls of the core on seeded (B, H, N, D) inputs per timed
 call, checked against the float64 reference. Its cost is ``repeat`` times the core's. Its own
 ``[measure] toy_order`` (``same`` or ``reversed``: the order of the inputs it builds) shows
-that a scenario brings its options without the runner knowing them."""
+that a scenario brings its options without the runner knowing them, and its report panel
+(``toy-time``) that it brings its figures without the renderer knowing them."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from harness.measure.device import Device
 from harness.oracle.agreement import output_agreement
 from harness.oracle.reference import reference_attention
 from harness.scenarios.case import Case, CaseOptions, MeasureOption
+from harness.scenarios.figures import MetricPanel
 from harness.scenarios.interface import Point, PointCost, Scenario, check_plan, register
 from harness.spec import Problem
 
@@ -57,6 +59,10 @@ class Toy(Scenario):
     measure_options: ClassVar[dict[str, MeasureOption]] = {
         "toy_order": MeasureOption(("same", "reversed"), "same", "the order inputs are drawn in")
     }
+    panels: ClassVar[tuple[MetricPanel, ...]] = (
+        MetricPanel("toy-time", "Toy: repeated calls against n",
+                    "The median time of `repeat` core calls.", metric="time_median_s"),
+    )  # fmt: skip
 
     def problem(self, point: Point) -> Problem:
         return point.attention_call(point.seq_len, point.seq_len, point.mask)
