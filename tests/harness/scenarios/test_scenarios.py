@@ -5,6 +5,7 @@ reach the suite, the mask, the inputs, the call and the row."""
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 import random
@@ -17,7 +18,8 @@ from statistics import NormalDist
 import pytest
 import torch
 
-from harness import registry
+from harness import registry, scenarios
+from harness.analysis import claims, frames, regime
 from harness.cli import main
 from harness.errors import SuiteError
 from harness.execute.runner import run_point
@@ -25,6 +27,7 @@ from harness.masks import mask_rows
 from harness.measure.device import CpuDevice
 from harness.measure.timing import TimingConfig
 from harness.oracle.reference import reference_attention
+from harness.render import table
 from harness.scenarios import interface, packing
 from harness.scenarios.attention.attention_case import make_inputs
 from harness.scenarios.interface import Point, point_from_row, scenario_of
@@ -106,6 +109,30 @@ print(json.dumps([bad, rc, shown]))
     page = (tmp_path / "report" / "index.html").read_text()
     assert '<section id="toy-time">' in page and "Toy: repeated calls against n" in page
     assert (tmp_path / "report" / "plots" / "toy-time.png").is_file()  # its panel, drawn
+
+
+def test_the_readers_of_rows_name_no_column_of_a_scenario():
+    """Render, analysis and the runner learn a scenario's columns from their declarations
+    (titles, timed metrics, table columns, panels): no string in their code is one of them."""
+    own = {c.name for c in scenarios.declared_columns()}
+    sources = [*(ROOT / "harness" / "render").rglob("*.py"),
+               *(ROOT / "harness" / "analysis").rglob("*.py"),
+               ROOT / "harness" / "execute" / "runner.py"]  # fmt: skip
+    named = [
+        f"{path.relative_to(ROOT)}:{node.lineno}: {node.value}"
+        for path in sources
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant) and node.value in own
+    ]
+    assert named == []
+
+
+def test_a_scenarios_declarations_reach_the_readers_of_rows():
+    assert "mixer_time_s" in claims.TIMED_METRICS and regime.TIMED["mixer_time_s"] == "mixer_time_s"
+    assert "prefill_s" not in claims.TIMED_METRICS  # a time, but not one claims judge as such
+    assert table.WHEN_PRESENT == ("approx_err", "cache_bytes")
+    assert table.TITLES["mixer_time_s"] == "mixer time" and frames.IMPL_FIELDS == ("mixer",)
+    assert [p.key for p in interface.get("block+backward").panels] == ["layers"]
 
 
 def test_scenarios_are_found_in_folder_order():
