@@ -10,7 +10,7 @@ blocks: O(n·b·(2w + 1 + r + g/b)). Causal drops future blocks and masks the di
 
 On CUDA (fp32/fp16/bf16) the fused Triton kernels of :mod:`implementations._kernels.triton_attn` run
 the same layout as CSR lists of key blocks per query block (one launch; the transposed lists
-for dK/dV); CPU and float64 keep the tile path.
+for dK/dV); CPU and float64 keep the tile path (both: :mod:`implementations._sparse_paths`).
 """
 
 from __future__ import annotations
@@ -19,43 +19,13 @@ from torch import Tensor
 
 from harness.masks import MaskSpec
 from harness.registry import register
-from harness.spec import FLOAT_DTYPES, AttnFn, Capabilities, Cost, Problem
-from implementations._kernels.tilekernel import plan_workspace_bytes, tile_attention
-from implementations._kernels.tiles import device_plan, plan_shape
-from implementations._kernels.triton_attn import (
-    executed_pairs,
-    fused_reasons,
-    fused_workspace_bytes,
-    prepare_tables,
-    triton_attention,
-    use_triton,
-)
-
-
-def _prepare(problem: Problem) -> AttnFn:
-    """Build the block layout and tiles outside the timed call."""
-    if use_triton(problem.device, problem.dtype, problem.head_dim):
-        mask = problem.mask
-        prepare_tables(problem)
-        return lambda q, k, v: triton_attention(q, k, v, mask)
-    plan = device_plan(problem.mask, problem.n_q, problem.n_k, problem.dtype, problem.device)
-    return lambda q, k, v: tile_attention(q, k, v, plan)
+from harness.spec import FLOAT_DTYPES, Capabilities, Problem
+from implementations._kernels.triton_attn import fused_reasons
+from implementations._sparse_paths import COST, prepare, sparse_attention
 
 
 def _reasons(p: Problem) -> list[str]:
     return fused_reasons(p) if p.mask.block_size is not None else ["bigbird needs block_size"]
-
-
-def _workspace(p: Problem) -> int:
-    if use_triton(p.device, p.dtype, p.head_dim):
-        return fused_workspace_bytes(p)
-    return plan_workspace_bytes(plan_shape(p.mask, p.n_q, p.n_k, p.device), p)
-
-
-def _executed(p: Problem) -> int:
-    if use_triton(p.device, p.dtype, p.head_dim):
-        return executed_pairs(p.mask, p.n_q, p.n_k, p.head_dim, p.dtype)
-    return plan_shape(p.mask, p.n_q, p.n_k, p.device).executed_pairs
 
 
 @register(
@@ -65,12 +35,10 @@ def _executed(p: Problem) -> int:
         dtypes=FLOAT_DTYPES,
         mask_features={"causal", "window", "global", "global_positions", "block_sparse"},
     ),
-    cost=Cost(
-        time_exponent=1, memory_exponent=1, memory_model=_workspace, executed_pairs=_executed
-    ),
+    cost=COST,
     description="BigBird block-sparse: sliding, global and random blocks, layout blocks only",
     extra_reasons=_reasons,
-    prepare=_prepare,
+    prepare=prepare,
 )
 def bigbird_attention(
     q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, scale: float | None = None
@@ -78,7 +46,4 @@ def bigbird_attention(
     """q: (B, H, n_q, D), k/v: (B, H, n_k, D) -> (B, H, n_q, D); needs ``mask.block_size``."""
     if mask.block_size is None:
         raise ValueError("bigbird needs mask.block_size")
-    if use_triton(q.device, q.dtype, q.shape[-1]):
-        return triton_attention(q, k, v, mask, scale)
-    plan = device_plan(mask, q.shape[-2], k.shape[-2], q.dtype, str(q.device))
-    return tile_attention(q, k, v, plan, scale)
+    return sparse_attention(q, k, v, mask, scale)

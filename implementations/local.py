@@ -1,7 +1,8 @@
 """``local``, ``dilated``, ``longformer``: sliding-window attention that computes only the band.
 
-On CUDA (fp32/fp16/bf16, D <= 256) all three run the fused Triton kernels of
-:mod:`implementations._kernels.triton_attn`: one launch per call, the band computed
+Both paths are :mod:`implementations._sparse_paths`. On CUDA (fp32/fp16/bf16, D <= 256) all
+three run the fused Triton kernels of :mod:`implementations._kernels.triton_attn`: one launch
+per call, the band computed
 arithmetically per query block, forward and backward fused (``fused_reasons`` refuses the mask
 features those kernels lack, rather than computing another mask). On CPU, and for float64,
 they run the tile kernel of :mod:`implementations._kernels.tilekernel` over the band tiles of
@@ -24,56 +25,10 @@ the work is Σ over documents, not n².
 
 from __future__ import annotations
 
-from torch import Tensor
-
-from harness.masks import MaskSpec
 from harness.registry import register
-from harness.spec import FLOAT_DTYPES, AttnFn, Capabilities, Cost, Problem
-from implementations._kernels.tilekernel import plan_workspace_bytes, tile_attention
-from implementations._kernels.tiles import device_plan, plan_shape
-from implementations._kernels.triton_attn import (
-    executed_pairs,
-    fused_reasons,
-    fused_workspace_bytes,
-    prepare_tables,
-    triton_attention,
-    use_triton,
-)
-
-
-def banded_attention(
-    q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, scale: float | None = None
-) -> Tensor:
-    """q: (B, H, n_q, D), k/v: (B, H, n_k, D) -> (B, H, n_q, D), band tiles only."""
-    if use_triton(q.device, q.dtype, q.shape[-1]):
-        return triton_attention(q, k, v, mask, scale)
-    plan = device_plan(mask, q.shape[-2], k.shape[-2], q.dtype, str(q.device))
-    return tile_attention(q, k, v, plan, scale)
-
-
-def _prepare(problem: Problem) -> AttnFn:
-    """Build (and move) the plan outside the timed call."""
-    mask = problem.mask
-    if use_triton(problem.device, problem.dtype, problem.head_dim):
-        prepare_tables(problem)  # index tables built and cached here, not in the call
-        return lambda q, k, v: triton_attention(q, k, v, mask)
-    plan = device_plan(problem.mask, problem.n_q, problem.n_k, problem.dtype, problem.device)
-    return lambda q, k, v: tile_attention(q, k, v, plan)
-
-
-def _workspace(p: Problem) -> int:
-    if use_triton(p.device, p.dtype, p.head_dim):
-        return fused_workspace_bytes(p)
-    return plan_workspace_bytes(plan_shape(p.mask, p.n_q, p.n_k, p.device), p)
-
-
-def _executed(p: Problem) -> int:
-    if use_triton(p.device, p.dtype, p.head_dim):
-        return executed_pairs(p.mask, p.n_q, p.n_k, p.head_dim, p.dtype)
-    return plan_shape(p.mask, p.n_q, p.n_k, p.device).executed_pairs
-
-
-_COST = Cost(time_exponent=1, memory_exponent=1, memory_model=_workspace, executed_pairs=_executed)
+from harness.spec import FLOAT_DTYPES, Capabilities
+from implementations._kernels.triton_attn import fused_reasons
+from implementations._sparse_paths import COST, prepare, sparse_attention
 
 _PACKED = {"causal", "window", "documents", "prefix"}
 _VARIANTS = {
@@ -93,8 +48,8 @@ for _name, (_features, _description) in _VARIANTS.items():
         _name,
         family="local",
         caps=Capabilities(dtypes=FLOAT_DTYPES, mask_features=_features),
-        cost=_COST,
+        cost=COST,
         description=_description,
         extra_reasons=fused_reasons,
-        prepare=_prepare,
-    )(banded_attention)
+        prepare=prepare,
+    )(sparse_attention)

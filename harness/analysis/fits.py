@@ -10,7 +10,7 @@ is the same bootstrap for ratios of two implementations at matched points.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -174,27 +174,19 @@ def fit_exponents(
 ) -> pd.DataFrame:
     """One fit per group of ok rows: group keys, ``metric``, ``over``, :class:`Fit` fields and
     the local slopes (text). ``fit_kw`` goes to :func:`fit_exponent`."""
-    df = with_derived(df)
-    rows = select(df, metric)
-    if x_range is not None:
-        x = pd.to_numeric(rows[over], errors="coerce")
-        rows = rows[(x >= x_range[0]) & (x <= x_range[1])]
-    keys = group_keys(rows, over, hold, covary) if len(rows) else []
+    power = TIME_METRICS.get(metric)
     out = []
-    if len(rows):
-        agg = aggregate(rows, over, metric, keys)
-        power = TIME_METRICS.get(metric)
-        for values, part in iter_groups(agg, keys):
-            samples = list(part["samples"]) if power is not None else None
-            sigma = list(part["sigma"]) if part["sigma"].notna().all() else None
-            fit = fit_exponent(
-                part["x"], part["y"], samples, sigma=sigma, sample_power=power or 1.0, **fit_kw
-            )
-            slopes = local_slopes_xy(part["x"], part["y"])
-            text = " ".join(fmt.fixed(s, 2) for s in slopes)
-            out.append(
-                {**values, "metric": metric, "over": over, **fit.as_dict(), "local_slopes": text}
-            )
+    for values, part in _groups(df, over, metric, hold, covary, x_range):
+        samples = list(part["samples"]) if power is not None else None
+        sigma = list(part["sigma"]) if part["sigma"].notna().all() else None
+        fit = fit_exponent(
+            part["x"], part["y"], samples, sigma=sigma, sample_power=power or 1.0, **fit_kw
+        )
+        slopes = local_slopes_xy(part["x"], part["y"])
+        text = " ".join(fmt.fixed(s, 2) for s in slopes)
+        out.append(
+            {**values, "metric": metric, "over": over, **fit.as_dict(), "local_slopes": text}
+        )
     return pd.DataFrame(out)
 
 
@@ -207,13 +199,8 @@ def local_slopes(
     covary: Sequence[str] | None = None,
 ) -> pd.DataFrame:
     """Tidy local slopes: group keys, ``x_lo``, ``x_hi``, ``slope`` between neighbouring points."""
-    df = with_derived(df)
-    rows = select(df, metric)
-    if not len(rows):
-        return pd.DataFrame()
-    keys = group_keys(rows, over, hold, covary)
     out = []
-    for values, part in iter_groups(aggregate(rows, over, metric, keys), keys):
+    for values, part in _groups(df, over, metric, hold, covary):
         xs = list(part["x"])
         for lo, hi, s in zip(xs[:-1], xs[1:], local_slopes_xy(part["x"], part["y"]), strict=True):
             out.append(
@@ -227,6 +214,26 @@ def local_slopes(
                 }
             )
     return pd.DataFrame(out)
+
+
+def _groups(
+    df: pd.DataFrame,
+    over: str,
+    metric: str,
+    hold: Sequence[str],
+    covary: Sequence[str] | None,
+    x_range: tuple[float, float] | None = None,
+) -> Iterator[tuple[dict, pd.DataFrame]]:
+    """The ok rows of ``metric`` (derived variables added; ``over`` within ``x_range``)
+    aggregated per value of ``over``, group by group of the fields that vary with it."""
+    rows = select(with_derived(df), metric)
+    if x_range is not None:
+        x = pd.to_numeric(rows[over], errors="coerce")
+        rows = rows[(x >= x_range[0]) & (x <= x_range[1])]
+    if not len(rows):
+        return
+    keys = group_keys(rows, over, hold, covary)
+    yield from iter_groups(aggregate(rows, over, metric, keys), keys)
 
 
 def log_ratio_boot(

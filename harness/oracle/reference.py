@@ -52,26 +52,26 @@ def _attend_rows(q: Tensor, k: Tensor, v: Tensor, keep: Tensor | None, scale: fl
     return _matmul(probs.to(v.dtype), v)
 
 
-def _chunked_attention(
+def naive_attention(
     q: Tensor,
     k: Tensor,
     v: Tensor,
-    mask: MaskSpec | None,
-    scale: float | None,
-    rows: Tensor | None,
-    chunk: int,
+    mask: MaskSpec | None = None,
+    scale: float | None = None,
+    rows: Tensor | None = None,
+    chunk: int = 256,
 ) -> Tensor:
-    """Attention over query chunks in the inputs' dtype: memory O(chunk * n_k)."""
+    """The same math in the inputs' own dtype (the error scale an optimized kernel is judged
+    by), over query chunks: memory O(chunk * n_k). Shapes as :func:`reference_attention`."""
     mask = mask or MaskSpec()
-    n_q, n_k = q.shape[-2], k.shape[-2]
+    n_q = q.shape[-2]
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     k, v = repeat_kv(k, q.shape[1]), repeat_kv(v, q.shape[1])
     row_ids = torch.arange(n_q) if rows is None else rows.cpu()
     outs = []
     for s in range(0, len(row_ids), chunk):
         ids = row_ids[s : s + chunk]
-        keep = None if mask.is_dense else _rows_mask(mask, n_q, n_k, ids).to(q.device)
-        outs.append(_attend_rows(q[..., ids.to(q.device), :], k, v, keep, scale))
+        outs.append(_rows_attention(q[..., ids.to(q.device), :], k, v, mask, scale, n_q, ids))
     return torch.cat(outs, dim=-2)
 
 
@@ -89,7 +89,16 @@ def reference_attention(
     ``rows`` (1-D long) restricts the result to those query rows: (B, H, len(rows), D).
     Differentiable (autograd flows to q, k, v in float64).
     """
-    return _chunked_attention(q.double(), k.double(), v.double(), mask, scale, rows, chunk)
+    return naive_attention(q.double(), k.double(), v.double(), mask, scale, rows, chunk)
+
+
+def _rows_attention(
+    q_rows: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, scale: float, n_q: int, ids: Tensor
+) -> Tensor:
+    """The query rows ``ids`` of n_q queries (q_rows: (B, H, len(ids), D)) over every key, k/v
+    (B, H, n_k, D) with their heads repeated -> (B, H, len(ids), D)."""
+    keep = None if mask.is_dense else _rows_mask(mask, n_q, k.shape[-2], ids).to(q_rows.device)
+    return _attend_rows(q_rows, k, v, keep, scale)
 
 
 def _rows_mask(mask: MaskSpec, n_q: int, n_k: int, ids: Tensor) -> Tensor:
@@ -116,46 +125,20 @@ def reference_grads(
     The loss is a sum over rows, so each chunk's backward is independent and dk/dv accumulate:
     peak memory stays O(chunk * n_k). Shapes as q, k, v.
     """
+    mask = mask or MaskSpec()
+    n_q, heads = q.shape[-2], q.shape[1]
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     q64 = q.detach().double()
     k64 = k.detach().double().requires_grad_(True)
     v64 = v.detach().double().requires_grad_(True)
     g64 = grad_out.double()
     dq = torch.zeros_like(q64)
-    for s in range(0, q.shape[-2], chunk):
-        ids = torch.arange(s, min(s + chunk, q.shape[-2]))
+    for s in range(0, n_q, chunk):
+        ids = torch.arange(s, min(s + chunk, n_q))
         q_chunk = q64[..., s : s + len(ids), :].clone().requires_grad_(True)
-        out = _chunk_forward(q_chunk, k64, v64, mask, scale, q.shape[-2], ids)
+        # K/V heads repeated inside each chunk's graph: each backward frees its own
+        k_rep, v_rep = repeat_kv(k64, heads), repeat_kv(v64, heads)
+        out = _rows_attention(q_chunk, k_rep, v_rep, mask, scale, n_q, ids)
         (out * g64[..., s : s + len(ids), :]).sum().backward()
         dq[..., s : s + len(ids), :] = q_chunk.grad
     return dq, k64.grad, v64.grad
-
-
-def _chunk_forward(
-    q_chunk: Tensor,
-    k64: Tensor,
-    v64: Tensor,
-    mask: MaskSpec | None,
-    scale: float | None,
-    n_q: int,
-    ids: Tensor,
-) -> Tensor:
-    mask = mask or MaskSpec()
-    d = q_chunk.shape[-1]
-    scale = 1.0 / math.sqrt(d) if scale is None else scale
-    keep = None if mask.is_dense else _rows_mask(mask, n_q, k64.shape[-2], ids)
-    keep = None if keep is None else keep.to(q_chunk.device)
-    heads = q_chunk.shape[1]
-    return _attend_rows(q_chunk, repeat_kv(k64, heads), repeat_kv(v64, heads), keep, scale)
-
-
-def naive_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    mask: MaskSpec | None = None,
-    scale: float | None = None,
-    rows: Tensor | None = None,
-    chunk: int = 256,
-) -> Tensor:
-    """The same math in the inputs' own dtype: the error scale an optimized kernel is judged by."""
-    return _chunked_attention(q, k, v, mask, scale, rows, chunk)

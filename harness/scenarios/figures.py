@@ -22,7 +22,8 @@ def no_guides(value: float) -> tuple[tuple[float, str], ...]:
 
 @dataclass(frozen=True)
 class ReportPanel:
-    """One report section a scenario adds."""
+    """One report section a scenario adds: ``key`` names its anchor (and its figure's file),
+    ``title`` heads it, ``caption`` says under the title how to read it."""
 
     key: str
     title: str

@@ -32,6 +32,7 @@ import json
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from functools import cached_property
 from typing import ClassVar
 
 import torch
@@ -247,6 +248,11 @@ class PointCost:
 
     def __init__(self, point: Point):
         self.point = point
+
+    @cached_property
+    def problem(self) -> Problem:
+        """The attention call the point makes (per layer), as its scenario says."""
+        return self.point.problem()
 
     @property
     def useful_flops(self) -> float:

@@ -67,10 +67,6 @@ class AttentionCost(PointCost):
     """One call of the core; see the module docstring."""
 
     @cached_property
-    def problem(self) -> Problem:
-        return get_problem(self.point)
-
-    @cached_property
     def useful_flops(self) -> float:
         return attention_flops(self.point.impl, self.problem)
 

@@ -15,7 +15,7 @@ memory: the block's live activations plus the core's declared workspace
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import ClassVar
 
@@ -77,29 +77,27 @@ def core_problem(point: Point) -> Problem:
     return point.attention_call(point.seq_len, point.seq_len, point.mask, point.backward)
 
 
-def block_config(point: Point) -> BlockConfig:
-    """The model of a block point: its shape, its layout, the mask's causality."""
-    s = point.settings
+def block_config(point: Point, *, causal: bool, max_len: int) -> BlockConfig:
+    """A block of the point's shape laid out as its settings say (every settings field that
+    is a BlockConfig field: norm, ffn, pos, and the mixer where the scenario has one; the
+    decode scenario's blocks too)."""
+    layout = {
+        f.name: getattr(point.settings, f.name)
+        for f in fields(BlockConfig)
+        if hasattr(point.settings, f.name)
+    }
     return BlockConfig(
         heads=point.heads,
         head_dim=point.head_dim,
         kv_heads=point.kv_heads,
-        norm=s.norm,
-        ffn=s.ffn,
-        pos=s.pos,
-        mixer=s.mixer,
-        conv_kernel=s.conv_kernel,
-        causal=point.mask.causal,
-        max_len=point.seq_len,
+        causal=causal,
+        max_len=max_len,
+        **layout,
     )
 
 
 class BlockCost(PointCost):
     """One block over B·n tokens; see the module docstring."""
-
-    @cached_property
-    def problem(self) -> Problem:
-        return core_problem(self.point)
 
     @property
     def attends(self) -> bool:
@@ -245,7 +243,8 @@ class Block(Scenario):
     def build_case(self, point: Point, device: Device, options: CaseOptions) -> Case:
         """x: (B, N, d_model) through one block; the baselines have no registry core."""
         plan = check_plan(point, options.check)
-        block = build_block(block_config(point), point.seed, point.device, point.torch_dtype)
+        cfg = block_config(point, causal=point.mask.causal, max_len=point.seq_len)
+        block = build_block(cfg, point.seed, point.device, point.torch_dtype)
         block = block.eval()
         impl = self.core(point)
         core = impl.prepare(self.problem(point)) if impl is not None else None
