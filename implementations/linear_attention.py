@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from harness.masks import MaskSpec
-from harness.registry import register
+from harness.registry import problem_of, register
 from harness.spec import FLOAT_DTYPES, Capabilities, Cost, Param, Problem, Recurrence
 from implementations._kernelized import (
     SEGMENT,
@@ -83,23 +83,6 @@ def no_scale(scale: float | None) -> None:
     """Refuse a softmax scale: φ(q)ᵀφ(k) has none (a silent one would change the kernel)."""
     if scale is not None:
         raise ValueError("linear attention has no softmax scale (φ(q)ᵀφ(k) is unscaled)")
-
-
-def _state_of(
-    q: Tensor, k: Tensor, mask: MaskSpec, chunk_size: int, segment_bytes: int
-) -> LinearState:
-    problem = Problem(
-        q.shape[0],
-        q.shape[1],
-        q.shape[-2],
-        k.shape[-2],
-        q.shape[-1],
-        q.dtype,
-        str(q.device),
-        mask,
-        kv_heads=k.shape[1],
-    )
-    return LinearState(problem, chunk_size, segment_bytes)
 
 
 def linear_reference(
@@ -169,5 +152,5 @@ def linear_attention(
     """q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D) -> (B, H, n_q, D)."""
     no_scale(scale)
     check_inputs(q, k, v)
-    state = _state_of(q, k, mask, chunk_size, segment_bytes)
+    state = LinearState(problem_of(q, k, v, mask), chunk_size, segment_bytes)
     return kernel_attention(state, q, k, v, mask.causal)

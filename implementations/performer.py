@@ -43,7 +43,7 @@ import torch
 from torch import Tensor
 
 from harness.masks import MaskSpec
-from harness.registry import register
+from harness.registry import problem_of, register
 from harness.spec import FLOAT_DTYPES, Capabilities, Cost, Param, Problem, Recurrence
 from implementations._kernelized import (
     SEGMENT,
@@ -252,16 +252,5 @@ def performer_attention(
 ) -> Tensor:
     """q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D) -> (B, H, n_q, D)."""
     check_inputs(q, k, v)
-    problem = Problem(
-        q.shape[0],
-        q.shape[1],
-        q.shape[-2],
-        k.shape[-2],
-        q.shape[-1],
-        q.dtype,
-        str(q.device),
-        mask,
-        kv_heads=k.shape[1],
-    )
-    state = PerformerState(problem, features, chunk_size, scale, segment_bytes)
+    state = PerformerState(problem_of(q, k, v, mask), features, chunk_size, scale, segment_bytes)
     return kernel_attention(state, q, k, v, mask.causal)
