@@ -1,159 +1,274 @@
 #!/usr/bin/env bash
-# The GPU proof in one command, for a CUDA machine whose Python already has CUDA torch, triton,
-# pandas, scipy, matplotlib, rich, pytest, hypothesis (see docs / FACTS):
+# The GPU proof in one command, from a bare CUDA machine to a summary inside a time budget:
 #
-#   bash benchmarks/gpu_proof.sh OUT_DIR
+#   bash benchmarks/gpu_proof.sh OUT_DIR [--minutes M] [--archive FILE]
 #   bash benchmarks/gpu_proof.sh --dry-run     # list the tests it would run (no GPU needed)
 #
-# 1. installs attnbench in place (pip install --no-deps --no-build-isolation -e .);
-# 2. runs the CUDA tests -> OUT_DIR/pytest-<selection>.txt, .xml: every test marked `cuda`
-#    (tests/cuda, the fused Triton kernels forward and backward, the GPU cases of the timing and
-#    NVML tests) and the FlexAttention tests;
-# 3. runs the GPU smoke suites (attention, and the CUDA-graph decode points) -> OUT_DIR/<suite>/;
-# 4. judges the decode rows (benchmarks/decode_targets.py) and prints a short summary
-#    -> OUT_DIR/summary.txt.
-# Exit status: 0 when every selected test ran and passed (at least one per selection; a skip is
-# listed with its reason) and every suite row is ok or skipped; 1 otherwise; 2 on a machine
-# without a CUDA GPU or with bad arguments (one line on stderr).
+# Steps, in order, each under a time cap taken from the --minutes budget (default 6; the caps
+# scale with it) and ending with one line that gives its elapsed time:
+#   setup           pip install -e . (no deps, no network), the device, `attnbench list` timed
+#   tests-parallel  every test marked `cuda` but not `gpu_alone`, on pytest-xdist workers
+#                   (-n auto; serially where xdist is missing), kernels at their pinned default
+#                   configs, and the FlexAttention tests
+#   tests-serial    the `cuda and gpu_alone` tests (timing, NVML: they need the GPU to themselves)
+#   smoke           suites/gpu-smoke.toml and suites/gpu-smoke-decode.toml (CUDA-graph decode)
+#   decode-targets  benchmarks/decode_targets.py on the decode smoke rows
+#   profile         every claims suite for a GPU, one pass at a short budget, the fused
+#                   kernels at their pinned default configs (ATTNBENCH_AUTOTUNE=off, recorded
+#                   in env.json): a quick profile, the rows of the points that fit, partial
+#                   runs kept
+#   verdicts        attnbench claims and attnbench report on the profile rows
+# Everything is written under OUT_DIR as it goes (steps.tsv: one line per finished step);
+# --archive FILE re-packs OUT_DIR into FILE (a .tar.gz, replaced atomically) after every step,
+# so a lease that ends early still returns the finished steps. summary.txt says what ran, what
+# failed and what did not fit.
+#
+# Python: $PYTHON, else the checkout's .venv/bin/python (README's set-up), else python3.
+# Exit status: 0 when every step ran and passed; 1 when a step failed or did not fit; 2 on a
+# machine without a CUDA GPU, a Python without torch or pytest, or bad arguments (one line on
+# stderr).
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-PY=${PYTHON:-python}
 cd "$ROOT" || exit 2
-SELECTIONS=(cuda flex)  # what each selection runs: selection_args below
+export PYTHONUNBUFFERED=1
 
-selection_args() {
+usage() {
+  echo "usage: bash benchmarks/gpu_proof.sh OUT_DIR [--minutes M] [--archive FILE] | --dry-run" >&2
+  exit 2
+}
+
+OUT="" MINUTES=6 ARCHIVE="" DRY=0
+while [ $# -gt 0 ]; do
   case "$1" in
-    cuda) echo "-m cuda tests" ;;
-    flex) echo "tests/implementations/test_flex.py" ;;
+    --dry-run) DRY=1 ;;
+    --minutes) [ $# -ge 2 ] || usage; MINUTES=$2; shift ;;
+    --archive) [ $# -ge 2 ] || usage; ARCHIVE=$2; shift ;;
+    -*) usage ;;
+    *) [ -z "$OUT" ] || usage; OUT=$1 ;;
   esac
+  shift
+done
+case "$MINUTES" in
+  '' | *[!0-9.]* | *.*.*)
+    echo "gpu_proof: --minutes $MINUTES: not a number of minutes" >&2; exit 2 ;;
+esac
+
+# The project's Python, found the way README sets it up; say why one cannot be used.
+if [ -n "${PYTHON:-}" ]; then PY=$PYTHON
+elif [ -x "$ROOT/.venv/bin/python" ]; then PY=$ROOT/.venv/bin/python
+else PY=$(command -v python3 || command -v python || echo python3)
+fi
+why=$("$PY" -c 'import torch, pytest' 2>&1) || {
+  echo "gpu_proof: $PY cannot run the proof (${why##*$'\n'});" \
+    "set PYTHON= or set up .venv as README.md says" >&2
+  exit 2
 }
 
 # pyproject's addopts carry --benchmark-disable, which pytest rejects (exit 4, nothing run)
 # where pytest-benchmark is not installed: replace them, and disable the plugin only if present
 PYTEST_OPTS=(-o "addopts=-p no:cacheprovider" -p no:randomly)
-if "$PY" -c "import pytest_benchmark" >/dev/null 2>&1; then
-  PYTEST_OPTS+=(--benchmark-disable)
-fi
+"$PY" -c "import pytest_benchmark" >/dev/null 2>&1 && PYTEST_OPTS+=(--benchmark-disable)
+XDIST=()
+"$PY" -c "import xdist" >/dev/null 2>&1 && XDIST=(-n auto)
+PARALLEL=(-m "cuda and not gpu_alone" tests)
+SERIAL=(-m "cuda and gpu_alone" tests)
+FLEX=(tests/implementations/test_flex.py)
 
-if [ "${1:-}" = "--dry-run" ]; then
-  for sel in "${SELECTIONS[@]}"; do
-    # shellcheck disable=SC2046
-    "$PY" -m pytest --collect-only -q "${PYTEST_OPTS[@]}" $(selection_args "$sel") 2>&1 \
-      | grep '::' | sed "s/^/$sel: /"
-    [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "gpu_proof: collecting '$sel' failed" >&2; exit 1; }
-  done
+collect() {  # collect NAME ARGS...: print "NAME: test id" lines, or the cause of a failure
+  local name=$1; shift
+  local log
+  log=$("$PY" -m pytest --collect-only -q "${PYTEST_OPTS[@]}" "$@" 2>&1)
+  local rc=$?
+  if [ $rc -ne 0 ] && [ $rc -ne 5 ]; then  # 5: nothing collected (no test has that marker)
+    echo "gpu_proof: collecting '$name' failed (pytest exit $rc):" >&2
+    grep -E "Error|error:" <<<"$log" | head -n 5 >&2
+    return 1
+  fi
+  grep '::' <<<"$log" | sed "s/^/$name: /"
+  return 0  # a selection with no test (grep's 1) is not a failure
+}
+
+if [ "$DRY" -eq 1 ]; then
+  collect cuda "${PARALLEL[@]}" || exit 1
+  collect cuda-alone "${SERIAL[@]}" || exit 1
+  collect flex "${FLEX[@]}" || exit 1
   exit 0
 fi
-case "${1:-}" in
-  "" | -*) echo "usage: bash benchmarks/gpu_proof.sh OUT_DIR | --dry-run" >&2; exit 2 ;;
-esac
-OUT=$1
+[ -n "$OUT" ] || usage
 
 why=$("$PY" - 2>&1 <<'PY'
-import sys
-try:
-    import torch
-except Exception as exc:
-    print(f"cannot import torch ({type(exc).__name__}: {exc})")
-    sys.exit(2)
+import torch
 if not torch.cuda.is_available():
-    print(f"no CUDA GPU here (torch {torch.__version__}: torch.cuda.is_available() is False); "
-          "nothing to prove (--dry-run lists the tests)")
-    sys.exit(2)
+    raise SystemExit(f"no CUDA GPU here (torch {torch.__version__}: torch.cuda.is_available() "
+                     "is False); nothing to prove (--dry-run lists the tests)")
 PY
 ) || { echo "gpu_proof: ${why##*$'\n'}" >&2; exit 2; }
-
 mkdir -p "$OUT" || { echo "gpu_proof: cannot create $OUT" >&2; exit 2; }
-"$PY" -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/pip.txt" 2>&1 \
-  || { echo "gpu_proof: pip install failed (see $OUT/pip.txt)"; exit 1; }
-"$PY" - <<'PY' | tee "$OUT/device.txt"
-import torch
-print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, "
-      f"device: {torch.cuda.get_device_name()}")
-PY
+OUT=$(cd "$OUT" && pwd)
 
-tests_rc=0
-for sel in "${SELECTIONS[@]}"; do
-  start=$(date +%s)
-  # shellcheck disable=SC2046
-  "$PY" -m pytest -q -rs "${PYTEST_OPTS[@]}" --junitxml="$OUT/pytest-$sel.xml" \
-    $(selection_args "$sel") >"$OUT/pytest-$sel.txt" 2>&1 || tests_rc=1
-  echo "$(( $(date +%s) - start ))" >"$OUT/pytest-$sel.seconds"
-done
+START=$(date +%s)
+BUDGET=$("$PY" -c "print(int(float('$MINUTES') * 60))")
+SCALE=$("$PY" -c "print(float('$MINUTES') / 6)")
+printf 'step\tstatus\tseconds\tcap_s\tnote\n' >"$OUT/steps.tsv"
 
-suites_rc=0
-for suite in suites/gpu-smoke.toml suites/gpu-smoke-decode.toml; do
-  name=$(basename "$suite" .toml)
-  rm -rf "${OUT:?}/$name"
-  start=$(date +%s)
-  "$PY" -m harness.cli run "$suite" --out "$OUT/$name" --no-progress >"$OUT/$name.txt" 2>&1 \
-    || suites_rc=1
-  echo "$(( $(date +%s) - start ))" >"$OUT/$name.seconds"
-done
-"$PY" benchmarks/decode_targets.py --run-dir "$OUT/gpu-smoke-decode" \
-  >"$OUT/decode-targets.txt" 2>&1
+archive() {
+  [ -n "$ARCHIVE" ] || return 0
+  tar -czf "$ARCHIVE.tmp" -C "$(dirname "$OUT")" "$(basename "$OUT")" 2>/dev/null \
+    && mv -f "$ARCHIVE.tmp" "$ARCHIVE"
+}
 
-"$PY" - "$OUT" "${SELECTIONS[@]}" <<'PY' | tee "$OUT/summary.txt"
+cap_for() {  # cap_for NOMINAL_S MIN_S RESERVE_S: the step's cap (its nominal share, scaled,
+  # within what is left less RESERVE_S for the steps after it), or 0 when under MIN_S
+  "$PY" - "$1" "$2" "$3" "$SCALE" "$BUDGET" "$(( $(date +%s) - START ))" <<'PY'
 import sys
-import xml.etree.ElementTree as ET
-from pathlib import Path
-
-from harness.results import load_rows
-
-out, selections = Path(sys.argv[1]), sys.argv[2:]
-bad = 0
-for sel in selections:
-    xml = out / f"pytest-{sel}.xml"
-    if not xml.exists():
-        print(f"pytest {sel}: no report (see {out / f'pytest-{sel}.txt'})")
-        bad += 1
-        continue
-    suites = ET.parse(xml).getroot()
-    suite = suites if suites.tag == "testsuite" else suites.find("testsuite")
-    n = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
-    passed = n["tests"] - n["failures"] - n["errors"] - n["skipped"]
-    seconds = (out / f"pytest-{sel}.seconds").read_text().strip()
-    print(f"pytest {sel}: {passed} passed, {n['failures']} failed, {n['errors']} errors, "
-          f"{n['skipped']} skipped of {n['tests']} in {seconds} s")
-    if passed == 0 or n["failures"] or n["errors"]:
-        bad += 1
-    for case in suite.iter("testcase"):
-        for tag in ("failure", "error", "skipped"):
-            node = case.find(tag)
-            if node is not None:
-                print(f"  {tag} {case.get('classname')}::{case.get('name')}: "
-                      f"{(node.get('message') or '')[:160]}")
-for name in ("gpu-smoke", "gpu-smoke-decode"):
-    if not (out / name / "rows.jsonl").exists():
-        print(f"{name}: no rows (see {out / (name + '.txt')})")
-        bad += 1
-        continue
-    rows = load_rows(out / name)
-    seconds = (out / f"{name}.seconds").read_text().strip()
-    counts = rows["status"].value_counts().to_dict()
-    print(f"{name}: {len(rows)} rows in {seconds} s: {counts}")
-    for _, r in rows[~rows["status"].isin(["ok", "skipped"])].iterrows():
-        bad += 1
-        print(f"  NOT OK {r['impl']} n={r['seq_len']} causal={r['causal']}: "
-              f"{r['status']}: {r['reason']}")
-    for _, r in rows[rows["status"] == "skipped"].iterrows():
-        print(f"  skipped {r['impl']} n={r['seq_len']}: {r['reason']}")
-    if name == "gpu-smoke":
-        ok = rows[rows["status"] == "ok"]
-        big = ok[(ok["seq_len"] == ok["seq_len"].max()) & ok["causal"]]
-        for _, r in big.sort_values("time_median_s").iterrows():
-            print(f"  {r['impl']:>15} n={r['seq_len']} causal: {r['time_median_s'] * 1e3:8.3f} ms"
-                  f"  {r['tflops_per_s'] or 0:7.1f} TFLOP/s  agree={r['agree']}")
-    else:
-        for _, r in rows[rows["status"] == "ok"].iterrows():
-            print(f"  decode n={r['seq_len']} {r['decode_graph']}: "
-                  f"{r['time_median_s'] * 1e3:.3f} ms/token, step {r['step_bytes'] / 2**20:.0f} MiB,"
-                  f" {r['bw_fraction']:.2f} of measured bandwidth "
-                  f"(time/floor {1 / r['bw_fraction']:.2f}, target <= 2 at 32k)"
-                  + (f" [{r['decode_graph_reason']}]" if r.get("decode_graph_reason") else ""))
-print("decode targets:", *(out / "decode-targets.txt").read_text().splitlines()[-6:], sep="\n  ")
-sys.exit(1 if bad else 0)
+nominal, minimum, reserve, scale, budget, used = map(float, sys.argv[1:])
+cap = min(nominal * scale, budget - used - reserve * min(scale, 1.0))
+print(int(cap) if cap >= minimum else 0)
 PY
-summary_rc=$?
-[ "$tests_rc" -eq 0 ] && [ "$suites_rc" -eq 0 ] && [ "$summary_rc" -eq 0 ]
+}
+
+# capped FLAG CAP COMMAND...: run COMMAND (a function too) in its own process group; at CAP
+# seconds the group gets SIGINT (the harness keeps finished rows, pytest writes its report),
+# 15 s later SIGKILL, and FLAG is created
+capped() {
+  local flag=$1 cap=$2; shift 2
+  rm -f "$flag"
+  set -m
+  "$@" &
+  local pid=$!
+  (sleep "$cap"; touch "$flag"; kill -INT -- "-$pid"; sleep 15; kill -KILL -- "-$pid") \
+    >/dev/null 2>&1 &
+  local watchdog=$!
+  set +m
+  wait "$pid"
+  local rc=$?
+  kill -- "-$watchdog" 2>/dev/null
+  return $rc
+}
+
+# step NAME NOMINAL_S MIN_S RESERVE_S COMMAND...: run COMMAND under the step's cap, log it,
+# record it in steps.tsv, print one line, archive. A COMMAND that caps its own parts (the
+# profile) reads the cap from STEP_CAP and runs without the step's watchdog (process groups do
+# not nest).
+step() {
+  local name=$1 nominal=$2 minimum=$3 reserve=$4; shift 4
+  local cap t0 rc status left
+  cap=$(cap_for "$nominal" "$minimum" "$reserve")
+  export STEP_CAP=$cap
+  if [ "$cap" -eq 0 ]; then
+    left=$(( BUDGET - $(date +%s) + START ))
+    printf '%s\tnot run\t0\t0\tdid not fit: %s s left of %s\n' "$name" "$left" "$BUDGET" \
+      >>"$OUT/steps.tsv"
+    echo "gpu_proof: $name did not fit ($left s left)"
+    archive
+    return 1
+  fi
+  t0=$(date +%s)
+  if [ "$1" = profile ]; then "$@" >"$OUT/$name.log" 2>&1
+  else capped "$OUT/.capped" "$cap" "$@" >"$OUT/$name.log" 2>&1
+  fi
+  rc=$?
+  if [ -e "$OUT/.capped" ]; then status="stopped at its cap"; rc=1
+  elif [ $rc -eq 0 ]; then status=ok
+  else status="failed (exit $rc)"
+  fi
+  rm -f "$OUT/.capped"
+  printf '%s\t%s\t%s\t%s\t\n' "$name" "$status" "$(( $(date +%s) - t0 ))" "$cap" \
+    >>"$OUT/steps.tsv"
+  echo "gpu_proof: $name $status in $(( $(date +%s) - t0 )) s" \
+    "(cap $cap s; $(( $(date +%s) - START )) s of $BUDGET)"
+  archive
+  return $rc
+}
+
+setup() {
+  "$PY" -m pip install -q --no-deps --no-build-isolation -e . || return 1
+  "$PY" - <<'PY'
+import torch
+print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN "
+      f"{torch.backends.cudnn.version()}, device: {torch.cuda.get_device_name()}")
+PY
+  local t0=$SECONDS
+  "$PY" -m harness.cli list >"$OUT/list.txt" 2>&1 || return 1
+  echo "attnbench list: $(( SECONDS - t0 )) s"
+}
+
+tests() {  # tests NAME PYTEST-ARGS...: JUnit XML beside the log; exit 5 (none selected) is ok
+  local name=$1; shift
+  "$PY" -m pytest -q -rs "${PYTEST_OPTS[@]}" --junitxml="$OUT/$name.xml" "$@"
+  local rc=$?
+  [ $rc -eq 5 ] && return 0
+  return $rc
+}
+
+smoke() {
+  local rc=0 suite name
+  # the decode smoke first: it is short, and the CUDA-graph step is what a CPU cannot test
+  for suite in suites/gpu-smoke-decode.toml suites/gpu-smoke.toml; do
+    name=$(basename "$suite" .toml)
+    rm -rf "${OUT:?}/$name"
+    "$PY" -m harness.cli run "$suite" --out "$OUT/$name" --no-progress || rc=1
+  done
+  return $rc
+}
+
+profile() {  # every claims suite for a GPU, one pass at a short budget, in order, each in an
+  # equal share of what is left of the step's cap (STEP_CAP) but at least MIN_SHARE seconds:
+  # when less is left, the rest did not fit
+  local suites=(suites/claims-gpu.toml suites/claims-linear-gpu.toml suites/claims-gpu-local.toml
+    suites/claims-gpu-decode.toml suites/claims-linear-gpu-decode.toml
+    suites/claims-gpu-heads.toml suites/claims-gpu-block.toml)
+  local rc=0 suite name share left i=0 MIN_SHARE=15
+  local end=$(( $(date +%s) + STEP_CAP ))
+  for suite in "${suites[@]}"; do
+    name=profile-$(basename "$suite" .toml)
+    left=$(( end - $(date +%s) ))
+    share=$(( left / (${#suites[@]} - i) ))
+    i=$(( i + 1 ))
+    [ "$share" -ge "$MIN_SHARE" ] || share=$MIN_SHARE
+    [ "$left" -ge "$MIN_SHARE" ] || { echo "$name: did not fit"; rc=1; continue; }
+    rm -rf "${OUT:?}/$name"
+    ATTNBENCH_AUTOTUNE=off capped "$OUT/.capped-profile" "$share" \
+      "$PY" -m harness.cli run "$suite" --out "$OUT/$name" --no-progress --no-table \
+      --passes 1 --budget-s 0.05
+    local code=$?
+    if [ -e "$OUT/.capped-profile" ]; then
+      echo "$name: stopped at its share of $share s (finished rows kept)"; rc=1
+    elif [ $code -eq 0 ]; then echo "$name: finished"
+    else echo "$name: failed (exit $code)"; rc=1
+    fi
+    rm -f "$OUT/.capped-profile"
+    archive
+  done
+  return $rc
+}
+
+verdicts() {
+  local runs=() dir
+  for dir in "$OUT"/profile-*; do [ -s "$dir/rows.jsonl" ] && runs+=("$dir"); done
+  [ ${#runs[@]} -gt 0 ] || { echo "no profile rows to judge"; return 1; }
+  "$PY" -m harness.cli claims "${runs[@]}" >"$OUT/claims.txt" 2>&1
+  "$PY" -m harness.cli claims "${runs[@]}" --json >"$OUT/claims.json" 2>/dev/null
+  "$PY" -m harness.cli report "${runs[@]}" --out "$OUT/report" >/dev/null
+}
+
+# name, nominal cap at 6 minutes, least worth starting, reserve for the later steps' least
+rc=0
+# nominal caps from the H100 lease of 2026-11-26 (docs/gpu.md): setup 23 s; the parallel tests
+# ran 80 of their ~165 tests in 112 s; the serial ones 20 s; the decode smoke 40 s and the
+# attention smoke 75 s; the decode targets 6 s
+step setup 25 15 90 setup || rc=1
+step tests-parallel 150 30 75 tests tests-parallel "${XDIST[@]}" "${PARALLEL[@]}" "${FLEX[@]}" \
+  || rc=1
+step tests-serial 20 10 65 tests tests-serial "${SERIAL[@]}" || rc=1
+step smoke 115 30 35 smoke || rc=1
+step decode-targets 8 5 30 "$PY" benchmarks/decode_targets.py --run-dir "$OUT/gpu-smoke-decode" \
+  || rc=1
+step profile 30 20 10 profile || rc=1
+step verdicts 12 8 0 verdicts || rc=1
+
+"$PY" benchmarks/gpu_proof_summary.py "$OUT" | tee "$OUT/summary.txt"
+[ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+archive
+exit $rc

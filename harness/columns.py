@@ -4,7 +4,8 @@ one-line description.
 The columns themselves are declared where their values come from: the columns every row has in
 :mod:`harness.schema`, the columns a scenario adds in its folder's ``__init__``
 (``harness/scenarios/<name>/__init__.py``); :mod:`harness.schema` gathers them into one table.
-This module imports nothing, so both can import it.
+Columns that several scenarios measure the same way are declared here once (:data:`BANDWIDTH`)
+and listed by each. This module imports nothing, so both can import it.
 """
 
 from __future__ import annotations
@@ -45,3 +46,19 @@ class Column:
 def point_column(*args, **kwargs) -> Column:
     """A point field's column (``point=True``)."""
     return Column(*args, point=True, **kwargs)
+
+
+# the memory roofline's columns: the attention and decode scenarios measure them the same way
+BANDWIDTH: tuple[Column, ...] = (
+    Column(
+        "bw_fraction", "", "share",
+        "attention and decode: the bytes the call must move (attention: `compulsory_bytes`; "
+        "decode: `step_bytes`) / median time, as a fraction of the measured copy bandwidth",
+    ),
+    Column(
+        "bw_source", "", "text",
+        "attention and decode: where that bandwidth came from: env.json "
+        "`calibration.mem_bandwidth_bytes_per_s`, or measured in the process for isolated or "
+        "resumed points",
+    ),
+)  # fmt: skip

@@ -20,7 +20,10 @@ An entry point names a module (registration happens at import) or a zero-argumen
 Calling an :class:`Implementation` directly checks the same capabilities the runner checks and
 raises :class:`NotSupportedError` instead of silently computing another mask. Optional backends
 register a ``probe``: one tiny real call per device type, run once per process; availability
-comes from that call, not from whether a module imports.
+comes from that call, not from whether a module imports. What a probe found is also remembered
+per environment (:mod:`harness.probecache`), so a caller that must not launch kernels (``attnbench
+list`` on a GPU, where a probe may compile for seconds) can still say it:
+:meth:`Implementation.availability_here` with ``run_probe`` false.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from harness import probecache
 from harness.errors import first_line
 from harness.masks import MaskSpec
 from harness.spec import (
@@ -101,7 +105,8 @@ _PROBES: dict[tuple[str, ProbeFn, str], str | None] = {}
 
 
 def _probe_reason(name: str, probe: ProbeFn, device_type: str) -> str | None:
-    """Run ``probe`` once per process and device type; its exception's first line, or None."""
+    """Run ``probe`` once per process and device type; its exception's first line, or None.
+    The outcome is remembered for this environment (:mod:`harness.probecache`)."""
     key = (name, probe, device_type)
     if key not in _PROBES:
         try:
@@ -111,7 +116,39 @@ def _probe_reason(name: str, probe: ProbeFn, device_type: str) -> str | None:
             _PROBES[key] = None
         except Exception as exc:  # a broken backend fails in many ways; the reason says which
             _PROBES[key] = f"probe on {device_type}: {first_line(exc, 300)}"
+        if not _process_fault(_PROBES[key]):  # not the backend's: this process's context
+            probecache.remember(name, device_type, _PROBES[key])
     return _PROBES[key]
+
+
+def _process_fault(reason: str | None) -> bool:
+    """A probe that failed on a CUDA error says more about this process's CUDA context (a
+    fault earlier in it poisons every later call) than about the backend: not remembered."""
+    return reason is not None and ("CUDA error" in reason or "AcceleratorError" in reason)
+
+
+def _known_probe_reason(name: str, probe: ProbeFn, device_type: str) -> tuple[bool, str | None]:
+    """(known, reason) without running ``probe``: this process's outcome, else the one
+    remembered for this environment."""
+    key = (name, probe, device_type)
+    if key in _PROBES:
+        return True, _PROBES[key]
+    return probecache.recall(name, device_type)
+
+
+@dataclass(frozen=True)
+class Availability:
+    """Whether an implementation runs here: ``reason`` why not (None: it does), on
+    ``device_type``; ``known`` False when only its probe could tell and that was not run."""
+
+    reason: str | None
+    device_type: str | None = None
+    known: bool = True
+
+    @property
+    def available(self) -> bool | None:
+        """True / False, or None when not known."""
+        return (self.reason is None) if self.known else None
 
 
 _REASON_CACHE_MAX = 1024
@@ -193,21 +230,32 @@ class Implementation:
         ``device_type`` (``cpu``/``cuda``): probe that device; None: this machine's preferred
         device among the declared ones, or a reason when it has none of them.
         """
+        return self.availability_here(device_type).reason
+
+    def availability_here(
+        self, device_type: str | None = None, run_probe: Callable[[str], bool] = lambda d: True
+    ) -> Availability:
+        """:meth:`unavailable_reason` as an :class:`Availability`. Where the answer needs the
+        probe and ``run_probe(device_type)`` is false, the probe does not run: the outcome it
+        gave in this process or environment, or ``known=False``."""
         try:
             reason = self.availability()
         except Exception as exc:  # an optional backend's import can fail in many ways
-            return first_line(exc, 300)
+            return Availability(first_line(exc, 300), device_type)
         if reason:
-            return reason
+            return Availability(reason, device_type)
         if device_type is None:
             usable = [d for d in machine_device_types() if d in self.caps.devices]
             if not usable:
-                return (f"runs on {', '.join(sorted(self.caps.devices))} only; this machine "
-                        f"has {' and '.join(machine_device_types())}")
+                return Availability(f"runs on {', '.join(sorted(self.caps.devices))} only; "
+                                    f"this machine has {' and '.join(machine_device_types())}")
             device_type = usable[0]
         if self.probe is None or device_type not in self.caps.devices:
-            return None  # an undeclared device is a capability reason, not an availability one
-        return _probe_reason(self.name, self.probe, device_type)
+            return Availability(None, device_type)  # an undeclared device: a capability reason
+        if run_probe(device_type):
+            return Availability(_probe_reason(self.name, self.probe, device_type), device_type)
+        known, reason = _known_probe_reason(self.name, self.probe, device_type)
+        return Availability(reason, device_type, known)
 
     def not_supported(self, problem: Problem) -> list[str]:
         """Readable reasons why ``problem`` cannot run here; empty when it can."""

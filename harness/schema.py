@@ -183,6 +183,30 @@ TAIL: tuple[Column, ...] = (
       "before every call, each call timed with its own event pair, as "
       "`triton.testing.do_bench` does), `warm` (calls batched without a flush: flushing off, "
       "or one call under 10 µs, too short to time alone), `n/a (cpu)`"),
+    C("host_issue_s", "s", "seconds",
+      "CUDA: per call, the host's time to issue the timed calls (`perf_counter` around each "
+      "sample's launch loop, stopped before its end event is recorded): Python, dispatch and "
+      "launches; mean over the samples of every pass; `null` with the reason in "
+      "`host_frac_status`"),
+    C("gpu_time_s", "s", "seconds",
+      "CUDA: per call, the GPU (CUDA event) time of the same calls, idle gaps between kernels "
+      "included; the mean of the samples `host_issue_s` was taken with (`time_median_s` is "
+      "their median)"),
+    C("host_frac", "", "share",
+      "CUDA: `host_issue_s / gpu_time_s`; at or above 0.5 the row is host-bound: the GPU waited "
+      "on the host (Python, launches) for much of its time, and tables mark the row `(h)`; "
+      "near 1 the time measures the host alone (`harness/measure/timing.py` HOST_BOUND_FRAC)"),
+    C("host_frac_status", "", "text",
+      "`ok`, or `unavailable: <reason>` where `host_issue_s`, `gpu_time_s` and `host_frac` are "
+      "`null` (on a CPU the host runs the calls itself: there is no second clock)"),
+    C("cuda_graph", "", "text",
+      "how the timed call was launched: `none` (eager), `cuda-graph` (replayed from a CUDA "
+      "graph captured once, outside the timing: `[measure] cuda_graph = true`, and decode's "
+      "default on CUDA) or `compile` (`torch.compile(mode=\"reduce-overhead\")`: decode's "
+      "`decode_graph = \"compile\"`); peak memory is the eager call's either way"),
+    C("cuda_graph_reason", "", "text",
+      "why the launch asked for was not used: `unavailable: CUDA graphs need a CUDA device`, "
+      "the capture's error, or a replay that differed from the eager call; `null` otherwise"),
     C("nvml_calls", "", "int",
       "CUDA: times a call was repeated until NVML took 10 memory samples"),
     C("nvml_samples", "", "int", "CUDA: NVML memory samples taken"),

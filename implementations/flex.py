@@ -25,7 +25,6 @@ from functools import lru_cache
 
 import torch
 from torch import Tensor
-from torch.nn.attention.flex_attention import flex_attention
 
 from harness.masks import MaskSpec
 from harness.registry import register
@@ -73,6 +72,8 @@ def raise_recompile_limits(limit: int = RECOMPILE_LIMIT) -> None:
 @lru_cache(maxsize=1)
 def _compiled_flex():
     raise_recompile_limits()
+    from torch.nn.attention.flex_attention import flex_attention  # pulls in torch._dynamo
+
     return torch.compile(flex_attention, dynamic=False)
 
 

@@ -15,7 +15,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.nn.attention.bias import causal_lower_right
 
 from harness.masks import MaskSpec
 from harness.registry import register, tiny_qkv
@@ -33,6 +32,10 @@ def _sdpa(q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, scale: float | None) 
         return F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=gqa)
     if n_q == n_k:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=gqa)
+    # imported here: torch.nn.attention.bias pulls in torch._dynamo (3.8 s of `attnbench list`
+    # on the H100 of 2026-11-26), which listing and most runs never use
+    from torch.nn.attention.bias import causal_lower_right
+
     if gqa:  # CausalBias does not take enable_gqa: repeat K/V heads (B, H_kv, n, D) -> (B, H, n, D)
         k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
         v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
 import torch
@@ -11,6 +12,13 @@ import torch
 # when a kernel is defined, so it is set here, before any test imports the kernel modules.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+# The fused kernels launch their class default config, not autotuned (one compile per kernel and
+# mask mode; on a GPU autotuning compiles and times every config); one test autotunes on purpose.
+os.environ.setdefault("ATTNBENCH_AUTOTUNE", "off")
+
+# Probe outcomes the tests' runs record go to a scratch cache, not the user's (harness.probecache);
+# set in the environment, so the CLI subprocesses that tests start use it too.
+os.environ.setdefault("ATTNBENCH_CACHE_DIR", tempfile.mkdtemp(prefix="attnbench-test-cache-"))
 
 # The core implementations: every test over the core set uses this list.
 CORE_IMPLEMENTATIONS = [
@@ -54,3 +62,82 @@ def _two_threads():
     torch.set_num_threads(min(2, before))
     yield
     torch.set_num_threads(before)
+
+
+class FakeCapture:
+    """torch.cuda's stream and graph API on a CPU, as the launch code uses it.
+
+    Capture runs the call once (the graph's output is what it returns); a replay runs the call
+    again and writes the result into that output in place, as a graph's kernels do. Like a real
+    graph, which holds raw device addresses and no Python references, a fake graph holds its
+    call only weakly: once nothing else keeps the call (and its buffers) alive, a replay writes
+    nothing. ``empty`` makes every graph record nothing (a call whose kernels went to another
+    stream than the capture's); ``fail`` makes the capture raise, as a capture of a host sync
+    does."""
+
+    fail: str | None = None
+    empty: bool = False
+    current = None  # the graph being captured
+
+    class Stream:
+        def wait_stream(self, other) -> None:
+            pass
+
+    class CUDAGraph:
+        work = None  # weak reference to the captured call, and the output to write
+
+        def replay(self) -> None:
+            if FakeCapture.empty or self.work is None:
+                return
+            call, out = self.work[0](), self.work[1]
+            if call is not None:
+                for mine, new in zip(_tensors(out), _tensors(call()), strict=True):
+                    mine.copy_(new)
+
+    @staticmethod
+    def stream(_stream):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    @classmethod
+    def graph(cls, graph):
+        import contextlib
+
+        @contextlib.contextmanager
+        def capturing():
+            yield
+            if cls.fail:
+                raise RuntimeError(cls.fail)
+
+        return capturing()
+
+    @classmethod
+    def current_stream(cls):
+        return cls.Stream()
+
+
+def _tensors(out) -> list[torch.Tensor]:
+    return [t for t in (out if isinstance(out, tuple | list) else [out])
+            if isinstance(t, torch.Tensor)]
+
+
+@pytest.fixture
+def fake_capture(monkeypatch):
+    """CUDA graph capture on a CPU (:class:`FakeCapture`), for the launch code's tests."""
+    import weakref
+
+    from harness.measure import graphs
+
+    for name in ("Stream", "CUDAGraph", "stream", "graph", "current_stream"):
+        monkeypatch.setattr(torch.cuda, name, getattr(FakeCapture, name))
+    monkeypatch.setattr(FakeCapture, "fail", None)
+    monkeypatch.setattr(FakeCapture, "empty", False)
+    captured = graphs.GraphedCall.__init__
+
+    def init(self, call):
+        captured(self, call)
+        self.graph.work = (weakref.ref(call), self.out)
+
+    monkeypatch.setattr(graphs.GraphedCall, "__init__", init)
+    return FakeCapture

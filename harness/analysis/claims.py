@@ -44,7 +44,7 @@ from harness.analysis.powerfit import MODELS
 from harness.errors import CliError
 
 DEFAULT_CLAIMS = bundled("claims.toml")  # the installed copy, or the checkout's suites/
-VERDICTS = ("confirmed", "refuted", "inconclusive")
+VERDICTS = ("confirmed", "refuted", "mixed", "holds in part", "inconclusive")
 BOUNDS = ("both", "upper", "lower")
 RATIOS = ("impl/baseline", "baseline/impl")
 CONCERNS = ("work", "device", "both")

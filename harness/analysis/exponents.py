@@ -18,6 +18,8 @@ range and, for time claims, the plateau. Judging it against the claim's band is
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -34,8 +36,11 @@ from harness.analysis.frames import (
 )
 from harness.analysis.powerfit import local_slopes_xy
 
-# per-point medians merged beside the metric: what the plateau and its words need
-REGIME_COLUMNS = ("utilization", "achieved_flops_per_s", "head_dim_v")
+# per-point medians merged beside the metric: what the plateau and its words need, and the
+# work the time is judged against (executed, and useful where the rows say it)
+REGIME_COLUMNS = ("utilization", "achieved_flops_per_s", "head_dim_v", "work", "useful_flops")
+WORK_BOOT = 400  # bootstrap replicates of a work fit's lack-of-fit interval
+BIG_O = re.compile(r"O\([^()]*\)")  # "O(n·w)" in a claim's source or text
 
 
 def thin(n_points: int, model: str, min_points: int) -> bool:
@@ -148,11 +153,7 @@ def _timed_group(base: dict, part: pd.DataFrame, claim: Claim) -> dict:
         return {**group, "regime": "unknown", "_evidence": _evidence(part, None, None, fit)}
     per_call = TIME_METRICS.get(claim.metric) == 1.0  # samples are of this very time
     floor = claim.saturation if basis == "utilization" else 0.0
-    plateau = regime.find_plateau(
-        part["x"], part[basis], list(part["samples"]) if per_call else None,
-        sigma=list(part["sigma"]) if per_call and part["sigma"].notna().all() else None,
-        band=claim.plateau, floor=floor,
-    )
+    plateau = _plateau(part, basis, claim, per_call, floor)
     what = "utilization" if basis == "utilization" else "achieved FLOP/s (no calibration)"
     b = fmt.fixed(plateau.exponent, 2)
     ci = _interval(plateau.ci_low, plateau.ci_high)
@@ -189,8 +190,79 @@ def _timed_group(base: dict, part: pd.DataFrame, claim: Claim) -> dict:
             + (f", {lead_span}" if lead_span else "") + ")"
         )
     group, fit = _measure(base, used, claim, words)
+    fitted = used[used["x"] >= fit["x_lo"]] if fit["n_points"] > 1 else used
+    if len(fitted) < len(used):  # the fit left out leading points: level where it fitted?
+        inner = _plateau(fitted, basis, claim, per_call, floor)
+        if inner.start != 0:
+            words = (f"no time verdict: {what} is not level over {claim.over} "
+                     f"{fit['x_lo']:g}..{fit['x_hi']:g}, where the time was fitted (exponent "
+                     f"{fmt.fixed(inner.exponent, 2)} {_interval(inner.ci_low, inner.ci_high)}), "
+                     f"though level over {region[0]:g}..{region[1]:g}")
+            return {**_no_fit(base, part, words, judged=False), **stats, "regime": "varies",
+                    "plateau_region": None, "_evidence": _evidence(part, basis, None, None)}
+    group.update(_against_work(used, fit, claim))
     return {**group, **stats, "judged": True, "regime": "plateau", "plateau_region": region,
             "_evidence": _evidence(part, basis, region, fit)}
+
+
+def _plateau(part: pd.DataFrame, basis: str, claim: Claim, per_call: bool, floor: float):
+    """:func:`regime.find_plateau` over the points of ``part`` (x sorted)."""
+    return regime.find_plateau(
+        part["x"], part[basis], list(part["samples"]) if per_call else None,
+        sigma=list(part["sigma"]) if per_call and part["sigma"].notna().all() else None,
+        band=claim.plateau, floor=floor,
+    )
+
+
+def _work_fit(part: pd.DataFrame, fit: dict, col: str, model: str):
+    """The exponent of ``col`` (an analytic count) over the points of the time fit's range
+    (``fit``'s ``x_lo..x_hi``), in the claim's model, with the fit's lack-of-fit interval
+    (the count is exact; a curve that is not the model's law widens it); None if unknown."""
+    if fit["n_points"] < 2:
+        return None
+    inside = part[(part["x"] >= fit["x_lo"]) & (part["x"] <= fit["x_hi"])]
+    x, y = inside["x"].to_numpy(float), inside[col].to_numpy(float)
+    if len(x) < 2 or not np.all(np.isfinite(y) & (y > 0)):
+        return None
+    exact = fit_exponent(x, y, model=model, min_points=2, n_boot=WORK_BOOT, whole=True)
+    return exact if np.isfinite(exact.exponent) else None
+
+
+def _against_work(part: pd.DataFrame, fit: dict, claim: Claim) -> dict:
+    """The time judged against the executed work over the fitted range (docs/claims.md):
+
+    - ``untestable``: the work's exponent lies outside the band, but with a constant overhead
+      modelled (``power+const``) inside it: a fixed cost (a tile's rows and keys beyond the
+      band, a step's weight reads) that fades as the axis grows. A device that follows its
+      work can neither confirm nor refute the claim at these sizes.
+    - ``unrefutable``: the work's exponent is inside the band but its interval is not (the
+      work bends over these points): a time outside the band is no refutation.
+
+    ``{}`` when the work is inside the band, unknown, or outside it even with a constant (the
+    implementation's work follows another law: its time is judged as it is)."""
+    lo, hi = claim.band
+    work = _work_fit(part, fit, "work", claim.model)
+    if work is None or (lo <= work.ci_low and work.ci_high <= hi):
+        return {}
+    what = "executed work" if claim.work == "flops" else "compulsory bytes"
+    found = BIG_O.search(f"{claim.source} {claim.text}")
+    target = found.group(0) if found else f"exponent {claim.expected()} in {claim.over}"
+    grows = (f"{what} grows as {claim.over}^{fmt.fixed(work.exponent, 2)} "
+             f"{_interval(work.ci_low, work.ci_high)} here")
+    useful = _work_fit(part, fit, "useful_flops", claim.model) if claim.work == "flops" else None
+    tiles = useful is not None and lo <= useful.exponent <= hi
+    if lo <= work.exponent <= hi:
+        why = f"{grows}, not inside the band" + (
+            f" (tile overhead: useful work ^{fmt.fixed(useful.exponent, 2)})" if tiles else "")
+        return {"unrefutable": f"interval outside the claimed band, but the {why}: sizes too "
+                               f"small to test {target} (a refutation needs the work inside "
+                               "the band)"}
+    overhead = _work_fit(part, fit, "work", "power+const")
+    if overhead is None or not lo <= overhead.exponent <= hi:
+        return {}
+    kind = f"tile overhead: useful work ^{fmt.fixed(useful.exponent, 2)}; " if tiles else ""
+    return {"untestable": f"{grows} ({kind}^{fmt.fixed(overhead.exponent, 2)} with a fixed "
+                          f"overhead modelled); sizes too small to test {target}"}
 
 
 def device_groups(ok: pd.DataFrame, claim: Claim, envs: dict | None = None) -> list[dict]:

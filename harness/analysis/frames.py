@@ -4,6 +4,9 @@ The DataFrame side of the analysis: derived variables (``window``, ``d_model``,
 ``document_len``), the ok rows of a metric, the point fields that tell fits apart, and the
 aggregation of duplicate rows into one point per (group, x) with the raw samples (per timing
 pass) and the interval-derived uncertainty that :mod:`harness.analysis.fits` feeds to the fit.
+
+Optional columns are read through :func:`column`: a row set without one (``document_len`` in a
+run without packed documents, ``host_frac`` off CUDA) reads the schema's declared default.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import pandas as pd
 
 from harness.measure.passes import split_samples
 from harness.scenarios import packing
+from harness.scenarios.interface import SHAPE_FIELDS as POINT_SHAPE
 from harness.schema import POINT_COLUMNS
 
 SHAPE_FIELDS = ("heads", "head_dim", "d_model")
@@ -23,6 +27,18 @@ KEY_FIELDS: tuple[str, ...] = (*POINT_COLUMNS, "d_model")
 # metric -> power of time it scales with; their bootstrap resamples time_samples_s
 TIME_METRICS = {"time_median_s": 1.0, "tokens_per_s": -1.0, "tflops_per_s": -1.0}
 MISSING = "-"  # group-key stand-in for None/NaN (pandas cannot group or merge on them reliably)
+# a Point field's declared default: what a row written without that column meant
+POINT_DEFAULTS = {f.name: f.default for f in POINT_SHAPE}
+
+
+def column(df: pd.DataFrame, name: str) -> pd.Series:
+    """Column ``name`` of the rows, read through the schema: as written where the rows carry
+    it; where they do not (an optional column: ``document_len`` without packed documents,
+    ``host_frac`` off CUDA, a field added after the rows were written), its declared default
+    on every row: the Point field's default for a point field, null for anything else."""
+    if name in df.columns:
+        return df[name]
+    return pd.Series([POINT_DEFAULTS.get(name)] * len(df), index=df.index, dtype=object)
 
 
 def with_derived(df: pd.DataFrame) -> pd.DataFrame:
@@ -88,10 +104,14 @@ def select(df: pd.DataFrame, metric: str, where: dict | None = None) -> pd.DataF
     if "status" in df.columns:
         keep &= df["status"].eq("ok")
     for col, value in (where or {}).items():
-        if col not in df.columns:
-            return df.iloc[0:0]
-        keep &= groupable(df[[col]])[col].eq(MISSING if value is None else value)
+        keep &= matches(df, col, value)
     return df[keep]
+
+
+def matches(df: pd.DataFrame, col: str, value: object) -> pd.Series:
+    """Rows whose ``col`` (read through :func:`column`) equals ``value`` (None: null)."""
+    cells = groupable(column(df, col).to_frame(col))[col]
+    return cells.eq(MISSING if value is None else value)
 
 
 def _ci_sigma(df: pd.DataFrame) -> pd.Series:
@@ -129,8 +149,8 @@ def aggregate(df: pd.DataFrame, over: str, metric: str, keys: Sequence[str]) -> 
     frame = (
         groupable(df[list(keys)])
         .assign(
-            x=pd.to_numeric(df[over], errors="coerce"),
-            y=pd.to_numeric(df[metric], errors="coerce"),
+            x=pd.to_numeric(column(df, over), errors="coerce"),
+            y=pd.to_numeric(column(df, metric), errors="coerce"),
             samples=_pass_samples(df),
             sigma=_ci_sigma(df) if metric in TIME_METRICS else np.nan,
         )
@@ -162,4 +182,7 @@ def iter_groups(agg: pd.DataFrame, keys: Sequence[str]) -> Iterator[tuple[dict, 
 
 def group_label(values: dict) -> str:
     """A fitted group in words, e.g. ``causal=True, heads=8`` (``impl`` left out)."""
-    return ", ".join(f"{k}={v}" for k, v in values.items() if k != "impl") or "all rows"
+    def word(v: object) -> object:  # a whole float (a column with nulls beside) as an int
+        return int(v) if isinstance(v, float) and v.is_integer() else v
+
+    return ", ".join(f"{k}={word(v)}" for k, v in values.items() if k != "impl") or "all rows"

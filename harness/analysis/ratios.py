@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from harness import fmt
 from harness.analysis.claims import Claim
 from harness.analysis.fits import N_BOOT, log_ratio_boot
 from harness.analysis.frames import KEY_FIELDS, TIME_METRICS, aggregate, group_label, iter_groups
@@ -68,26 +69,111 @@ def _no_samples(claim: Claim) -> str:
 
 def ratio_groups(pairs: Pairs, claim: Claim) -> list[dict]:
     """Per group of matched points: the measured ratio (geometric mean), its interval (the
-    envelope of the per-point intervals) and the per-point ratios in words."""
+    envelope of the per-point intervals), the per-point ratios in words, and the verdict along
+    the axis (:func:`regions`): the sub-ranges where the ratio is inside, above or below the
+    band."""
     sign = -1.0 if claim.ratio == "baseline/impl" else 1.0
     groups = []
     for values, part in pairs:
         est, boot = _log_ratios(part, claim)
         est, boot = sign * est, sign * boot
         lo, hi = np.quantile(boot, [0.025, 0.975], axis=0)
+        lo, hi = np.minimum(lo, est), np.maximum(hi, est)  # each point's interval holds it
         k, need = len(part), claim.min_points or 1
         per_point = " ".join(f"{x:g}:{np.exp(v):.3g}" for x, v in zip(part["x"], est, strict=True))
         values = {k: v for k, v in values.items() if k != "_first"}
+        label = group_label(values)
+        spans = regions(part["x"].to_numpy(float), np.exp(est), np.exp(lo), np.exp(hi),
+                        claim.band)
+        verdict, why = along_axis(spans, claim.over)
         groups.append({
-            "group": group_label(values),
+            "group": label,
             "n_points": k,
             "measured": float(np.exp(est.mean())),
-            "ci_low": float(np.exp(min(lo.min(), est.min()))),
-            "ci_high": float(np.exp(max(hi.max(), est.max()))),
+            "ci_low": float(np.exp(lo.min())),
+            "ci_high": float(np.exp(hi.max())),
             "unjudged": f"too few matched points ({k}, need {need})" if k < need else None,
+            "short": k < need,
+            "verdict": verdict,
+            "why": why,
+            "regions": [{"group": label, "over": claim.over,
+                         **{k: v for k, v in r.items() if k != "last"}} for r in spans],
             "detail": f"; {claim.ratio} per {claim.over}: {per_point}" + _no_samples(claim),
         })
     return groups
+
+
+def _where(lo: float, hi: float, band: tuple[float, float]) -> str:
+    """Where one point's interval lies against the band."""
+    if band[0] <= lo and hi <= band[1]:
+        return "inside"
+    if lo > band[1]:
+        return "above"
+    return "below" if hi < band[0] else "straddles"
+
+
+def regions(x: np.ndarray, est: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+            band: tuple[float, float]) -> list[dict]:
+    """Runs of neighbouring points (x sorted) whose intervals lie alike against the band:
+    ``from``/``to`` (the axis range), ``where`` (inside, above, below, or straddles an edge),
+    ``low``/``high`` (the measured ratios there) and ``ci_low``/``ci_high`` (their intervals'
+    envelope)."""
+    out: list[dict] = []
+    for i, xi in enumerate(x):
+        where = _where(lo[i], hi[i], band)
+        if out and out[-1]["where"] == where:
+            r = out[-1]
+            r.update(to=float(xi), low=min(r["low"], float(est[i])),
+                     high=max(r["high"], float(est[i])), ci_low=min(r["ci_low"], float(lo[i])),
+                     ci_high=max(r["ci_high"], float(hi[i])))
+        else:
+            out.append({"from": float(xi), "to": float(xi), "where": where,
+                        "low": float(est[i]), "high": float(est[i]),
+                        "ci_low": float(lo[i]), "ci_high": float(hi[i])})
+    if out:
+        out[-1]["last"] = True  # the region runs to the end of the swept range
+    return out
+
+
+_WORDS = {"inside": "holds", "above": "above", "below": "below", "straddles": "on an edge"}
+
+
+def _region_words(r: dict, over: str, first: bool) -> str:
+    """``"above from 3072 (4.17–4.74)"``, ``"holds at seq_len 1024..2048 (3.6–3.64)"``; a
+    region on an edge of the band with its interval: ``"on an edge at 6144 (3.94 [3.87,
+    4.02])"``."""
+    lo, hi = fmt.number(r["low"], 3), fmt.number(r["high"], 3)
+    values = lo if lo == hi else f"{lo}–{hi}"
+    if r["where"] == "straddles":
+        values += f" [{fmt.number(r['ci_low'], 3)}, {fmt.number(r['ci_high'], 3)}]"
+    axis = f"{over} " if first else ""
+    if r["from"] == r["to"]:
+        at = f"at {axis}{r['from']:g}"
+    elif r.get("last") and not first:
+        at = f"from {axis}{r['from']:g}"
+    else:
+        at = f"at {axis}{r['from']:g}..{r['to']:g}"
+    return f"{_WORDS[r['where']]} {at} ({values})"
+
+
+def along_axis(spans: list[dict], over: str) -> tuple[str, str]:
+    """A ratio claim's verdict from its regions: confirmed (inside the band over the whole
+    range), refuted (outside it over the whole range), holds in part (inside over part of
+    it), else inconclusive; and the regions in words."""
+    where = {r["where"] for r in spans}
+    words = "; ".join(_region_words(r, over, i == 0) for i, r in enumerate(spans))
+    if where == {"inside"}:
+        return "confirmed", f"inside the claimed band over the whole range: {words}"
+    if where <= {"above", "below"}:
+        return "refuted", f"outside the claimed band over the whole range: {words}"
+    if "inside" in where:
+        return "holds in part", words
+    return "inconclusive", f"interval spans the claim along {over}: {words}"
+
+
+def plain(value: float) -> str:
+    """A value on the axis without an exponent: ``1904``, ``0.5``."""
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
 
 
 def crossing(x: np.ndarray, log_ratio: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -145,7 +231,7 @@ def crossover_groups(pairs: Pairs, claim: Claim) -> list[dict]:
         hi = max(np.quantile(b_hi, 0.975, method="inverted_cdf"), p_hi) / unit
         point = (p_hi if p_lo == 0 else p_lo) / unit  # the crossing, or the bound we have
         per_point = " ".join(f"{v:g}:{np.exp(r):.3g}" for v, r in zip(x, est, strict=True))
-        at = f"{claim.over} {point * unit:g}" + (
+        at = f"{claim.over} {plain(point * unit)}" + (
             f" = {point:.3g} x {claim.relative_to}" if claim.relative_to else ""
         )
         groups.append({

@@ -70,17 +70,32 @@ def _time_column(metric: str) -> str:
 
 def row_costs(row: dict, metric: str, kind: str = "flops") -> tuple[float, float, float]:
     """(work behind ``metric``, FLOPs of the timed call, compulsory bytes of the timed call)
-    for one result row; NaN where the cost model cannot rebuild the row's point."""
+    for one result row; NaN where the cost model cannot rebuild the row's point.
+
+    The FLOPs of ``time_median_s``'s call are the row's own ``executed_flops`` where it has
+    them: the cost model asked where the kernel ran, at the block sizes its autotuner chose
+    there (this process may not know them: a GPU row judged on a CPU)."""
     nan = float("nan")
     try:
         cost = cost_of(point_from_row(row))
         timed = _time_column(metric)
-        work = cost.work(metric, kind)
-        flops = cost.work(timed, "flops")
+        flops = _recorded_flops(row) if timed == "time_median_s" else None
+        flops = cost.work(timed, "flops") if flops is None else flops
+        work = flops if kind == "flops" and metric in _CALL_METRICS else cost.work(metric, kind)
         nbytes = cost.work(timed, "bytes")
     except Exception:  # a row the cost model cannot rebuild (old schema, unknown impl): unknown
         return nan, nan, nan
     return work, flops, nbytes
+
+
+_CALL_METRICS = ("time_median_s", "tokens_per_s", "tflops_per_s")  # their work: the call's FLOPs
+
+
+def _recorded_flops(row: dict) -> float | None:
+    """The row's ``executed_flops`` (positive and finite), or None."""
+    value = row.get("executed_flops")
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    return float(value) if number and np.isfinite(value) and value > 0 else None
 
 
 def flop_crossover(d_model: int, mixer: str = "lstm") -> float:

@@ -2,43 +2,43 @@
 the one judging path: ``attnbench claims`` and ``attnbench report`` both call
 :func:`judge_claims`, so they show the same verdicts.
 
-**Which rows.** The claim's subject (and baseline) rows (:func:`subject_rows`). Rows measured
-under contention (the ``contended`` column) are left out of *time* evidence unless allowed:
-memory claims and work verdicts are allocations and analytic counts that another process does
-not change, so they keep every row. When contention leaves a time claim with no row, the
-verdict says so and how to judge anyway (``--allow-contended``).
+**Which rows.** The claim's subject (and baseline) rows, less those left out of time evidence
+(contended unless allowed, host-bound): :mod:`harness.analysis.evidence`.
 
 **What is measured.** A complexity claim (an exponent of a timed metric) is measured twice
 (docs/claims.md): on the *work*, the cost model's FLOPs or bytes over every swept point, and
 on the *device*, the time exponent over the region where utilization is level along the axis
-(:mod:`harness.analysis.exponents`, :mod:`harness.analysis.regime`). Outside any plateau there
-is no time verdict and never "refuted". Ratio and crossover claims are measured at matched
-points (:mod:`harness.analysis.ratios`).
+(:mod:`harness.analysis.exponents`, :mod:`harness.analysis.regime`), judged against the
+executed work there. Outside any plateau there is no time verdict and never "refuted". Ratio
+and crossover claims are measured at matched points (:mod:`harness.analysis.ratios`).
 
-**How it is judged.** Per group (e.g. causal and non-causal rows of one implementation):
-confirmed when the interval lies inside the claim's band, refuted when it lies outside,
-inconclusive when it straddles an edge, is wider than the band or does not exist (thin data).
-Across groups: any refuted -> refuted (one counterexample refutes a general statement); all
-confirmed -> confirmed; otherwise inconclusive. Groups with no time verdict count only when no
-group has one. The verdict reports the group that decided it, and every verdict carries the
-utilization range of the rows it used.
+**How it is judged.** Per group, then across the groups with enough data:
+:mod:`harness.analysis.judging`. The verdict reports the group that decided it, and every
+verdict carries the utilization range of the rows it used.
 """
-
-# size: one module on purpose: the rows a claim is about, how an interval is judged, the
-# Verdict and the one path both CLI verbs call are read together (merged from three).
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-import numpy as np
 import pandas as pd
 
 from harness import fmt
 from harness.analysis import regime
 from harness.analysis.claims import Claim
+from harness.analysis.evidence import (
+    ALLOW_CONTENDED,
+    HOST_WORDS,
+    Evidence,
+    describe,
+    host_bound,
+    left_out,
+    missing,
+    subject_rows,
+)
 from harness.analysis.exponents import device_groups, work_groups
-from harness.analysis.frames import MISSING, groupable, select, with_derived
+from harness.analysis.frames import select
+from harness.analysis.judging import combine, judge, judged
 from harness.analysis.ratios import crossover_groups, matched, ratio_groups
 from harness.measure.contention import contended_mask, notice
 from harness.results import json_safe
@@ -49,6 +49,7 @@ __all__ = [
     "crossovers",
     "evaluate",
     "evaluate_all",
+    "host_bound",
     "judge",
     "judge_claims",
     "subject_rows",
@@ -75,120 +76,6 @@ TABLE_COLUMNS = (
     "source",
     "text",
 )
-ALLOW_CONTENDED = "--allow-contended"
-
-
-# --- judging an interval ---------------------------------------------------------------------
-
-
-def judge(lo: float, hi: float, band: tuple[float, float]) -> tuple[str, str]:
-    """(verdict, reason) of an interval ``[lo, hi]`` against the claim's ``band``."""
-    b_lo, b_hi = band
-    if lo is None or hi is None or np.isnan(lo) or np.isnan(hi):
-        return "inconclusive", "no interval (too few points)"
-    if b_lo <= lo and hi <= b_hi:
-        return "confirmed", "interval inside the claimed band"
-    if hi < b_lo or lo > b_hi:
-        return "refuted", "interval outside the claimed band"
-    if hi - lo > b_hi - b_lo:
-        return "inconclusive", "interval spans the claim (wider than the claimed band)"
-    return "inconclusive", "interval spans the claim (straddles an edge of the claimed band)"
-
-
-def _judged(group: dict, claim: Claim) -> dict:
-    """A measured group with its ``verdict`` and ``reason`` (the judging words, then the
-    group's own detail)."""
-    if group.get("unjudged"):
-        verdict, why = "inconclusive", group["unjudged"]
-    else:
-        verdict, why = judge(group["ci_low"], group["ci_high"], claim.band)
-        if verdict == "inconclusive" and group.get("thin"):
-            k = group["n_points"]
-            why = f"thin data ({k} point{'' if k == 1 else 's'})"
-    out = {k: v for k, v in group.items() if k not in ("unjudged", "thin", "detail")}
-    return {**out, "verdict": verdict, "reason": why + group.get("detail", "")}
-
-
-def combine(groups: list[dict]) -> tuple[str, dict]:
-    """Across groups: any refuted -> refuted; all confirmed -> confirmed; else inconclusive.
-    Groups without a time verdict (``judged`` False) count only when no group has one.
-    Returns the verdict and the group that decided it."""
-    judged = [g for g in groups if g.get("judged", True)] or groups
-    verdicts = [g["verdict"] for g in judged]
-    overall = (
-        "refuted"
-        if "refuted" in verdicts
-        else "confirmed"
-        if all(v == "confirmed" for v in verdicts)
-        else "inconclusive"
-    )
-    return overall, next(g for g in judged if g["verdict"] == overall)
-
-
-# --- the rows a claim is about ---------------------------------------------------------------
-
-
-def subject_rows(df: pd.DataFrame, claim: Claim, baseline: bool = False) -> pd.DataFrame:
-    """Rows the claim (or its baseline) is about, any status."""
-    where = dict(claim.where)
-    if baseline and claim.baseline_where is not None:
-        where = dict(claim.baseline_where)
-    impl = claim.baseline if baseline else claim.impl
-    if impl is not None:
-        where["impl"] = impl
-    if claim.scenario is not None:
-        where["scenario"] = claim.scenario
-    out = with_derived(df)
-    for col, value in where.items():
-        if col not in out.columns:
-            return out.iloc[0:0]
-        out = out[groupable(out[[col]])[col].eq(MISSING if value is None else value)]
-    if claim.range is not None and claim.over in out.columns:
-        x = pd.to_numeric(out[claim.over], errors="coerce")
-        out = out[(x >= claim.range[0]) & (x <= claim.range[1])]
-    return out
-
-
-def describe(claim: Claim, baseline: bool = False) -> str:
-    """The row filter of a claim (or its baseline) in words, e.g. ``impl=full, scenario=decode``."""
-    where = claim.baseline_where if baseline and claim.baseline_where is not None else claim.where
-    impl = claim.baseline if baseline else claim.impl
-    parts = {"impl": impl, "scenario": claim.scenario, **where}
-    return ", ".join(f"{k}={v}" for k, v in parts.items() if v is not None) or "any rows"
-
-
-def missing_reason(rows: pd.DataFrame, claim: Claim, who: str) -> str:
-    """Why a claim has nothing to measure: no rows, or rows that did not produce the metric."""
-    if not len(rows):
-        return f"missing rows: none for {who}"
-    if "status" in rows.columns and not rows["status"].eq("ok").any():
-        reasons = rows.get("reason", pd.Series(dtype=str)).dropna().astype(str).unique()[:2]
-        return (
-            f"missing rows: {who} rows are {sorted(rows['status'].unique())}: {'; '.join(reasons)}"
-        )
-    return f"missing rows: {who} rows have no positive {claim.metric}"
-
-
-class _Evidence:
-    """The ok rows of one side of a claim, with contended rows left out of time evidence."""
-
-    def __init__(self, rows: pd.DataFrame, claim: Claim, allow: bool, who: str):
-        ok = select(rows, claim.metric)
-        flagged = (
-            contended_mask(ok) if claim.timed and not allow else pd.Series(False, index=ok.index)
-        )
-        self.rows, self.left_out = ok[~flagged], int(flagged.sum())
-        if not len(ok):
-            self.why = missing_reason(rows, claim, who)
-        elif not len(self.rows):
-            example = ok.get("contention", pd.Series(dtype=object)).dropna().astype(str)
-            self.why = (
-                f"no time verdict: every {who} row ({len(ok)}) was measured under contention"
-                + (f" (e.g. {example.iloc[0]})" if len(example) else "")
-                + f"; re-run on a quiet machine, or judge them anyway with {ALLOW_CONTENDED}"
-            )
-        else:
-            self.why = ""
 
 
 # --- the verdict -----------------------------------------------------------------------------
@@ -228,6 +115,8 @@ class Verdict:
     calibration_beaten: bool = False  # a row above 100 % of its calibrated bound
     rows_seen: int = 0  # subject rows in the runs, any status (0: the claim is about other runs)
     contended_left_out: int = 0  # subject rows left out of time evidence (contention)
+    host_bound_left_out: int = 0  # rows left out of time evidence (host_frac >= HOST_BOUND_FRAC)
+    regions: tuple[dict, ...] = ()  # a ratio claim along its axis: where it is inside/above/below
 
     def as_dict(self) -> dict:
         """JSON-ready: NaN and infinities become None, at any depth; the groups' plot data
@@ -275,25 +164,26 @@ def _work(claim: Claim, rows: pd.DataFrame) -> dict:
     if not groups:
         return {"verdict": "inconclusive", "measured": None, "reason": reason,
                 "group": "", "ci_low": None, "ci_high": None, "n_points": 0, "groups": []}
-    groups = [_judged(g, claim) for g in groups]
-    overall, decisive = combine(groups)
+    groups = [judged(g, claim) for g in groups]
+    overall, decisive, words = combine(groups)
     return {"verdict": overall, "measured": decisive["measured"],
-            "reason": decisive["reason"], "group": decisive["group"],
+            "reason": decisive["reason"] + words, "group": decisive["group"],
             "ci_low": decisive["ci_low"], "ci_high": decisive["ci_high"],
             "n_points": decisive["n_points"], "groups": groups}
 
 
 def _device(claim: Claim, df: pd.DataFrame, rows: pd.DataFrame, envs, allow: bool):
-    """(measured groups, why there are none, contended rows left out) of the device side."""
-    subject = _Evidence(rows, claim, allow, describe(claim))
+    """(measured groups, why there are none, rows left out of time evidence) of the device
+    side."""
+    subject = Evidence(rows, claim, allow, describe(claim))
     if subject.why:
-        return [], subject.why, subject.left_out
+        return [], subject.why, left_out(subject)
     if claim.kind == "exponent":
-        return device_groups(subject.rows, claim, envs), "", subject.left_out
-    base = _Evidence(subject_rows(df, claim, baseline=True), claim, allow,
+        return device_groups(subject.rows, claim, envs), "", left_out(subject)
+    base = Evidence(subject_rows(df, claim, baseline=True), claim, allow,
                      describe(claim, baseline=True))
     if base.why:
-        return [], base.why, subject.left_out + base.left_out
+        return [], base.why, left_out(subject, base)
     pairs, why = matched(subject.rows, base.rows, claim)
     groups = (ratio_groups if claim.kind == "ratio" else crossover_groups)(pairs, claim)
     if groups:  # utilization of the subject rows the ratios used
@@ -301,7 +191,7 @@ def _device(claim: Claim, df: pd.DataFrame, rows: pd.DataFrame, envs, allow: boo
         lo, hi = regime.util_range(data["utilization"])
         for g in groups:
             g.update(util_low=lo, util_high=hi, regime="not gated" if lo is not None else "unknown")
-    return groups, why, subject.left_out + base.left_out
+    return groups, why, left_out(subject, base)
 
 
 def evaluate(
@@ -327,25 +217,31 @@ def evaluate(
         )
     beside = {"work_verdict": work.get("verdict"), "work_measured": work.get("measured"),
               "work_reason": work.get("reason", ""), "rows_seen": seen}
-    groups, reason, left_out = (
-        _device(claim, df, rows, envs, allow_contended) if len(df)
-        else ([], "missing rows: no rows at all", 0)
-    )
+    if not seen:
+        reason = missing(df, claim)
+        groups, left = [], left_out()
+    else:
+        groups, reason, left = _device(claim, df, rows, envs, allow_contended)
+    note = left.pop("host_note")
     if not groups:
         return Verdict(verdict="inconclusive", measured=None, ci_low=None, ci_high=None,
-                       reason=reason, regime="unknown", contended_left_out=left_out,
-                       **beside, **common)
-    return Verdict(**_combined([_judged(g, claim) for g in groups], left_out), **beside,
+                       reason=reason, regime="unknown", **left, **beside, **common)
+    fields = _combined([judged(g, claim) for g in groups], left["contended_left_out"])
+    if left["host_bound_left_out"]:
+        fields["reason"] += (f" ({left['host_bound_left_out']} rows left out: {HOST_WORDS}, "
+                             f"{note})")
+    return Verdict(**fields, host_bound_left_out=left["host_bound_left_out"], **beside,
                    **common)
 
 
 def _combined(groups: list[dict], left_out: int) -> dict:
     """The device verdict's fields from its judged groups (see :func:`combine`)."""
-    overall, decisive = combine(groups)
-    used = [g for g in groups if g.get("judged", True)] or groups
+    overall, decisive, words = combine(groups)
+    timed = [g for g in groups if g.get("judged", True)] or groups
+    used = [g for g in timed if not g.get("thin")] or timed  # the groups that decide
     lows = [g["util_low"] for g in used if g.get("util_low") is not None]
     highs = [g["util_high"] for g in used if g.get("util_high") is not None]
-    why = decisive["reason"]
+    why = decisive["reason"] + words
     waiting = sum(not g.get("judged", True) for g in groups)
     if waiting and waiting < len(groups):
         why += f" ({waiting} of {len(groups)} groups have no time verdict: utilization not level)"
@@ -362,6 +258,7 @@ def _combined(groups: list[dict], left_out: int) -> dict:
         "n_points": decisive["n_points"],
         "group": decisive["group"],
         "groups": tuple({k: v for k, v in g.items() if k != "judged"} for g in groups),
+        "regions": tuple(r for g in used for r in g.get("regions", ())),
         "util_low": min(lows) if lows else None,
         "util_high": high,
         "regime": decisive.get("regime", ""),
@@ -443,4 +340,4 @@ def crossovers(
     base = select(subject_rows(rows, claim, baseline=True), metric)
     if not len(sub) or not len(base):
         return []
-    return [_judged(g, claim) for g in crossover_groups(matched(sub, base, claim)[0], claim)]
+    return [judged(g, claim) for g in crossover_groups(matched(sub, base, claim)[0], claim)]

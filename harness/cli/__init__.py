@@ -4,9 +4,10 @@ Subcommands live in their own modules and add themselves with ``add_cli(subparse
 module of the subcommand being run is imported (torch, pandas and matplotlib load after the
 arguments are parsed): ``attnbench --help`` lists the subcommands from :data:`COMMANDS` alone.
 
-Exit codes: 0 done; 1 a regression (``compare``), a wrong result (``run`` with a ``mismatch``
-row) or an internal error; 2 a usage error or unusable input; 130 interrupted (Ctrl-C); 141
-the reader of the output left (``| head``; ``compare`` exits with its verdict instead).
+Exit codes: 0 done, or the reader of the output left early (``| head``: quietly, whether the
+output was long or short; ``compare`` exits with its verdict instead); 1 a regression
+(``compare``), a wrong result (``run`` with a ``mismatch`` row) or an internal error; 2 a usage
+error or unusable input; 130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import os
 import re
 import sys
 import warnings
+from pathlib import Path
 
 from harness.errors import CliError, ResultsWarning
 
@@ -48,6 +50,32 @@ def parse_size(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"size must be > 0: {text!r}")
     return int(value)
+
+
+def output_dir(path: Path, flag: str = "--out") -> None:
+    """Refuse, before any work, a directory the command could not write into: an existing
+    file, a path under a file, or a folder this user may not write (CliError, exit 2). The
+    directory itself need not exist yet."""
+    if path.exists() and not path.is_dir():
+        raise CliError(f"{flag} {path}: exists and is not a directory")
+    _writable_parent(path if path.exists() else path.parent, path, flag)
+
+
+def output_file(path: Path, flag: str) -> None:
+    """Refuse, before any work, a file path the command could not write: an existing
+    directory, a path under a file, a folder this user may not write (CliError, exit 2)."""
+    if path.is_dir():
+        raise CliError(f"{flag} {path}: is a directory, not a file")
+    _writable_parent(path.parent, path, flag)
+
+
+def _writable_parent(folder: Path, path: Path, flag: str) -> None:
+    """The nearest existing folder at or above ``folder`` is a directory we may write in."""
+    existing = next(p for p in (folder, *folder.parents) if p.exists())  # "/" or "." at last
+    if not existing.is_dir():
+        raise CliError(f"{flag} {path}: {existing} is a file, not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise CliError(f"{flag} {path}: cannot write in {existing} (permission denied)")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -101,9 +129,11 @@ def _run(argv: list[str]) -> int:
     except KeyboardInterrupt:  # a verb with output to keep says so with an Interrupted
         print("attnbench: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # `attnbench table RUN | head`: the reader left; say nothing
+    except BrokenPipeError:  # `attnbench list | head -1`: the reader has what it wanted
         silence_stdout()
-        return 141  # 128 + SIGPIPE, what a shell reports for a writer killed by a closed pipe
+        # 0, not 141 (128 + SIGPIPE): whether a write meets the closed pipe depends only on
+        # how much was written, and a script under `set -o pipefail` must not fail on `| head`
+        return 0
     except Exception as exc:
         if os.environ.get("ATTNBENCH_DEBUG"):
             raise

@@ -11,6 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from harness.cli import output_dir
 from harness.compare.baseline import (
     DEFAULT_ROOT,
     find_baseline,
@@ -24,6 +25,7 @@ from harness.results import ResultsError, load_env
 
 
 def _cmd_save(args: argparse.Namespace) -> int:
+    output_dir(args.root, "--root")
     try:
         path = save_baseline(args.run_dir, args.root, force=args.force)
     except ResultsError as exc:

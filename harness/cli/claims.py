@@ -1,20 +1,38 @@
-"""``attnbench claims RUN_DIR [RUN_DIR...] [--claims FILE] [--json] [--allow-contended]``:
-the verdict on every claim of a claims file from the rows of run directories."""
+"""``attnbench claims RUN_DIR [RUN_DIR...] [--claims FILE] [--json] [--all]
+[--allow-contended]``: the verdict on every claim of a claims file from the rows of run
+directories.
+
+Several run directories, some unusable (a run that crashed before its first row has env.json
+and no rows.jsonl): each one without usable rows or without env.json is skipped with one
+warning line and the others are judged. Exit status: 0 when every directory was judged; 3 when
+some were skipped and the verdicts come from the rest (a CI job that judges ``runs/*`` must not
+pass silently over a crashed run, and 1 and 2 already mean a wrong result and unusable input:
+a script that accepts a partial answer tests for 3); 2 when nothing was left to judge, in one
+line.
+"""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
+import pandas as pd
+
 from harness.analysis.claims import DEFAULT_CLAIMS, load_claims
 from harness.analysis.verdicts import judge_claims
+from harness.errors import CliError
 from harness.render.verdict_views import render_text
-from harness.results import dumps_json, load_envs, load_runs
+from harness.results import ENV_FILE, ROWS_FILE, ResultsError, dumps_json, load_envs, load_rows
+
+SKIPPED = 3  # exit status: verdicts printed, but some run directory was skipped
 
 
 def add_cli(subparsers) -> None:
-    """Add ``attnbench claims RUN_DIR [RUN_DIR...] [--claims FILE] [--json]``."""
-    p = subparsers.add_parser("claims", help="verdicts on the claims file from run directories")
+    """Add ``attnbench claims RUN_DIR [RUN_DIR...] [--claims FILE] [--json] [--all]``."""
+    p = subparsers.add_parser("claims", help="verdicts on the claims file from run directories",
+                              description="Exit status: 0 every run directory judged; 3 some "
+                              "skipped (no usable rows or no env.json: one warning line each), "
+                              "the verdicts from the rest; 2 nothing left to judge.")
     p.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
     p.add_argument(
         "--claims",
@@ -25,7 +43,14 @@ def add_cli(subparsers) -> None:
     p.add_argument(
         "--json",
         action="store_true",
-        help="a JSON list: claim, verdict, measured, ci_low, ci_high, ...",
+        help="a JSON list of every claim: claim, verdict, measured, ci_low, ci_high, regions, ...",
+    )
+    p.add_argument(
+        "--all",
+        action="store_true",
+        dest="show_all",
+        help="list the claims about rows these runs do not have too (folded into one line "
+        "by default)",
     )
     p.add_argument(
         "--allow-contended",
@@ -36,15 +61,43 @@ def add_cli(subparsers) -> None:
     p.set_defaults(func=cmd_claims)
 
 
+def usable_runs(run_dirs: list[Path]) -> tuple[pd.DataFrame, list[Path], list[str]]:
+    """The rows of the run directories that can be judged, those directories, and one line
+    per directory skipped (no usable rows, or no env.json beside them)."""
+    frames, kept, skipped = [], [], []
+    for run_dir in run_dirs:
+        folder = run_dir.parent if run_dir.name == ROWS_FILE else run_dir
+        try:
+            frame = load_rows(run_dir)
+        except ResultsError as exc:
+            skipped.append(f"{run_dir}: skipped: {exc}")
+            continue
+        if not (folder / ENV_FILE).is_file():
+            skipped.append(f"{run_dir}: skipped: no {ENV_FILE} (the run's environment and "
+                           "calibration); its rows cannot be judged")
+            continue
+        frames.append(frame)
+        kept.append(run_dir)
+    rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return rows, kept, skipped
+
+
 def cmd_claims(args) -> int:
-    """Load the claims and the rows, judge, print the verdicts (text or ``--json``); exit 0."""
+    """Load the claims and the usable runs, judge, print the verdicts (text or ``--json``);
+    exit 0, or :data:`SKIPPED` when a run directory was skipped (see the module docstring)."""
     claims = load_claims(args.claims)
-    rows, envs = load_runs(args.run_dirs), load_envs(args.run_dirs)
-    verdicts, note = judge_claims(claims, rows, envs, allow_contended=args.allow_contended)
+    rows, kept, skipped = usable_runs(args.run_dirs)
+    if not kept:  # one line: why the only (or every) directory cannot be judged
+        raise CliError("; ".join(skipped) if len(skipped) == 1 else
+                       f"nothing to judge: every run directory was skipped ({'; '.join(skipped)})")
+    for line in skipped:
+        print(f"attnbench: warning: {line}", file=sys.stderr)
+    verdicts, note = judge_claims(claims, rows, load_envs(kept),
+                                  allow_contended=args.allow_contended)
     if note:
         print(f"attnbench: warning: {note}", file=sys.stderr)
     if args.json:
         print(dumps_json([{**v.as_dict(), "utilization": v.utilization()} for v in verdicts]))
     else:
-        print(render_text(verdicts))
-    return 0
+        print(render_text(verdicts, fold=not args.show_all))
+    return SKIPPED if skipped else 0

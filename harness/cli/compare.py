@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from harness.cli import silence_stdout
+from harness.cli import output_file, silence_stdout
 from harness.compare.findings import CompareError
 from harness.compare.rules import BASES, CompareOptions, parse_amount, parse_thresholds
 from harness.compare.runs import check_same_suite, compare_runs
@@ -42,6 +42,8 @@ def options_from_args(args: argparse.Namespace) -> CompareOptions:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """Compare, print the findings, write the markdown summary; the exit code."""
+    if args.markdown:
+        output_file(args.markdown, "--markdown")
     check_same_suite(args.baseline_dir, args.current_dir)
     opts = options_from_args(args)
     result = compare_runs(args.baseline_dir, args.current_dir, opts, args.confirm or ())

@@ -3,9 +3,13 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from harness.analysis.claims import DEFAULT_CLAIMS
+from harness.cli import output_dir
+from harness.cli.claims import SKIPPED, usable_runs
+from harness.errors import CliError
 from harness.render.report import build_report
 
 
@@ -47,10 +51,19 @@ def add_cli(subparsers) -> None:
 
 
 def cmd_report(args) -> int:
-    """Build the report of ``args.history`` then ``args.run_dirs``; print the page's path."""
+    """Build the report of ``args.history`` then ``args.run_dirs``; print the page's path.
+    A directory without usable rows or env.json is skipped with one warning line and the exit
+    status is :data:`~harness.cli.claims.SKIPPED`, as ``claims`` does; none usable: exit 2."""
+    output_dir(args.out)  # before any work: a file named by --out is refused at once
     runs = list(dict.fromkeys([*args.history, *args.run_dirs]))  # oldest first, no repeats
+    _, kept, skipped = usable_runs(runs)  # read once more by the report: small next to it
+    if not kept:
+        raise CliError("; ".join(skipped) if len(skipped) == 1 else
+                       f"nothing to report: every run directory was skipped ({'; '.join(skipped)})")
+    for line in skipped:
+        print(f"attnbench: warning: {line}", file=sys.stderr)
     page = build_report(
-        runs, args.out, args.claims, args.title, args.baseline, args.allow_contended
+        kept, args.out, args.claims, args.title, args.baseline, args.allow_contended
     )
     print(f"report: {page}")
-    return 0
+    return SKIPPED if skipped else 0

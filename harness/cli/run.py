@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from harness import bundled
-from harness.cli import parse_size
+from harness.cli import output_dir, parse_size
 from harness.cli.table import print_table
 from harness.distributed.launch import launch
 from harness.distributed.merge import merge_runs, print_report
@@ -50,6 +50,9 @@ def _add_run(sub) -> None:
     p.add_argument("--check", choices=CHECK_MODES,
                    help="agreement check (overrides the suite's [measure].check)")
     p.add_argument("--budget-s", type=float, help="timing budget per point (overrides the suite)")
+    p.add_argument("--passes", type=int, metavar="N",
+                   help="timing passes over the suite (overrides [measure] passes; 1 = a quick "
+                        "profile)")
     p.add_argument("--isolate", action="store_true",
                    help="run each point in a child process (crashes take only that point)")
     p.add_argument("--point-timeout", type=float, metavar="SECONDS",
@@ -79,9 +82,11 @@ def _add_shard_options(p) -> None:
 def cmd_run(args) -> int:
     if args.resume and args.out is None:
         raise CliError("--resume needs --out DIR (the run directory to continue)")
+    if args.out is not None:
+        output_dir(args.out)
     options = RunOptions(
         out=args.out, resume=args.resume, force=args.force, mem_budget=args.mem_budget,
-        check=args.check, budget_s=args.budget_s, isolate=args.isolate,
+        check=args.check, budget_s=args.budget_s, passes=args.passes, isolate=args.isolate,
         point_timeout=args.point_timeout, progress=not args.no_progress,
     )
     suite = load_suite(args.suite or default_suite())
@@ -106,6 +111,7 @@ def cmd_run(args) -> int:
 
 def cmd_merge(args) -> int:
     """Exit 0: complete; 1: written, but points or shards are missing; 2: refused."""
+    output_dir(args.out)
     report = merge_runs(args.dirs, args.out, overwrite=args.force)
     print_report(report)
     return 0 if report.complete else 1

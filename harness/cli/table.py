@@ -7,7 +7,8 @@ from pathlib import Path
 
 from harness.errors import CliError
 from harness.render import table
-from harness.results import load_rows
+from harness.render.pivot import in_suite_order
+from harness.results import load_envs, load_rows
 
 
 def add_cli(sub) -> None:
@@ -45,7 +46,7 @@ def print_table(run_dir: Path, metrics: tuple[str, ...] | None = None, fmt: str 
                 baseline: str | None = None) -> None:
     """Print the table of ``run_dir``'s rows (``metrics`` None: the default metrics); rows the
     loader leaves out are said on stderr, a run with no usable row is a CliError."""
-    frame = load_rows(run_dir)
+    frame = in_suite_order(load_rows(run_dir), load_envs([run_dir]).values())
     if baseline is not None and baseline not in set(frame["impl"]):
         impls = ", ".join(dict.fromkeys(frame["impl"].astype(str)))
         raise CliError(f"--baseline {baseline}: no rows of it in {run_dir} (has {impls})")

@@ -357,11 +357,15 @@ def time_finding(
     change = f"{check.format_change(tc.change)}"
     if tc.method != "none":
         change += f" [{check.format_change(tc.low)}, {check.format_change(tc.high)}]"
-    if basis == "normalized":  # the absolute change too, so a slower machine is visible
+    if basis == "normalized":  # the absolute change too, so a slower machine is visible,
+        # each named: the gate judged the normalized one (a row marked slower once showed
+        # only "(absolute -33.1%)")
+        change = f"normalized {change}"
         absolute = row_time(cur, check.stat) or 0.0
         reference = row_time(base, check.stat) or 0.0
         if absolute > 0 and reference > 0:
-            change += f" (absolute {check.format_change(check.change(reference, absolute))})"
+            change += (f"; absolute {check.format_change(check.change(reference, absolute))}"
+                       " (not gated)")
         shown = (f"{fmt.number(tc.base, 3)} x ref", f"{fmt.number(tc.cur, 3)} x ref")
     else:
         shown = (fmt.seconds(tc.base), fmt.seconds(tc.cur))
@@ -371,8 +375,9 @@ def time_finding(
         wide = opts.time_fail is not None and tc.low > opts.time_fail
         wide = wide and (scatter is None or math.log1p(rel_low) > opts.scatter_k * scatter)
         hard = opts.time_gate == "hard" or wide
-        rule = f"{check.describe()} beyond noise" + (", normalized" if basis != "absolute" else "")
-        return Finding(*args[:3], "fail" if hard else "warn", f"slower ({rule})", *args[3:])
+        rule = f"{check.describe()} beyond noise"
+        return Finding(*args[:3], "fail" if hard else "warn", f"slower in {basis} time ({rule})",
+                       *args[3:])
     if tc.change > check.threshold:
         return Finding(*args[:3], "info", "slower within noise", *args[3:])
     if tc.high < -check.threshold:

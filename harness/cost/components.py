@@ -72,6 +72,41 @@ def attention_io_bytes(impl: str, problem: Problem) -> tuple[int, int]:
     return (q + kv) * size + extra, q * size
 
 
+LSE_BYTES = 4  # the per-row log-sum-exp a backward reads: fp32
+
+
+def attention_tensor_bytes(problem: Problem) -> dict[str, int]:
+    """Bytes of each tensor of one attention call: ``q`` and ``out`` (B, H, n_q, D), ``k`` and
+    ``v`` (B, H_kv, n_k, D) in the problem's dtype (their gradients and ``dout`` are the same
+    sizes), and ``lse``, the fp32 row log-sum-exp (B, H, n_q) that a backward reads."""
+    size = itemsize(problem.dtype)
+    rows = problem.batch * problem.heads * problem.n_q
+    kv = problem.batch * problem.n_kv_heads * problem.n_k * problem.head_dim * size
+    return {"q": rows * problem.head_dim * size, "k": kv, "v": kv,
+            "out": rows * problem.head_dim * size, "lse": rows * LSE_BYTES}
+
+
+def attention_bytes(impl: str, problem: Problem, backward: bool | None = None) -> int:
+    """Compulsory bytes of one call of ``impl``'s core (the memory roofline's floor): forward
+    reads q, k, v (and what the method itself must read, ``Cost.io_bytes``) once and writes out.
+    With backward the forward also writes the row lse, and the backward reads q, k, v, out, dout
+    and lse once and writes dq, dk, dv (FlashAttention's two passes; ``backward`` None: the
+    problem's own)."""
+    inputs, out = attention_io_bytes(impl, problem)
+    backward = problem.backward if backward is None else backward
+    if not backward:
+        return inputs + out
+    t = attention_tensor_bytes(problem)
+    qkv = t["q"] + t["k"] + t["v"]
+    return inputs + out + t["lse"] + (qkv + 2 * t["out"] + t["lse"]) + qkv
+
+
+def bandwidth_fraction(nbytes: float, seconds: float, bandwidth: float) -> float:
+    """Bytes moved per second as a fraction of a bandwidth (bytes/s): the memory roofline's
+    utilization of a call that moves ``nbytes`` in ``seconds``."""
+    return nbytes / seconds / bandwidth
+
+
 def attention_workspace(impl: str, problem: Problem) -> int:
     """The implementation's own ``memory_model`` workspace in bytes for ``problem``; 0 when it
     declares none."""

@@ -19,7 +19,7 @@ from harness.results import PASSES_FILE, append_line, iter_rows, repair_tail
 # per-pass fields kept in passes.jsonl and combined into the row by passes.combine
 PASS_FIELDS = ("time_samples_s", "calls_per_sample", "ref_kernel_s", "contended", "contention",
                "other_cpu_cores", "cpu_steal_frac", "load_avg_1m", "gpu_other_processes",
-               "gpu_throttle_reasons", "gpu_contention_status")
+               "gpu_throttle_reasons", "gpu_contention_status", "host_issue_s", "gpu_time_s")
 
 
 class PassLog:
@@ -80,6 +80,7 @@ def final_row(first: dict, records: dict[int, dict]) -> dict:
     row.update(passes.combine(ordered, seed=int(str(row.get("point_id") or "0")[:8], 16)
                               if row.get("point_id") else 0))
     row.update(_combined_contention(ordered))
+    row.update(_combined_host(ordered))
     new_median = row.get("time_median_s")
     if old_median and new_median:  # throughput follows the combined median
         for key in ("tokens_per_s", "tflops_per_s"):
@@ -100,3 +101,18 @@ def _combined_contention(records: list[dict]) -> dict:
         if values:
             out[key] = max(values)
     return out
+
+
+def _combined_host(records: list[dict]) -> dict:
+    """``host_issue_s``, ``gpu_time_s`` and ``host_frac`` over every timed pass that has them:
+    per-call means weighted by the calls each pass timed (a pass without them, e.g. on CPU,
+    leaves the first pass's ``null`` columns as they are)."""
+    timed = [r for r in records if r.get("time_samples_s")
+             and isinstance(r.get("host_issue_s"), int | float)
+             and isinstance(r.get("gpu_time_s"), int | float)]
+    if not timed:
+        return {}
+    calls = [len(r["time_samples_s"]) * (r.get("calls_per_sample") or 1) for r in timed]
+    host = sum(n * r["host_issue_s"] for n, r in zip(calls, timed, strict=True)) / sum(calls)
+    gpu = sum(n * r["gpu_time_s"] for n, r in zip(calls, timed, strict=True)) / sum(calls)
+    return {"host_issue_s": host, "gpu_time_s": gpu, "host_frac": host / gpu if gpu > 0 else None}

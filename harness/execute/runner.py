@@ -16,6 +16,16 @@ contention readings of :mod:`harness.measure.contention`.
 Every finished pass is appended to ``passes.jsonl`` (:mod:`harness.execute.passlog`) beside
 ``rows.jsonl`` before the next one starts, so a crash loses no finished pass: ``--resume`` reads
 it back and runs only the passes that are missing; ``rows.jsonl`` keeps one final row per point.
+
+A built Case's timed call is launched as ``[measure] cuda_graph`` and the scenario say
+(:func:`harness.scenarios.case.launch_case`: eager, or replayed from a CUDA graph); its memory
+is measured on the eager call (a replay allocates nothing: its pool was taken at capture).
+
+A device fault: a CUDA error poisons the process's context (a device-side assert, an illegal
+address, a launch failure), so every later CUDA call in it fails too. The point that hit it
+becomes an ``error`` row with the CUDA message; nothing raised after a point (its cleanup
+included) escapes, so the row is written; and :func:`run_points` runs the points left in fresh
+child processes from then on (``after_fault``: the session's isolated executor).
 """
 
 from __future__ import annotations
@@ -31,14 +41,14 @@ import torch
 from harness import fmt
 from harness.errors import first_line
 from harness.execute.passlog import PassLog, final_row, pass_record
-from harness.measure import passes
+from harness.measure import graphs, passes
 from harness.measure.contention import Interval
 from harness.measure.device import Device, get_device
 from harness.measure.nvml import ClockReading, clock_columns
 from harness.measure.refkernel import ReferenceKernel, summarize
 from harness.measure.timing import measure
 from harness.results import RowWriter
-from harness.scenarios.case import Case, CaseOptions
+from harness.scenarios.case import Case, CaseOptions, launch_case
 from harness.scenarios.interface import Point, PointCost, scenario_of
 from harness.sweep.suite import MeasureConfig
 
@@ -48,6 +58,17 @@ def _is_oom(exc: BaseException) -> bool:
         return True
     return isinstance(exc, RuntimeError) and (
         "can't allocate memory" in str(exc) or "out of memory" in str(exc).lower())
+
+
+def device_fault(row: dict) -> bool:
+    """Whether a row failed on a CUDA error, which may poison the context of the process it
+    happened in (``torch.AcceleratorError`` since torch 2.8; a ``RuntimeError`` that says
+    ``CUDA error`` before): an ``error`` row, or a ``skipped`` one whose availability probe
+    met it. Not every CUDA error is sticky, but telling which are is not worth a run: any of
+    them sends the rest of the run into fresh processes."""
+    reason = str(row.get("reason") or "")
+    return row.get("status") in ("error", "skipped") and (
+        "AcceleratorError" in reason or "CUDA error" in reason)
 
 
 def point_row(point: Point) -> dict:
@@ -62,7 +83,10 @@ def run_point(point: Point, config: MeasureConfig, device: Device,
     never raised. ``ref``: the reference kernel to bracket the timing with (one is made when
     None)."""
     row = point_row(point)
-    row["device_name"] = device.name()
+    try:
+        row["device_name"] = device.name()
+    except Exception as exc:  # a device that cannot even name itself (a poisoned context)
+        return {**row, "status": "error", "reason": f"device: {first_line(exc)}"}
     scenario = scenario_of(point)
     try:
         reasons = scenario.support(point)
@@ -82,26 +106,39 @@ def run_point(point: Point, config: MeasureConfig, device: Device,
     try:
         clock_start = device.clock()  # SM clock and throttle reasons around the point (GPU)
         case = scenario.build_case(point, device, _options(config))
+        launched = launch_case(case, config.cuda_graph, device.kind)
         ref = ref or ReferenceKernel(device, point.device)
-        row.update(_measure_case(case, cost, config, device, ref, clock_start))
+        row.update(_measure_case(case, launched.mode, cost, config, device, ref, clock_start))
     except Exception as exc:
         row.update(status="oom" if _is_oom(exc) else "error", reason=first_line(exc))
-    finally:
+    case = launched = None  # the graph and its buffers go before the memory is released
+    return _released(row, device)
+
+
+def _released(record: dict, device: Device) -> dict:
+    """``record`` after the point's memory is handed back. Cleanup must not raise: an error
+    there (a CUDA error the point left behind surfaces at ``empty_cache``) makes an ``ok`` or
+    ``mismatch`` record an ``error`` with it; one that failed already keeps its reason."""
+    try:
         gc.collect()
-        if device.kind == "cuda":
-            torch.cuda.empty_cache()
-    return row
+        device.release_memory()
+    except Exception as exc:
+        if record.get("status") not in ("error", "oom"):
+            record.update(status="error", reason=f"after the point: {first_line(exc)}")
+    return record
 
 
 def _options(config: MeasureConfig, check: str | None = None) -> CaseOptions:
-    """How the runner wants a Case built: the suite's check (or ``check``) and launch mode."""
-    return CaseOptions(check=check or config.check, graph=config.decode_graph)
+    """How the runner wants a Case built: the suite's check (or ``check``) and the scenario's
+    own ``[measure]`` options, passed through unread."""
+    return CaseOptions(check=check or config.check, options=dict(config.options))
 
 
-def _measure_case(case: Case, cost: PointCost, config: MeasureConfig, device: Device,
-                  ref: ReferenceKernel, clock_start: ClockReading) -> dict:
-    """The first pass of a built Case: first call, agreement, peak memory, a timing pass,
-    the scenario's extras, throughput and the status they add up to."""
+def _measure_case(case: Case, mode: str, cost: PointCost, config: MeasureConfig,
+                  device: Device, ref: ReferenceKernel, clock_start: ClockReading) -> dict:
+    """The first pass of a launched Case (``mode``: how its call was launched): first call,
+    agreement, peak memory of the eager call, a timing pass, the scenario's extras (their own
+    timings launched the same way), throughput and the status they add up to."""
     device.synchronize()
     start = time.perf_counter()
     finite = _all_finite(case.run())
@@ -109,13 +146,14 @@ def _measure_case(case: Case, cost: PointCost, config: MeasureConfig, device: De
     first_call_s = time.perf_counter() - start
     out = dict(case.columns)
     out.update(case.check())
-    memory = device.peak_memory(case.run)
+    memory = device.peak_memory(case.eager or case.run)
     out.update(peak_mem_bytes=memory.peak_bytes, mem_method=memory.method, **memory.extra)
     timing, bracket = _timed_pass(case.run, config, device, ref)
     out.update(timing.columns())
     out.update(bracket)
     out["first_call_s"] = first_call_s
-    out.update(case.extra(timing, partial(measure, device=device, config=_side_timing(config))))
+    out.update(case.extra(timing, partial(_side_timer, mode=mode, device=device,
+                                          config=_side_timing(config))))
     out.update(_throughput(cost, case.tokens, timing.median))
     out.update(clock_columns(clock_start, device.clock()))
     nonfinite = out.pop("nonfinite", False) or not finite  # NaN/inf even with check = none
@@ -153,16 +191,16 @@ def time_pass(point: Point, config: MeasureConfig, device: Device,
     try:
         ref = ref or ReferenceKernel(device, point.device)
         case = scenario_of(point).build_case(point, device, _options(config, "none"))
+        launch_case(case, config.cuda_graph, device.kind)
         timing, bracket = _timed_pass(case.run, config, device, ref)
+        host = timing.host_columns()
         record = {"status": "ok", "time_samples_s": list(timing.samples),
-                  "calls_per_sample": timing.calls_per_sample, **bracket}
+                  "calls_per_sample": timing.calls_per_sample, **bracket,
+                  "host_issue_s": host["host_issue_s"], "gpu_time_s": host["gpu_time_s"]}
     except Exception as exc:
         record = {"status": "oom" if _is_oom(exc) else "error", "reason": first_line(exc)}
-    finally:
-        gc.collect()
-        if device.kind == "cuda":
-            torch.cuda.empty_cache()
-    return record
+    case = None
+    return _released(record, device)
 
 
 def _all_finite(result) -> bool:
@@ -177,6 +215,12 @@ def _all_finite(result) -> bool:
 def _side_timing(config: MeasureConfig):
     """Half the budget for secondary timings (the mixer alone inside a block)."""
     return replace(config.timing, budget_s=config.timing.budget_s / 2)
+
+
+def _side_timer(fn: Callable[[], object], mode: str, device: Device, config) -> object:
+    """A scenario's secondary timing of ``fn`` (the Case's ``timer``), launched as its timed
+    call was, so the two times compare like with like (a capture that fails runs eagerly)."""
+    return measure(graphs.launch(fn, mode).run, device, config)
 
 
 def _throughput(cost: PointCost, tokens: int, median_s: float) -> dict:
@@ -210,6 +254,7 @@ def run_points(
     executor: Callable[..., dict] | None = None,
     on_row: Callable[[dict], None] | None = None,
     on_pass: Callable[[Point, int, dict], None] | None = None,
+    after_fault: Callable[[Point, dict], Callable[..., dict]] | None = None,
 ) -> dict[str, int]:
     """Run ``points`` in ``config.passes`` shuffled passes, writing each point's row when its
     last pass finishes; returns status counts. Passes already in ``passes.jsonl`` (a resumed
@@ -217,7 +262,9 @@ def run_points(
 
     ``executor(point)`` replaces :func:`run_point` and ``executor(point, pass_index=k)``
     :func:`time_pass` (e.g. to run each in a child process). ``on_pass(point, k, record)``
-    follows every pass that ran (progress)."""
+    follows every pass that ran (progress). ``after_fault(point, record)``: the executor the
+    rest of an in-process run goes on with once a pass of ``point`` met a device fault
+    (:func:`device_fault`), since this process's CUDA context may be poisoned."""
     devices = _devices(points, config.flush_l2) if executor is None else {}
     refs: dict[str, ReferenceKernel] = {}
     log = PassLog(writer.path.parent)
@@ -240,19 +287,20 @@ def run_points(
             point, st = points[index], state[points[index].point_id]
             if k > 0 and (st.first or {}).get("status") != "ok":
                 continue  # skipped or failed in its first pass: its row is written already
+            ran = None
             if k == 0 and st.first is None:
-                st.first = _first_pass(point, config, executor, devices, refs, mem_budget)
+                ran = st.first = _first_pass(point, config, executor, devices, refs, mem_budget)
                 st.first["point_id"] = st.first.get("point_id") or point.point_id
                 st.records[0] = pass_record(st.first)
                 log.write(point.point_id, 0, st.records[0], st.first)
-                if on_pass is not None:
-                    on_pass(point, 0, st.first)
             elif k not in st.records:
                 record = _later_pass(point, config, executor, devices, refs, k)
-                st.records[k] = {"pass": k, **record}
+                ran = st.records[k] = {"pass": k, **record}
                 log.write(point.point_id, k, st.records[k])
-                if on_pass is not None:
-                    on_pass(point, k, st.records[k])
+            if ran is not None and on_pass is not None:
+                on_pass(point, k, ran)
+            if ran is not None and executor is None and after_fault and device_fault(ran):
+                executor = after_fault(point, ran)  # this process's context may be poisoned
             if k == total - 1 or st.first.get("status") != "ok":
                 finish(point)
     return counts
@@ -268,15 +316,23 @@ def _first_pass(point, config, executor, devices, refs, mem_budget) -> dict:
     if executor is not None:
         return executor(point)
     device = devices[point.device]
-    budget = mem_budget if mem_budget is not None else default_budget(device)
-    return run_point(point, config, device, budget, _ref(point, device, refs))
+    try:
+        budget = mem_budget if mem_budget is not None else default_budget(device)
+        ref = _ref(point, device, refs)
+    except Exception as exc:  # the device itself fails (a poisoned context): this point's row
+        return {**point_row(point), "status": "error", "reason": f"device: {first_line(exc)}"}
+    return run_point(point, config, device, budget, ref)
 
 
 def _later_pass(point, config, executor, devices, refs, index: int) -> dict:
     if executor is not None:
         return executor(point, pass_index=index)
     device = devices[point.device]
-    return time_pass(point, config, device, _ref(point, device, refs))
+    try:
+        ref = _ref(point, device, refs)
+    except Exception as exc:  # as in _first_pass: a failed pass, not a failed run
+        return {"status": "error", "reason": f"device: {first_line(exc)}"}
+    return time_pass(point, config, device, ref)
 
 
 def default_budget(device: Device) -> int:

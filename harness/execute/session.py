@@ -28,7 +28,7 @@ from harness.measure import calibrate, env
 from harness.measure.device import get_device
 from harness.results import PASSES_FILE, ROWS_FILE, RowWriter, iter_rows, load_env, write_env
 from harness.scenarios.interface import Point, cost_of
-from harness.sweep.suite import MeasureConfig, Suite
+from harness.sweep.suite import MAX_PASSES, MeasureConfig, Suite
 from harness.terminal import Progress, duration
 
 
@@ -43,6 +43,7 @@ class RunOptions:
     mem_budget: int | None = None  # bytes; skip points predicted to need more
     check: str | None = None  # agreement check: auto | full | rows | none
     budget_s: float | None = None  # timing budget per point, seconds
+    passes: int | None = None  # timing passes over the suite ([measure] passes)
     isolate: bool = False  # each point in its own child process
     point_timeout: float | None = None  # seconds; with isolation, give up on a point after this
     progress: bool = True  # a progress bar while points run
@@ -68,6 +69,10 @@ def configure(suite: Suite, options: RunOptions) -> MeasureConfig:
         measure = replace(measure, check=options.check)
     if options.budget_s:
         measure = replace(measure, timing=replace(measure.timing, budget_s=options.budget_s))
+    if options.passes is not None:
+        if not 1 <= options.passes <= MAX_PASSES:
+            raise CliError(f"--passes {options.passes}: must be 1..{MAX_PASSES}")
+        measure = replace(measure, passes=options.passes)
     if ((options.point_timeout or measure.point_timeout_s)
             and not (options.isolate or measure.isolate)):
         raise CliError("--point-timeout / [measure] point_timeout_s needs --isolate "
@@ -117,15 +122,30 @@ def run_suite(suite: Suite, measure: MeasureConfig, options: RunOptions,
              "(predicted; the ETA follows the run's pace)" if predict and points else ""),
           file=sys.stderr)
     try:
-        with Progress(list(plan.values())) if options.progress and points else nullcontext() as bar:
+        with (Progress(plan, max(measure.passes, 1)) if options.progress and points
+              else nullcontext()) as bar:
             counts = run_points(points, writer, measure, run_id=run_id, suite_name=suite.name,
                                 mem_budget=options.mem_budget, executor=executor,
-                                on_pass=_stepper(bar, plan, max(measure.passes, 1)))
+                                on_pass=_stepper(bar),
+                                after_fault=_isolate_after_fault(measure, options))
     except KeyboardInterrupt:
         raise Interrupted(interrupted_message(suite, run_dir)) from None
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "nothing to run"
     print(f"attnbench: {summary}; rows in {run_dir / ROWS_FILE}", file=sys.stderr)
     return RunResult(run_dir, counts)
+
+
+def _isolate_after_fault(measure: MeasureConfig, options: RunOptions):
+    """The runner's ``after_fault``: say in one line that a CUDA error may have poisoned this
+    process, and go on as ``--isolate`` does, each remaining point in a fresh child."""
+
+    def switch(point: Point, record: dict) -> Callable[..., dict]:
+        print(f"attnbench: {point.impl} n={point.seq_len} hit a CUDA error ({record.get('reason')}"
+              "); this process's CUDA context may be unusable, so the remaining points run "
+              "each in a fresh child process (as with --isolate)", file=sys.stderr)
+        return isolated_executor(measure, options.mem_budget, options.point_timeout)
+
+    return switch
 
 
 def interrupted_message(suite: Suite, run_dir: Path) -> str:
@@ -174,18 +194,17 @@ def pass_plan(points: list[Point], log: PassLog, passes: int,
     return plan
 
 
-def _stepper(bar, plan: dict[tuple[str, int], float], passes: int):
+def _stepper(bar):
     """The runner's ``on_pass``: one progress step per pass; a point that fails its first
-    pass takes its later passes off the plan."""
+    pass leaves the later passes."""
     if not isinstance(bar, Progress):
         return None
 
     def on_pass(point: Point, k: int, record: dict) -> None:
         status = record.get("status")
         if k == 0 and status != "ok":
-            bar.forget([plan.get((point.point_id, j), 0.0) for j in range(1, passes)])
-        what = f"{point.impl} n={point.seq_len} pass {k + 1}/{passes}: {status}"
-        bar.step(what, plan.get((point.point_id, k), 0.0))
+            bar.forget(point.point_id)
+        bar.step(point.point_id, k, f"{point.impl} n={point.seq_len}: {status}")
 
     return on_pass
 

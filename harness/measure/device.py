@@ -4,6 +4,11 @@ device facts. The rest of the harness talks to a :class:`Device` and never to ``
 NVML (whose wrappers and pure decision rules are in :mod:`harness.measure.nvml`).
 
 GPU-only figures degrade to ``None`` plus an ``"unavailable: <reason>"`` string, never to 0.
+
+Host issue time (:meth:`Device.time_issue`): on CUDA the host enqueues work and returns, so the
+time the host spends issuing the timed calls is a figure of its own beside their GPU time; when
+it reaches the GPU time the GPU sat waiting for Python. On a CPU the host runs the calls itself
+and there is no second clock.
 """
 
 from __future__ import annotations
@@ -25,6 +30,16 @@ from harness.measure import nvml
 
 
 @dataclass(frozen=True)
+class CallTimes:
+    """Seconds of ``calls`` back-to-back calls: ``device_s`` on the device's clock (CUDA events:
+    GPU time, idle gaps between kernels included), ``host_s`` what the host spent issuing them
+    (None where the device has no clock apart from the host's)."""
+
+    device_s: float
+    host_s: float | None = None
+
+
+@dataclass(frozen=True)
 class MemoryReading:
     """Peak bytes one call added above the pre-call baseline, and how that was measured."""
 
@@ -39,6 +54,10 @@ class Device:
     kind = "cpu"
     flush_l2 = False  # whether flush_cache() really evicts a cache between timed calls
     warm_l2 = "warm"  # the ``l2`` column when calls are timed without a flush before each
+    # why a row has no host issue time (``host_frac_status``); None where time_issue gives one
+    host_issue_reason: str | None = (
+        "unavailable: this device does not time the host's issue apart from the calls"
+    )
 
     def synchronize(self) -> None: ...
 
@@ -46,7 +65,15 @@ class Device:
         """Seconds for ``calls`` back-to-back calls of ``fn`` (device work included)."""
         raise NotImplementedError
 
+    def time_issue(self, fn: Callable[[], object], calls: int) -> CallTimes:
+        """:meth:`time_calls` with the host's issue time beside it, where the device has one."""
+        return CallTimes(self.time_calls(fn, calls))
+
     def flush_cache(self) -> None: ...
+
+    def release_memory(self) -> None:
+        """Hand cached memory back after a point (CUDA: the allocator's cache); raises what the
+        device raises (a poisoned CUDA context raises its error here too)."""
 
     def clock(self) -> nvml.ClockReading:
         """SM clock and throttle reasons now (None + reason where the device has none)."""
@@ -70,6 +97,7 @@ class CpuDevice(Device):
 
     kind = "cpu"
     warm_l2 = "n/a (cpu)"  # no cache flush on CPU: caches stay as the previous call left them
+    host_issue_reason = "unavailable: on a CPU the host runs the calls itself (no device clock)"
 
     def time_calls(self, fn: Callable[[], object], calls: int) -> float:
         start = time.perf_counter()
@@ -177,6 +205,7 @@ class CudaDevice(Device):
     """CUDA events for timing, allocator peak stats, NVML used-memory sampling in a thread."""
 
     kind = "cuda"
+    host_issue_reason = None
 
     def __init__(self, index: int = 0, flush_l2: bool = False):
         self.index = index
@@ -197,8 +226,21 @@ class CudaDevice(Device):
         self._flush_buffer.zero_()
 
     def time_calls(self, fn: Callable[[], object], calls: int) -> float:
-        """One CUDA event pair around ``calls`` calls; the caller decides about flushing (a
-        flush enqueued just before is not timed: the start event is recorded after it).
+        """GPU seconds of ``calls`` calls (:meth:`time_issue`)."""
+        return self.time_issue(fn, calls).device_s
+
+    def time_issue(self, fn: Callable[[], object], calls: int) -> CallTimes:
+        """One CUDA event pair around ``calls`` calls, and the host's ``perf_counter`` around
+        the same launch loop; the caller decides about flushing (a flush enqueued just before
+        is not timed: the start event is recorded after it).
+
+        The host clock stops when the last call returns, before the end event is recorded and
+        long before it is waited for, so it holds only issuing: Python, dispatch, launches.
+        Reading it adds two ``perf_counter`` calls on the host and nothing on the GPU's stream.
+        If the GPU is the bottleneck the host runs ahead and ``host_s`` is a fraction of the
+        GPU time; if the host is, the GPU idles between kernels and the two come out equal.
+        (A call that enqueues more launches than the driver's queue holds, about a thousand,
+        also makes the host wait, on the queue: such a call reads as host-bound too.)
 
         The events go on this device's current stream, and the calls run with this device
         current: on ``cuda:N`` a bare ``Event.record()`` would mark the stream of whatever
@@ -208,11 +250,13 @@ class CudaDevice(Device):
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
             start.record(stream)
+            issue = time.perf_counter()
             for _ in range(calls):
                 fn()
+            host_s = time.perf_counter() - issue
             end.record(stream)
         end.synchronize()
-        return start.elapsed_time(end) / 1e3
+        return CallTimes(start.elapsed_time(end) / 1e3, host_s)
 
     def clock(self) -> nvml.ClockReading:
         return nvml.read_clock(self.index)
@@ -240,6 +284,9 @@ class CudaDevice(Device):
         else:
             found = nvml.nvml_verdict(sampler.samples, sampler.base or 0, reserved, calls)
         return MemoryReading(peak, "cuda-allocator", {"peak_reserved_bytes": reserved, **found})
+
+    def release_memory(self) -> None:
+        torch.cuda.empty_cache()
 
     def free_memory_bytes(self) -> int:
         free, _total = torch.cuda.mem_get_info(self.torch_device)

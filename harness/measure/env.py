@@ -85,6 +85,16 @@ def fingerprint(info: dict) -> str:
     return f"{info.get('device', 'cpu')}-{name}{threads}"
 
 
+# environment variables that change what runs: attnbench's own (ATTNBENCH_AUTOTUNE pins the
+# fused kernels' configs), Triton's and the visible devices
+SETTINGS_ENV_PREFIXES = ("ATTNBENCH_", "TRITON_", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS")
+
+
+def settings_env() -> dict[str, str]:
+    """The set environment variables of :data:`SETTINGS_ENV_PREFIXES`, by name."""
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(SETTINGS_ENV_PREFIXES)}
+
+
 def new_run_id() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
 
@@ -110,6 +120,7 @@ def collect(
         "fingerprint": fingerprint(info),
         # a contended machine explains noisy timings: record the 1/5/15-minute load at the start
         "loadavg_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "settings_env": settings_env(),
         **info,
         **git_state(),
     }

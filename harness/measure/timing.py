@@ -6,6 +6,11 @@ Like ``triton.testing.do_bench`` the budget is in time, not counts; like
 With an L2 flush (CUDA ``flush_l2``), every call is flushed and timed with its own event pair,
 as ``do_bench`` does: batching calls would time all but the first with a warm L2. Calls too
 short for one event pair each are batched, and the row says L2 was warm (``l2`` column).
+
+Each sample also keeps the host's time to issue its calls where the device has a clock of its
+own (:meth:`harness.measure.device.Device.time_issue`): ``host_frac``, issue time over GPU time
+of the same calls, says how much of the GPU's time went waiting for Python. At or above
+:data:`HOST_BOUND_FRAC` a row is host-bound: its time measures the host, not the kernels.
 """
 
 from __future__ import annotations
@@ -14,16 +19,27 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy import stats
 
-from harness.measure.device import Device
+if TYPE_CHECKING:  # annotations only: tables read HOST_BOUND_FRAC without importing torch
+    from harness.measure.device import Device
 
 # Below this a single call is within a few event-timer resolutions (~0.5 us) and launch gaps:
 # such calls are batched unflushed instead, and their rows say ``l2 = warm``.
 MIN_FLUSHED_CALL_S = 1e-5
 L2_FLUSHED = "flushed-per-call"
+# host_frac at or above this: the host took at least half the GPU time to issue the calls, so
+# the GPU waited on the host for much of it (tables flag such rows, claims give no time verdict)
+HOST_BOUND_FRAC = 0.5
+
+
+def host_bound(host_frac: object) -> bool:
+    """Whether a row's ``host_frac`` (a number, or None/NaN where there is none) says the GPU
+    waited on the host: at or above :data:`HOST_BOUND_FRAC`."""
+    return isinstance(host_frac, int | float) and host_frac >= HOST_BOUND_FRAC
 
 
 @dataclass(frozen=True)
@@ -61,6 +77,9 @@ class Measurement:
     calls_per_sample: int
     first_call_s: float
     l2: str = "warm"  # flushed-per-call | warm | n/a (cpu): the cache state the samples saw
+    # per-call host issue time of each sample (empty where the device has no separate clock)
+    host_samples: tuple[float, ...] = ()
+    host_status: str = "ok"  # or "unavailable: <reason>" when host_samples is empty
 
     @property
     def median(self) -> float:
@@ -92,7 +111,20 @@ class Measurement:
             "time_samples_s": list(self.samples),
             "first_call_s": self.first_call_s,
             "l2": self.l2,
+            **self.host_columns(),
         }
+
+    def host_columns(self) -> dict:
+        """``host_issue_s`` and ``gpu_time_s``: mean per-call host issue time and device time
+        of the same samples; ``host_frac`` their ratio (of the totals); ``host_frac_status``
+        ``ok`` or why the three are None."""
+        if not self.host_samples or len(self.host_samples) != len(self.samples):
+            status = self.host_status if self.host_status != "ok" else "unavailable: no samples"
+            return {"host_issue_s": None, "gpu_time_s": None, "host_frac": None,
+                    "host_frac_status": status}
+        host, gpu = float(np.mean(self.host_samples)), float(np.mean(self.samples))
+        return {"host_issue_s": host, "gpu_time_s": gpu,
+                "host_frac": host / gpu if gpu > 0 else None, "host_frac_status": "ok"}
 
 
 def measure(
@@ -111,11 +143,15 @@ def measure(
     batched = max(1, math.ceil(config.min_sample_s / max(estimate, 1e-9)))
     calls = 1 if per_call_flush else batched
     samples: list[float] = []
+    host: list[float] = []
     deadline = time.perf_counter() + config.budget_s
     while len(samples) < config.max_samples:
         if per_call_flush:
             device.flush_cache()  # enqueued before the call's own start event: not timed
-        samples.append(device.time_calls(fn, calls) / calls)
+        times = device.time_issue(fn, calls)
+        samples.append(times.device_s / calls)
+        if times.host_s is not None:
+            host.append(times.host_s / calls)
         if len(samples) < config.min_samples:
             continue
         if time.perf_counter() > deadline:
@@ -123,7 +159,10 @@ def measure(
         if len(samples) >= 6 and _rel_halfwidth(samples) <= config.target_rel_ci:
             break
     l2 = L2_FLUSHED if per_call_flush else device.warm_l2
-    return Measurement(tuple(samples), calls, first_call_s, l2)
+    reason = device.host_issue_reason or "unavailable: the device gave no host issue time"
+    status = "ok" if len(host) == len(samples) else reason
+    return Measurement(tuple(samples), calls, first_call_s, l2,
+                       tuple(host) if status == "ok" else (), status)
 
 
 def _rel_halfwidth(samples: list[float]) -> float:

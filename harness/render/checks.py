@@ -4,6 +4,8 @@ status (what failed, was skipped or mismatched, and why)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
@@ -14,50 +16,91 @@ from harness.render.plots import Panel, Series, history, lines
 
 # error column -> the row column holding the bound it must meet (harness/oracle/agreement.py)
 TOLERANCE_COLUMNS = {"max_abs_err": "tolerance", "rel_err": "rel_tolerance"}
+ERRORS = ("max_abs_err", "rel_err")
+OWN_BOUND = "each row's own bound"
 
 
-def _tolerance_guides(part: pd.DataFrame, metric: str) -> list[Series]:
-    """The bound ``metric`` must meet against seq_len, one dashed line per dtype (the median
-    over the rows at each n: the bound is k x the naive error + ε, so it moves with n)."""
-    col = TOLERANCE_COLUMNS[metric]
-    if col not in part:
+def over_bound(rows: pd.DataFrame, metric: str) -> pd.Series:
+    """Each row's ``metric`` over the bound that row was judged against (<= 1: within it; the
+    bound is k x the naive same-dtype error + one ulp, so it differs from row to row). NaN for
+    a row that keeps no such bound: only rows judged by the naive-relative rule carry both
+    ``tolerance`` and ``rel_tolerance``; the fixed allclose rule's ``tolerance`` is its atol,
+    and its bound, atol + rtol·|ref|, is per element."""
+    nothing = pd.Series(np.nan, index=rows.index)
+    if not {metric, *TOLERANCE_COLUMNS.values()} <= set(rows.columns):
+        return nothing
+    bound = pd.to_numeric(rows[TOLERANCE_COLUMNS[metric]], errors="coerce")
+    judged = pd.to_numeric(rows["rel_tolerance"], errors="coerce").gt(0) & bound.gt(0)
+    return (pd.to_numeric(rows[metric], errors="coerce") / bound).where(judged)
+
+
+def _atol_guides(part: pd.DataFrame) -> list[Series]:
+    """The allclose rule's atol against seq_len, one dashed line per dtype (each element must
+    be within atol + rtol·|ref|, so an agreeing row's max abs error may pass atol by
+    rtol·max|ref|)."""
+    if "tolerance" not in part:
         return []
     guides = []
     dtypes = part["dtype"] if "dtype" in part else pd.Series("", index=part.index)
     for dtype, rows in part.groupby(dtypes, sort=True):
-        bound = pd.to_numeric(rows[col], errors="coerce")
+        bound = pd.to_numeric(rows["tolerance"], errors="coerce")
         per_n = bound[bound > 0].groupby(rows["seq_len"]).median()
         if len(per_n):
-            label = "tolerance" + (f" ({dtype})" if dtypes.nunique() > 1 else "")
+            label = "atol (+ rtol·|ref| per element)" + (
+                f" ({dtype})" if dtypes.nunique() > 1 else "")
             guides.append(Series(label, per_n.index.to_numpy(float), per_n.to_numpy(float)))
     return guides
 
 
-def agreement(rows: pd.DataFrame) -> list:
-    """Max abs and relative error vs seq_len per scenario (one figure per scenario), each
-    panel with the tolerance the errors are judged against."""
-    images = []
+def _panel(title: str, rows: pd.DataFrame, column: str, guides: list[Series]) -> Panel | None:
+    """Series of ``column`` over seq_len (rows with a positive value), one per point shape."""
+    sub = rows[pd.to_numeric(rows[column], errors="coerce") > 0].assign(status="ok")
+    if not len(sub):
+        return None
+    keys = frames.group_keys(sub, "seq_len")
+    return Panel(title, series_by(sub, column, keys)[:10], guides=guides)
+
+
+@dataclass
+class Figure:
+    """One figure's data before drawing: its name, panels, y label and horizontal line."""
+
+    name: str
+    panels: list[Panel]
+    ylabel: str
+    hline: tuple[float, str] | None = None
+
+
+def agreement_figures(rows: pd.DataFrame) -> list[Figure]:
+    """Per scenario, each row's max abs and relative error over its own bound against seq_len,
+    with the line at 1 (a row above it disagrees); rows judged by the fixed allclose rule
+    (no per-row bound kept) as raw errors beside their atol, in a figure of their own."""
+    figures = []
     for scenario, part in rows.groupby("scenario", sort=True):
         part = part[part["status"].isin(["ok", "mismatch"])] if "status" in part else part
         if "max_abs_err" not in part or part["seq_len"].nunique() < 2:
             continue
-        panels = []
-        for metric in ("max_abs_err", "rel_err"):
-            sub = part[pd.to_numeric(part[metric], errors="coerce") > 0]
-            if len(sub):
-                keys = frames.group_keys(sub.assign(status="ok"), "seq_len")
-                panels.append(
-                    Panel(
-                        f"{scenario}: {metric}",
-                        series_by(sub.assign(status="ok"), metric, keys)[:10],
-                        guides=_tolerance_guides(sub, metric),
-                    )
-                )
-        if panels:
-            images.append(
-                (f"agreement-{scenario}", lines(panels, "seq_len", "error vs float64", log_y=True))
-            )
-    return images
+        ratios = part.assign(**{f"{m}_over_bound": over_bound(part, m) for m in ERRORS})
+        bounded = ratios["max_abs_err_over_bound"].notna()
+        own = [_panel(f"{scenario}: {m} / its bound", ratios[bounded], f"{m}_over_bound", [])
+               for m in ERRORS]
+        if any(own):
+            figures.append(Figure(f"agreement-{scenario}", [p for p in own if p],
+                                  "error / the row's own bound", (1.0, f"1 = {OWN_BOUND}")))
+        rest = part[~bounded]
+        fixed = [_panel(f"{scenario}: {m}", rest, m,
+                        _atol_guides(rest) if m == "max_abs_err" else [])
+                 for m in ERRORS if m in rest]
+        if any(fixed):
+            figures.append(Figure(f"agreement-{scenario}-allclose", [p for p in fixed if p],
+                                  "error vs float64"))
+    return figures
+
+
+def agreement(rows: pd.DataFrame) -> list[tuple[str, bytes]]:
+    """The agreement figures (:func:`agreement_figures`) as (name, PNG bytes)."""
+    return [(f.name, lines(f.panels, "seq_len", f.ylabel, log_y=True, hline=f.hline))
+            for f in agreement_figures(rows)]
 
 
 def run_history(rows: pd.DataFrame, envs: dict[str, dict]) -> tuple[pd.DataFrame, list]:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness import fmt
+from harness.analysis.claims import VERDICTS
 from harness.render.plots import css_width
 
 CSS = """
@@ -27,7 +28,8 @@ th,td{border:1px solid #ddd;padding:3px 6px;text-align:left;vertical-align:top}
 th{background:#f3f3f3}
 td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 td.v-confirmed{background:#d9f2d9}td.v-refuted{background:#f7d4d4}
-td.v-inconclusive{background:#f6efd0}
+td.v-inconclusive{background:#f6efd0}td.v-mixed{background:#eadcf5}
+td.v-holds-in-part{background:#d8e8f7}
 img{max-width:100%;height:auto;border:1px solid #eee;margin:.5em 0;display:block}
 nav{line-height:1.8}nav a{margin-right:1em;white-space:nowrap}
 .scroll{overflow-x:auto;max-width:100%}.note{color:#666;font-style:italic}
@@ -78,8 +80,9 @@ def html_table(frame: pd.DataFrame, css_class: str = "") -> str:
     sideways inside its box when too wide."""
     shown = _shown(frame)
     out = shown.to_html(index=False, escape=True, border=0, classes=css_class or None)
-    for verdict in ("confirmed", "refuted", "inconclusive"):
-        out = out.replace(f"<td>{verdict}</td>", f'<td class="v-{verdict}">{verdict}</td>')
+    for verdict in VERDICTS:
+        css = "v-" + verdict.replace(" ", "-")
+        out = out.replace(f"<td>{verdict}</td>", f'<td class="{css}">{verdict}</td>')
     return f'<div class="scroll">{out}</div>'
 
 

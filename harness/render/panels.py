@@ -13,26 +13,38 @@ import pandas as pd
 from harness import fmt, registry
 from harness.analysis import frames
 from harness.render.plots import Panel, Series
+from harness.render.table import name as human_name
 from harness.scenarios import interface
+from harness.schema import BY_NAME
 
 LABEL_DIGITS = 6  # significant digits of a number in a label (as "%g" writes it)
-METRIC_LABELS = {
-    "time_median_s": "median time",
-    "peak_mem_bytes": "peak memory",
-    "mixer_time_s": "mixer time",
-}
 # metric -> (lower, upper) columns of its confidence interval, drawn as error bars
 CI_COLUMNS = {"time_median_s": ("time_ci_low_s", "time_ci_high_s")}
 
 
 def display_unit(metric: str, values) -> tuple[str, float]:
-    """(unit, factor) for plotting ``metric``: seconds as ms, bytes as MiB or GiB."""
-    if metric.endswith("_bytes"):
+    """(unit, factor) for plotting ``metric``, from the kind the schema declares for it:
+    seconds as ms, bytes as MiB or GiB, a share as %, a rate in its stored unit (TFLOP/s);
+    a column the schema does not declare by its name's suffix (``_bytes``, ``_s``)."""
+    declared = BY_NAME.get(metric)
+    kind = declared.kind if declared is not None else (
+        "bytes" if metric.endswith("_bytes")
+        else "seconds" if metric.endswith("_s") and not metric.endswith("per_s") else "")
+    if kind == "bytes":
         top = max((float(v) for v in values), default=0.0)
         return ("GiB", 2.0**-30) if top >= 2**30 else ("MiB", 2.0**-20)
-    if metric.endswith("_s") and not metric.endswith("per_s"):
+    if kind == "seconds":
         return "ms", 1e3
+    if kind == "share":
+        return "%", 100.0
+    if kind in ("rate", "number") and declared is not None:
+        return declared.unit, 1.0
     return "", 1.0
+
+
+def axis_label(metric: str, unit: str) -> str:
+    """``median time (ms)``: the column's human name, then the unit it is drawn in."""
+    return f"{human_name(metric)} ({unit})" if unit else human_name(metric)
 
 
 def in_units(panels: list[Panel], metric: str) -> tuple[list[Panel], str]:
@@ -51,8 +63,7 @@ def in_units(panels: list[Panel], metric: str) -> tuple[list[Panel], str]:
                     "prefactor": s.fit["prefactor"] * k,
                     "offset": s.fit["offset"] * k,
                 }
-    name = METRIC_LABELS.get(metric, metric)
-    return panels, f"{name} ({unit})" if unit else name
+    return panels, axis_label(metric, unit)
 
 
 def with_interval(ok: pd.DataFrame, agg: pd.DataFrame, over: str, metric: str, keys: list[str]):

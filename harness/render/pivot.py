@@ -11,15 +11,22 @@ reference (``mismatch``) is measured: its cell shows the value marked ``(!)``.
 
 from __future__ import annotations
 
+import hashlib
+import math
 import re
+import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 import pandas as pd
 
-from harness import fmt
+from harness import bundled, fmt
+from harness.measure.timing import HOST_BOUND_FRAC, host_bound
 from harness.schema import POINT_COLUMNS
 
 MEASURED = ("ok", "mismatch")  # statuses whose rows hold measurements
+HOST_MARK = "(h)"  # a time cell of a host-bound row (host_frac >= HOST_BOUND_FRAC)
 
 
 @dataclass
@@ -76,13 +83,87 @@ def layout(frame: pd.DataFrame) -> Layout:
 
 
 def _impl_order(frame: pd.DataFrame) -> list[str]:
+    """Implementations in order of first appearance (:func:`in_suite_order` sorts the rows)."""
     return list(dict.fromkeys(frame["impl"].astype(str)))
 
 
+def natural_key(value) -> tuple:
+    """A sort key that orders numbers numerically, also the numbers inside a comma-separated
+    value (a window ``127,0`` before ``1023,0``): missing values (None, NaN, ``-``) first, then
+    numbers, then text; values of mixed kinds stay comparable."""
+    if isinstance(value, bool):
+        return ((1, float(value)),)
+    if isinstance(value, int | float) or hasattr(value, "item"):
+        number = float(value)
+        return ((0,),) if math.isnan(number) else ((1, number),)
+    if fmt.is_missing(value):
+        return ((0,),)
+    parts = []
+    for part in str(value).split(","):
+        part = part.strip()
+        try:
+            number = float(part)
+        except ValueError:
+            parts.append((0,) if part in ("", fmt.MISSING) else (2, part))
+            continue
+        parts.append((0,) if math.isnan(number) else (1, number))
+    return tuple(parts)
+
+
 def sort_key(column: pd.Series) -> pd.Series:
-    """Numbers in numeric order, then text (``-`` first)."""
-    numbers = pd.to_numeric(column.replace(fmt.MISSING, "-inf"), errors="coerce")
-    return numbers if numbers.notna().all() else column.astype(str)
+    """``column`` as the ranks of :func:`natural_key` (for ``sort_values(key=...)``)."""
+    keys = [natural_key(v) for v in column]
+    rank = {k: i for i, k in enumerate(sorted(set(keys)))}
+    return pd.Series([rank[k] for k in keys], index=column.index)
+
+
+def declared_impls(path: Path) -> list[str]:
+    """The implementations a suite file declares, in its order: ``implementations``, then
+    each ``[[variant]]``'s implementation not listed there ([] when unreadable)."""
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return []
+    listed = doc.get("implementations", [])
+    variants = doc.get("variant", [])
+    named = [*(listed if isinstance(listed, list) else []),
+             *(v.get("implementation") for v in variants if isinstance(v, dict))]
+    return list(dict.fromkeys(n for n in named if isinstance(n, str)))
+
+
+def suite_order(envs: Iterable[dict]) -> list[str]:
+    """The implementations of the runs' suites in declared order, first run first. A run's
+    suite is the file env.json names when it is unchanged (same ``suite_fingerprint``), else
+    the bundled suite of the run's ``suite`` name (a run from another machine), else none."""
+    order: list[str] = []
+    for env in envs:
+        named = Path(str(env.get("suite_path") or ""))
+        try:
+            same = named.is_file() and (
+                hashlib.sha256(named.read_bytes()).hexdigest() == env.get("suite_fingerprint"))
+        except OSError:
+            same = False
+        default = bundled(f"{env.get('suite')}.toml") if env.get("suite") else None
+        source = named if same else default
+        order += declared_impls(source) if source is not None else []
+    return list(dict.fromkeys(order))
+
+
+def in_suite_order(frame: pd.DataFrame, envs: Iterable[dict] = ()) -> pd.DataFrame:
+    """``frame``'s rows by implementation in the suites' declared order (:func:`suite_order`;
+    implementations no suite declares follow, by name), then by point (its fields in schema
+    order, numbers numerically): not the shuffled order the passes ran in. Stable: rows of
+    one point keep their run order."""
+    if not len(frame) or "impl" not in frame.columns:
+        return frame
+    declared = suite_order(envs)
+    names = frame["impl"].astype(str)
+    rest = sorted(set(names) - set(declared))
+    rank = {impl: i for i, impl in enumerate([*declared, *rest])}
+    keys = ["_impl_rank", *(c for c in POINT_COLUMNS if c != "impl" and c in frame.columns)]
+    ranked = frame.assign(_impl_rank=names.map(rank))
+    ordered = ranked.sort_values(keys, key=sort_key, kind="stable")
+    return ordered.drop(columns="_impl_rank").reset_index(drop=True)
 
 
 def time_pivot(frame: pd.DataFrame, lay: Layout, column: str) -> pd.DataFrame | None:
@@ -135,7 +216,23 @@ def notes(frame: pd.DataFrame, lay: Layout) -> list[str]:
                      + _grouped(mismatched, with_status=False))
     elif "agree" in frame.columns and frame["agree"].eq(False).any():
         lines.append("(!) disagrees with the float64 reference beyond tolerance")
+    if line := host_bound_line(shown):
+        lines.append(line)
     return lines
+
+
+def host_bound_line(rows: pd.DataFrame) -> str:
+    """The footnote of :data:`HOST_MARK`: which implementations have host-bound rows, or ""."""
+    if "host_frac" not in rows.columns:
+        return ""
+    bound = rows[rows["status"].isin(MEASURED) & rows["host_frac"].map(host_bound)]
+    if not len(bound):
+        return ""
+    counts = bound["impl"].astype(str).value_counts(sort=False)
+    which = ", ".join(f"{impl} ({n})" for impl, n in counts.items())
+    return (f"{HOST_MARK} host-bound: issuing the timed calls took at least "
+            f"{HOST_BOUND_FRAC:.0%} of their GPU time (host_frac), so the GPU waited on the "
+            f"host and the time measures Python and launches, not the kernels: {which}")
 
 
 def _grouped(rows: pd.DataFrame, with_status: bool = True) -> str:

@@ -38,12 +38,12 @@ def build_report(
 ) -> Path:
     """Load the runs, compute every section, write the files; returns the HTML page's path.
     ``allow_contended``: rows measured under contention count in time verdicts too."""
-    rows = load_runs(run_dirs)
     envs, runs = {}, []
     for run_dir in run_dirs:
         env = env_or_note(run_dir)
         envs[str(env.get("run_id", Path(run_dir).name))] = env
         runs.append(f"{Path(run_dir).name} ({env.get('suite', '?')})")
+    rows = pivot.in_suite_order(load_runs(run_dirs), envs.values())
     if baseline is not None and baseline not in set(rows.get("impl", ())):
         raise CliError(f"--baseline {baseline}: no rows of it in these runs")
     secs = sections(rows, envs, claims_path, baseline, allow_contended)
@@ -187,9 +187,10 @@ def detail_sections(rows: pd.DataFrame, envs: dict[str, dict]) -> list[Section]:
         Section(
             "agreement",
             "Agreement with the float64 reference",
-            "Max abs and relative Frobenius error of each implementation's output; dashed: "
-            "the tolerance each must meet (k x a naive same-dtype error + one ulp; the median "
-            "over the rows at each n).",
+            "Max abs and relative Frobenius error of each implementation's output over the "
+            "bound that row must meet (k x a naive same-dtype error + one ulp, so each row has "
+            "its own); dashed at 1: a point above it disagrees. Rows judged by the fixed "
+            "allclose rule (no per-row bound kept): raw errors beside atol.",
             images=checks.agreement(rows),
         ),
         Section(

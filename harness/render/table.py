@@ -20,7 +20,9 @@ from functools import partial
 import pandas as pd
 
 from harness import fmt
+from harness.measure.timing import host_bound
 from harness.render.pivot import (
+    HOST_MARK,
     MEASURED,
     Layout,
     axis_values,
@@ -63,16 +65,33 @@ KIND_UNITS: dict[str, Unit | None] = {
     "bool": None,
 }
 
-# Readable titles for the columns people ask for most; the rest are "<column> (<unit>)".
+# Human names of the columns tables show and plots and claims measure (the schema declares
+# each column's unit and doc; its name here); the rest keep their column name.
 TITLES = {
     "time_median_s": "median time",
+    "time_iqr_s": "time IQR",
+    "first_call_s": "first call",
     "peak_mem_bytes": "peak memory",
+    "predicted_mem_bytes": "predicted peak memory",
+    "useful_flops": "useful FLOPs",
+    "executed_flops": "executed FLOPs",
     "tflops_per_s": "useful throughput",
     "tokens_per_s": "throughput",
     "max_abs_err": "max abs error vs float64",
     "rel_err": "relative error vs float64",
+    "approx_err": "error vs softmax attention",
+    "mixer_time_s": "mixer time",
+    "attn_share": "attention share of block time",
+    "mixer_share": "mixer share of block time",
+    "prefill_s": "prefill time",
+    "prefill_tokens_per_s": "prefill throughput",
+    "cache_bytes": "cache size",
+    "state_bytes": "recurrent state size",
+    "step_bytes": "bytes moved per step",
 }
 DEFAULT_METRICS = ("time_median_s", "peak_mem_bytes")
+# the timed call's figures: marked HOST_MARK where the GPU waited on the host (host_frac)
+TIMED_METRICS = ("time_median_s", "tokens_per_s", "tflops_per_s")
 # shown by default too when a row of the run has a value: an approximation's distance from
 # softmax attention, and what a decode step keeps (K/V caches and recurrent states side by side)
 WHEN_PRESENT = ("approx_err", "cache_bytes")
@@ -121,11 +140,15 @@ def metric_problem(column: str) -> str | None:
     return None
 
 
+def name(column: str) -> str:
+    """A column's human name (:data:`TITLES`), else the column name itself."""
+    return TITLES.get(column, column)
+
+
 def title(metric: str) -> str:
     """'median time (ms)', 'peak memory (MiB)', 'naive_err' ..."""
     unit = unit_of(metric)
-    name = TITLES.get(metric, metric)
-    return f"{name} ({unit.label})" if unit and unit.label else name
+    return f"{name(metric)} ({unit.label})" if unit and unit.label else name(metric)
 
 
 def fmt_value(metric: str, value) -> str:
@@ -152,8 +175,9 @@ def cells(frame: pd.DataFrame, metric: str, lay: Layout) -> pd.DataFrame:
 
 
 def _cell(row: dict, metric: str) -> str:
-    """The formatted value, marked ``(!)`` when the row disagrees with the reference; a row
-    that holds no measurement shows its status."""
+    """The formatted value, marked ``(!)`` when the row disagrees with the reference and, in a
+    time column, ``(h)`` when the row is host-bound; a row that holds no measurement shows its
+    status."""
     if row.get("status") not in MEASURED:
         return str(row.get("status"))
     value = row.get(metric)
@@ -161,6 +185,8 @@ def _cell(row: dict, metric: str) -> str:
         return "n/a"
     text = fmt_value(metric, value)
     wrong = row.get("agree") is False or row.get("status") == "mismatch"
+    if metric in TIMED_METRICS and host_bound(row.get("host_frac")):
+        text = f"{text} {HOST_MARK}"
     return f"{text} (!)" if wrong else text
 
 

@@ -16,29 +16,35 @@ from harness import fmt
 from harness.analysis.claims import TIMED_METRICS, VERDICTS, Claim, load_claims
 from harness.analysis.verdicts import Verdict, judge_claims, verdict_table
 from harness.render.page import Section
-from harness.render.panels import display_unit
+from harness.render.panels import axis_label, display_unit
 from harness.render.plots import Series, fit_over_utilization
 
 MAX_GROUPS = 8  # series per claim figure
 
 
 def format_value(value: float | None) -> str:
-    """A measured value or interval end to 3 significant digits; ``n/a`` when it is None,
+    """A measured value or interval end to 3 significant digits, from 1000 up as a plain whole
+    number (an axis value such as a crossover n: 1904, not 1.9e+03); ``n/a`` when it is None,
     NaN or infinite (a censored interval end)."""
     finite = value is not None and math.isfinite(value)
+    if finite and abs(value) >= 1000:
+        return f"{value:.0f}"
     return fmt.number(float(value) if finite else None, digits=3, missing="n/a")
 
 
-def render_text(verdicts: list[Verdict]) -> str:
+def render_text(verdicts: list[Verdict], fold: bool = False) -> str:
     """A plain-text verdict list: one headline per claim, the reason indented below it, then
-    the counts."""
+    the counts. ``fold``: the claims about rows these runs do not have (``rows_seen`` 0) in one
+    line at the end instead (``attnbench claims`` without ``--all``)."""
+    folded = [v for v in verdicts if fold and v.rows_seen == 0]
+    verdicts = [v for v in verdicts if not (fold and v.rows_seen == 0)]
     width = max((len(v.claim) for v in verdicts), default=5)
     lines = []
     for v in verdicts:
         interval = f"[{format_value(v.ci_low)}, {format_value(v.ci_high)}]"
         aspect = "work" if v.aspect == "work" else "time" if v.metric in TIMED_METRICS else ""
         lines.append(
-            f"{v.claim:<{width}}  {v.verdict:<12}  measured {format_value(v.measured):>7} "
+            f"{v.claim:<{width}}  {v.verdict:<13}  measured {format_value(v.measured):>7} "
             f"{interval:<18} expected {v.expected}  {v.utilization()}"
             + (f"  [{aspect}]" if aspect else "")
         )
@@ -48,17 +54,31 @@ def render_text(verdicts: list[Verdict]) -> str:
                 f"{'':<{width}}  work: {v.work_verdict}, exponent "
                 f"{format_value(v.work_measured)} ({v.work_reason})"
             )
-    counts = {k: sum(v.verdict == k for v in verdicts) for k in VERDICTS}
-    lines.append(", ".join(f"{n} {k}" for k, n in counts.items()))
-    work = {k: sum(v.work_verdict == k for v in verdicts) for k in VERDICTS}
-    if any(work.values()):
-        lines.append("work: " + ", ".join(f"{n} {k}" for k, n in work.items()))
+    if folded:
+        lines.append(
+            f"{fmt.plural(len(folded), 'claim')} about rows these runs do not have (inconclusive: "
+            f"missing rows), not listed; --all lists them: {', '.join(v.claim for v in folded)}"
+        )
+    lines.append(_counts([v.verdict for v in verdicts])
+                 + (f" (and {len(folded)} without rows)" if folded else ""))
+    if any(v.work_verdict for v in verdicts):
+        lines.append("work: " + _counts([v.work_verdict for v in verdicts]))
     return "\n".join(lines)
+
+
+def _counts(verdicts: list[str | None]) -> str:
+    """``5 confirmed, 1 refuted, 2 holds in part, 8 inconclusive``: mixed and holds in part
+    only when some claim has them."""
+    always = ("confirmed", "refuted", "inconclusive")
+    counts = {k: verdicts.count(k) for k in VERDICTS}
+    return ", ".join(f"{n} {k}" for k, n in counts.items() if n or k in always)
 
 
 INTRO = (
     "Each claim's verdict: confirmed (interval inside the claimed band), refuted (outside), "
-    "inconclusive (interval spans the claim, thin data, missing rows). A time verdict is "
+    "mixed (groups of rows that decide disagree), holds in part (a ratio inside the band over "
+    "part of its axis: the regions say where), inconclusive (interval spans the claim, thin "
+    "data, missing rows). A time verdict is "
     "fitted only where the device's utilization is level along the claim's axis (plateau: "
     "where it was fitted; utilization: the range over the rows used); where utilization climbs "
     "or falls, the time measures the device, not the algorithm, and there is no time verdict. "
@@ -140,7 +160,7 @@ def claim_figure(verdict: Verdict, claim: Claim) -> bytes | None:
     return fit_over_utilization(
         fitted, util, regions,
         xlabel=claim.over,
-        ylabel=f"{claim.metric} ({unit})" if unit else claim.metric,
+        ylabel=axis_label(claim.metric, unit),
         util_label=f"% of {claim.saturation_rule}" if percent else "achieved TFLOP/s",
         title=title,
         percent=percent,

@@ -34,7 +34,7 @@ from harness import registry, scenarios
 from harness.masks import MaskSpec
 from harness.measure.device import Device
 from harness.scenarios import packing
-from harness.scenarios.case import Case, CaseOptions, CheckPlan, plan_check
+from harness.scenarios.case import Case, CaseOptions, CheckPlan, MeasureOption, plan_check
 from harness.spec import DTYPES, ParamValue, Problem
 
 # the scenario settings of the first point ids, with the values they hashed when a point's
@@ -319,13 +319,16 @@ class Scenario:
       ``metadata`` may give ``choices`` and a ``minimum``, which suites are checked against);
     - ``baselines``: implementations it runs itself, not from the registry -> their family;
     - ``core_exponents``: whether a row's time and memory in n are those of the attention core
-      alone (so an implementation's declared exponents apply to them).
+      alone (so an implementation's declared exponents apply to them);
+    - ``measure_options``: ``[measure]`` keys of its own (name -> :class:`MeasureOption`),
+      which its suites may set and :meth:`build_case` reads from ``options.options``.
     """
 
     variants: ClassVar[Mapping[str, bool]] = {}
     settings: ClassVar[type] = type(None)
     baselines: ClassVar[Mapping[str, str]] = {}
     core_exponents: ClassVar[bool] = False
+    measure_options: ClassVar[Mapping[str, MeasureOption]] = {}
 
     def make_settings(self, impl: str, values: dict) -> object:
         """The settings of ``impl``'s points from a suite's values for the settings fields

@@ -16,7 +16,11 @@ window = [[127, 0], [255, 0]]     # [left, right]; -1 = unbounded side
 [measure]                         # timing budget and checks (all optional)
 budget_s = 1.0                    # per point and pass
 passes = 3                        # timing passes, each in an order shuffled by order_seed
+cuda_graph = true                 # replay the timed call from a CUDA graph (CUDA only)
 ```
+``[measure]`` also takes the options the suite's scenario declares for itself
+(``Scenario.measure_options``: decode's ``decode_graph``); they reach its cases through
+``CaseOptions.options``, not through the runner.
 The keys of ``[fixed]``, ``[sweep]`` and ``[[variant]]`` are the point fields (shape, mask,
 dtype, device), the settings of the suite's scenario (``qk_std`` for attention, ``ffn`` for
 block, ``cache`` for decode, ...: each scenario declares its own) and the method parameters
@@ -47,7 +51,7 @@ from pathlib import Path
 from harness.errors import SuiteError
 from harness.measure.timing import TimingConfig
 from harness.scenarios import interface
-from harness.scenarios.case import CHECK_MODES, GRAPH_MODES
+from harness.scenarios.case import CHECK_MODES
 from harness.scenarios.interface import Point
 from harness.sweep.expand import entries, expand_points, suite_axes
 from harness.sweep.validate import SuiteReporter, required, table, validate_value
@@ -61,8 +65,7 @@ MEASURE_KEYS: dict[str, type | tuple[type, ...]] = {
     "budget_s": (int, float), "min_samples": int, "max_samples": int,
     "target_rel_ci": (int, float), "warmup_calls": int, "min_sample_s": (int, float),
     "check": str, "threads": int, "flush_l2": bool, "isolate": bool,
-    "point_timeout_s": (int, float), "passes": int, "order_seed": int,
-    "decode_graph": str,
+    "point_timeout_s": (int, float), "passes": int, "order_seed": int, "cuda_graph": bool,
 }
 # Lower bounds of [measure] numbers: (bound, inclusive). Floats must also be finite.
 _MEASURE_MIN = {"budget_s": (0, False), "min_samples": (1, True), "max_samples": (1, True),
@@ -86,7 +89,10 @@ class MeasureConfig:
     point_timeout_s: float | None = None
     passes: int = 3  # timing passes over the suite, each in its own shuffled order
     order_seed: int = 0  # fixes the pass orders
-    decode_graph: str = "auto"  # how a decode step launches: auto | none | cuda-graph | compile
+    # replay the timed call from a CUDA graph (True), eagerly (False), or as the scenario does
+    # by default (None: decode graphs its step on CUDA, the others run eagerly)
+    cuda_graph: bool | None = None
+    options: tuple[tuple[str, str], ...] = ()  # the scenario's own [measure] options, by name
 
 
 @dataclass(frozen=True)
@@ -124,6 +130,9 @@ def parse_suite(doc: dict, where: str = "<suite>", sha256: str = "") -> Suite:
     if not doc:
         raise SuiteError(f"{where}: empty suite file (a suite needs name, scenario and "
                          "implementations; suites/smoke.toml is an example)")
+    if "claim" in doc and "scenario" not in doc:  # `attnbench run suites/claims.toml`
+        raise SuiteError(f"{where}: a claims file ([[claim]] entries), not a suite; judge runs "
+                         f"with it: attnbench claims RUN_DIR --claims {where}")
     name, scenario, impls = _top_level(doc, err)
     device = doc.get("device", "cpu")
     fixed = table(doc, "fixed", err)
@@ -147,7 +156,7 @@ def parse_suite(doc: dict, where: str = "<suite>", sha256: str = "") -> Suite:
         scenario=scenario,
         path=where,
         points=points,
-        measure=_measure(doc.get("measure", {}), err),
+        measure=_measure(doc.get("measure", {}), err, scenario),
         sha256=sha256,
         description=doc.get("description", ""),
     )
@@ -173,9 +182,11 @@ def _top_level(doc: dict, err: SuiteReporter) -> tuple[str, str, list[str]]:
     return name, scenario, impls
 
 
-def _measure(settings: dict, err: SuiteReporter) -> MeasureConfig:
-    """``[measure]`` as a MeasureConfig (every key typed and bounded)."""
-    _measure_values(settings, err)
+def _measure(settings: dict, err: SuiteReporter, scenario: str) -> MeasureConfig:
+    """``[measure]`` as a MeasureConfig (every key typed and bounded; the scenario's own keys
+    one of their choices)."""
+    own = _scenario_options(settings, err, scenario)
+    _measure_values({k: v for k, v in settings.items() if k not in own}, err, scenario)
     timing_keys = {f.name for f in fields(TimingConfig)}
     try:
         timing = replace(TimingConfig(), **{k: v for k, v in settings.items() if k in timing_keys})
@@ -184,9 +195,6 @@ def _measure(settings: dict, err: SuiteReporter) -> MeasureConfig:
     check = settings.get("check", "auto")
     if check not in CHECK_MODES:
         err.fail("measure.check", check, f"must be {'|'.join(CHECK_MODES)}")
-    decode_graph = settings.get("decode_graph", "auto")
-    if decode_graph not in GRAPH_MODES:
-        err.fail("measure.decode_graph", decode_graph, f"must be one of {list(GRAPH_MODES)}")
     threads = settings.get("threads")
     if threads is not None and threads > MAX_THREADS:
         err.fail("measure.threads", threads, f"must be <= {MAX_THREADS}")
@@ -201,17 +209,38 @@ def _measure(settings: dict, err: SuiteReporter) -> MeasureConfig:
         flush_l2=settings.get("flush_l2", False),
         isolate=settings.get("isolate", False),
         point_timeout_s=settings.get("point_timeout_s"),
-        decode_graph=decode_graph,
+        cuda_graph=settings.get("cuda_graph"),
+        options=tuple(sorted(own.items())),
     )
 
 
-def _measure_values(settings: dict, err: SuiteReporter) -> None:
-    """Each ``[measure]`` key known, of its type, finite and within its lower bound."""
+def _scenario_options(settings: dict, err: SuiteReporter, scenario: str) -> dict[str, str]:
+    """The ``[measure]`` keys that the suite's scenario declares, each one of its choices."""
     if not isinstance(settings, dict):
         err.fail("measure", settings, "must be a table")
+    declared = interface.get(scenario).measure_options
+    own = {k: v for k, v in settings.items() if k in declared}
+    for key, value in own.items():
+        if value not in declared[key].choices:
+            err.fail(f"measure.{key}", value, f"must be one of {list(declared[key].choices)}")
+    return own
+
+
+def _owner(key: str) -> str | None:
+    """The scenario whose own ``[measure]`` options include ``key`` (None: none does)."""
+    return next((w for w in interface.names() if key in interface.get(w).measure_options), None)
+
+
+def _measure_values(settings: dict, err: SuiteReporter, scenario: str) -> None:
+    """Each general ``[measure]`` key known, of its type, finite and within its lower bound."""
     for key, value in settings.items():
         if key not in MEASURE_KEYS:
-            err.fail(f"measure.{key}", value, f"unknown key (allowed: {sorted(MEASURE_KEYS)})")
+            owner = _owner(key)
+            if owner is not None:
+                err.fail(f"measure.{key}", value, f"an option of {owner} suites; this suite's "
+                         f"scenario is {scenario}")
+            allowed = sorted({*MEASURE_KEYS, *interface.get(scenario).measure_options})
+            err.fail(f"measure.{key}", value, f"unknown key (allowed: {allowed})")
         kind = MEASURE_KEYS[key]
         if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
             names = "/".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))

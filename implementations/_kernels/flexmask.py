@@ -26,13 +26,16 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from torch import Tensor
-from torch.nn.attention.flex_attention import BlockMask, noop_mask
 
 from harness.masks import MaskSpec, block_layout, block_pair_counts, document_starts
+
+if TYPE_CHECKING:  # the module pulls in torch._dynamo: imported where a mask is built
+    from torch.nn.attention.flex_attention import BlockMask
 
 BLOCK = 128  # FlexAttention's default (query, key) block size
 MAX_CONSTANT_RUNS = 4  # global runs tested as constants; more read a table
@@ -49,6 +52,8 @@ def mask_mod_for(spec: MaskSpec, n_q: int, n_k: int, device: str) -> MaskMod:
     if spec.block_size is not None:
         return _layout_mod(spec, n_q, n_k, device)
     if spec.is_dense:
+        from torch.nn.attention.flex_attention import noop_mask
+
         return noop_mask
     return _window_mod(spec, n_q, n_k, device)
 
@@ -210,6 +215,8 @@ def _indices(blocks: Tensor, device: str) -> tuple[Tensor, Tensor]:
 
 def build_block_mask(spec: MaskSpec, n_q: int, n_k: int, device: str) -> BlockMask:
     """The FlexAttention BlockMask for ``spec``, without materializing the n_q × n_k mask."""
+    from torch.nn.attention.flex_attention import BlockMask
+
     any_, full, _ = block_counts(spec, n_q, n_k)
     kv_num, kv_idx = _indices(any_ & ~full, device)
     full_num, full_idx = _indices(full, device)

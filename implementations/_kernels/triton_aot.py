@@ -9,6 +9,11 @@ cubin, and ``cuobjdump`` reads its registers, stack (spilled registers) and SASS
 SASS: the tensor-core instruction kind (``HGMMA``: wgmma, ``HMMA``: mma.sync) and the size of
 each innermost loop that holds one, so a masked loop can be compared with the unmasked one.
 
+:func:`verdicts` holds the gates: compiles, no spill, shared memory within the target's, a
+default's masked loop within ``MASKED_RATIO_LIMIT`` of the unmasked one (reported, not gated,
+for a default a GPU measurement chose: ``triton_autotune.MEASURED``), the forward's default
+within its register target (``FORWARD_REGS``).
+
 Needs Triton with its NVIDIA backend and no ``TRITON_INTERPRET`` when the kernels were
 imported (then they are interpreted functions). Used by ``benchmarks/aot_kernels.py`` (the full
 table) and the CPU tests (one config per kernel).
@@ -40,10 +45,24 @@ from implementations._kernels import (
     triton_fwd,
     triton_launch,
 )
-from implementations._kernels.triton_autotune import configs_for
+from implementations._kernels.triton_autotune import (
+    candidate_configs,
+    class_configs,
+    config_label,
+    measured,
+    usable,
+)
 
 TARGETS = {"sm_90": 90, "sm_80": 80}
 SMEM_LIMIT = {90: 232448, 80: 166912}  # opt-in shared memory per block: H100, A100 (bytes)
+# a masked band loop's SASS instructions over the unmasked loop's: the CI's proxy of what the
+# masked blocks cost. It gates every default but those a GPU measurement chose (``measured``:
+# their ratio is reported, the measured speed being what the proxy stands for)
+MASKED_RATIO_LIMIT = 1.5
+# the CI's register target of the forward's default on sm_90 at D 64 (64x64, 4 warps): at most
+# 168 registers a thread keeps 3 programs of 128 threads resident on an SM (3 x 128 x 168 =
+# 64512 of 65536 registers); their shared memory (56 KiB each) would allow 4
+FORWARD_REGS = {("band_fwd", 64, "64x64 w4 s3"): 168}
 KERNELS = (  # (module, name): every kernel the launches use
     (triton_fwd, "band_fwd"), (triton_fwd, "blocks_fwd"), (triton_decode, "band_fwd_split"),
     (triton_decode, "split_combine"), (triton_bwd, "delta_kernel"), (triton_bwd, "band_dq"),
@@ -97,6 +116,8 @@ class Compiled:
     workload: str
     config: str
     default: bool  # the config assumed before autotuning (the list's first)
+    candidate: bool  # a candidate (triton_autotune.CANDIDATES): swept, not yet autotuned
+    measured: str | None  # a default a GPU measurement chose: its source (triton_autotune.MEASURED)
     head_dim: int
     target: str
     regs: int
@@ -108,6 +129,9 @@ class Compiled:
     loops: tuple[int, ...]  # instructions of each innermost loop holding an MMA, in order
     segments: int  # the first loops walk partners outside the band: global positions, and
     # a dilated prefix (class slots of a dilation with a prefix)
+    tma: int  # SASS bulk tensor copies (UTMALDG loads, UTMASTG stores): the TMA path
+    bulk_tensor: int  # PTX cp.async.bulk.tensor instructions
+    setmaxnreg: int  # SASS USETMAXREG: warp groups re-balancing registers (warp-specialized)
     seconds: float
 
     @property
@@ -124,9 +148,14 @@ class Compiled:
         segments, band = self.loops[:self.segments], self.loops[self.segments:]
         return max(segments) / min(band) if segments and band else None
 
+    @property
+    def ratio_gated(self) -> bool:
+        """Whether the masked-loop proxy gates this row: a default no GPU measurement chose."""
+        return self.default and self.measured is None
+
     def row(self) -> dict:
         return {**asdict(self), "masked_ratio": self.masked_ratio,
-                "cross_ratio": self.cross_ratio}
+                "cross_ratio": self.cross_ratio, "ratio_gated": self.ratio_gated}
 
 
 class _Target:
@@ -178,17 +207,33 @@ def record(workload: str, head_dim: int) -> list[Launch]:
 
 def configs(launch: Launch, target: str) -> list[triton.Config]:
     """The configs a launch may run on ``target``: the autotuned kernel's for that GPU class
-    (its default first), or the launch's own options."""
+    (its default first) then its candidates (a TMA one where the launch allows it), or the
+    launch's own options."""
     if hasattr(launch.kernel, "configs"):
-        capability = divmod(TARGETS[target], 10)
-        return configs_for(launch.name, launch.kwargs["BLOCK_D"], capability, launch.kwargs)
+        return listed(launch, target) + candidates(launch, target)
     return [triton.Config({}, num_warps=launch.kwargs.get("num_warps", 4),
                           num_stages=launch.kwargs.get("num_stages", 3))]
 
 
-def config_label(cfg: triton.Config) -> str:
-    tiles = "x".join(str(cfg.kwargs[k]) for k in ("BLOCK_M", "BLOCK_N") if k in cfg.kwargs)
-    return f"{tiles or '-'} w{cfg.num_warps} s{cfg.num_stages}"
+def listed(launch: Launch, target: str) -> list[triton.Config]:
+    """The autotuned kernel's configs for ``target``'s GPU class (empty for another kernel)."""
+    if not hasattr(launch.kernel, "configs"):
+        return []
+    capability = divmod(TARGETS[target], 10)
+    found = class_configs(launch.name, launch.kwargs["BLOCK_D"], capability, launch.kwargs)
+    return usable(found, _named(launch), launch.kwargs)  # a TMA one where the launch allows it
+
+
+def candidates(launch: Launch, target: str) -> list[triton.Config]:
+    """The kernel's candidates for ``target``'s class that this launch may take."""
+    if not hasattr(launch.kernel, "configs"):
+        return []
+    found = candidate_configs(launch.name, launch.kwargs["BLOCK_D"], divmod(TARGETS[target], 10))
+    return usable(found, _named(launch), launch.kwargs)
+
+
+def _named(launch: Launch) -> dict:
+    return dict(zip(launch.kernel.arg_names, launch.args, strict=False))
 
 
 def compile_launch(launch: Launch, index: int, target: str) -> Compiled:
@@ -206,11 +251,18 @@ def compile_launch(launch: Launch, index: int, target: str) -> Compiled:
     finally:
         driver._active = saved
     regs, stack, sass = read_cubin(kernel.asm["cubin"])
+    count = lambda word: sum(word in text for _, text in sass)
+    label = config_label(cfg)
+    found = measured(launch.name, launch.kwargs.get("BLOCK_D", 0), divmod(capability, 10), label,
+                     launch.kwargs) if index == 0 and hasattr(launch.kernel, "configs") else None
     return Compiled(
-        launch.name, launch.workload, config_label(cfg), index == 0,
-        launch.kwargs.get("D", 0), target, regs, stack, int(kernel.metadata.shared),
-        SMEM_LIMIT[capability], mma_kind(sass), len(sass), mma_loops(sass),
-        segments(launch.kwargs), round(time.perf_counter() - start, 2),
+        launch.name, launch.workload, label, index == 0,
+        index >= max(len(listed(launch, target)), 1), found and found.source,
+        launch.kwargs.get("D", 0), target, regs,
+        stack, int(kernel.metadata.shared), SMEM_LIMIT[capability], mma_kind(sass), len(sass),
+        mma_loops(sass), segments(launch.kwargs), count("UTMALDG") + count("UTMASTG"),
+        kernel.asm["ptx"].count("cp.async.bulk.tensor"), count("USETMAXREG"),
+        round(time.perf_counter() - start, 2),
     )
 
 
@@ -272,15 +324,19 @@ Job = tuple[str, int, str, int, int]  # (workload, head dim, target, launch inde
 
 
 def jobs(workloads: tuple[str, ...], head_dims: tuple[int, ...], targets: tuple[str, ...],
-         all_configs: bool) -> list[Job]:
+         all_configs: bool, with_candidates: bool = False) -> list[Job]:
     """Every (workload, D, target, launch, config) to compile; ``all_configs`` False: the
-    default config of each launch only. Kernels shared by workloads (delta) compile once."""
+    default config of each launch only; ``with_candidates``: the candidates too. Kernels
+    shared by workloads (delta) compile once."""
     out, done = [], set()
     for workload in workloads:
         for d in head_dims:
             for i, launch in enumerate(record(workload, d)):
                 for target in targets:
-                    for c in range(len(configs(launch, target)) if all_configs else 1):
+                    count = max(len(listed(launch, target)), 1) if all_configs else 1
+                    if with_candidates:
+                        count = len(configs(launch, target))
+                    for c in range(count):
                         key = (launch.name, d, target, c, _flags(launch))
                         if key not in done:
                             done.add(key)
@@ -290,12 +346,22 @@ def jobs(workloads: tuple[str, ...], head_dims: tuple[int, ...], targets: tuple[
 
 def ci_jobs(head_dims: tuple[int, ...], targets: tuple[str, ...]) -> list[Job]:
     """The CI's compiles: the default config of each launch of ``CI_WORKLOADS``, then the
-    ``CI_EXTRA`` defaults within ``head_dims`` and ``targets``."""
+    ``CI_EXTRA`` defaults, then on sm_90 the forward's first config of each Hopper path (TMA;
+    TMA with a warp-specialized loop), a listed one before the candidates, within
+    ``head_dims`` and ``targets``."""
     out = jobs(CI_WORKLOADS, head_dims, targets, False)
     for workload, kernel, d, target in CI_EXTRA:
         if d in head_dims and target in targets:
             names = [launch.name for launch in record(workload, d)]
             out.append((workload, d, target, names.index(kernel), 0))
+    for d in head_dims if "sm_90" in targets else ():
+        launches = record("band", d)
+        i = [launch.name for launch in launches].index("band_fwd")
+        every = configs(launches[i], "sm_90")
+        for ws in (False, True):
+            picks = [c for c, cfg in enumerate(every)
+                     if cfg.kwargs.get("TMA") and bool(cfg.kwargs.get("WS")) == ws]
+            out += [("band", d, "sm_90", i, picks[0])] if picks else []
     return out
 
 
@@ -312,6 +378,8 @@ def run_job(job: Job) -> dict:
     except Exception as exc:  # one failing compile is its row; the table goes on
         return {"kernel": launch.name, "workload": workload, "head_dim": d, "target": target,
                 "config": config_label(configs(launch, target)[c]), "default": c == 0,
+                "candidate": c >= max(len(listed(launch, target)), 1), "measured": None,
+                "ratio_gated": c == 0,
                 "error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}"}
 
 
@@ -330,3 +398,32 @@ def run_jobs(todo: list[Job], workers: int, on_row: Callable[[dict], None] | Non
             if on_row:
                 on_row(row)
     return rows
+
+
+def verdicts(rows: list[dict]) -> tuple[list[str], list[str]]:
+    """(failures, notes) of compiled rows: a failure is a compile error, shared memory over the
+    target's limit, a spill, a default whose masked loop is over ``MASKED_RATIO_LIMIT`` x the
+    unmasked one (a default no GPU measurement chose: ``ratio_gated``), or the forward over
+    its register target (``FORWARD_REGS``); a note, a default a measurement chose that is over
+    the proxy (reported, not gated: the measured speed is what the proxy stands for)."""
+    failures, notes = [], []
+    for r in rows:
+        name = f"{r['kernel']} {r['config']} D={r['head_dim']} {r['target']}"
+        if r.get("error"):
+            failures.append(f"{name}: {r['error']}")
+            continue
+        if r["smem_bytes"] > r["smem_limit"] or r["spill_bytes"]:
+            failures.append(f"{name}: spills {r['spill_bytes']} bytes or exceeds shared memory")
+        ratio = r.get("masked_ratio")
+        if r["default"] and ratio is not None and ratio > MASKED_RATIO_LIMIT:
+            if r["ratio_gated"]:
+                failures.append(f"{name}: masked loop {ratio:.2f}x the unmasked one "
+                                f"(limit {MASKED_RATIO_LIMIT}x)")
+            else:
+                notes.append(f"{name}: masked loop {ratio:.2f}x the unmasked one, over the "
+                             f"{MASKED_RATIO_LIMIT}x proxy; reported, not gated: a default "
+                             f"measured on a GPU ({r['measured']})")
+        target = FORWARD_REGS.get((r["kernel"], r["head_dim"], r["config"]))
+        if r["default"] and r["target"] == "sm_90" and target and r["regs"] > target:
+            failures.append(f"{name}: {r['regs']} registers (target {target})")
+    return failures, notes

@@ -138,13 +138,22 @@ def band_fwd(Q, K, V, Out, LSE, SLOTS, GPOS, GIDX, DS, DE,
              H, GROUP, n_q, n_k, off, hg, P, GB, sc2, n_bucket, q_bucket, MODE_KEY,
              D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
              BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, GLOBAL: tl.constexpr,
-             DILATED: tl.constexpr, DOCS: tl.constexpr, PREFIX: tl.constexpr):
+             DILATED: tl.constexpr, DOCS: tl.constexpr, PREFIX: tl.constexpr,
+             TMA: tl.constexpr = False, WS: tl.constexpr = False):
     """Grid (row blocks, B·H, slots). O: (B, H, n_q, D); LSE: (B·H, n_q) fp32, base 2.
-    K/V head ``h // GROUP`` (grouped-query attention)."""
+    K/V head ``h // GROUP`` (grouped-query attention). ``TMA`` (a mask without clauses, the
+    host checks): tiles through tensor descriptors (:func:`fwd_block_tma`); ``WS``: its
+    unmasked loop warp-specialized."""
     pid_m, bh = tl.program_id(0), tl.program_id(1)
     SP = SLOTS + tl.program_id(2) * 9
     GIDX -= GB  # GIDX[x] counts the global positions below x >= GB (negative: rows)
-    if pid_m * BLOCK_M < tl.load(SP + 3):
+    if TMA:  # one slot of all rows: its grid has no idle row block (no runtime branch, which
+        # would keep the loop from being warp-specialized)
+        tl.static_assert(not (GLOBAL or DILATED or DOCS or PREFIX), "TMA: no mask clauses")
+        fwd_block_tma(Q, K, V, Out, LSE, SP, GPOS, DS, DE, pid_m, bh, sqb, sqh, sqn, skb, skh,
+                      skn, svb, svh, svn, sob, soh, son, H, GROUP, n_q, n_k, off, P, sc2, D,
+                      BLOCK_D, BLOCK_M, BLOCK_N, PRECISION, WS)
+    elif pid_m * BLOCK_M < tl.load(SP + 3):
         b, h = bh // H, bh % H
         x, p, ok, x0, p0, x1, p1, r, step, flags = own_block(SP, GPOS, pid_m, BLOCK_M)
         i = p - off
@@ -161,6 +170,80 @@ def band_fwd(Q, K, V, Out, LSE, SLOTS, GPOS, GIDX, DS, DE,
         o_ptrs = Out + b.to(tl.int64) * sob + h.to(tl.int64) * soh + i[:, None] * son + dd[None, :]
         store = stored_rows(ok, p, flags, GIDX, GLOBAL)
         finish(acc, l_i, m_i, o_ptrs, LSE + bh.to(tl.int64) * n_q + i, store, ld, sc2)
+
+
+@triton.jit
+def row_tiles(base, stride, n, D: tl.constexpr, BLOCK: tl.constexpr, BLOCK_D: tl.constexpr):
+    """A tensor descriptor over the (n, D) rows at ``base``, ``stride`` elements apart, in
+    (BLOCK, BLOCK_D) tiles (past n rows or D columns: zeros read, nothing written)."""
+    return tl.make_tensor_descriptor(base, shape=[n, D], strides=[stride, 1],
+                                     block_shape=[BLOCK, BLOCK_D])
+
+
+@triton.jit
+def fwd_step_tma(acc, l_i, m_i, q, lo, hi, k_desc, v_desc, c0, sc2, BLOCK_N: tl.constexpr,
+                 MASKED: tl.constexpr, PRECISION: tl.constexpr):
+    """:func:`fwd_step` with K and V tiles through tensor descriptors: keys past the end read
+    as zeros (a masked block's interval excludes them)."""
+    k = k_desc.load([c0, 0])
+    s = mma(q, tl.trans(k), None, PRECISION)
+    if MASKED:
+        s = tl.where(kept(tl.arange(0, BLOCK_N), lo - c0, hi - c0), s, NEG)
+    v = v_desc.load([c0, 0])
+    return online(acc, l_i, m_i, s, v, sc2, MASKED, PRECISION)
+
+
+@triton.jit
+def fwd_block_tma(Q, K, V, Out, LSE, SP, GPOS, DS, DE, pid_m, bh, sqb, sqh, sqn, skb, skh,
+                  skn, svb, svh, svn, sob, soh, son, H, GROUP, n_q, n_k, off, P, sc2,
+                  D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+                  BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, WS: tl.constexpr):
+    """One row block of a mask without clauses (one slot: the rows in order, keys [0, n_k))
+    with Q, K, V loaded and O stored through tensor descriptors (the bulk tensor copies of
+    sm_90): rows and columns past the ends read as zeros and are not written. The masked edge
+    blocks, then the unmasked middle, software-pipelined; ``WS``: every block in one masked
+    loop, warp-specialized (Triton specializes a loop on sm_90 only when it is the kernel's one
+    loop over the descriptors, at 4 warps)."""
+    b, h = bh // H, bh % H
+    b64, h64, hk = b.to(tl.int64), h.to(tl.int64), (h // GROUP).to(tl.int64)
+    # own_block's positions for a slot of step 1 and no table (no branch before the loop,
+    # which would also keep it from being warp-specialized)
+    r, x_start, n_own = tl.load(SP), tl.load(SP + 2), tl.load(SP + 3)
+    x0 = x_start + pid_m * BLOCK_M
+    x = x0 + tl.arange(0, BLOCK_M)
+    ok = x < x_start + n_own
+    x1 = tl.minimum(x0 + BLOCK_M, x_start + n_own) - 1
+    p, p0, p1 = r + x, r + x0, r + x1
+    i0 = p0 - off  # the block's first row: rows i0 .. i0 + BLOCK_M in order
+    q = row_tiles(Q + b64 * sqb + h64 * sqh, sqn, n_q, D, BLOCK_M, BLOCK_D).load([i0, 0])
+    k_desc = row_tiles(K + b64 * skb + hk * skh, skn, n_k, D, BLOCK_N, BLOCK_D)
+    v_desc = row_tiles(V + b64 * svb + hk * svh, svn, n_k, D, BLOCK_N, BLOCK_D)
+    m_i = tl.zeros([BLOCK_M], dtype=tl.float32) + NEG
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    lo, hi = own_bounds(x, p, ok, SP, P, DS, DE, False, False, False)
+    lo0, hi0 = own_bounds(x0, p0, p0 >= 0, SP, P, DS, DE, False, False, False)
+    lo1, hi1 = own_bounds(x1, p1, p1 >= 0, SP, P, DS, DE, False, False, False)
+    lo_end, mid, post, end = walk(lo0, hi0, lo1, hi1, BLOCK_N)
+    if WS:  # the edges and the middle are blocks lo_end + i·BLOCK_N alike
+        for c0 in tl.range(lo_end, end, BLOCK_N, warp_specialize=True):
+            acc, l_i, m_i = fwd_step_tma(acc, l_i, m_i, q, lo, hi, k_desc, v_desc, c0, sc2,
+                                         BLOCK_N, True, PRECISION)
+    else:
+        n_lo = tl.cdiv(mid - lo_end, BLOCK_N)
+        for i in range(0, n_lo + tl.cdiv(end - post, BLOCK_N)):
+            c0 = edge_start(i, lo_end, post, n_lo, BLOCK_N)
+            acc, l_i, m_i = fwd_step_tma(acc, l_i, m_i, q, lo, hi, k_desc, v_desc, c0, sc2,
+                                         BLOCK_N, True, PRECISION)
+        for c0 in tl.range(mid, post, BLOCK_N):
+            acc, l_i, m_i = fwd_step_tma(acc, l_i, m_i, q, lo, hi, k_desc, v_desc, c0, sc2,
+                                         BLOCK_N, False, PRECISION)
+    has = l_i > 0.0
+    l_safe = tl.where(has, l_i, 1.0)
+    out = (acc / l_safe[:, None]).to(Out.dtype.element_ty)
+    row_tiles(Out + b64 * sob + h64 * soh, son, n_q, D, BLOCK_M, BLOCK_D).store([i0, 0], out)
+    lse = tl.where(has, m_i * sc2 + tl.math.log2(l_safe), float("inf"))
+    tl.store(LSE + bh.to(tl.int64) * n_q + p - off, lse, mask=ok)
 
 
 @triton.jit

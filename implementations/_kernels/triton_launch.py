@@ -1,5 +1,6 @@
 """Launches of the fused Triton kernels: one forward (one launch; split-KV decode: two) and one
-backward (delta, dK/dV, dQ: three launches), and the block sizes the autotuner chose.
+backward (delta, dK/dV, dQ: three launches), and the block sizes the autotuner chose. Each
+launch goes through :func:`.triton_run.launch` (autotuned, pinned or forced config; watchers).
 
 Importing this module imports Triton (the kernel modules define their kernels at import):
 :mod:`implementations._kernels.triton_attn` imports it only where Triton imports. A call does no
@@ -18,9 +19,10 @@ from torch import Tensor
 
 from harness.masks import MaskSpec
 from implementations._kernels import triton_bwd, triton_bwd_blocks, triton_decode, triton_fwd
-from implementations._kernels.triton_autotune import configs_for, current_capability
+from implementations._kernels.triton_autotune import configs_for, current_capability, tma_key
 from implementations._kernels.triton_blocklist import block_tile
 from implementations._kernels.triton_plan import ceil_div
+from implementations._kernels.triton_run import Launch, launch
 from implementations._kernels.triton_tables import (
     band_tables,
     block_d,
@@ -32,7 +34,7 @@ from implementations._kernels.triton_tables import (
 )
 
 LOG2E = 1.4426950408889634
-CHOSEN: dict[tuple, dict] = {}  # autotuner key -> the config it picked (for executed pairs)
+CHOSEN: dict[tuple, dict] = {}  # tuning key -> the config autotuned or pinned (executed pairs)
 AUTOTUNED = (  # every autotuned kernel: (module, name)
     (triton_fwd, "band_fwd"), (triton_fwd, "blocks_fwd"), (triton_decode, "band_fwd_split"),
     (triton_bwd, "band_dq"), (triton_bwd, "band_dkdv"), (triton_bwd_blocks, "blocks_dq"),
@@ -110,14 +112,13 @@ def attention_forward(
         return out, lse
     key = tune_key(mask, n_q, k.shape[2], d, q.dtype)
     if mask.block_size is not None:
-        launch = _blocks_forward
+        launch_fn = _blocks_forward
     else:
-        launch = _decode_forward if is_decode(n_q) else _band_forward
+        launch_fn = _decode_forward if is_decode(n_q) else _band_forward
     with _on_device(q):
-        kernel = launch(q, k, v, out, lse, mask, (scale * LOG2E, key[1], key[2], key[0]))
-    best = getattr(kernel, "best_config", None)
-    if best is not None:
-        CHOSEN[key] = dict(best.kwargs)
+        ran = launch_fn(q, k, v, out, lse, mask, (scale * LOG2E, key[1], key[2], key[0]))
+    if ran.how in ("autotuned", "pinned") and ran.config is not None:
+        CHOSEN[key] = dict(ran.config.kwargs)
     return out, lse
 
 
@@ -132,21 +133,22 @@ def _band_args(q: Tensor, k: Tensor, mask: MaskSpec):
     return tables, sizes, {**_constexprs(q), **plan.flags}
 
 
-def _band_forward(q, k, v, out, lse, mask: MaskSpec, tail: tuple):
-    """Launch ``band_fwd`` (grid: row blocks, B·H, slots); returns the kernel launched.
-    ``tail``: (scale·log2 e, n_bucket, q_bucket, MODE_KEY)."""
+def _band_forward(q, k, v, out, lse, mask: MaskSpec, tail: tuple) -> Launch:
+    """Launch ``band_fwd`` (grid: row blocks, B·H, slots). ``tail``: (scale·log2 e, n_bucket,
+    q_bucket, MODE_KEY)."""
     tables, sizes, consts = _band_args(q, k, mask)
     plan = tables.plan
     grid = lambda m: (ceil_div(plan.max_rows, m["BLOCK_M"]), q.shape[0] * q.shape[1],
                       len(plan.slots))
-    kernel = triton_fwd.band_fwd
-    kernel[grid](q, k, v, out, lse, tables.slots, *tables.pointers, *_strides(q, k, v, out),
-                 *sizes, *tail, **consts)
-    return kernel
+    tail = (*tail[:3], tma_key(tail[3], dict(Q=q, K=k, V=v, Out=out)))  # TMA tunes apart
+    args = (q, k, v, out, lse, tables.slots, *tables.pointers, *_strides(q, k, v, out), *sizes,
+            *tail)
+    return launch("band_fwd", triton_fwd.band_fwd, grid, args, consts)
 
 
-def _decode_forward(q, k, v, out, lse, mask: MaskSpec, tail: tuple):
-    """Launch ``band_fwd_split`` (grid: chunks, B·H_kv, slots) then ``split_combine``."""
+def _decode_forward(q, k, v, out, lse, mask: MaskSpec, tail: tuple) -> Launch:
+    """Launch ``band_fwd_split`` (grid: chunks, B·H_kv, slots) then ``split_combine``; returns
+    the first."""
     tables, sizes, consts = _band_args(q, k, mask)
     plan = tables.plan
     b, h, n_q, d = q.shape
@@ -156,31 +158,27 @@ def _decode_forward(q, k, v, out, lse, mask: MaskSpec, tail: tuple):
     n_split = split_count(b * h_kv, len(plan.slots), keys, str(q.device))
     part_o = torch.empty((n_split, b * h, n_q, d), dtype=torch.float32, device=q.device)
     part_ml = torch.empty((n_split, b * h, n_q, 2), dtype=torch.float32, device=q.device)
-    kernel = triton_decode.band_fwd_split
-    kernel[(n_split, b * h_kv, len(plan.slots))](
-        q, k, v, part_o, part_ml, tables.slots, *tables.pointers, *_strides(q, k, v), *sizes,
-        tail[0], n_split, *tail[1:], ROWS=rows, BLOCK_M=block_m, **consts
+    split = launch(
+        "band_fwd_split", triton_decode.band_fwd_split, (n_split, b * h_kv, len(plan.slots)),
+        (q, k, v, part_o, part_ml, tables.slots, *tables.pointers, *_strides(q, k, v), *sizes,
+         tail[0], n_split, *tail[1:]), dict(ROWS=rows, BLOCK_M=block_m, **consts),
     )
-    triton_decode.split_combine[(ceil_div(n_q, 16), b * h)](
-        part_o, part_ml, out, lse, *_strides(out), h, n_q, n_split, D=d, BLOCK_D=block_d(d),
-        BLOCK=16, enable_fp_fusion=True
-    )
-    return kernel
+    launch("split_combine", triton_decode.split_combine, (ceil_div(n_q, 16), b * h),
+           (part_o, part_ml, out, lse, *_strides(out), h, n_q, n_split),
+           dict(D=d, BLOCK_D=block_d(d), BLOCK=16, enable_fp_fusion=True))
+    return split
 
 
-def _blocks_forward(q, k, v, out, lse, mask: MaskSpec, tail: tuple):
-    """Launch ``blocks_fwd`` (grid: CSR rows, B·H); returns the kernel launched."""
+def _blocks_forward(q, k, v, out, lse, mask: MaskSpec, tail: tuple) -> Launch:
+    """Launch ``blocks_fwd`` (grid: CSR rows, B·H)."""
     b, h, n_q, _ = q.shape
     n_k = k.shape[2]
     bp = block_tables(mask, n_q, n_k, q.device)
     tables = (bp.q_pos, bp.starts, bp.mids, bp.ends, bp.cols, bp.order)
     sizes = (h, h // k.shape[1], n_q, n_k, n_k - n_q, mask.block_size, _global_reach(mask))
     consts = dict(TILE=block_tile(mask.block_size), **_constexprs(q))
-    kernel = triton_fwd.blocks_fwd
-    kernel[(bp.q_pos.numel(), b * h)](
-        q, k, v, out, lse, *tables, *_strides(q, k, v, out), *sizes, *tail, **consts
-    )
-    return kernel
+    return launch("blocks_fwd", triton_fwd.blocks_fwd, (bp.q_pos.numel(), b * h),
+                  (q, k, v, out, lse, *tables, *_strides(q, k, v, out), *sizes, *tail), consts)
 
 
 def _global_reach(mask: MaskSpec) -> int:
@@ -214,10 +212,9 @@ def _delta(out: Tensor, dout: Tensor) -> Tensor:
     """rowsum(dO ∘ O): (B·H, n_q) float32, one launch of ``delta_kernel``."""
     b, h, n_q, d = out.shape
     delta = torch.empty((b * h, n_q), dtype=torch.float32, device=out.device)
-    triton_bwd.delta_kernel[(ceil_div(n_q, 64), b * h)](
-        out, dout, delta, *_strides(out, dout), h, n_q, D=d, BLOCK_D=block_d(d), BLOCK=64,
-        enable_fp_fusion=True
-    )
+    launch("delta_kernel", triton_bwd.delta_kernel, (ceil_div(n_q, 64), b * h),
+           (out, dout, delta, *_strides(out, dout), h, n_q),
+           dict(D=d, BLOCK_D=block_d(d), BLOCK=64, enable_fp_fusion=True))
     return delta
 
 
@@ -229,15 +226,13 @@ def _band_backward(head: tuple, grads: tuple, lse, delta, mask: MaskSpec, tail: 
     tables, sizes, consts = _band_args(q, k, mask)
     plan, b = tables.plan, q.shape[0]
     grid = lambda m: (ceil_div(plan.max_keys, m["BLOCK_N"]), b * k.shape[1], len(plan.key_slots))
-    triton_bwd.band_dkdv[grid](
-        *head, *grads[1:], lse, delta, tables.key_slots, *tables.pointers,
-        *_strides(*head, dk), *sizes, *tail, **consts
-    )
+    launch("band_dkdv", triton_bwd.band_dkdv, grid,
+           (*head, *grads[1:], lse, delta, tables.key_slots, *tables.pointers,
+            *_strides(*head, dk), *sizes, *tail), consts)
     grid = lambda m: (ceil_div(plan.max_rows, m["BLOCK_M"]), b * q.shape[1], len(plan.slots))
-    triton_bwd.band_dq[grid](
-        *head, dq, lse, delta, tables.slots, *tables.pointers, *_strides(*head, dq), *sizes,
-        *tail, **consts
-    )
+    launch("band_dq", triton_bwd.band_dq, grid,
+           (*head, dq, lse, delta, tables.slots, *tables.pointers, *_strides(*head, dq), *sizes,
+            *tail), consts)
 
 
 def _blocks_backward(head: tuple, grads: tuple, lse, delta, mask: MaskSpec, tail: tuple) -> None:
@@ -251,10 +246,8 @@ def _blocks_backward(head: tuple, grads: tuple, lse, delta, mask: MaskSpec, tail
     sizes = (h, h // k.shape[1], n_q, n_k, n_k - n_q, mask.block_size, _global_reach(mask))
     tile = dict(TILE=block_tile(mask.block_size), **_constexprs(q))
     t_tables = (bp.t_pos, bp.t_starts, bp.t_mids, bp.t_ends, bp.t_cols, bp.t_order)
-    triton_bwd_blocks.blocks_dkdv[(bp.t_pos.numel(), b * k.shape[1])](
-        *head, *grads[1:], lse, delta, *t_tables, *_strides(*head, dk), *sizes, *tail, **tile
-    )
+    launch("blocks_dkdv", triton_bwd_blocks.blocks_dkdv, (bp.t_pos.numel(), b * k.shape[1]),
+           (*head, *grads[1:], lse, delta, *t_tables, *_strides(*head, dk), *sizes, *tail), tile)
     tables = (bp.q_pos, bp.starts, bp.mids, bp.ends, bp.cols, bp.order)
-    triton_bwd_blocks.blocks_dq[(bp.q_pos.numel(), b * h)](
-        *head, dq, lse, delta, *tables, *_strides(*head, dq), *sizes, *tail, **tile
-    )
+    launch("blocks_dq", triton_bwd_blocks.blocks_dq, (bp.q_pos.numel(), b * h),
+           (*head, dq, lse, delta, *tables, *_strides(*head, dq), *sizes, *tail), tile)

@@ -21,6 +21,15 @@ from implementations._kernels.triton_plan import BandPlan, band_plan
 
 DECODE_MAX_ROWS = 16  # n_q up to this runs the split-KV decode kernels
 DEFAULT_SMS = 132  # an H100's SM count: the split count off a GPU (the interpreter)
+# split-KV decode: programs per SM a call aims at, 2: the fastest of 1, 2, 4 and 8 on an H100
+# at every decode shape of the kernel sweep (one row, 32 query heads of D 128, bf16; with
+# MIN_SPLIT_KEYS = 512), 1.12-1.21x faster than 4: 0.080 vs 0.090 ms at 32k keys over 8 K/V
+# heads (33 splits vs 64), 0.204 vs 0.247 at 128k (33 vs 66), 0.197 vs 0.221 at 32k over 32
+# (9 vs 17) (docs/results/h100/2026-11-26-second-lease/kernel-sweep.csv, 2026-11-26); and
+# keys per split at least (4 blocks of 128 keys: a program's fixed work, q and its partial
+# state, stays a few % of its K/V reads)
+DECODE_WAVES = 2
+MIN_SPLIT_KEYS = 512
 
 
 def triton_next_pow2(x: int) -> int:
@@ -78,10 +87,13 @@ def sm_count(device: str) -> int:
 
 
 def split_count(batch_kv_heads: int, slots: int, keys: int, device: str) -> int:
-    """Key chunks per (K/V head, slot) of a decode call: enough programs for two waves over
-    the SMs, each chunk at least 256 keys."""
+    """Key chunks per (K/V head, slot) of a decode call over ``keys`` keys: enough programs
+    for ``DECODE_WAVES`` per SM of the device (at batch 1 the K/V heads alone leave most SMs
+    idle: 8 programs on 132), as long as each chunk keeps ``MIN_SPLIT_KEYS`` keys; 1 when the
+    (K/V head, slot) programs already fill the SMs or the cache is short."""
     programs = max(batch_kv_heads * slots, 1)
-    return max(1, min(-(-2 * sm_count(device) // programs), -(-keys // 256)))
+    wanted = -(-DECODE_WAVES * sm_count(device) // programs)
+    return max(1, min(wanted, keys // MIN_SPLIT_KEYS))
 
 
 def decode_tiles(n_rows: int, group: int) -> tuple[int, int]:

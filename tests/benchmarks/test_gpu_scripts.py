@@ -43,12 +43,23 @@ def test_the_proof_refuses_a_missing_out_dir_in_one_line():
     assert result.returncode == 2 and result.stderr.strip().startswith("usage:")
 
 
-def test_the_proof_dry_run_lists_every_cuda_test_and_the_kernel_backward():
-    result = _proof("--dry-run")
-    assert result.returncode == 0, result.stderr
-    listed = set(result.stdout.splitlines())
-    cuda = {line.split(": ", 1)[1] for line in listed if line.startswith("cuda: ")}
-    flex = {line.split(": ", 1)[1] for line in listed if line.startswith("flex: ")}
+def test_the_proof_dry_run_lists_every_cuda_test_even_without_pytest_benchmark(tmp_path):
+    """Every test that needs CUDA is in one of the proof's selections (the Triton backward
+    included). pyproject's addopts carry ``--benchmark-disable``; a GPU machine's Python without
+    pytest-benchmark would reject it (exit 4, nothing run) unless the proof replaces them: the
+    dry run here has the plugin shadowed."""
+    shadow = tmp_path / "shadow" / "pytest_benchmark"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('not installed here')\n")
+    env = {**os.environ, "PYTHON": os.environ.get("PYTHON", sys.executable),
+           "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+           "PYTHONPATH": os.pathsep.join([str(shadow.parent), str(ROOT)])}
+    result = subprocess.run(["bash", str(PROOF), "--dry-run"], capture_output=True, text=True,
+                            env=env, cwd=ROOT, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    listed = [line.split(": ", 1) for line in result.stdout.splitlines()]
+    cuda = {test for selection, test in listed if selection in ("cuda", "cuda-alone")}
+    flex = {test for selection, test in listed if selection == "flex"}
     assert any(t.startswith("tests/cuda/test_cuda.py::") for t in cuda)
     kernel_tests = "tests/implementations/_kernels/test_triton_kernels.py::"
     kernels = {t for t in cuda if t.startswith(kernel_tests)}
@@ -64,20 +75,83 @@ def test_the_proof_dry_run_lists_every_cuda_test_and_the_kernel_backward():
     assert marked and marked <= cuda | flex, sorted(marked - cuda - flex)
 
 
-def test_the_proof_runs_its_tests_where_pytest_benchmark_is_missing(tmp_path):
-    """pyproject's addopts carry ``--benchmark-disable``; a GPU machine's Python without
-    pytest-benchmark would reject it (exit 4, nothing run) unless the proof replaces them."""
-    shadow = tmp_path / "shadow" / "pytest_benchmark"
-    shadow.mkdir(parents=True)
-    (shadow / "__init__.py").write_text("raise ImportError('not installed here')\n")
-    env = {**os.environ, "PYTHON": os.environ.get("PYTHON", sys.executable),
-           "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
-           "PYTHONPATH": os.pathsep.join([str(shadow.parent), str(ROOT)])}
-    result = subprocess.run(["bash", str(PROOF), "--dry-run"], capture_output=True, text=True,
-                            env=env, cwd=ROOT, timeout=600)
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert any(line.startswith("cuda: tests/implementations/_kernels/test_triton_kernels.py::")
-               for line in result.stdout.splitlines())
+def test_the_proof_says_why_the_python_it_found_cannot_run_it(tmp_path):
+    """A fresh clone with the venv not activated: the proof finds README's .venv, else python3,
+    and when that one cannot import torch it says so, instead of 'collecting failed'."""
+    bench = tmp_path / "clone" / "benchmarks"
+    bench.mkdir(parents=True)
+    (bench / "gpu_proof.sh").write_text(PROOF.read_text())
+    fake = tmp_path / "bin" / "python3"
+    fake.parent.mkdir()
+    fake.write_text(
+        "#!/bin/sh\necho \"ModuleNotFoundError: No module named 'torch'\" >&2\nexit 1\n")
+    fake.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHON"}
+    env["PATH"] = f"{fake.parent}{os.pathsep}{env['PATH']}"
+    result = subprocess.run(["bash", str(bench / "gpu_proof.sh"), "--dry-run"],
+                            capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert "No module named 'torch'" in line and str(fake) in line and ".venv" in line
+
+
+def test_the_profile_step_covers_every_claims_suite_for_a_gpu():
+    listed = set(re.findall(r"suites/claims-[\w-]+\.toml", PROOF.read_text()))
+    on_disk = {f"suites/{p.name}" for p in (ROOT / "suites").glob("claims-*.toml")
+               if load_suite(p).points[0].device == "cuda"}
+    assert on_disk and listed == on_disk
+
+
+def _summary(out: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks/gpu_proof_summary.py"),
+                           str(out)], capture_output=True, text=True, cwd=ROOT, timeout=120)
+
+
+def test_the_summary_of_a_proof_cut_short_names_what_failed_and_what_did_not_fit(tmp_path):
+    (tmp_path / "steps.tsv").write_text(
+        "step\tstatus\tseconds\tcap_s\tnote\n"
+        "setup\tok\t12\t45\t\n"
+        "tests-parallel\tok\t80\t150\t\n"
+        "smoke\tnot run\t0\t0\tdid not fit: 3 s left of 360\n")
+    (tmp_path / "tests-parallel.log").write_text("")
+    (tmp_path / "tests-parallel.xml").write_text(
+        '<testsuites><testsuite tests="3" failures="1" errors="0" skipped="0" time="80">'
+        '<testcase classname="tests.k" name="test_a"/><testcase classname="tests.k" name="test_b"/>'
+        '<testcase classname="tests.k" name="test_c"><failure message="agree False"/></testcase>'
+        "</testsuite></testsuites>")
+    result = _summary(tmp_path)
+    assert result.returncode == 1, result.stderr
+    out = result.stdout
+    assert "smoke" in out and "did not fit: 3 s left of 360" in out
+    assert "2 passed, 1 failed" in out and "tests.k::test_c: agree False" in out
+    (tmp_path / "steps.tsv").write_text("step\tstatus\tseconds\tcap_s\tnote\n"
+                                        "setup\tok\t12\t45\t\n")
+    (tmp_path / "tests-parallel.log").unlink()
+    clean = _summary(tmp_path)
+    assert clean.returncode == 0 and "every step ran and passed" in clean.stdout
+
+
+def test_the_summary_reads_an_interrupted_run_from_its_passes(tmp_path):
+    """The first H100 lease cut the smoke run at its cap after 46 of 96 point-passes: no
+    rows.jsonl, but every point's first pass in passes.jsonl. The summary counts those."""
+    suite = tmp_path / "gpu-smoke.toml"
+    suite.write_text('name = "gpu-smoke"\nscenario = "attention"\nimplementations = ["sdpa"]\n'
+                     "[fixed]\nheads = 2\n"
+                     "head_dim = 16\n[sweep]\nseq_len = [33, 65]\n[measure]\nbudget_s = 0.02\n"
+                     "min_samples = 3\nwarmup_calls = 1\npasses = 2\n")
+    out = tmp_path / "proof"
+    done = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(suite), "--out",
+                           str(out / "gpu-smoke"), "--no-progress", "--no-table"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr
+    (out / "gpu-smoke" / "rows.jsonl").unlink()  # as if stopped before its last pass
+    (out / "steps.tsv").write_text("step\tstatus\tseconds\tcap_s\tnote\n"
+                                   "smoke\tstopped at its cap\t77\t62\t\n")
+    (out / "smoke.log").write_text("")
+    result = _summary(out)
+    assert result.returncode == 1
+    assert "gpu-smoke: 2 rows: 2 ok (2 partial: read from an interrupted run's passes)" in (
+        result.stdout), result.stdout
 
 
 def _tests_skipping_without_cuda() -> set[str]:

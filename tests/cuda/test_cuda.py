@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from harness.measure.device import get_device
 from harness.measure.timing import TimingConfig, measure
 from harness.oracle.agreement import tolerance
 from harness.results import RowWriter, load_rows
-from harness.scenarios.case import CaseOptions
+from harness.scenarios.case import CaseOptions, launch_case
 from harness.scenarios.interface import Point, cost_of, scenario_of
 from harness.sweep.suite import MeasureConfig
 
@@ -44,6 +45,7 @@ def _qkv(n: int, dtype=torch.bfloat16, batch: int = 4, heads: int = 16, d: int =
     ]
 
 
+@pytest.mark.gpu_alone  # a 10% timing agreement: no other process on the GPU
 def test_event_timing_agrees_with_triton_do_bench():
     """The harness's CUDA-event median of an SDPA call within 10% of do_bench's median (both
     flush L2 between samples)."""
@@ -60,6 +62,7 @@ def test_event_timing_agrees_with_triton_do_bench():
     assert abs(ours - theirs) <= 0.10 * theirs, (ours, theirs)
 
 
+@pytest.mark.gpu_alone  # a peak-memory reading within 5-10%
 @pytest.mark.parametrize("impl, lo, hi", [("full", 0.95, 1.10), ("sdpa-flash", 1.0, 1.10)])
 def test_allocator_peak_matches_the_analytic_figure(impl, lo, hi):
     """Eager attention's peak is its (B, H, n, n) score tensors; flash's is its output (plus an
@@ -164,7 +167,7 @@ def test_decode_on_cuda_with_and_without_a_graph(mode, cache, window):
         window_left=None if window is None else window - 1,
         window_right=None if window is None else 0,
     )
-    config = MeasureConfig(timing=TimingConfig(budget_s=0.2), decode_graph=mode)
+    config = MeasureConfig(timing=TimingConfig(budget_s=0.2), options=(("decode_graph", mode),))
     row = run_point(point, config, get_device("cuda"))
     assert row["status"] == "ok", row.get("reason")
     assert row["agree"] is True
@@ -175,9 +178,28 @@ def test_decode_on_cuda_with_and_without_a_graph(mode, cache, window):
 def test_graph_replay_equals_the_eager_step():
     point = _decode_point()
     device = get_device("cuda")
-    graph = scenario_of(point).build_case(point, device, CaseOptions("none", "cuda-graph"))
-    eager = scenario_of(point).build_case(point, device, CaseOptions("none", "none"))
-    assert graph.columns["decode_graph"] == "cuda-graph"
+    graph = scenario_of(point).build_case(point, device, CaseOptions("none"))
+    eager = scenario_of(point).build_case(point, device, CaseOptions("none"))
+    launch_case(graph, True, "cuda")
+    launch_case(eager, False, "cuda")
+    assert graph.columns["decode_graph"] == "cuda-graph" == graph.columns["cuda_graph"]
     replayed = graph.run().clone()
     tol = tolerance(torch.bfloat16)
     torch.testing.assert_close(replayed, eager.run(), rtol=tol.rtol, atol=tol.atol)
+
+
+@pytest.mark.parametrize("scenario", ["attention", "attention+backward", "block"])
+def test_cuda_graph_for_any_scenario_and_the_host_fraction_it_removes(scenario):
+    """``[measure] cuda_graph = true`` replays every scenario's timed call from a graph that
+    agrees with the reference; a small eager call is host-bound (its host issues for most of
+    its GPU time), its replay (one launch) much less so."""
+    point = Point.of("sdpa", scenario, device="cuda", seq_len=128, heads=2, head_dim=64,
+                     dtype="bfloat16")
+    device = get_device("cuda")
+    eager = run_point(point, replace(FAST, cuda_graph=False), device)
+    graph = run_point(point, replace(FAST, cuda_graph=True), device)
+    assert eager["status"] == graph["status"] == "ok", (eager["reason"], graph["reason"])
+    assert graph["cuda_graph"] == "cuda-graph", graph["cuda_graph_reason"]
+    assert eager["cuda_graph"] == "none" and eager["host_frac_status"] == "ok"
+    assert graph["host_frac"] < eager["host_frac"], (graph["host_frac"], eager["host_frac"])
+    assert graph["peak_mem_bytes"] == pytest.approx(eager["peak_mem_bytes"], rel=0.5)

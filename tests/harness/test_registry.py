@@ -122,3 +122,23 @@ def test_cuda_only_backend_on_a_machine_without_cuda():
         assert "runs on cuda only" in impl.unavailable_reason()
         # asked for a CPU point, the capability check (device) says it, not availability
         assert impl.unavailable_reason("cpu") is None
+
+
+def test_a_probe_that_meets_a_cuda_error_is_not_remembered(tmp_path, monkeypatch):
+    """A CUDA error in a probe may be this process's poisoned context, not the backend: it is
+    this process's answer, never the environment's (harness.probecache)."""
+    from harness import probecache
+
+    monkeypatch.setenv(probecache.CACHE_ENV, str(tmp_path))
+
+    def poisoned(device_type: str):
+        raise torch.AcceleratorError("CUDA error: device-side assert triggered")
+
+    def broken(device_type: str):
+        raise ImportError("no module named fla")
+
+    sick, missing = _probed(poisoned), _probed(broken)
+    assert "CUDA error" in sick.unavailable_reason("cpu")
+    assert missing.unavailable_reason("cpu").startswith("probe on cpu: ImportError")
+    assert probecache.recall(sick.name, "cpu") == (False, None)
+    assert probecache.recall(missing.name, "cpu") == (True, missing.unavailable_reason("cpu"))

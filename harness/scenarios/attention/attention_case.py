@@ -2,9 +2,11 @@
 (under ``no_grad``) or forward + backward (``attention+backward``, through autograd).
 
 Cost: useful FLOPs from the exact kept pairs (or the method's own formula), executed FLOPs from
-the implementation's block-granular pair count, compulsory bytes q, k, v and out (3x with
-backward: read again, gradients written), and the peak from the implementation's declared
-workspace (:mod:`harness.cost.components`).
+the implementation's block-granular pair count, compulsory bytes (q, k, v read and out written;
+backward adds the row lse, a second read of q, k, v, out with dout and lse, and the gradients:
+:func:`harness.cost.components.attention_bytes`), and the peak from the implementation's
+declared workspace. Rows carry the compulsory bytes and ``bw_fraction``: those bytes per median
+second over the measured copy bandwidth (:func:`bandwidth_columns`).
 """
 
 from __future__ import annotations
@@ -17,12 +19,16 @@ import torch
 from torch import Tensor
 
 from harness.cost.components import (
+    attention_bytes,
     attention_flops,
     attention_io_bytes,
     attention_workspace,
+    bandwidth_fraction,
     executed_attention_flops,
 )
+from harness.measure import calibrate
 from harness.measure.device import Device
+from harness.measure.timing import Measurement
 from harness.oracle.definition import Definition
 from harness.scenarios.attention.checking import check_attention
 from harness.scenarios.case import Case, CaseOptions
@@ -74,8 +80,7 @@ class AttentionCost(PointCost):
 
     @cached_property
     def compulsory_bytes(self) -> float:
-        inputs, out = attention_io_bytes(self.point.impl, self.problem)
-        return float((inputs + out) * (3 if self.problem.backward else 1))
+        return float(attention_bytes(self.point.impl, self.problem))
 
     @cached_property
     def call_bytes(self) -> int:
@@ -135,6 +140,20 @@ class Attention(Scenario):
         def check() -> dict:
             return check_attention(attn, q, k, v, grad_out, point, plan, definition)
 
+        nbytes = self.cost(point).compulsory_bytes
         return Case(
-            run=run, tokens=point.batch * point.n_q, check=check, columns={"check": plan.describe()}
+            run=run, tokens=point.batch * point.n_q, check=check,
+            extra=lambda measurement, timer: bandwidth_columns(nbytes, measurement, device),
+            columns={"check": plan.describe(), "compulsory_bytes": int(nbytes)},
         )
+
+
+def bandwidth_columns(nbytes: float, measurement: Measurement | None, device: Device) -> dict:
+    """``bw_fraction``: ``nbytes`` per median second over the measured copy bandwidth (the
+    run's calibration, else measured once in this process), and where that bandwidth came
+    from."""
+    if measurement is None:
+        return {}
+    bandwidth, source = calibrate.bandwidth_for(device)
+    return {"bw_fraction": bandwidth_fraction(nbytes, measurement.median, bandwidth),
+            "bw_source": source}

@@ -6,7 +6,7 @@ decoder is :mod:`.stack`, the launch of the timed step :mod:`.step_launch`, the 
 analytic costs :mod:`.decode_cost`, the scenario :mod:`.decode_case`.
 """
 
-from harness.columns import Column, point_column
+from harness.columns import BANDWIDTH, Column, point_column
 from harness.scenarios.block import LAYOUT
 
 COLUMNS = (
@@ -45,28 +45,20 @@ COLUMNS = (
     ),
     Column(
         "decode_graph", "", "text",
-        "decode: how the timed step was launched: `none` = eager, `cuda-graph`, `compile` = "
-        "`torch.compile(mode=\"reduce-overhead\")` (`[measure] decode_graph`; by default a CUDA "
-        "graph on CUDA and eager on CPU)",
+        "decode: how the timed step was launched, as `cuda_graph` says (decode's name for it): "
+        "`none` = eager, `cuda-graph`, `compile` = `torch.compile(mode=\"reduce-overhead\")` "
+        "(`[measure] decode_graph`, else `cuda_graph`; by default a CUDA graph on CUDA and eager "
+        "on CPU)",
     ),
     Column(
         "decode_graph_reason", "", "text",
-        "decode: why a requested mode was not used (e.g. `unavailable: CUDA graphs need a CUDA "
-        "device`)",
+        "decode: why a requested mode was not used, as `cuda_graph_reason` (e.g. `unavailable: "
+        "CUDA graphs need a CUDA device`)",
     ),
     Column(
         "step_bytes", "B", "bytes",
         "decode: bytes one step must move (every layer's weights, the K/V it reads, the K/V it "
         "writes, the hidden state)",
     ),
-    Column(
-        "bw_fraction", "", "share",
-        "decode: step_bytes / median step time as a fraction of the measured copy bandwidth",
-    ),
-    Column(
-        "bw_source", "", "text",
-        "decode: where that bandwidth came from: env.json "
-        "`calibration.mem_bandwidth_bytes_per_s`, or measured in the process for isolated or "
-        "resumed points",
-    ),
+    *BANDWIDTH,
 )  # fmt: skip

@@ -14,11 +14,12 @@ agreement check walks through ``gen_tokens`` steps deep on a second, fresh set o
 Inputs are seeded N(0, 1) token embeddings (B, seq_len + gen_tokens, d_model); outputs are the
 last block's hidden states (no final norm or vocabulary head: they are the same for every cache).
 
-``[measure] decode_graph``: how the timed step is launched (:mod:`.step_launch`): ``auto`` (a
-CUDA graph on CUDA, eager on CPU), ``none``, ``cuda-graph`` or ``compile``. Rows name the mode used
-(``decode_graph``) and why a requested one was not (``decode_graph_reason``), the bytes a step
-must move (``step_bytes``: weights, the K/V it reads, the K/V it writes) and the fraction of the
-measured memory bandwidth that reached (``bw_fraction``).
+The timed step is launched as every scenario's timed call is (``[measure] cuda_graph``), with
+decode's own ``[measure] decode_graph`` and its static step (:mod:`.step_launch`): by default a
+CUDA graph on CUDA, eager on CPU. Rows name the mode used (``decode_graph``, as ``cuda_graph``)
+and why a requested one was not (``decode_graph_reason``), the bytes a step must move
+(``step_bytes``: weights, the K/V it reads, the K/V it writes) and the fraction of the measured
+memory bandwidth that reached (``bw_fraction``).
 """
 
 from __future__ import annotations
@@ -34,12 +35,13 @@ from torch import Tensor
 from harness.masks import MaskSpec
 from harness.measure import calibrate
 from harness.measure.device import Device
+from harness.measure.graphs import Launch
 from harness.model import FFNS, NORMS, POSITIONS
 from harness.model.transformer import BlockConfig, build_block
 from harness.oracle.agreement import output_agreement, tolerance
 from harness.oracle.definition import Definition
 from harness.registry import Implementation
-from harness.scenarios.case import Case, CaseOptions, CheckPlan
+from harness.scenarios.case import Case, CaseOptions, CheckPlan, MeasureOption
 from harness.scenarios.decode import step_launch
 from harness.scenarios.decode.caches import CACHES, cache_nbytes
 from harness.scenarios.decode.decode_cost import (
@@ -141,6 +143,9 @@ class Decode(Scenario):
 
     variants: ClassVar[dict[str, bool]] = {"decode": False}
     settings = DecodeSettings
+    measure_options: ClassVar[dict[str, MeasureOption]] = {
+        "decode_graph": step_launch.DECODE_GRAPH
+    }
 
     def point_errors(self, point: Point) -> list[SettingsError]:
         out = []
@@ -183,8 +188,9 @@ class Decode(Scenario):
         return step + [r for r in prefill if r not in step]
 
     def build_case(self, point: Point, device: Device, options: CaseOptions) -> Case:
-        """Prefill once (untimed), then time the step at position seq_len, launched as
-        ``options.graph`` says (captured or compiled here, outside the timing)."""
+        """Prefill once (untimed), then time the step at position seq_len; the runner launches
+        it as ``decode_graph`` (else ``[measure] cuda_graph``) says, capturing the static step
+        (:func:`harness.scenarios.case.launch_case`, outside the timing)."""
         reasons = self.support(point)
         if reasons:
             raise ValueError("decode: " + "; ".join(reasons))
@@ -194,12 +200,16 @@ class Decode(Scenario):
         n = point.seq_len
         with torch.no_grad():
             stack.prefill(x[:, :n])
-        step = step_launch.launch(stack, x[:, n : n + 1], n, options.graph, device.kind)
-        run = step.run
+        token = x[:, n : n + 1]
+
+        def eager() -> Tensor:
+            with torch.no_grad():
+                return stack.step(token, n)
+
         cost = self.cost(point)
 
-        def check() -> dict:
-            return check_decode(stack, run, x, point, plan)
+        def check() -> dict:  # the timed step as launched: case.run once the runner launched it
+            return check_decode(stack, case.run, x, point, plan)
 
         def extra(measurement, timer) -> dict:
             device.synchronize()
@@ -224,11 +234,16 @@ class Decode(Scenario):
             "check": "none",  # the check replaces it with float64 or recompute
             "prefill_mode": "stepwise" if stack.stepwise_prefill else "parallel",
             "step_keys": cost.step.n_k,
-            "decode_graph": step.mode,
-            "decode_graph_reason": step.reason,
             "step_bytes": cost.step_bytes,
+            **step_launch.launch_columns(Launch(eager, "none")),  # until the runner launches
         }
-        return Case(run=run, tokens=point.batch, check=check, extra=extra, columns=columns)
+        case = Case(
+            run=eager, tokens=point.batch, check=check, extra=extra, columns=columns,
+            capture=lambda: step_launch.StaticStep(stack, token, n),
+            graph=options.options.get("decode_graph", step_launch.DECODE_GRAPH.default),
+            graph_default=step_launch.DEFAULT_LAUNCH, launch_columns=step_launch.launch_columns,
+        )
+        return case
 
 
 def _bandwidth_columns(step_bytes: int, measurement, device: Device) -> dict:

@@ -5,6 +5,7 @@ subprocess run is ``test_reliability.test_isolated_sweep_survives_segfault_abort
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 import torch
 
 from harness import registry
-from harness.cli import main
+from harness.cli import listing, main
 from harness.execute import session
 from harness.masks import MaskSpec
 from harness.results import PASSES_FILE, ROWS_FILE, RowWriter, load_env, load_rows, write_env
@@ -71,7 +72,8 @@ def _tiny_call_works(name: str) -> bool:
 
 
 def test_list_shows_every_implementation_with_availability(capsys):
-    code, out, err = cli(capsys, "list", "--json")
+    # --probe: on a GPU machine too, every backend's availability from its real call
+    code, out, err = cli(capsys, "list", "--json", "--probe")
     assert code == 0, err
     listed = {d["name"]: d for d in json.loads(out)}
     assert set(CORE_IMPLEMENTATIONS) <= set(listed)
@@ -85,16 +87,103 @@ def test_list_shows_every_implementation_with_availability(capsys):
             assert listed[name]["status"] == f"unavailable: {reason}"
 
 
-def test_list_in_a_file_is_never_cut(capsys):
-    """Written to a file or a pipe (capsys is neither a terminal), no cell is cut with "…"."""
+def test_list_on_a_gpu_launches_no_probe_and_says_what_earlier_probes_found(capsys,
+                                                                          monkeypatch,
+                                                                          tmp_path):
+    """On a (fake) CUDA machine ``list`` runs no probe on the GPU (a probe may compile kernels:
+    fla's Triton kernels, seconds each): those backends say they are not probed yet, with the
+    command that probes them. ``list --probe`` runs each probe once and records it; a later
+    ``list`` (a new process: no in-process outcome) shows what was found without a call."""
+    from dataclasses import replace
+
+    from harness import probecache
+
+    monkeypatch.setenv(probecache.CACHE_ENV, str(tmp_path))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(probecache, "environment", lambda: {"fake": "an H100 machine"})
+    monkeypatch.setattr(registry, "_PROBES", {})
+    calls: list[tuple[str, str]] = []
+
+    def compiling(name: str):
+        def probe(device_type: str):
+            calls.append((name, device_type))  # a real probe would compile and launch here
+            if name == "xformers":
+                raise RuntimeError("No operator found for `memory_efficient_attention_forward`")
+            return torch.ones(1)
+
+        return probe
+
+    probed = [i.name for i in registry.all_implementations() if i.probe is not None]
+    assert {"fla-linear", "xformers", "sdpa-flash"} <= set(probed)
+    for name in probed:
+        impl = registry.get(name)
+        monkeypatch.setitem(registry._REGISTRY, name, replace(impl, probe=compiling(name)))
+
+    def listed(*flags: str) -> dict:
+        code, out, err = cli(capsys, "list", "--json", *flags)
+        assert code == 0, err
+        return {d["name"]: d for d in json.loads(out)}
+
+    first = listed()
+    assert calls == []  # nothing compiled or launched
+    for name in probed:
+        assert first[name]["available"] is None, first[name]
+        assert first[name]["status"].startswith("not probed on cuda here yet")
+        assert "attnbench list --probe" in first[name]["status"]
+    assert first["full"]["available"] is True  # no probe needed
+    for width in (80, 250):  # paragraphs, or a table with the not-probed ones under it
+        flat = " ".join(listing.render(list(first.values()), {}, width).split())
+        assert re.search(r"fla-linear( \(linear\))?: not probed on cuda here yet", flat), flat
+    assert calls == []
+
+    listed("--probe")
+    assert sorted(calls) == sorted((name, "cuda") for name in probed)
+    calls.clear()
+    monkeypatch.setattr(registry, "_PROBES", {})  # as in a new process
+    later = listed()
+    assert calls == []
+    assert later["fla-linear"]["available"] is True and later["sdpa-flash"]["status"] == "available"
+    assert later["xformers"]["available"] is False
+    assert later["xformers"]["status"].startswith("unavailable: probe on cuda: RuntimeError")
+
+
+def _words(text: str) -> set[str]:
+    return {w.strip(",;:()") for w in text.split()} - {""}
+
+
+@pytest.mark.parametrize("width", [60, 80, 100, 120, 160, 250])
+def test_list_wraps_at_word_boundaries_to_the_width(width):
+    """Every line fits ``width`` and every word printed is a whole word of what is listed
+    (a 100-column terminal once showed ``availabl`` / ``e``); nothing is left out."""
+    impls = [listing._describe(i) for i in registry.all_implementations()]
+    errors = {"broken-plugin": "ImportError: No module named 'broken_plugin_dep'"}
+    text = listing.render(impls, errors, width)
+    assert max(len(line) for line in text.splitlines()) <= width
+    source = " ".join([*listing.HEADER, listing.MIXERS, *errors.values(),
+                       *(" ".join(map(str, [*d.values(), *d["devices"], *d["dtypes"],
+                                            *d["mask_features"]])) for d in impls),
+                       *(listing._params_text(d["params"]) for d in impls),
+                       *(f"~n^{d[k]:g}" for d in impls for k in ("time_exponent",
+                                                                   "memory_exponent")),
+                       f"{len(impls)} {sum(d['available'] is True for d in impls)}",
+                       "attnbench implementations here unavailable available time memory "
+                       "params devices dtypes mask features: none plug-in broken-plugin"])
+    assert _words(text) <= _words(source) | {"-" * k for k in range(1, width + 1)}
+    flat = " ".join(text.split())
+    for d in impls:
+        assert d["name"] in _words(text)
+        reason = d["status"].removeprefix("unavailable: ")
+        assert d["available"] or reason in flat, d["name"]
+
+
+def test_list_piped_is_a_sane_width(capsys, monkeypatch):
+    """Off a terminal (a pipe, a file) without $COLUMNS: 100 columns, not the widest cell."""
+    monkeypatch.delenv("COLUMNS", raising=False)
     code, out, _ = cli(capsys, "list")
-    assert code == 0 and "…" not in out
-    for impl in registry.all_implementations():
-        dtypes = ", ".join(sorted(str(d).removeprefix("torch.") for d in impl.caps.dtypes))
-        features = ", ".join(sorted(impl.caps.mask_features))
-        line = next(line for line in out.splitlines()
-                    if line.split("│")[1:2] and line.split("│")[1].strip() == impl.name)
-        assert dtypes in line and features in line, (impl.name, line)
+    assert code == 0 and max(len(line) for line in out.splitlines()) <= 100
+    monkeypatch.setenv("COLUMNS", "250")
+    code, wide, _ = cli(capsys, "list")
+    assert code == 0 and 100 < max(len(line) for line in wide.splitlines()) <= 250
 
 
 def test_run_writes_rows_env_and_prints_a_table(tmp_path, capsys):
@@ -120,7 +209,15 @@ def test_run_says_its_expected_time_and_progress_off_a_terminal(tmp_path, capsys
     lines = err.splitlines()
     assert "1 point of suite 'tiny'" in lines[0] and "expected about" in lines[0]
     assert "1 points" not in err
-    assert any("3/3 point-passes (100%)" in line for line in lines), err
+    assert any("pass 3/3: 1/1 point (100%)" in line for line in lines), err
+
+
+def test_passes_overrides_the_suite_and_one_pass_is_a_quick_profile(tmp_path, capsys):
+    code, _, err = cli(capsys, "run", suite_file(tmp_path, ONE), "--out", tmp_path / "r",
+                       "--no-table", "--passes", "1")
+    assert code == 0, err
+    assert any("pass 1/1: 1/1 point (100%)" in line for line in err.splitlines()), err
+    assert set(load_rows(tmp_path / "r")["passes"]) == {1}
 
 
 def test_the_expected_time_leaves_out_points_over_the_memory_budget(tmp_path, capsys):
@@ -456,3 +553,34 @@ def test_an_interrupted_multi_pass_run_shows_its_finished_passes(tmp_path, capsy
     code, table, err = cli(capsys, "table", out)
     assert code == 0 and "no such results file" not in err
     assert all(n in table for n in ("33", "48", "64")) and "interrupted run" in err
+
+
+# --- output paths -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (("report", "{run}", "--out", "{file}"), "--out {file}: exists and is not a directory"),
+        (("report", "{run}", "--out", "{file}/sub"), "--out {file}/sub: {file} is a file"),
+        (("merge", "{run}", "--out", "{file}"), "--out {file}: exists and is not a directory"),
+        (("run", "{run}/suite.toml", "--out", "{file}"),
+         "--out {file}: exists and is not a directory"),
+        (("compare", "{run}", "{run}", "--markdown", "{dir}"),
+         "--markdown {dir}: is a directory, not a file"),
+        (("baseline", "save", "{run}", "--root", "{file}"),
+         "--root {file}: exists and is not a directory"),
+    ],
+    ids=["report", "report-under-a-file", "merge", "run", "compare-markdown", "baseline-save"],
+)
+def test_an_output_path_that_cannot_be_written_is_refused_before_any_work(
+    tmp_path, capsys, argv, needle
+):
+    """Every verb that writes files checks where first: one line, exit 2. The run directory
+    named does not exist, so a verb that did any work first would complain about it instead."""
+    names = {"run": tmp_path / "missing-run", "file": tmp_path / "afile", "dir": tmp_path / "adir"}
+    names["file"].write_text("not a directory\n")
+    names["dir"].mkdir()
+    code, out, err = cli(capsys, *(a.format(**names) for a in argv))
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"attnbench: {needle.format(**names)}"), err

@@ -196,6 +196,24 @@ def test_normalized_time_catches_one_slower_implementation(tmp_path: Path) -> No
     assert failed == {"sdpa"} and result.time_basis == "normalized"
 
 
+def test_a_finding_says_which_time_basis_failed_it(tmp_path: Path) -> None:
+    """A faster machine where sdpa got 2x slower per reference time but 20% faster in seconds:
+    the row fails on the normalized basis, and says so; the absolute change is shown as not
+    gated (it once read ``FAIL ... slower`` beside ``(absolute -33.1%)`` alone)."""
+    rng = np.random.default_rng(3)
+    base = _write(tmp_path / "b", [_row(p, rng, 1e-3, 1e-3) for p in _points()])
+    fast = _write(tmp_path / "c", [_row(p, rng, 0.8e-3 if p.impl == "sdpa" else 0.4e-3, 0.4e-3)
+                                   for p in _points()])
+    (finding, *_) = [f for f in compare_runs(base, fast, CompareOptions()).findings
+                     if f.level == "fail"]
+    assert finding.verdict.startswith("slower in normalized time (")
+    assert finding.change.startswith("normalized +") and "; absolute -" in finding.change
+    assert finding.change.endswith("(not gated)")
+    absolute = compare_runs(fast, base, CompareOptions(time_basis="absolute"))
+    assert {f.verdict.split(" (")[0] for f in absolute.findings if f.level == "fail"} == {
+        "slower in absolute time"}
+
+
 def test_rows_without_a_reference_time_fall_back_to_absolute(tmp_path: Path) -> None:
     rng = np.random.default_rng(2)
     rows = [{k: v for k, v in _row(p, rng, 1e-3, 1e-3).items()

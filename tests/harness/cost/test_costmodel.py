@@ -6,8 +6,14 @@ import pytest
 import torch
 
 from harness.cost.components import attention_pairs, ffn_hidden, flop_crossover
+from harness.execute.runner import run_point
+from harness.measure import calibrate
+from harness.measure.device import get_device
+from harness.measure.timing import Measurement, TimingConfig
 from harness.model.transformer import BlockConfig, build_block
+from harness.scenarios.attention.attention_case import bandwidth_columns
 from harness.scenarios.interface import Point, cost_of, scenario_of
+from harness.sweep.suite import MeasureConfig
 
 
 def tiny(**kw) -> Point:
@@ -143,3 +149,41 @@ def test_calibration_measures_positive_rates_and_picks_the_dtype_peak():
     assert calibrate.peak_for(cal, "float32") == 1.0
     assert calibrate.peak_for(None) is None
     assert calibrate.peak_for({**cal, "matmul_flops_per_s_best": 2.0}, "float32") == 2.0
+
+
+def test_attention_compulsory_bytes_by_hand():
+    """B2, 4 query heads over 2 K/V heads, 97 queries over 130 keys, D 59, bf16 (2 bytes):
+    q and out 2·4·97·59·2 = 91,568 B each, k and v 2·2·130·59·2 = 61,360 B each, the fp32 row
+    lse 2·4·97·4 = 3,104 B. Forward: q, k, v read, out written. Forward + backward: the forward,
+    lse written, q, k, v, out, dout and lse read, dq, dk, dv written."""
+    shape = dict(batch=2, heads=4, kv_heads=2, q_len=97, seq_len=130, head_dim=59,
+                 dtype="bfloat16", causal=True)
+    forward = Point("sdpa", **shape)
+    assert cost_of(forward).compulsory_bytes == 91568 + 2 * 61360 + 91568
+    backward = Point("sdpa", scenario="attention+backward", **shape)
+    qkv = 91568 + 2 * 61360
+    want = (qkv + 91568) + 3104 + (qkv + 2 * 91568 + 3104) + qkv
+    assert cost_of(backward).compulsory_bytes == want
+
+
+def test_bw_fraction_of_a_row_from_a_fake_measurement(monkeypatch):
+    """bytes / median seconds / the run's calibrated bandwidth, and the source named."""
+    monkeypatch.setitem(calibrate._THIS_RUN, "cpu", {"mem_bandwidth_bytes_per_s": 4e9})
+    fake = Measurement(samples=(0.003, 0.002, 0.001), calls_per_sample=1, first_call_s=0.01)
+    cols = bandwidth_columns(6e6, fake, get_device("cpu"))
+    assert cols == {"bw_fraction": pytest.approx(6e6 / 0.002 / 4e9),
+                    "bw_source": "env.json calibration"}
+    assert bandwidth_columns(6e6, None, get_device("cpu")) == {}
+
+
+def test_attention_rows_carry_compulsory_bytes_and_bw_fraction(monkeypatch):
+    """Through the runner on CPU: the row's bw_fraction is its compulsory bytes over its
+    median time and the calibrated bandwidth."""
+    monkeypatch.setitem(calibrate._THIS_RUN, "cpu", {"mem_bandwidth_bytes_per_s": 2e9})
+    point = Point("sdpa", heads=2, head_dim=16, seq_len=97, causal=True)
+    config = MeasureConfig(timing=TimingConfig(budget_s=0.02, min_samples=3))
+    row = run_point(point, config, get_device("cpu"))
+    assert row["status"] == "ok", row.get("reason")
+    assert row["compulsory_bytes"] == 4 * 2 * 97 * 16 * 4  # q, k, v, out in fp32
+    assert row["bw_fraction"] == pytest.approx(row["compulsory_bytes"] / row["time_median_s"] / 2e9)
+    assert row["bw_source"] == "env.json calibration"

@@ -48,6 +48,24 @@ def abort(q, k, v, mask, scale=None):
 @_add("test-hang")
 def hang(q, k, v, mask, scale=None):
     time.sleep(3600)
+
+import torch
+import torch.nn.functional as F
+
+FAULT_AT = 48  # seq_len of the first point of test-poison's sweep
+
+def _fault(*args, **kwargs):
+    raise torch.AcceleratorError("CUDA error: device-side assert triggered")
+
+# A kernel that trips a device-side assert at its first sweep point, in whatever process runs
+# that point. From then on that process is as a poisoned CUDA context leaves it: every kernel
+# call fails the same way. Other processes (fresh children) are not touched.
+@_add("test-poison")
+def poison(q, k, v, mask, scale=None):
+    if q.shape[-2] == FAULT_AT:
+        F.scaled_dot_product_attention = torch.matmul = torch.bmm = torch.softmax = _fault
+        _fault()
+    return F.scaled_dot_product_attention(q, k, v, scale=scale)
 """
 
 
@@ -171,6 +189,8 @@ def test_bad_out_and_bad_arguments_are_one_line_and_write_nothing(tmp_path, caps
         ("--out", str(tmp_path / "o"), "--mem-budget", "-1GiB"),
         ("--out", str(tmp_path / "o"), "--budget-s", "-1"),
         ("--out", str(tmp_path / "o"), "--budget-s", "nan"),
+        ("--out", str(tmp_path / "o"), "--passes", "0"),
+        ("--out", str(tmp_path / "o"), "--passes", "two"),
         ("--out", str(tmp_path / "o"), "--isolate", "--point-timeout", "0"),
         ("--out", str(tmp_path / "o"), "--point-timeout", "5"),  # needs --isolate
         ("--out", str(tmp_path / "o"), "--check", "sometimes"),
@@ -233,6 +253,55 @@ def test_a_run_killed_mid_sweep_resumes_with_every_point_once(tmp_path, capsys):
     assert sorted(ids) == sorted(expected)  # every point, each exactly once
     assert frame["run_id"].nunique() == 1
     assert [point_from_row(r).point_id for r in frame.to_dict("records")] == ids
+
+
+# --- device faults --------------------------------------------------------------------------
+
+
+def _seed_with_fault_early(suite_text: str, tmp_path: Path) -> int:
+    """An order_seed whose first pass runs the faulting point second (one point before it,
+    four after it), so the run has rows before the fault and points left after it."""
+    from harness.measure import passes
+
+    probe = tmp_path / "probe.toml"  # the same points, with a name this process knows
+    probe.write_text(suite_text.replace("test-poison", "sdpa-math"))
+    points = load_suite(probe).points
+    fault = next(i for i, p in enumerate(points) if p.impl == "sdpa-math" and p.seq_len == 48)
+    return next(seed for seed in range(200)
+                if passes.pass_orders(len(points), 2, seed)[0].index(fault) == 1)
+
+
+def test_a_device_fault_costs_one_point_and_the_run_goes_on_in_fresh_processes(tmp_path,
+                                                                                 plugin_env):
+    """A point that raises a CUDA error that poisons its process (a device-side assert) is an
+    error row with the CUDA message; the row before it stays; every later point, of every
+    implementation and pass, runs in a fresh child and is ok; one line says so. ``--resume``
+    afterwards has nothing left to run. (Before: every later point was an error too.)"""
+    body = ('implementations = ["test-poison", "sdpa", "full"]\n[fixed]\nheads = 2\n'
+            "head_dim = 16\n[sweep]\nseq_len = [48, 64]\n")
+    text = HEAD + body + MEASURE + "passes = 2\n"
+    suite = tmp_path / "s.toml"
+    suite.write_text(text + f"order_seed = {_seed_with_fault_early(text, tmp_path)}\n")
+    out = tmp_path / "run"
+    result = cli("run", str(suite), "--out", str(out), "--no-progress", "--no-table",
+                 env=plugin_env)
+    assert result.returncode == 0, result.stderr
+    frame = load_rows(out)
+    fault = (frame["impl"] == "test-poison") & (frame["seq_len"] == 48)
+    assert frame.loc[fault, "status"].tolist() == ["error"]
+    assert frame.loc[fault, "reason"].iloc[0] == (
+        "AcceleratorError: CUDA error: device-side assert triggered")
+    assert (frame.loc[~fault, "status"] == "ok").all(), frame[["impl", "seq_len", "reason"]]
+    assert (frame.loc[~fault, "passes"] == 2).all()
+    switched = [line for line in result.stderr.splitlines() if "fresh child process" in line]
+    assert len(switched) == 1 and "test-poison n=48 hit a CUDA error" in switched[0]
+    assert "1 error, 5 ok" in result.stderr
+
+    again = cli("run", str(suite), "--out", str(out), "--resume", "--no-progress",
+                "--no-table", env=plugin_env)
+    assert again.returncode == 0, again.stderr
+    assert "0 points" in again.stderr and "(6 already done)" in again.stderr
+    assert len(load_rows(out)) == 6
 
 
 # --- memory budget --------------------------------------------------------------------------

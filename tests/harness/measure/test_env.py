@@ -24,6 +24,18 @@ def test_tf32_flags_are_recorded_as_set():
         torch.set_float32_matmul_precision(saved)
 
 
+def test_the_settings_that_change_what_runs_are_recorded(monkeypatch):
+    monkeypatch.setenv("ATTNBENCH_AUTOTUNE", "off")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setenv("HOME_OF_SOMETHING_ELSE", "x")
+    recorded = env.collect(CpuDevice(), "s", "s.toml", "f", "run")["settings_env"]
+    assert recorded["ATTNBENCH_AUTOTUNE"] == "off" and recorded["TRITON_INTERPRET"] == "1"
+    assert "HOME_OF_SOMETHING_ELSE" not in recorded
+    monkeypatch.delenv("ATTNBENCH_AUTOTUNE")
+    assert "ATTNBENCH_AUTOTUNE" not in env.collect(CpuDevice(), "s", "s.toml", "f", "run")[
+        "settings_env"]
+
+
 def test_clock_under_load_says_why_it_is_missing_on_cpu():
     reading = calibrate.clock_under_load(CpuDevice())
     assert reading["sm_clock_under_load_mhz"] is None

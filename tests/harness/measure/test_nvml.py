@@ -187,6 +187,7 @@ def test_ancestors_walk_proc_stat():
 
 
 @pytest.mark.cuda
+@pytest.mark.gpu_alone  # NVML reads the whole device: other processes' memory and load
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_peak_memory_nvml_is_believable_or_null_with_a_reason():
     from harness.measure.device import get_device
@@ -209,6 +210,7 @@ def test_cuda_peak_memory_nvml_is_believable_or_null_with_a_reason():
 
 
 @pytest.mark.cuda
+@pytest.mark.gpu_alone  # NVML reads the whole device: other processes' memory and load
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_clock_columns_come_from_nvml_or_say_why():
     from harness.measure.device import get_device

@@ -155,6 +155,7 @@ def test_cpu_rows_say_l2_does_not_apply():
 
 
 @pytest.mark.cuda
+@pytest.mark.gpu_alone
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_flush_per_call_times_one_call_per_event_pair():
     from harness.measure.device import get_device
@@ -236,3 +237,96 @@ def test_calibration_of_cuda_n_runs_on_cuda_n():
 
     name, _ = calibrate._device_of(CudaDevice(1))
     assert name == "cuda:1"
+
+
+# --- host issue time: when the GPU waited on Python -------------------------------------------
+
+
+class IssueDevice(CpuDevice):
+    """A device with a clock of its own, on numbers the test sets: each call costs the host
+    ``host_s`` to issue and the device ``device_s`` to run. The device cannot finish before
+    the host has issued the last call: a sample's device time is max(issue, run) (a GPU that
+    waits on the host idles between kernels)."""
+
+    host_issue_reason = None
+
+    def __init__(self, host_s: float, device_s: float):
+        self.host_s, self.device_s = host_s, device_s
+
+    def time_issue(self, fn, calls: int):
+        from harness.measure.device import CallTimes
+
+        for _ in range(calls):
+            fn()
+        host = calls * self.host_s
+        return CallTimes(max(host, calls * self.device_s), host)
+
+
+FAST_CONFIG = TimingConfig(budget_s=0.02, min_samples=3, warmup_calls=0, min_sample_s=0.0)
+
+
+@pytest.mark.parametrize(
+    ("host_s", "device_s", "frac", "bound"),
+    [(1e-5, 1e-3, 0.01, False), (4e-4, 1e-3, 0.4, False), (3e-3, 1e-3, 1.0, True)],
+    ids=["gpu-bound", "mixed", "host-bound"],
+)
+def test_host_frac_is_issue_time_over_gpu_time_of_the_same_calls(host_s, device_s, frac, bound):
+    from harness.measure.timing import host_bound
+
+    m = measure(lambda: None, IssueDevice(host_s, device_s), FAST_CONFIG)
+    cols = m.columns()
+    assert cols["host_frac_status"] == "ok"
+    assert cols["host_issue_s"] == pytest.approx(host_s)
+    assert cols["gpu_time_s"] == pytest.approx(max(host_s, device_s))
+    assert cols["host_frac"] == pytest.approx(frac)
+    assert host_bound(cols["host_frac"]) is bound
+
+
+def test_cpu_rows_have_no_host_issue_time_and_say_why():
+    cols = measure(lambda: None, CpuDevice(), FAST_CONFIG).columns()
+    assert cols["host_issue_s"] is None and cols["gpu_time_s"] is None
+    assert cols["host_frac"] is None
+    assert cols["host_frac_status"].startswith("unavailable: on a CPU")
+
+
+def test_a_device_without_a_host_clock_says_so():
+    """A device that implements only time_calls (as fakes and future devices may) gets null
+    host columns with a reason, never a ratio of one clock to itself."""
+    cols = measure(_sleep_50us, FlushCountingDevice(False), FAST_CONFIG).columns()
+    assert cols["host_frac"] is None and cols["host_frac_status"].startswith("unavailable")
+
+
+def test_host_bound_needs_a_number_at_or_above_the_threshold():
+    from harness.measure.timing import HOST_BOUND_FRAC, host_bound
+
+    assert host_bound(HOST_BOUND_FRAC) and host_bound(2.0)
+    assert not any(host_bound(v) for v in (0.49, None, float("nan"), "0.9"))
+
+
+def test_cuda_host_issue_time_covers_the_launch_loop_only(monkeypatch):
+    """The host clock runs around the launches and stops before the end event is recorded and
+    waited for: a GPU-bound call's host time holds no waiting (on a fake clock where each
+    launch costs 1 unit, recording an event 10 and waiting for the end event 100)."""
+    from harness.measure.device import CudaDevice
+
+    fake = FakeCuda()
+    clock = [0.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
+
+    class Event(fake.Event):
+        def record(self, stream=None):
+            clock[0] += 10.0
+            super().record(stream)
+
+        def synchronize(self):
+            clock[0] += 100.0
+
+    def launch():
+        clock[0] += 1.0
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    for name in ("device", "current_stream"):
+        monkeypatch.setattr(torch.cuda, name, getattr(fake, name))
+    times = CudaDevice(0).time_issue(launch, 5)
+    assert times.host_s == 5.0 and times.device_s == pytest.approx(1e-3)
+    assert CudaDevice(0).time_calls(launch, 2) == pytest.approx(1e-3)

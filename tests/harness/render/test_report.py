@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import hashlib
 import json
 import re
 import shutil
@@ -442,12 +443,116 @@ def test_a_log_axis_has_at_least_two_labelled_ticks(low, high):
     assert len(shown) >= 2, [t.get_text() for t in shown]
 
 
-def test_the_agreement_plot_draws_the_tolerance():
-    rows = pd.DataFrame(synthetic_rows())
-    rows["tolerance"] = 2e-6
-    rows["rel_tolerance"] = 3e-6
-    part = rows[rows["scenario"] == "attention"]
-    guides = checks._tolerance_guides(part, "max_abs_err")
-    assert len(guides) == 1 and guides[0].label == "tolerance"
-    assert set(np.asarray(guides[0].y)) == {2e-6}
-    assert checks._tolerance_guides(part.drop(columns="tolerance"), "max_abs_err") == []
+def agreement_rows() -> pd.DataFrame:
+    """Rows judged by the naive-relative rule, bounds as on the H100 (2026-11-26): exact
+    attention's bound ~1e-2, Linformer's up to ~30 (its naive error is large), all agreeing,
+    plus one sdpa row beyond its bound (a mismatch); and decode rows judged by allclose."""
+    out = []
+    for n in (1024, 4096, 16384):
+        for impl, err, bound, rel, rel_bound in (
+            ("sdpa-flash", 8e-4, 1.6e-2, 2.2e-3, 1.7e-2),
+            ("linformer", 0.34 * n / 8192, 3.1 * n / 8192, 6.7e-3, 3.2e-2),
+            ("performer", 7.8e-3, 0.27, 1.7e-3, 5.4e-2),
+        ):
+            point = Point.of(impl, seq_len=n)
+            out.append(row(point, 1e-3, 1e6, max_abs_err=err, tolerance=bound, rel_err=rel,
+                           rel_tolerance=rel_bound, agree=True))
+    wrong = row(Point.of("sdpa", seq_len=4096), 1e-3, 1e6, max_abs_err=0.05, tolerance=0.01,
+                rel_err=0.02, rel_tolerance=0.017, agree=False, status="mismatch")
+    decode = [row(Point.of("sdpa", scenario="decode", seq_len=n), 1e-3, 1e6,
+                  max_abs_err=2e-6 * n / 1024, tolerance=1e-5, agree=True)
+              for n in (1024, 2048)]
+    return pd.DataFrame([*out, wrong, *decode])
+
+
+def test_the_agreement_plot_draws_each_row_over_its_own_bound():
+    """Every agreeing row is at or under the line at 1 and the mismatch above it, whatever its
+    bound; the median-bound line of before put every Linformer point above it."""
+    rows = agreement_rows()
+    for metric in checks.ERRORS:
+        ratio = checks.over_bound(rows, metric)
+        judged = rows["scenario"] == "attention"
+        assert (ratio[judged & rows["agree"]] <= 1).all()
+        assert (ratio[judged & ~rows["agree"]] > 1).all()
+        assert ratio[~judged].isna().all()  # allclose rows keep no per-row bound
+    exact = rows[rows["scenario"] == "attention"]
+    old_line = exact.groupby("seq_len")["tolerance"].transform("median")  # the line of before
+    assert (exact["agree"] & (exact["max_abs_err"] > old_line)).any()
+    figures = {f.name: f for f in checks.agreement_figures(rows)}
+    own = figures["agreement-attention"]
+    assert own.hline[0] == 1.0 and "own bound" in own.hline[1]
+    drawn = {s.label: np.asarray(s.y, float) for p in own.panels for s in p.series}
+    assert {"sdpa-flash", "linformer", "performer", "sdpa"} <= set(drawn)
+    assert all((drawn[impl] <= 1).all() for impl in ("sdpa-flash", "linformer", "performer"))
+    assert (drawn["sdpa"] > 1).all()
+    fixed = figures["agreement-decode-allclose"]
+    (guide,) = fixed.panels[0].guides
+    assert guide.label.startswith("atol") and set(np.asarray(guide.y)) == {1e-5}
+
+
+def test_the_report_lists_implementations_in_the_suites_order(tmp_path):
+    """The results table and tables/rows.csv follow the suite file env.json names, not the
+    shuffled order the passes wrote the rows in."""
+    suite = tmp_path / "s.toml"
+    suite.write_text('name = "s"\nscenario = "attention"\n'
+                     'implementations = ["sdpa", "full", "flash-tiled"]\n')
+    writer = RowWriter(tmp_path / "run")
+    for n, impl in [(1024, "full"), (512, "flash-tiled"), (512, "sdpa"), (512, "full"),
+                    (1024, "sdpa"), (1024, "flash-tiled")]:
+        writer.write(row(Point.of(impl, seq_len=n), 1e-3, 1e6, suite="s"))
+    digest = hashlib.sha256(suite.read_bytes()).hexdigest()
+    write_env(tmp_path / "run", {"run_id": "r1", "suite": "s", "suite_path": str(suite),
+                                 "suite_fingerprint": digest})
+    report.build_report([tmp_path / "run"], tmp_path / "out", claims_path=None)
+    rows = pd.read_csv(tmp_path / "out" / "tables" / "rows.csv")
+    assert list(zip(rows["impl"], rows["seq_len"], strict=True)) == [
+        ("sdpa", 512), ("sdpa", 1024), ("full", 512), ("full", 1024), ("flash-tiled", 512),
+        ("flash-tiled", 1024)]
+    results = (tmp_path / "out" / "report.md").read_text().split("median time (ms)")[1]
+    header = next(line for line in results.splitlines() if "seq_len" in line)
+    assert [c.strip() for c in header.strip("|").split("|")] == ["seq_len", "sdpa", "full",
+                                                                  "flash-tiled"]
+
+
+def test_plot_axes_name_each_metric_and_its_unit():
+    """An axis reads ``median time (ms)``, never ``time_median_s (ms)``: every metric a
+    bundled claims file measures, and every metric the report plots against n."""
+    from harness import SUITES_DIR
+    from harness.analysis.claims import load_claims
+
+    files = [f for f in SUITES_DIR.glob("*.toml") if "[[claim]]" in f.read_text()]
+    claimed = {c.metric for f in files for c in load_claims(f)}
+    assert {"time_median_s", "approx_err", "state_bytes"} <= claimed
+    for metric in claimed | {"time_median_s", "peak_mem_bytes", "mixer_time_s", "tflops_per_s"}:
+        unit, _ = panels.display_unit(metric, [1.0])
+        label = panels.axis_label(metric, unit)
+        assert "_" not in label.split(" (")[0], label
+    assert panels.axis_label("time_median_s", "ms") == "median time (ms)"
+    assert panels.display_unit("tflops_per_s", [1.0]) == ("TFLOP/s", 1.0)  # the schema's unit
+
+
+def test_a_time_claims_figure_names_its_axis(monkeypatch):
+    from harness.analysis.claims import DEFAULT_CLAIMS
+    from harness.render import verdict_views
+
+    seen = []
+    monkeypatch.setattr(verdict_views, "fit_over_utilization",
+                        lambda *a, **kw: seen.append(kw["ylabel"]) or b"")
+    rows = pd.DataFrame(synthetic_rows()).assign(suite="synthetic")
+    verdict_views.claims_section(rows, DEFAULT_CLAIMS, {"r1": {"calibration": CALIBRATION}})
+    assert set(seen) == {"median time (ms)", "mixer time (ms)"}
+
+
+def test_every_verdict_has_its_own_cell_colour():
+    """mixed and holds in part (several groups, ratio claims along the axis) are coloured as
+    the three older verdicts are."""
+    import re
+
+    from harness.analysis.claims import VERDICTS
+    from harness.render import page
+
+    html = page.html_table(pd.DataFrame({"verdict": list(VERDICTS)}))
+    for verdict in VERDICTS:
+        css = "v-" + verdict.replace(" ", "-")
+        assert f'<td class="{css}">{verdict}</td>' in html
+        assert re.search(rf"td\.{css}\{{background:#[0-9a-f]{{6}}\}}", page.CSS), css

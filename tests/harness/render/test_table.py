@@ -3,6 +3,7 @@ every documented metric."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import re
 from pathlib import Path
@@ -146,3 +147,85 @@ def test_markdown_writer_escapes_and_aligns():
     rule = lines[1].strip("|").split("|")
     assert rule[0].endswith(":") and rule[1].startswith(":")  # numbers right, text left
     assert "x\\|y" in out and "None" not in out
+
+
+# --- order: the suite's, not the shuffled order the passes ran in ------------------------------
+
+SHUFFLED = ("performer", "linformer", "nystrom", "sdpa", "linear")  # as the passes ran them
+DECLARED = ("sdpa", "linear", "performer", "linformer", "nystrom")
+
+
+def shuffled_rows(seed: int = 3) -> pd.DataFrame:
+    """Rows of a suite declaring :data:`DECLARED`, in a shuffled execution order."""
+    rows = [_row(Point(impl, seq_len=n, causal=False), seconds=1e-3 * n / 256)
+            for n in (1024, 256, 512) for impl in SHUFFLED]
+    return pd.DataFrame(rows).sample(frac=1.0, random_state=seed).reset_index(drop=True)
+
+
+def suite_env(tmp_path: Path, impls=DECLARED, name: str = "mine") -> dict:
+    path = tmp_path / f"{name}.toml"
+    listed = ", ".join(f'"{i}"' for i in impls[:-1])
+    path.write_text(f'name = "{name}"\nscenario = "attention"\nimplementations = [{listed}]\n'
+                    f'[[variant]]\nimplementation = "{impls[-1]}"\nseq_len = [256]\n')
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    return {"suite": name, "suite_path": str(path), "suite_fingerprint": digest}
+
+
+def test_implementations_and_csv_rows_follow_the_suites_declared_order(tmp_path):
+    frame = pivot.in_suite_order(shuffled_rows(), [suite_env(tmp_path)])
+    text = table.render(frame, ("time_median_s",))
+    assert text.splitlines()[1].split() == ["seq_len", *DECLARED]
+    csv = pd.read_csv(io.StringIO(table.render(frame, ("time_median_s",), "csv")))
+    expected = [(impl, n) for impl in DECLARED for n in (256, 512, 1024)]
+    assert list(zip(csv["impl"], csv["seq_len"], strict=True)) == expected
+
+
+def test_without_a_readable_suite_the_order_is_by_name_not_by_execution(tmp_path):
+    """env.json names a suite that changed since (another fingerprint) and no bundled suite
+    has its name: implementations by name, points in numeric order."""
+    env = {**suite_env(tmp_path), "suite_fingerprint": "0" * 64}
+    for envs in ([env], []):
+        frame = pivot.in_suite_order(shuffled_rows(), envs)
+        assert list(dict.fromkeys(frame["impl"])) == sorted(SHUFFLED)
+    other = pivot.in_suite_order(shuffled_rows(seed=11), [env])
+    pd.testing.assert_frame_equal(frame, other)  # whatever order the passes ran in
+
+
+def test_a_bundled_suite_orders_rows_measured_elsewhere():
+    """A run from another machine names a suite path that is not here: the bundled suite of
+    that name gives the order (suites/smoke.toml)."""
+    env = {"suite": "smoke", "suite_path": "/elsewhere/smoke.toml", "suite_fingerprint": "x"}
+    impls = ("flash-tiled", "sdpa-flash", "full", "sdpa")
+    frame = pd.DataFrame([_row(Point(i, seq_len=256)) for i in impls])
+    assert list(pivot.in_suite_order(frame, [env])["impl"]) == ["full", "sdpa", "sdpa-flash",
+                                                                 "flash-tiled"]
+
+
+def test_windows_and_other_numbers_sort_numerically():
+    rows = [_row(Point("local", causal=True, window_left=w, window_right=0, seq_len=2048))
+            for w in (1023, 127, 255, 63)]
+    rows.append(_row(Point("local", causal=True, window_left=None, window_right=0,
+                           seq_len=2048)))
+    cells = table.cells(pd.DataFrame(rows), "time_median_s", pivot.layout(pd.DataFrame(rows)))
+    assert list(cells["window"]) == ["-,0", "63,0", "127,0", "255,0", "1023,0"]
+    values = pd.Series(["10", "9", "-", "100", "b", "a"])
+    assert list(values[pivot.sort_key(values).sort_values().index]) == ["-", "9", "10", "100",
+                                                                         "a", "b"]
+
+
+def test_host_bound_rows_are_marked_in_time_cells_with_a_footnote():
+    """A row whose host took at least half the GPU time to issue its calls is marked ``(h)``
+    in time columns (not in memory columns), and a line under the table names it; rows below
+    the threshold and CPU rows (host_frac null) are not."""
+    rows = pd.DataFrame([
+        _row(Point("performer", seq_len=n), host_frac=frac, seconds=1e-3 * n / 512)
+        for n, frac in ((512, 0.93), (1024, 0.3), (2048, None))
+    ] + [_row(Point("sdpa", seq_len=512), host_frac=0.02)])
+    text = table.render(rows, ("time_median_s", "peak_mem_bytes"))
+    time_part, memory_part = text.split("peak memory")[0], text.split("peak memory")[1]
+    marked = [line for line in time_part.splitlines() if pivot.HOST_MARK in line]
+    assert len(marked) == 1 and marked[0].split()[0] == "512"
+    assert pivot.HOST_MARK not in memory_part.split("(h) host-bound")[0]
+    (note,) = [line for line in text.splitlines() if line.startswith("(h) host-bound")]
+    assert note.endswith(": performer (1)") and "host_frac" in note
+    assert pivot.HOST_MARK not in table.render(rows.assign(host_frac=0.1))

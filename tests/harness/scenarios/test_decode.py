@@ -10,11 +10,10 @@ from harness import registry
 from harness.execute.runner import run_point
 from harness.measure.device import get_device
 from harness.measure.timing import TimingConfig
-from harness.scenarios.case import CaseOptions
+from harness.scenarios.case import CaseOptions, launch_case, launch_mode
 from harness.scenarios.decode import decode_case as dec
 from harness.scenarios.decode.caches import FullCache
 from harness.scenarios.decode.decode_cost import step_problem
-from harness.scenarios.decode.step_launch import resolve_mode
 from harness.scenarios.interface import Point, cost_of, scenario_of
 from harness.sweep.suite import MeasureConfig
 
@@ -43,7 +42,10 @@ def _point(
 
 
 def build_case(point: Point, check: str = "auto", graph: str = "auto"):
-    return scenario_of(point).build_case(point, CPU, CaseOptions(check, graph))
+    """The decode Case with ``decode_graph = graph``, launched as the runner launches it."""
+    case = scenario_of(point).build_case(point, CPU, CaseOptions(check, {"decode_graph": graph}))
+    launch_case(case, None, CPU.kind)
+    return case
 
 
 def step_bytes(point: Point) -> int:
@@ -205,11 +207,18 @@ def test_graph_modes_on_cpu_fall_back_to_eager_and_say_why(requested):
 
 
 def test_auto_graph_mode_is_eager_on_cpu_and_a_cuda_graph_on_cuda():
-    assert resolve_mode("auto", "cpu") == ("none", None)
-    assert resolve_mode("auto", "cuda") == ("cuda-graph", None)
-    assert resolve_mode("compile", "cuda") == ("compile", None)
-    with pytest.raises(ValueError, match="decode_graph"):
-        resolve_mode("graph", "cuda")
+    """decode_graph = auto follows [measure] cuda_graph; unset, decode's default: a graph on
+    CUDA, eager (without a reason) on a CPU. decode_graph itself wins over cuda_graph."""
+    default = dec.step_launch.DEFAULT_LAUNCH
+    assert launch_mode("auto", None, default, "cpu") == ("none", None)
+    assert launch_mode("auto", None, default, "cuda") == ("cuda-graph", None)
+    assert launch_mode("auto", False, default, "cuda") == ("none", None)
+    assert launch_mode("compile", None, default, "cuda") == ("compile", None)
+    assert launch_mode("cuda-graph", False, default, "cuda") == ("cuda-graph", None)
+    no_cuda = "unavailable: CUDA graphs need a CUDA device"
+    assert launch_mode("auto", True, default, "cpu") == ("none", no_cuda)
+    with pytest.raises(ValueError, match="launch"):
+        launch_mode("graph", None, default, "cuda")
 
 
 def test_step_bytes_count_weights_and_the_kv_read_and_written():
@@ -230,7 +239,8 @@ def test_step_bytes_count_weights_and_the_kv_read_and_written():
 
 def test_runner_row_names_the_launch_and_the_bandwidth_fraction():
     config = MeasureConfig(
-        timing=TimingConfig(budget_s=0.05, min_samples=3, warmup_calls=1), decode_graph="cuda-graph"
+        timing=TimingConfig(budget_s=0.05, min_samples=3, warmup_calls=1),
+        options=(("decode_graph", "cuda-graph"),),
     )
     row = run_point(_point(n=200), config, CPU)
     assert row["status"] == "ok", row.get("reason")
@@ -247,7 +257,13 @@ def test_suite_measure_decode_graph_is_validated():
     doc = {"name": "d", "scenario": "decode", "implementations": ["sdpa"]}
     doc["fixed"] = {"causal": True}
     chosen = parse_suite({**doc, "measure": {"decode_graph": "compile"}}).measure
-    assert chosen.decode_graph == "compile"
-    assert parse_suite(doc).measure.decode_graph == "auto"
+    assert chosen.options == (("decode_graph", "compile"),)
+    assert parse_suite(doc).measure.options == ()
+    both = parse_suite({**doc, "measure": {"decode_graph": "none", "cuda_graph": True}}).measure
+    assert both.cuda_graph is True and both.options == (("decode_graph", "none"),)
     with pytest.raises(SuiteError, match="decode_graph"):
         parse_suite({**doc, "measure": {"decode_graph": "graphs"}})
+    # decode's own option, not a general one: an attention suite is told whose it is
+    attention = {**doc, "scenario": "attention", "measure": {"decode_graph": "none"}}
+    with pytest.raises(SuiteError, match="an option of decode suites"):
+        parse_suite(attention)

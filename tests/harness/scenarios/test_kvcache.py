@@ -225,32 +225,6 @@ def test_one_static_rolling_step_serves_every_position_once_the_ring_is_full():
             torch.testing.assert_close(step(), eager.step(x[:, t : t + 1], t), rtol=0, atol=1e-12)
 
 
-class _FakeCapture:
-    """Stand-ins for torch.cuda's stream and graph API on CPU: capture runs the step once,
-    replay does nothing. Like a real graph, the fake graph keeps no Python reference to what
-    the step reads, so only the launched callable can keep those buffers alive."""
-
-    class Stream:
-        def wait_stream(self, other) -> None:
-            pass
-
-    class CUDAGraph:
-        def replay(self) -> None:
-            pass
-
-    @staticmethod
-    def stream(_stream):
-        import contextlib
-
-        return contextlib.nullcontext()
-
-    graph = stream
-
-    @classmethod
-    def current_stream(cls):
-        return cls.Stream()
-
-
 @pytest.mark.parametrize(
     "cache, mask, kv_heads",
     [
@@ -261,19 +235,19 @@ class _FakeCapture:
         ("none", MaskSpec(causal=True), None),
     ],
 )
-def test_a_captured_step_keeps_the_buffers_its_graph_reads_alive(monkeypatch, cache, mask,
+def test_a_captured_step_keeps_the_buffers_its_graph_reads_alive(fake_capture, cache, mask,
                                                                   kv_heads):
     """The CUDA-graph decode crash of 2026-11-26 (``index_copy_(): index out of bounds`` on an
     H100): the replay closure held the graph but not the StaticStep, so the position tensor
-    and the token buffer were freed when ``launch`` returned and their memory was reused.
-    Whatever launches a captured step must keep every buffer of :meth:`StaticStep.buffers`."""
+    and the token buffer were freed when the launch returned and their memory was reused.
+    The general launch (:func:`harness.measure.graphs.launch`) must keep every buffer of
+    :meth:`StaticStep.buffers` as long as the launched call lives."""
     import gc
     import weakref
 
+    from harness.measure import graphs
     from harness.scenarios.decode import step_launch
 
-    for name in ("Stream", "CUDAGraph", "stream", "graph", "current_stream"):
-        monkeypatch.setattr(torch.cuda, name, getattr(_FakeCapture, name))
     held: list[weakref.ref] = []
 
     class Tracked(step_launch.StaticStep):
@@ -281,12 +255,13 @@ def test_a_captured_step_keeps_the_buffers_its_graph_reads_alive(monkeypatch, ca
             super().__init__(*args)
             held.extend(weakref.ref(t) for t in (self.x, self.index))
 
-    monkeypatch.setattr(step_launch, "StaticStep", Tracked)
     stack = _ref_stack(kv_heads, cache, mask, capacity=16)
     x = torch.randn(2, 12, 24, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
     with torch.no_grad():
         stack.prefill(x[:, :11])
-    launched = step_launch.launch(stack, x[:, 11:12], 11, "cuda-graph", "cuda")
+    token = x[:, 11:12]
+    launched = graphs.launch(lambda: stack.step(token, 11), "cuda-graph",
+                             capturable=lambda: Tracked(stack, token, 11))
     assert launched.mode == "cuda-graph" and launched.reason is None
     gc.collect()
     assert held and all(ref() is not None for ref in held), "a buffer of the graph was freed"
@@ -294,3 +269,62 @@ def test_a_captured_step_keeps_the_buffers_its_graph_reads_alive(monkeypatch, ca
     del launched
     gc.collect()
     assert all(ref() is None for ref in held)  # and nothing else holds them
+
+
+def _tensors_of(fn) -> list[torch.Tensor]:
+    """The tensors a closure (or a StaticStep) reads: its cells' tensors and buffers."""
+    if hasattr(fn, "buffers"):
+        return list(fn.buffers())
+    cells = [c.cell_contents for c in (fn.__closure__ or ())]
+    return [t for t in cells if isinstance(t, torch.Tensor)]
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"impl": "sdpa", "scenario": "attention", "causal": True},
+        {"impl": "sdpa", "scenario": "attention+backward"},
+        {"impl": "sdpa", "scenario": "decode", "causal": True, "layers": 1, "gen_tokens": 2},
+    ],
+    ids=["attention", "attention+backward", "decode"],
+)
+def test_every_scenario_s_captured_call_keeps_its_buffers_alive(fake_capture, monkeypatch,
+                                                              fields):
+    """``[measure] cuda_graph`` through the runner's path (:func:`launch_case`) for any
+    scenario: once the Case is gone, the launched call alone keeps every tensor the captured
+    call reads (the inputs built outside the timed call, decode's static step), and replays
+    give what the eager call gives."""
+    import gc
+    import weakref
+
+    from harness.measure.device import CpuDevice
+    from harness.scenarios.case import CaseOptions, launch_case
+    from harness.scenarios.decode import step_launch
+    from harness.scenarios.interface import scenario_of
+
+    held: list[weakref.ref] = []
+    real = step_launch.StaticStep
+
+    def recording(*args):  # decode's static step: the tensors the graph reads
+        step = real(*args)
+        held.extend(weakref.ref(t) for t in _tensors_of(step))
+        return step
+
+    monkeypatch.setattr(step_launch, "StaticStep", recording)
+    point = Point.of(seq_len=23, heads=2, head_dim=6, batch=1, **fields)
+    case = scenario_of(point).build_case(point, CpuDevice(), CaseOptions("none"))
+    eager = case.run
+    if point.scenario != "decode":  # the timed closure is captured: its inputs
+        held.extend(weakref.ref(t) for t in _tensors_of(eager))
+    launched = launch_case(case, True, "cuda")
+    assert launched.mode == "cuda-graph" and case.columns["cuda_graph"] == "cuda-graph"
+    if point.scenario == "decode":
+        assert case.columns["decode_graph"] == "cuda-graph"
+    expected = eager()
+    del case, eager
+    gc.collect()
+    assert held and all(ref() is not None for ref in held), "a buffer of the graph was freed"
+    out = launched.run()
+    for got, want in zip(out if isinstance(out, tuple) else (out,),
+                         expected if isinstance(expected, tuple) else (expected,), strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)

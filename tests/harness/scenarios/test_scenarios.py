@@ -54,6 +54,7 @@ repeat = 3
 budget_s = 0.02
 passes = 1
 min_samples = 2
+toy_order = "reversed"
 """
 
 
@@ -73,7 +74,8 @@ def test_a_scenario_is_a_folder(tmp_path):
     suite.write_text(TOY_SUITE)
     bad = tmp_path / "bad.toml"
     bad.write_text(TOY_SUITE.replace("repeat = 3", "repeat = 0"))
-    env = {"PYTHONPATH": f"{tree}:{ROOT}", "PATH": "/usr/bin:/bin", "TRITON_INTERPRET": "1"}
+    env = {"PYTHONPATH": f"{tree}:{ROOT}", "PATH": "/usr/bin:/bin", "TRITON_INTERPRET": "1",
+           "ATTNBENCH_CACHE_DIR": str(tmp_path / "cache")}  # probe outcomes: not the user's
     script = f"""
 import json, sys
 from harness.cli import main
@@ -95,6 +97,7 @@ print(json.dumps([bad, rc]))
     (row,) = [json.loads(line) for line in (tmp_path / "run" / "rows.jsonl").open()]
     assert row["status"] == "ok" and row["agree"] is True, row
     assert row["scenario"] == "toy" and row["repeat"] == 3 and row["toy_calls"] == 3
+    assert row["toy_order"] == "reversed"  # its own [measure] option, through CaseOptions
     assert row["useful_flops"] == 3 * 4 * 1 * 2 * 16 * 48 * 48
 
 

@@ -131,6 +131,17 @@ def test_unreadable_suites_are_suite_errors(tmp_path):
         load_suite(tmp_path / "latin1.toml")
 
 
+def test_a_claims_file_given_as_a_suite_says_what_reads_it():
+    """``attnbench run suites/claims.toml`` once answered ``claim = [...]: unknown key``."""
+    from harness import bundled
+
+    path = bundled("claims.toml")
+    with pytest.raises(SuiteError) as info:
+        load_suite(path)
+    assert str(info.value) == (f"{path}: a claims file ([[claim]] entries), not a suite; judge "
+                               f"runs with it: attnbench claims RUN_DIR --claims {path}")
+
+
 def test_messages_stay_one_line_whatever_the_key():
     with pytest.raises(SuiteError) as info:
         parse_suite(doc(**{"evil\nkey": "x\ny" * 500}), "bad.toml")

@@ -8,4 +8,5 @@ from harness.columns import Column, point_column
 COLUMNS = (
     point_column("repeat", "", "int", "toy scenario: core calls per timed call"),
     Column("toy_calls", "", "int", "toy scenario: core calls of the checked run"),
+    Column("toy_order", "", "text", "toy scenario: its own `[measure] toy_order`, as read"),
 )

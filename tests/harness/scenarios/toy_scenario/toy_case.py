@@ -1,5 +1,7 @@
 """The ``toy`` scenario: ``repeat`` calls of the core on seeded (B, H, N, D) inputs per timed
-call, checked against the float64 reference. Its cost is ``repeat`` times the core's."""
+call, checked against the float64 reference. Its cost is ``repeat`` times the core's. Its own
+``[measure] toy_order`` (``same`` or ``reversed``: the order of the inputs it builds) shows
+that a scenario brings its options without the runner knowing them."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from harness.cost.components import attention_flops, attention_io_bytes, attenti
 from harness.measure.device import Device
 from harness.oracle.agreement import output_agreement
 from harness.oracle.reference import reference_attention
-from harness.scenarios.case import Case, CaseOptions
+from harness.scenarios.case import Case, CaseOptions, MeasureOption
 from harness.scenarios.interface import Point, PointCost, Scenario, check_plan, register
 from harness.spec import Problem
 
@@ -52,6 +54,9 @@ class ToyCost(PointCost):
 class Toy(Scenario):
     variants: ClassVar[dict[str, bool]] = {"toy": False}
     settings = ToySettings
+    measure_options: ClassVar[dict[str, MeasureOption]] = {
+        "toy_order": MeasureOption(("same", "reversed"), "same", "the order inputs are drawn in")
+    }
 
     def problem(self, point: Point) -> Problem:
         return point.attention_call(point.seq_len, point.seq_len, point.mask)
@@ -65,6 +70,9 @@ class Toy(Scenario):
         gen = torch.Generator().manual_seed(point.seed + 1)
         shape = (point.batch, point.heads, point.seq_len, point.head_dim)
         q, k, v = (torch.randn(shape, generator=gen, dtype=point.torch_dtype) for _ in range(3))
+        order = options.options.get("toy_order", "same")
+        if order == "reversed":
+            q, k, v = v, k, q
 
         def run() -> Tensor:
             with torch.no_grad():
@@ -80,4 +88,4 @@ class Toy(Scenario):
             return {**output_agreement(run(), ref, point.torch_dtype), "toy_calls": calls}
 
         return Case(run=run, tokens=point.batch * point.seq_len, check=check,
-                    columns={"check": plan.describe()})  # fmt: skip
+                    columns={"check": plan.describe(), "toy_order": order})  # fmt: skip

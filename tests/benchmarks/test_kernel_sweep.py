@@ -1,0 +1,157 @@
+"""``benchmarks/kernel_sweep.py`` without a GPU: ``--list`` enumerates every config of each
+group's kernel on its 3 shapes (the class default first) and the peers; a run without CUDA
+refuses in one line (exit 2); ``--smoke`` runs every path of the sweep on small shapes in
+Triton's interpreter (recording, replay with forced configs, the check against the default,
+rows and tables) and budgets itself."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from implementations._kernels.triton_autotune import class_configs, config_label
+
+ROOT = Path(__file__).resolve().parents[2]
+SWEEP = ROOT / "benchmarks" / "kernel_sweep.py"
+GROUP_KERNELS = {"fwd": "band_fwd", "dq": "band_dq", "dkdv": "band_dkdv", "band": "band_fwd",
+                 "decode": "band_fwd_split"}
+
+
+def _sweep(*args: str, interpret: bool = False, timeout: int = 300) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(ROOT)
+    if interpret:
+        env["TRITON_INTERPRET"] = "1"
+    return subprocess.run([sys.executable, str(SWEEP), *args], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=timeout)
+
+
+def _table(stdout: str) -> list[list[str]]:
+    lines = [line for line in stdout.splitlines() if line.startswith("|")][2:]
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines]
+
+
+def test_list_enumerates_every_config_of_each_group_on_three_shapes():
+    result = _sweep("--list", "--capability", "9.0")
+    assert result.returncode == 0, result.stderr
+    rows = _table(result.stdout)
+    ours = [r for r in rows if r[2] == "flash-tiled" and r[3] != "backward"]
+    for group, kernel in GROUP_KERNELS.items():
+        mine = [r for r in ours if r[0] == group]
+        assert {r[3] for r in mine} == {kernel}
+        cases = list(dict.fromkeys(r[1] for r in mine))
+        assert len(cases) == 3
+        for case in cases:
+            listed = [r[4] for r in mine if r[1] == case]
+            d = 64 if case in ("d64", "w256-16k", "w256-64k") else 128
+            want = [config_label(c) for c in class_configs(kernel, d, (9, 0))]
+            assert listed[: len(want)] == want  # the class's list, then any candidates
+            assert next(r[5] for r in mine if r[1] == case) == "True"  # the default first
+    peers = {(r[0], r[2], r[3]) for r in rows if r[2] != "flash-tiled" or r[3] == "backward"}
+    for peer in ("sdpa", "sdpa-flash", "flex"):
+        assert {("fwd", peer, "forward"), ("decode", peer, "forward"),
+                ("bwd", peer, "backward")} <= peers
+    assert ("bwd", "flash-tiled", "backward") in peers
+    assert f"{len(rows)} rows: {len(ours)} kernel configs" in result.stdout
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU refusal")
+def test_without_a_gpu_it_exits_2_with_one_line(tmp_path):
+    result = _sweep("--out", str(tmp_path / "out"))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kernel_sweep: no CUDA GPU here"), result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter's run (CPU)")
+def test_smoke_runs_every_path_and_checks_each_config_against_the_default(tmp_path):
+    """Decode (split-KV and combine replayed together) and the dQ kernel of a backward call,
+    two configs each, forced; every row ok and within the tolerance of the default's output;
+    our backward and SDPA's beside them."""
+    out = tmp_path / "sweep"
+    result = _sweep("--smoke", "--groups", "decode", "dq", "--cases", "decode-32k-mha", "d64",
+                    "--configs", "2", "--peers", "sdpa", "flash-tiled", "--out", str(out),
+                    interpret=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
+    ours = [r for r in rows if r["impl"] == "flash-tiled" and r["kernel"] != "backward"]
+    assert [(r["kernel"], r["case"], r["default"]) for r in ours] == [
+        ("band_fwd_split", "decode-32k-mha", True), ("band_fwd_split", "decode-32k-mha", False),
+        ("band_dq", "d64", True), ("band_dq", "d64", False),
+        *[("band_fwd_split", "decode-32k-mha", False)] * 3]  # the split rule at 1, 4, 8 waves
+    waves = [r for r in ours if "waves=" in r["config"]]
+    assert [r["config"].split()[-1] for r in waves] == ["waves=1", "waves=4", "waves=8"]
+    assert all(r["candidate"] and r["splits"] > 1 for r in waves)  # 301 keys in 64-key chunks
+    assert all(r["status"] == "ok" for r in ours), ours
+    assert all(r["rel_err"] <= 2e-2 and r["ms"] > 0 and r["bytes"] > 0 for r in ours)
+    peers = {(r["group"], r["impl"], r["kernel"]): r for r in rows if r not in ours}
+    assert set(peers) == {("decode", "sdpa", "forward"), ("bwd", "sdpa", "backward"),
+                          ("bwd", "flash-tiled", "backward")}
+    assert all(r["status"] == "ok" for r in peers.values())
+    assert "torch's choice" in peers["decode", "sdpa", "forward"]["backend"]
+    assert (out / "sweep.md").read_text().count("band_dq") == 2
+    assert "best" in result.stdout and "0 skipped for the budget" in result.stdout
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter's run (CPU)")
+def test_the_hopper_candidates_run_after_the_listed_configs_against_the_default(tmp_path):
+    """The forward's TMA candidates (sm_90 class) forced in the interpreter: each agrees with
+    the default's output; they come after the class's configs and the peers."""
+    out = tmp_path / "sweep"
+    result = _sweep("--smoke", "--groups", "fwd", "--cases", "d64", "--configs", "1",
+                    "--peers", "sdpa", "--capability", "9.0", "--out", str(out), interpret=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
+    order = [(r["impl"], bool(r["candidate"])) for r in rows]
+    assert order == [("flash-tiled", False), ("sdpa", False),
+                     *[("flash-tiled", True)] * (len(rows) - 2)]
+    tma = [r for r in rows if r["candidate"]]
+    assert len(tma) >= 2 and all("tma" in r["config"].split() for r in tma)
+    assert all(r["status"] == "ok" and r["rel_err"] <= 2e-2 for r in tma), tma
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter's run (CPU)")
+def test_what_does_not_fit_the_budget_is_skipped_and_said(tmp_path):
+    out = tmp_path / "sweep"
+    result = _sweep("--smoke", "--groups", "fwd", "--minutes", "0.05", "--peers", "sdpa",
+                    "--out", str(out), interpret=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
+    assert rows and all(r["status"].startswith("skipped: budget") for r in rows)
+    assert f"({len(rows)} skipped for the budget, 0 failed)" in result.stdout
+
+
+def test_compiles_ahead_stop_at_their_share_of_the_budget(monkeypatch):
+    """Compiles go 2·workers at a time through triton.AsyncCompileMode until 40% of the budget
+    is spent; the rest compile when first run (faked compiles of 0.15 s, one worker)."""
+    spec = importlib.util.spec_from_file_location("kernel_sweep", SWEEP)
+    sweep = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "kernel_sweep", sweep)  # its dataclasses look it up
+    spec.loader.exec_module(sweep)
+    monkeypatch.setattr(sweep, "interpreted", lambda: False)
+    compiled = []
+
+    class Job:
+        def compile(self, config):
+            time.sleep(0.15)
+            compiled.append(config)
+
+    jobs = [(Job(), i) for i in range(10)]
+    budget = sweep.Budget(1.0)
+    assert sweep.compile_all(jobs, 1, budget)[0] == 10 and compiled == list(range(10))
+    compiled.clear()
+    budget.end = budget.start + 0.5  # 0.2 s to compile ahead: one chunk of two
+    done, seconds = sweep.compile_all(jobs, 1, budget)
+    assert done == 2 and compiled == [0, 1] and seconds < 1.0
