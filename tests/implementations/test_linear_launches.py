@@ -13,8 +13,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from harness import registry
 from harness.masks import MaskSpec
+from harness.measure.device import profiler_peak_bytes
 from harness.registry import NotSupportedError
 from harness.spec import Problem
+from implementations import _kernelized
 from tests.conftest import make_qkv
 
 ONE_SEGMENT = 2**40  # bytes: every length here fits one segment, as on a GPU
@@ -148,8 +150,6 @@ def test_mixed_devices_or_dtypes_are_refused_before_any_op(name, odd):
 @pytest.fixture
 def blocked_on_cpu(monkeypatch):
     """The GPU's blocked key reduction (``_kernelized.REDUCE_ROWS``) on this CPU."""
-    from implementations import _kernelized
-
     monkeypatch.setattr(_kernelized, "BLOCKED_REDUCTION_DEVICES", {"cpu", "cuda"})
 
 
@@ -174,8 +174,6 @@ def test_the_blocked_key_reduction_keeps_ops_and_outputs(blocked_on_cpu, name):
 @pytest.mark.parametrize("name", ["linear", "performer"])
 @pytest.mark.parametrize("n_q,n_k,causal", [(3072, 3072, False), (1000, 2500, True)])
 def test_the_memory_model_follows_the_blocked_reduction(blocked_on_cpu, name, n_q, n_k, causal):
-    from harness.measure.device import profiler_peak_bytes
-
     q, k, v = make_qkv(1, 8, n_q, n_k, 64, seed=n_q)
     problem = Problem(1, 8, n_q, n_k, 64, mask=MaskSpec(causal=causal),
                       params=(("segment_bytes", ONE_SEGMENT),))
