@@ -18,6 +18,10 @@
 #                   in env.json): a quick profile, the rows of the points that fit, partial
 #                   runs kept
 #   verdicts        attnbench claims and attnbench report on the profile rows
+# and, with --also (a comma-separated list), measurements for the same lease:
+#   linear          benchmarks/linear_targets.py (the linear family's GPU targets)
+#   sweep           benchmarks/kernel_sweep.py (every config of the fused kernels, with peers)
+# which share the same --minutes budget (give it more: 10 minutes for both).
 # Everything is written under OUT_DIR as it goes (steps.tsv: one line per finished step);
 # --archive FILE re-packs OUT_DIR into FILE (a .tar.gz, replaced atomically) after every step,
 # so a lease that ends early still returns the finished steps. summary.txt says what ran, what
@@ -34,20 +38,28 @@ cd "$ROOT" || exit 2
 export PYTHONUNBUFFERED=1
 
 usage() {
-  echo "usage: bash benchmarks/gpu_proof.sh OUT_DIR [--minutes M] [--archive FILE] | --dry-run" >&2
+  echo "usage: bash benchmarks/gpu_proof.sh OUT_DIR [--minutes M] [--archive FILE]" \
+    "[--also linear,sweep] | --dry-run" >&2
   exit 2
 }
 
-OUT="" MINUTES=6 ARCHIVE="" DRY=0
+OUT="" MINUTES=6 ARCHIVE="" DRY=0 ALSO=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --dry-run) DRY=1 ;;
     --minutes) [ $# -ge 2 ] || usage; MINUTES=$2; shift ;;
     --archive) [ $# -ge 2 ] || usage; ARCHIVE=$2; shift ;;
+    --also) [ $# -ge 2 ] || usage; ALSO=$2; shift ;;
     -*) usage ;;
     *) [ -z "$OUT" ] || usage; OUT=$1 ;;
   esac
   shift
+done
+for extra in ${ALSO//,/ }; do
+  case "$extra" in
+    linear | sweep) ;;
+    *) echo "gpu_proof: --also $extra: not one of linear, sweep" >&2; exit 2 ;;
+  esac
 done
 case "$MINUTES" in
   '' | *[!0-9.]* | *.*.*)
@@ -109,7 +121,11 @@ OUT=$(cd "$OUT" && pwd)
 
 START=$(date +%s)
 BUDGET=$("$PY" -c "print(int(float('$MINUTES') * 60))")
-SCALE=$("$PY" -c "print(float('$MINUTES') / 6)")
+# the --also measurements take fixed shares (EXTRA_S); the proof's steps scale with the rest
+EXTRA_S=0
+case ",$ALSO," in *,linear,*) EXTRA_S=$(( EXTRA_S + 60 )) ;; esac
+case ",$ALSO," in *,sweep,*) EXTRA_S=$(( EXTRA_S + 150 )) ;; esac
+SCALE=$("$PY" -c "print(max(float('$MINUTES') * 60 - $EXTRA_S, 30) / 360)")
 printf 'step\tstatus\tseconds\tcap_s\tnote\n' >"$OUT/steps.tsv"
 
 archive() {
@@ -119,11 +135,12 @@ archive() {
 }
 
 cap_for() {  # cap_for NOMINAL_S MIN_S RESERVE_S: the step's cap (its nominal share, scaled,
-  # within what is left less RESERVE_S for the steps after it), or 0 when under MIN_S
-  "$PY" - "$1" "$2" "$3" "$SCALE" "$BUDGET" "$(( $(date +%s) - START ))" <<'PY'
+  # at least MIN_S, within what is left less RESERVE_S for the steps after it and the --also
+  # measurements' shares), or 0 when under MIN_S
+  "$PY" - "$1" "$2" "$3" "$SCALE" "$BUDGET" "$(( $(date +%s) - START ))" "$EXTRA_S" <<'PY'
 import sys
-nominal, minimum, reserve, scale, budget, used = map(float, sys.argv[1:])
-cap = min(nominal * scale, budget - used - reserve * min(scale, 1.0))
+nominal, minimum, reserve, scale, budget, used, extra = map(float, sys.argv[1:])
+cap = min(max(nominal * scale, minimum), budget - used - reserve * min(scale, 1.0) - extra)
 print(int(cap) if cap >= minimum else 0)
 PY
 }
@@ -253,6 +270,16 @@ verdicts() {
   "$PY" -m harness.cli report "${runs[@]}" --out "$OUT/report" >/dev/null
 }
 
+linear_targets() {  # the linear family's targets, rows written as they finish
+  "$PY" benchmarks/linear_targets.py "$OUT/linear-targets.json" \
+    --deadline-s "$(( STEP_CAP > 30 ? STEP_CAP - 20 : 10 ))"
+}
+
+kernel_sweep() {  # the fused kernels' configs beside the peers, within the step's cap
+  "$PY" benchmarks/kernel_sweep.py --out "$OUT/kernel-sweep" \
+    --minutes "$("$PY" -c "print(max($STEP_CAP - 10, 30) / 60)")"
+}
+
 # name, nominal cap at 6 minutes, least worth starting, reserve for the later steps' least
 rc=0
 # nominal caps from the H100 lease of 2026-11-26 (docs/gpu.md): setup 23 s; the parallel tests
@@ -267,6 +294,9 @@ step decode-targets 8 5 30 "$PY" benchmarks/decode_targets.py --run-dir "$OUT/gp
   || rc=1
 step profile 30 20 10 profile || rc=1
 step verdicts 12 8 0 verdicts || rc=1
+SCALE=1 EXTRA_S=0  # the measurements' caps are their own, within what is left
+case ",$ALSO," in *,linear,*) step linear-targets 60 30 0 linear_targets || rc=1 ;; esac
+case ",$ALSO," in *,sweep,*) step kernel-sweep 150 60 0 kernel_sweep || rc=1 ;; esac
 
 "$PY" benchmarks/gpu_proof_summary.py "$OUT" | tee "$OUT/summary.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1

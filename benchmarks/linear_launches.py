@@ -1,18 +1,19 @@
-"""Launches per call and CPU time of the linear-complexity attentions, this tree against main.
+"""Launches per call and CPU time of the linear-complexity attentions, this tree against the old.
 
 Two measurements, B1 H8 D64 float32 on the CPU:
 
 1. **Launches per call**: the ATen ops one call dispatches (a ``TorchDispatchMode`` count; on a
    GPU each is at most one kernel launch), at n = 1k, 4k, 16k, 64k, for ``linear`` and
    ``performer`` (not causal and causal), ``linformer`` and ``nystrom``: this tree with one
-   segment (a GPU's default), this tree with the CPU's 8 MiB segments, and main's code.
-2. **CPU time** at n = 16k, one thread and two threads: main's code against this tree (the
+   segment (a GPU's default), this tree with the CPU's segments, and the old code.
+2. **CPU time** at n = 16k, one thread and two threads: the old code against this tree (the
    CPU policy, and one segment, the choice a CPU does not make), interleaved in one process
    (every round calls each variant once, in a rotated order), median over the rounds.
 
-Main's modules are read with ``git show REF:path`` into a temporary package whose imports point
-at each other, and imported with the registry's ``register`` made a no-op (they would register
-the same names again); their functions are then called directly, as this tree's are.
+The old code is the tree at ``--old-ref`` (default: main before the chunkwise-parallel form,
+``OLD_REF``), its modules read with ``git show REF:path`` into a temporary package whose imports
+point at each other, and imported with the registry's ``register`` made a no-op (they would
+register the same names again); their functions are then called directly, as this tree's are.
 
 Usage::
 
@@ -20,7 +21,7 @@ Usage::
     python benchmarks/linear_launches.py --json out.json --rounds 7
     python benchmarks/linear_launches.py --lengths 256 512 --time-n 512 --rounds 1 --old-ref ""
 
-``--old-ref ""`` skips main's code (no git needed). The figures are printed with the machine's
+``--old-ref ""`` skips the old code (no git needed). The figures are printed with the machine's
 load average before and after: timings on a shared machine are contended.
 """
 
@@ -61,6 +62,7 @@ CALLS = [
     ("nystrom", False, "nystrom", "nystrom_attention"),
 ]
 ONE_SEGMENT = 2**40
+OLD_REF = "6d01d76"  # main before the chunkwise-parallel form (8 MiB segments, chunk loop)
 Fn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
@@ -77,7 +79,8 @@ class OpCount(TorchDispatchMode):
 
 
 def load_old(ref: str, into: Path) -> dict[str, object] | None:
-    """Main's modules as a package ``linear_main`` under ``into`` (None: git cannot show them)."""
+    """The old modules as a package ``linear_main`` under ``into`` (None: git cannot show
+    them)."""
     package = into / "linear_main"
     package.mkdir()
     (package / "__init__.py").write_text("")
@@ -115,11 +118,11 @@ def variants(old: dict | None) -> dict[str, Callable[[str, bool, str, str], Fn]]
     out = {"new, one segment": new(ONE_SEGMENT), "new, CPU policy": new(0)}
     if old is not None:
 
-        def main(name: str, causal: bool, module: str, function: str) -> Fn:
+        def old_call(name: str, causal: bool, module: str, function: str) -> Fn:
             fn = getattr(old[module], function)
             return lambda q, k, v: fn(q, k, v, MaskSpec(causal=causal))
 
-        out["main"] = main
+        out["old"] = old_call
     return out
 
 
@@ -221,7 +224,7 @@ def main() -> int:
     parser.add_argument("--time-n", type=int, default=16384, help="n of the CPU timings")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--old-ref", default="main", help='git ref of the old code ("": none)')
+    parser.add_argument("--old-ref", default=OLD_REF, help='git ref of the old code ("": none)')
     parser.add_argument("--no-time", action="store_true", help="launch counts only")
     parser.add_argument("--json", type=Path, help="write every figure here")
     args = parser.parse_args()

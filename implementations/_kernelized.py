@@ -38,6 +38,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from harness.spec import HALF_DTYPES, Param
@@ -51,15 +52,30 @@ n = 16k when this was chosen (B1 H8 D64 float32), 1.8-2x slower measured again w
 CPU_CAUSAL_SEGMENT_BYTES = 2 * 2**20
 """A CPU's segment, causal: 2 MiB. Each batched product of the chunkwise form reads the whole
 segment's features and chunk states; within a core's L2 (2 MiB on the Xeon measured) a call
-at n = 16k took 130-140 ms (linear) and 380 ms (performer, one chunk per segment), against
-210-250 ms and 450-590 ms at 8 MiB (docs/linear_attention.md)."""
+at n = 16k (B1 H8 D64, one thread) took 130-140 ms (linear) and 350-460 ms (performer, one
+chunk per segment), against 200-250 ms and 440-720 ms at 8 MiB (docs/linear_attention.md)."""
 GPU_FREE_SHARE = 0.5
 """A GPU's segment: the whole call, unless its workspace would exceed this share of the free
 device memory (the rest stays for the caller's tensors and the allocator's rounding)."""
+CPU_SHORT_SCAN = 4
+"""On a CPU the cumulative sum over at most this many chunks is that many in-place adds:
+torch's CPU cumsum runs a scalar loop (float64 accumulation), ~8x slower than an add over
+the same states (0.39 against 0.04 ms over 3 chunks of 8 heads' 256×65 states). Only a CPU's
+cache-sized segments are this short; the number of ops stays bounded."""
+REDUCE_ROWS = 1024
+"""Keys per partial state of the non-causal reduction φ(K)ᵀ[V | 1] on a GPU. One batched
+product over all n keys has B·H_kv small (F, Dv + 1) outputs and a reduction over n: a GEMM
+library may run it on a few SMs, each walking all n keys (the suspect, not measured apart, in
+the H100's 4.6 ms for ``linear`` at n = 64k, B1 H16 D64, where its bytes take ~2 ms). In blocks
+it is B·H_kv·n/1024 products, summed after; their partial states take F·(Dv + 1) elements per
+1024 keys."""
+BLOCKED_REDUCTION_DEVICES = {"cuda"}
+"""Where :data:`REDUCE_ROWS` applies: a CPU's GEMM parallelises the one long reduction."""
 SEGMENT = Param(
     0,
     "workspace bytes per segment of positions (whole chunks); 0: the device's policy "
-    "(8 MiB on a CPU; on a GPU one segment unless it exceeds half the free memory)",
+    "(on a CPU 8 MiB, 2 MiB causal; on a GPU one segment unless it exceeds half the free "
+    "memory)",
     minimum=0,
 )
 
@@ -170,8 +186,10 @@ def unfold_heads(x: Tensor, batch: int, heads: int) -> Tensor:
 def with_ones(v: Tensor, dtype: torch.dtype) -> Tensor:
     """(B, H_kv, n, Dv) -> (B·H_kv, n, Dv + 1) in ``dtype``: the values and a column of ones."""
     b, h, n, dv = v.shape
+    if v.dtype == dtype:
+        return F.pad(v.reshape(b * h, n, dv), (0, 1), value=1.0)  # one op
     out = torch.empty(b * h, n, dv + 1, dtype=dtype, device=v.device)
-    out[..., :dv] = v.reshape(b * h, n, dv)
+    out[..., :dv] = v.reshape(b * h, n, dv)  # cast while copying
     out[..., dv] = 1.0
     return out
 
@@ -200,7 +218,8 @@ def chunk_prefixes(fk: Tensor, v1: Tensor, state: Tensor, chunk: int) -> Tensor:
     One batched product writes every chunk's ``U`` one slot after its own into a buffer of
     BH·N + 1 slots, so head h's slots h·N .. h·N + N - 1 hold U of its chunks 0 .. N - 2 after
     slot h·N, which held the previous head's last U (set aside for the final state) and takes
-    ``state``; one in-place cumulative sum per head then gives P without a second buffer.
+    ``state``; one in-place cumulative sum per head then gives P without a second buffer (on a
+    CPU, over at most :data:`CPU_SHORT_SCAN` chunks, as many adds).
     """
     bh, t, f = fk.shape
     e, n = v1.shape[-1], t // chunk
@@ -208,7 +227,12 @@ def chunk_prefixes(fk: Tensor, v1: Tensor, state: Tensor, chunk: int) -> Tensor:
     torch.bmm(fk.view(bh * n, chunk, f).transpose(1, 2), v1.view(bh * n, chunk, e), out=slots[1:])
     last = slots[n::n].clone()  # each head's last chunk's U: (BH, F, E)
     slots[: bh * n : n] = state
-    prefixes = slots[: bh * n].view(bh, n, f, e).cumsum_(1)
+    prefixes = slots[: bh * n].view(bh, n, f, e)
+    if fk.device.type == "cpu" and n <= CPU_SHORT_SCAN:
+        for c in range(1, n):  # a bounded few adds: see CPU_SHORT_SCAN
+            prefixes[:, c].add_(prefixes[:, c - 1])
+    else:
+        prefixes.cumsum_(1)
     torch.add(prefixes[:, -1], last, out=state)
     return prefixes
 
@@ -254,6 +278,25 @@ def causal_autograd(
         parts.append(normalise(torch.baddbmm(torch.bmm(scores, vr), qr, state)))
         state = torch.baddbmm(state, kr.transpose(1, 2), vr)
     return torch.cat(parts, dim=1), state
+
+
+def block_states(fk: Tensor, v1: Tensor, rows: int) -> Tensor:
+    """The keys' state in blocks of ``rows`` keys: fk (BH, N·rows, F), v1 (BH, N·rows, E) ->
+    (BH, N, F, E), one batched product with BH·N outputs where one product over all N·rows
+    keys would have BH (:data:`REDUCE_ROWS`)."""
+    bh, t, f = fk.shape
+    e, n = v1.shape[-1], t // rows
+    blocks = torch.bmm(fk.view(bh * n, rows, f).transpose(1, 2), v1.view(bh * n, rows, e))
+    return blocks.view(bh, n, f, e)
+
+
+def split_blocks(start: int, end: int, rows: int) -> Iterator[tuple[int, int]]:
+    """Positions start..end as whole blocks of ``rows``, then the rest (either may be absent)."""
+    whole = start + (end - start) // rows * rows
+    if whole > start:
+        yield start, whole
+    if end > whole:
+        yield whole, end
 
 
 def split_tail(start: int, end: int, chunk: int) -> Iterator[tuple[int, int]]:
@@ -345,14 +388,18 @@ class KernelState:
 
     def absorb(self, k: Tensor, v: Tensor) -> None:
         """Add keys k/v (B, H_kv, t, D) that every later query sees: O(t·F·Dv)."""
+        blocked = self.device.type in BLOCKED_REDUCTION_DEVICES
         for s, e in self.segments(k.shape[-2], causal=False):
-            fk = self.key_features(k[:, :, s:e]).flatten(0, 1)  # (BH_kv, seg, F)
-            v1 = with_ones(v[:, :, s:e], self.dtype)
-            if _needs_grad(fk, v1, self.matrix):
-                self.matrix = torch.baddbmm(self.matrix, fk.transpose(1, 2), v1)
-            else:
-                self.matrix.baddbmm_(fk.transpose(1, 2), v1)
-            del fk, v1  # one segment's buffers at a time: the workspace model counts on it
+            for a, b in split_blocks(s, e, REDUCE_ROWS) if blocked else [(s, e)]:
+                fk = self.key_features(k[:, :, a:b]).flatten(0, 1)  # (BH_kv, rows, F)
+                v1 = with_ones(v[:, :, a:b], self.dtype)
+                if _needs_grad(fk, v1, self.matrix):
+                    self.matrix = torch.baddbmm(self.matrix, fk.transpose(1, 2), v1)
+                elif blocked and (b - a) % REDUCE_ROWS == 0:
+                    self.matrix.add_(block_states(fk, v1, REDUCE_ROWS).sum(1))
+                else:
+                    self.matrix.baddbmm_(fk.transpose(1, 2), v1)
+                del fk, v1  # one piece's buffers at a time: the workspace model counts on it
 
     def read(self, q: Tensor) -> Tensor:
         """Outputs of queries q (B, H, n, D) that see exactly the absorbed keys: (B, H, n, Dv)."""

@@ -13,10 +13,13 @@ from torch import Tensor
 from harness.masks import MaskSpec, keep_pairs
 from harness.spec import Problem
 from implementations._kernelized import (
+    BLOCKED_REDUCTION_DEVICES,
+    REDUCE_ROWS,
     chunk_bytes,
     compute_dtype,
     piece_lengths,
     segment_positions,
+    split_blocks,
 )
 
 
@@ -58,7 +61,8 @@ def kernel_workspace(
 
     The call runs in segments of positions (:func:`segment_positions`, the same rule as the
     code: ``segment_bytes`` or the device's policy), a causal segment in the pieces of
-    :func:`split_tail`. A feature map peaks at r·(F + ``map_temps``) elements per head; keys
+    :func:`split_tail`, keys absorbed on a GPU in blocks (:func:`split_blocks`, their partial
+    states beside them). A feature map peaks at r·(F + ``map_temps``) elements per head; keys
     hold φ(K) and ``[V | 1]``; queries φ(Q) (and a regrouped copy under grouped K/V), then
     ``[numerator | normaliser]``. A causal piece of two or more whole chunks also holds the
     chunk states (r/C·F·(Dv + 1) per K/V head, one slot more) and then its C×C scores per query
@@ -97,14 +101,26 @@ def kernel_workspace(
         ]
 
     plain = segment(False)
+    blocked = torch.device(p.device).type in BLOCKED_REDUCTION_DEVICES
+
+    def absorb(keys: int) -> list[int]:  # non-causal segments of keys, split into blocks
+        seg = min(plain or keys, keys)
+        out = []
+        for end in {seg} | ({keys % seg} if keys % seg else set()):
+            for a, b in split_blocks(0, end, REDUCE_ROWS) if blocked else [(0, end)]:
+                out += key_map(b - a)
+                if blocked and (b - a) % REDUCE_ROWS == 0:  # the blocks' states and their sum
+                    out.append(bk * (b - a) * (f + e) + bk * ((b - a) // REDUCE_ROWS + 1) * f * e)
+        return out
+
     if not p.mask.causal:
-        before = key_map(min(plain or p.n_k, p.n_k))
+        before = absorb(p.n_k)
         r = min(plain or p.n_q, p.n_q)
         during = [*query_map(r, 0), bq * r * (f + e)]
         rows, keep = p.n_q, 0
     else:
         rows = min(p.n_q, p.n_k)  # the query rows that keep a key advance; the rest are zeros
-        before = key_map(min(plain or p.n_k, p.n_k - rows)) if p.n_k > rows else []
+        before = absorb(p.n_k - rows) if p.n_k > rows else []
         step = min(chunk, max(rows, 1))
         keep = bq // bk * step * step  # the chunk mask, live while the rows advance
         during = [x for r in piece_lengths(rows, segment(True), chunk) for x in piece(r)]

@@ -146,9 +146,9 @@ class PerformerState(KernelState):
         """Key features under the running maximum; the state is rescaled first when the new
         keys raise it (exp(old − new) <= 1: nothing overflows)."""
         k = k.to(self.dtype)
-        half_norms = (k * k).sum(-1, keepdim=True).mul_(self.scale / 2)  # |x'|²/2
-        logits = (k @ self.w.T).sub_(half_norms)  # (B, H_kv, t, m)
-        del half_norms
+        norms = (k * k).sum(-1, keepdim=True)  # |x'|²/2 = norms·scale/2
+        logits = (k @ self.w.T).sub_(norms, alpha=self.scale / 2)  # (B, H_kv, t, m)
+        del norms
         block_max = logits.detach().amax(dim=(-2, -1)).view(-1, 1, 1)
         shift = torch.maximum(self.shift, block_max)
         # exp(-inf) = 0 rescales the empty state (zeros) to zeros: no host-side check needed

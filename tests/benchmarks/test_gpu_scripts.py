@@ -43,6 +43,16 @@ def test_the_proof_refuses_a_missing_out_dir_in_one_line():
     assert result.returncode == 2 and result.stderr.strip().startswith("usage:")
 
 
+@pytest.mark.parametrize("args, says", [
+    (("out", "--also", "linear,speed"), "--also speed: not one of linear, sweep"),
+    (("out", "--minutes", "six"), "--minutes six: not a number of minutes"),
+])
+def test_the_proof_refuses_bad_options_in_one_line_before_any_work(tmp_path, args, says):
+    result = _proof(*(str(tmp_path / a) if a == "out" else a for a in args))
+    assert result.returncode == 2 and result.stderr.strip() == f"gpu_proof: {says}"
+    assert not (tmp_path / "out").exists()
+
+
 def test_the_proof_dry_run_lists_every_cuda_test_even_without_pytest_benchmark(tmp_path):
     """Every test that needs CUDA is in one of the proof's selections (the Triton backward
     included). pyproject's addopts carry ``--benchmark-disable``; a GPU machine's Python without

@@ -29,20 +29,20 @@ def test_the_targets_dry_run_measures_every_row(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     payload = json.loads(out.read_text())
     rows = {(r["row"], r["n"]): r for r in payload["rows"]}
-    assert {n for _, n in rows} == {256, 512}
+    assert {n for _, n in rows} == {512, 1024}
     for name in ("linear", "linear-causal", "performer", "linformer", "sdpa-flash", "nystrom"):
-        for n in (256, 512):
+        for n in (512, 1024):
             row = rows[(name, n)]
             assert row["ms"] > 0 and row["aten_ops"] > 0 and row["host_frac"] > 0, row
             assert row["device_ms"] > 0 and row["reps"] >= 3, row
     # one segment on this path too: the same ops at both lengths
     for name in ("linear", "linear-causal", "performer", "linformer"):
-        assert rows[(name, 256)]["aten_ops"] == rows[(name, 512)]["aten_ops"], name
-    fla = rows[("fla-linear", 512)]
+        assert rows[(name, 512)]["aten_ops"] == rows[(name, 1024)]["aten_ops"], name
+    fla = rows[("fla-linear", 1024)]
     assert "ms" in fla or "skipped" in fla or "error" in fla
     targets = {t["target"]: t for t in payload["targets"]}
     assert len(targets) == 5 and all(t["met"] is None for t in targets.values())
-    assert "| linear-causal | 512 |" in result.stdout
+    assert "| linear-causal | 1024 |" in result.stdout
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU refusal")
@@ -57,12 +57,12 @@ def test_the_targets_without_a_gpu_refuse_in_one_line(tmp_path):
 
 def test_the_launch_counts_do_not_grow_with_n_for_one_segment(tmp_path):
     out = tmp_path / "launches.json"
-    result = run(str(LAUNCHES), "--lengths", "256", "512", "--no-time", "--old-ref", "",
+    result = run(str(LAUNCHES), "--lengths", "512", "1024", "--no-time", "--old-ref", "",
                  "--json", str(out))
     assert result.returncode == 0, result.stderr[-2000:]
     rows = json.loads(out.read_text())["launches"]
     one = [r for r in rows if r["variant"] == "new, one segment"]
     assert len(one) == 6
     for r in one:
-        assert r["ops"]["256"] == r["ops"]["512"] > 0, r
+        assert r["ops"]["512"] == r["ops"]["1024"] > 0, r
     assert "Launches per call" in result.stdout

@@ -26,6 +26,7 @@ from harness.oracle.reference import reference_attention
 from harness.registry import NotSupportedError, problem_of
 from harness.spec import Problem
 from implementations._kernelized_spec import chunked_extra_flops
+from implementations.linformer import cpu_sdpa_packs
 from tests.conftest import make_qkv
 
 # small method parameters where the defaults would not fit the odd test shapes (n = 33)
@@ -430,8 +431,6 @@ def test_linformer_memory_model_on_both_kinds_of_xeon(monkeypatch, kind):
 
 
 def test_sdpa_packing_follows_the_flags_and_the_onednn_cap(monkeypatch):
-    from implementations.linformer import cpu_sdpa_packs
-
     fake_xeon(monkeypatch, "amx")
     assert cpu_sdpa_packs(torch.bfloat16)
     assert not cpu_sdpa_packs(torch.float16) and not cpu_sdpa_packs(torch.float32)

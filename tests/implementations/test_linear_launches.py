@@ -13,8 +13,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from harness import registry
 from harness.masks import MaskSpec
+from harness.measure.device import profiler_peak_bytes
 from harness.registry import NotSupportedError
 from harness.spec import Problem
+from implementations import _kernelized
 from tests.conftest import make_qkv
 
 ONE_SEGMENT = 2**40  # bytes: every length here fits one segment, as on a GPU
@@ -143,3 +145,44 @@ def test_mixed_devices_or_dtypes_are_refused_before_any_op(name, odd):
     assert count.ops == 0
     text = str(err.value)
     assert "\n" not in text and ("k meta" if odd == "device" else "k cpu float64") in text, text
+
+
+@pytest.fixture
+def blocked_on_cpu(monkeypatch):
+    """The GPU's blocked key reduction (``_kernelized.REDUCE_ROWS``) on this CPU."""
+    monkeypatch.setattr(_kernelized, "BLOCKED_REDUCTION_DEVICES", {"cpu", "cuda"})
+
+
+@pytest.mark.parametrize("name", ["linear", "performer"])
+def test_the_blocked_key_reduction_keeps_ops_and_outputs(blocked_on_cpu, name):
+    """Keys in blocks of 1024: the same ops at n = 1024 and 16384 (one segment); the output of
+    n = 2500 (two blocks and a rest, causal with a longer key prefix too) is the unblocked one."""
+    full = MaskSpec()
+    assert ops_of_one_call(name, 1024, False, segment_bytes=ONE_SEGMENT) == ops_of_one_call(
+        name, 16384, False, segment_bytes=ONE_SEGMENT
+    )
+    impl = registry.get(name)
+    params = {"features": 32} if name == "performer" else {}
+    for n_q, mask in ((2500, full), (300, MaskSpec(causal=True))):
+        q, k, v = make_qkv(1, 4, n_q, 2500, 16, kv_heads=2, dtype=torch.float64, seed=n_q)
+        blocked = impl(q, k, v, mask, segment_bytes=ONE_SEGMENT, **params)
+        torch.testing.assert_close(
+            blocked, impl.reference(q, k, v, mask, **params), rtol=1e-10, atol=1e-12
+        )
+
+
+@pytest.mark.parametrize("name", ["linear", "performer"])
+@pytest.mark.parametrize("n_q,n_k,causal", [(3072, 3072, False), (1000, 2500, True)])
+def test_the_memory_model_follows_the_blocked_reduction(blocked_on_cpu, name, n_q, n_k, causal):
+    q, k, v = make_qkv(1, 8, n_q, n_k, 64, seed=n_q)
+    problem = Problem(1, 8, n_q, n_k, 64, mask=MaskSpec(causal=causal),
+                      params=(("segment_bytes", ONE_SEGMENT),))
+    attn = registry.get(name).prepare(problem)
+
+    def call():
+        with torch.no_grad():
+            return attn(q, k, v)
+
+    call()
+    measured = profiler_peak_bytes(call) - q.numel() * q.element_size()
+    assert abs(measured - registry.get(name).cost.memory_model(problem)) <= 64, measured
