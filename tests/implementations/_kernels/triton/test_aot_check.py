@@ -31,7 +31,7 @@ triton = pytest.importorskip("triton")
 
 from implementations._kernels.triton import autotune  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("triton.backends.nvidia") is None

@@ -20,7 +20,7 @@ from implementations._kernels.triton import autotune as tune
 from implementations._kernels.triton import fused_attention, launch_modes
 from tests.conftest import make_qkv
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 CLASSES = {"sm90-d64": (64, (9, 0)), "sm90-d128": (128, (9, 0)), "sm80-d64": (64, (8, 0)),
            "sm80-d128": (128, (8, 0))}
 BAND = ("band_fwd", "band_dq", "band_dkdv")

@@ -17,7 +17,7 @@ import pytest
 from implementations._kernels.triton import plan_tables
 from implementations._kernels.triton.plan_tables import DECODE_WAVES, MIN_SPLIT_KEYS, split_count
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 SWEEP = ROOT / "docs/results/h100/2026-11-26-second-lease/kernel-sweep.csv"
 
 
