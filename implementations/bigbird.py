@@ -8,9 +8,10 @@ Each query block is one tile whose keys are the blocks of its layout row (runs o
 blocks stay views, others are gathered), so the executed pairs are exactly the layout's
 blocks: O(n·b·(2w + 1 + r + g/b)). Causal drops future blocks and masks the diagonal.
 
-On CUDA (fp32/fp16/bf16) the fused Triton kernels of :mod:`implementations._kernels.triton_attn` run
-the same layout as CSR lists of key blocks per query block (one launch; the transposed lists
-for dK/dV); CPU and float64 keep the tile path.
+On CUDA (fp32/fp16/bf16) the fused Triton kernels
+(:mod:`implementations._kernels.triton.fused_attention`) run the same layout as CSR lists of
+key blocks per query block (one launch; the transposed lists for dK/dV); CPU and float64 keep
+the tile path.
 """
 
 from __future__ import annotations
@@ -20,9 +21,13 @@ from torch import Tensor
 from harness.masks import MaskSpec
 from harness.registry import register
 from harness.spec import FLOAT_DTYPES, AttnFn, Capabilities, Cost, Problem
-from implementations._kernels.tilekernel import plan_workspace_bytes, tile_attention
-from implementations._kernels.tiles import device_plan, plan_shape
-from implementations._kernels.triton_attn import (
+from implementations._kernels.tiles.tile_attention import (
+    device_plan,
+    plan_shape,
+    plan_workspace_bytes,
+    tile_attention,
+)
+from implementations._kernels.triton.fused_attention import (
     executed_pairs,
     fused_reasons,
     fused_workspace_bytes,
