@@ -8,21 +8,21 @@ loop that holds an MMA (masked/unmasked ratio of the band kernels). Prints a mar
     python benchmarks/aot_kernels.py [--ci] [--candidates] [--json OUT.json] [--workers N]
 
 ``--ci``: the CPU test suite's subset (the default config of each kernel, one mask per family,
-``triton_aot.CI_EXTRA``: four prefix-with-dilation defaults, and on sm_90 the forward's first
+``aot_check.CI_EXTRA``: four prefix-with-dilation defaults, and on sm_90 the forward's first
 config of each Hopper path, a listed one before the candidates: at D 64 the listed TMA config).
 ``--candidates``: every candidate too
-(``triton_autotune.CANDIDATES``: the TMA and warp-specialized forward); columns ``tma`` (SASS
+(``autotune.CANDIDATES``: the TMA and warp-specialized forward); columns ``tma`` (SASS
 bulk tensor copies), ``bulk_tensor`` (PTX ``cp.async.bulk.tensor``) and ``setmaxnreg`` (SASS
 ``USETMAXREG``: a warp-specialized kernel's register hand-over).
-Each autotuned kernel compiles the configs of the target's class (``triton_autotune.SHAPES``;
+Each autotuned kernel compiles the configs of the target's class (``autotune.SHAPES``;
 ``GATHERED_SHAPES`` for a kernel with both a prefix and dilation, which the
 ``*-dilated-prefix`` workloads compile); exit 1 when any of them spills, so the lists stay
 spill-free. ``--workloads band-dilated-prefix decode-dilated-prefix`` checks those lists alone.
 Needs Triton with its NVIDIA backend; run without ``TRITON_INTERPRET`` (exit 2 otherwise).
 Exit 1 when a compile fails, a kernel exceeds its target's shared memory, a config spills, a
 default's masked loop is over 1.5x the unmasked one, or the forward's default on sm_90 is over
-its register target (``triton_aot.verdicts``). A default a GPU measurement chose
-(``triton_autotune.MEASURED``) has its masked-loop ratio reported, not gated: the ratio is a
+its register target (``aot_check.verdicts``). A default a GPU measurement chose
+(``autotune.MEASURED``) has its masked-loop ratio reported, not gated: the ratio is a
 proxy of speed, and its speed was measured; spills and compile failures still fail it.
 """
 
@@ -41,7 +41,7 @@ if os.environ.get("TRITON_INTERPRET") == "1":
           file=sys.stderr)
     sys.exit(2)
 try:
-    from implementations._kernels import triton_aot
+    from implementations._kernels.triton import aot_check
 except Exception as exc:  # no Triton, or no NVIDIA backend in it
     print(f"aot_kernels: needs Triton's NVIDIA backend ({type(exc).__name__}: {exc})",
           file=sys.stderr)
@@ -57,24 +57,24 @@ COLUMNS = ["kernel", "workload", "config", "default", "candidate", "measured", "
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ci", action="store_true", help="the test suite's subset")
-    parser.add_argument("--workloads", nargs="+", choices=list(triton_aot.WORKLOADS))
+    parser.add_argument("--workloads", nargs="+", choices=list(aot_check.WORKLOADS))
     parser.add_argument("--candidates", action="store_true",
                         help="compile the candidates too (with every config)")
     parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
-    parser.add_argument("--targets", nargs="+", default=list(triton_aot.TARGETS),
-                        choices=list(triton_aot.TARGETS))
+    parser.add_argument("--targets", nargs="+", default=list(aot_check.TARGETS),
+                        choices=list(aot_check.TARGETS))
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--json", help="also write the rows here")
     args = parser.parse_args()
     dims, targets = tuple(args.head_dims), tuple(args.targets)
     start = time.perf_counter()
     if args.ci and not args.workloads:
-        todo = triton_aot.ci_jobs(dims, targets)
+        todo = aot_check.ci_jobs(dims, targets)
     else:
-        workloads = tuple(args.workloads or triton_aot.WORKLOADS)
-        todo = triton_aot.jobs(workloads, dims, targets, not args.ci, args.candidates)
+        workloads = tuple(args.workloads or aot_check.WORKLOADS)
+        todo = aot_check.jobs(workloads, dims, targets, not args.ci, args.candidates)
     print(f"aot_kernels: {len(todo)} compiles on {args.workers} workers", file=sys.stderr)
-    rows = triton_aot.run_jobs(todo, args.workers)
+    rows = aot_check.run_jobs(todo, args.workers)
     seconds = time.perf_counter() - start
     if args.json:
         with open(args.json, "w") as fh:
@@ -87,7 +87,7 @@ def main() -> int:
         table[ratio] = table[ratio].map(lambda x: f"{x:.2f}" if x == x and x else "")
     print(markdown_table(table.astype(object).fillna("")))
     print(f"\n{len(rows)} compiles in {seconds:.0f} s", file=sys.stderr)
-    failures, notes = triton_aot.verdicts(rows)
+    failures, notes = aot_check.verdicts(rows)
     for line in notes + failures:
         print(f"aot_kernels: {line}", file=sys.stderr)
     return 1 if failures else 0

@@ -8,9 +8,9 @@ Groups, 3 shapes each, bf16 (:data:`CASES`, :data:`GROUPS`):
 - ``decode``: ``band_fwd_split`` + ``split_combine``, one query row, B1, 32 query heads of D 128
   over 8 K/V heads (32k and 128k keys) or 32 (32k).
 
-Each config of the GPU's class (``triton_autotune.SHAPES``) and each candidate
-(``triton_autotune.CANDIDATES``) runs with that config forced: the call's launches are recorded
-once (``triton_run.watching``) and replayed (no autotuning), timed by
+Each config of the GPU's class (``autotune.SHAPES``) and each candidate
+(``autotune.CANDIDATES``) runs with that config forced: the call's launches are recorded
+once (``launch_modes.watching``) and replayed (no autotuning), timed by
 ``triton.testing.do_bench`` (median, L2 flushed between calls) and compared with the class
 default's output (``rel_err``: relative Frobenius distance; a config above ``TOLERANCE`` fails).
 Then, per shape and in the same process, the peers: ``sdpa`` (torch's default backend; its row
@@ -34,7 +34,7 @@ with the reason, and the summary counts it.
     python benchmarks/kernel_sweep.py --list     # what it would time and compile; no GPU needed
 
 The decode shapes also time the default config with the split count's rule aimed at the other
-targets of 1, 2, 4 and 8 programs per SM (``triton_tables.DECODE_WAVES`` is 2, this sweep's
+targets of 1, 2, 4 and 8 programs per SM (``plan_tables.DECODE_WAVES`` is 2, this sweep's
 choice on an H100, 2026-11-26): rows ``waves=W``, with the ``splits`` they gave.
 
 ``--configs N`` times the first N configs per kernel and shape (the default first); ``--cases``
@@ -70,16 +70,16 @@ try:
     import triton
     from triton.testing import do_bench
 
-    from implementations._kernels import triton_launch, triton_run, triton_tables
-    from implementations._kernels.triton_autotune import (
+    from implementations._kernels.triton import launch_modes, launches, plan_tables
+    from implementations._kernels.triton.autotune import (
         TUNING_ENV,
         candidate_configs,
         class_configs,
         config_label,
         interpreted,
     )
-    from implementations._kernels.triton_plan import band_plan
-    from implementations._kernels.triton_tables import block_d
+    from implementations._kernels.triton.plan_band import band_plan
+    from implementations._kernels.triton.plan_tables import block_d
 except Exception as exc:  # no Triton, or kernels that do not import: nothing to sweep
     print(f"kernel_sweep: needs Triton and the fused kernels ({type(exc).__name__}: {exc})",
           file=sys.stderr)
@@ -243,12 +243,12 @@ class Prepared:
             inputs = (rand(shape_q), rand(shape_kv), rand(shape_kv),
                       rand(shape_q) if case.backward else None)
         self.q, self.k, self.v, self.dout = inputs
-        self.launches: list[triton_run.Launch] = []
+        self.launches: list[launch_modes.Launch] = []
         scale = case.head_dim**-0.5
-        with triton_run.watching(self.launches.append, execute=False):
-            out, lse = triton_launch.attention_forward(self.q, self.k, self.v, case.mask, scale)
+        with launch_modes.watching(self.launches.append, execute=False):
+            out, lse = launches.attention_forward(self.q, self.k, self.v, case.mask, scale)
             if case.backward:
-                triton_launch.attention_backward(self.q, self.k, self.v, out, lse, self.dout,
+                launches.attention_backward(self.q, self.k, self.v, out, lse, self.dout,
                                                  case.mask, scale)
         self.by_name = {launch.name: launch for launch in self.launches}
         split = self.by_name.get("band_fwd_split")
@@ -270,8 +270,8 @@ class Prepared:
 
     def backward_call(self):
         """Our backward at its defaults: delta, dK/dV, dQ."""
-        launches = [self.by_name[n] for n in ("delta_kernel", "band_dkdv", "band_dq")]
-        return lambda: [launch.replay() for launch in launches]
+        recorded = [self.by_name[n] for n in ("delta_kernel", "band_dkdv", "band_dq")]
+        return lambda: [launch.replay() for launch in recorded]
 
 
 def rel_err(got: tuple, want: tuple) -> float:
@@ -497,7 +497,7 @@ def sweep_case(group: str, p: Prepared, capability, args, budget: Budget, bandwi
     todo = todo if candidates else todo[:args.configs]
     if kernel == "band_fwd_split" and candidates:
         todo += [(default, False, waves) for waves in SPLIT_WAVES
-                 if waves != triton_tables.DECODE_WAVES]
+                 if waves != plan_tables.DECODE_WAVES]
     if not todo or not budget.fits(EST_CONFIG_S):
         for config, is_default, _ in todo:
             writer.add({**row_of(group, p.name, "flash-tiled", kernel, config_label(config),
@@ -523,7 +523,7 @@ def sweep_case(group: str, p: Prepared, capability, args, budget: Budget, bandwi
                 ran = Prepared(p.name, case, p.q.device.type, (p.q, p.k, p.v, p.dout))
             ran.fill()
             row.update(splits=ran.splits,
-                       note=f"DECODE_WAVES={waves} (the rule's: {triton_tables.DECODE_WAVES})")
+                       note=f"DECODE_WAVES={waves} (the rule's: {plan_tables.DECODE_WAVES})")
         row, got = timed_row(row, ran, kernel, config, reference, work, args.rep_ms)
         if is_default and got is not None:
             reference, row["rel_err"] = got, 0.0
@@ -535,12 +535,12 @@ def sweep_case(group: str, p: Prepared, capability, args, budget: Budget, bandwi
 @contextlib.contextmanager
 def split_waves(waves: int):
     """Decode calls aim at ``waves`` programs per SM for the duration."""
-    saved = triton_tables.DECODE_WAVES
-    triton_tables.DECODE_WAVES = waves
+    saved = plan_tables.DECODE_WAVES
+    plan_tables.DECODE_WAVES = waves
     try:
         yield
     finally:
-        triton_tables.DECODE_WAVES = saved
+        plan_tables.DECODE_WAVES = saved
 
 
 def timed_row(row: dict, p: Prepared, kernel: str, config, reference: tuple | None,
@@ -722,7 +722,7 @@ def main() -> int:
         return 2
     if args.smoke:
         CASES.update({name: case.small() for name, case in CASES.items()})
-        triton_tables.MIN_SPLIT_KEYS = 64  # the small decode caches still split
+        plan_tables.MIN_SPLIT_KEYS = 64  # the small decode caches still split
     if args.cases:
         for group, (kernel, names, per_pair, rule) in list(GROUPS.items()):
             GROUPS[group] = (kernel, tuple(n for n in names if n in args.cases), per_pair, rule)

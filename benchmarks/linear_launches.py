@@ -50,6 +50,8 @@ sys.path.insert(0, str(ROOT))
 import harness.registry  # noqa: E402
 from harness.masks import MaskSpec  # noqa: E402
 
+# the old code's files under their names at OLD_REF: the feature-map machinery was
+# implementations/_kernelized.py (+ _kernelized_spec.py) there, _feature_maps.py here
 OLD_MODULES = ["_kernelized", "_kernelized_spec", "linear_attention", "performer", "linformer",
                "nystrom"]
 # (name, causal, module, function)

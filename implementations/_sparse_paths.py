@@ -1,10 +1,11 @@
 """The two paths of the sparse families (``local``, ``dilated``, ``longformer``, ``bigbird``):
-the fused Triton kernels of :mod:`implementations._kernels.triton_attn` on CUDA (fp32/fp16/bf16,
-D <= 256), the tile kernel of :mod:`implementations._kernels.tilekernel` elsewhere.
+the fused Triton kernels (:mod:`implementations._kernels.triton.fused_attention`) on CUDA
+(fp32/fp16/bf16, D <= 256), the CPU tile path
+(:mod:`implementations._kernels.tiles.tile_attention`) elsewhere.
 
 Which pairs either path computes comes from the mask alone (a band, residue classes, a block
-layout: :func:`implementations._kernels.tiles.device_plan` and the fused kernels' tables), so
-one direct call, one prepared call and one cost model serve every family.
+layout: the tile plan, the fused kernels' tables), so one direct call, one prepared call and
+one cost model serve every family.
 """
 
 from __future__ import annotations
@@ -13,9 +14,13 @@ from torch import Tensor
 
 from harness.masks import MaskSpec
 from harness.spec import AttnFn, Cost, Problem
-from implementations._kernels.tilekernel import plan_workspace_bytes, tile_attention
-from implementations._kernels.tiles import device_plan, plan_shape
-from implementations._kernels.triton_attn import (
+from implementations._kernels.tiles.tile_attention import (
+    device_plan,
+    plan_shape,
+    plan_workspace_bytes,
+    tile_attention,
+)
+from implementations._kernels.triton.fused_attention import (
     executed_pairs,
     fused_workspace_bytes,
     prepare_tables,

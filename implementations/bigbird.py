@@ -8,9 +8,10 @@ Each query block is one tile whose keys are the blocks of its layout row (runs o
 blocks stay views, others are gathered), so the executed pairs are exactly the layout's
 blocks: O(n·b·(2w + 1 + r + g/b)). Causal drops future blocks and masks the diagonal.
 
-On CUDA (fp32/fp16/bf16) the fused Triton kernels of :mod:`implementations._kernels.triton_attn` run
-the same layout as CSR lists of key blocks per query block (one launch; the transposed lists
-for dK/dV); CPU and float64 keep the tile path (both: :mod:`implementations._sparse_paths`).
+On CUDA (fp32/fp16/bf16) the fused Triton kernels
+(:mod:`implementations._kernels.triton.fused_attention`) run the same layout as CSR lists of
+key blocks per query block (one launch; the transposed lists for dK/dV); CPU and float64 keep
+the tile path (both: :mod:`implementations._sparse_paths`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from torch import Tensor
 from harness.masks import MaskSpec
 from harness.registry import register
 from harness.spec import FLOAT_DTYPES, Capabilities, Problem
-from implementations._kernels.triton_attn import fused_reasons
+from implementations._kernels.triton.fused_attention import fused_reasons
 from implementations._sparse_paths import COST, prepare, sparse_attention
 
 

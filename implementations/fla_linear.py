@@ -30,7 +30,7 @@ from torch import Tensor
 from harness.masks import MaskSpec
 from harness.registry import register, tiny_qkv
 from harness.spec import HALF_DTYPES, Capabilities, Cost, Problem
-from implementations._kernelized_spec import feature_definition, kernel_flops
+from implementations._feature_maps_spec import feature_definition, kernel_flops
 from implementations.linear_attention import no_scale as _no_scale
 
 FLA_EPS = 1e-10  # fla.ops.linear_attn.utils: denominator + 1e-10

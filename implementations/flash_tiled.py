@@ -15,8 +15,9 @@ query blocks against its own key blocks), so the work is Σ lᵢ², never n²; e
 folded into the batch.
 
 That is the CPU path. On CUDA (fp32/fp16/bf16, D <= 256) the same algorithm runs as fused
-Triton kernels (:mod:`implementations._kernels.triton_attn`): one launch for the forward, the causal
-triangle's interior blocks without mask arithmetic, FlashAttention-2's backward;
+Triton kernels (:mod:`implementations._kernels.triton.fused_attention`): one launch for the
+forward, the causal triangle's interior blocks without mask arithmetic, FlashAttention-2's
+backward;
 ``fused_reasons`` refuses the mask features those kernels lack.
 """
 
@@ -33,7 +34,7 @@ from torch import Tensor
 from harness.masks import MaskSpec
 from harness.registry import register
 from harness.spec import Capabilities, Cost, Problem, itemsize
-from implementations._kernels.triton_attn import (
+from implementations._kernels.triton.fused_attention import (
     executed_pairs,
     fused_reasons,
     fused_workspace_bytes,

@@ -4,7 +4,7 @@
 materializes the n² scores. So :func:`_prepare` builds the block mask and the compiled call
 outside the timed region; the first call's compilation (seconds) is the runner's ``first_call_s``.
 The mask mods and block masks (specialized on the spec's numbers; packed documents, prefix and
-global positions included) are :mod:`implementations._kernels.flexmask`.
+global positions included) are :mod:`implementations._flex_masks`.
 
 Traps handled here:
 - every distinct spec compiles its own kernel (the numbers are constants), and past dynamo's
@@ -29,7 +29,7 @@ from torch import Tensor
 from harness.masks import MaskSpec
 from harness.registry import register
 from harness.spec import FLOAT_DTYPES, AttnFn, Capabilities, Cost, Problem
-from implementations._kernels.flexmask import BLOCK, block_counts, build_block_mask
+from implementations._flex_masks import BLOCK, block_counts, build_block_mask
 
 RECOMPILE_LIMIT = 1024  # distinct (spec, shape) kernels one process may compile
 DTYPES = FLOAT_DTYPES - {torch.float64}  # no float64 kernels

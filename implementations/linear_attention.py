@@ -7,7 +7,7 @@ with no 1/√D scaling and no epsilon (φ > 0, so the normaliser is positive whe
 kept). K(i) is every key, or the causal prefix ``j <= i + n_k - n_q`` (bottom-right). Not
 causal: O(n·D²) by associativity; causal: the chunkwise-parallel form, every chunk of C
 positions at once with the D×(D + 1) state before each chunk from one cumulative sum (see
-:mod:`implementations._kernelized`); memory O(n·D) per head, in segments whose size the device
+:mod:`implementations._feature_maps`); memory O(n·D) per head, in segments whose size the device
 decides (``segment_bytes``). Its recurrent form
 (:class:`LinearState`) decodes one token in O(D²), whatever the context length.
 
@@ -24,7 +24,7 @@ from torch import Tensor
 from harness.masks import MaskSpec
 from harness.registry import problem_of, register
 from harness.spec import FLOAT_DTYPES, Capabilities, Cost, Param, Problem, Recurrence
-from implementations._kernelized import (
+from implementations._feature_maps import (
     SEGMENT,
     KernelState,
     cap_reason,
@@ -32,7 +32,7 @@ from implementations._kernelized import (
     compute_dtype,
     kernel_attention,
 )
-from implementations._kernelized_spec import (
+from implementations._feature_maps_spec import (
     feature_definition,
     kernel_chunk_bytes,
     kernel_flops,

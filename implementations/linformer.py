@@ -34,7 +34,7 @@ from torch import Tensor
 from harness.masks import MaskSpec
 from harness.registry import register
 from harness.spec import FLOAT_DTYPES, HALF_DTYPES, AttnFn, Capabilities, Cost, Param, Problem
-from implementations._kernelized import check_inputs
+from implementations._feature_maps import check_inputs
 
 PROJECTED = Param(256, "rows k that keys and values are projected to (k <= n_k)", minimum=1)
 

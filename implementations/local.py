@@ -1,12 +1,12 @@
 """``local``, ``dilated``, ``longformer``: sliding-window attention that computes only the band.
 
 Both paths are :mod:`implementations._sparse_paths`. On CUDA (fp32/fp16/bf16, D <= 256) all
-three run the fused Triton kernels of :mod:`implementations._kernels.triton_attn`: one launch
-per call, the band computed
+three run the fused Triton kernels of :mod:`implementations._kernels.triton.fused_attention`:
+one launch per call, the band computed
 arithmetically per query block, forward and backward fused (``fused_reasons`` refuses the mask
 features those kernels lack, rather than computing another mask). On CPU, and for float64,
-they run the tile kernel of :mod:`implementations._kernels.tilekernel` over the band tiles of
-:mod:`implementations._kernels.bandplan`: query blocks of 64 rows each attend to the key span
+they run the CPU tile path (:mod:`implementations._kernels.tiles.tile_attention`) over its
+plan's band tiles: query blocks of 64 rows each attend to the key span
 ``[first - left, last + right]`` of the block (a view, no copy), so a causal window of w keys
 costs ``64 + w - 1`` executed keys per query: time and memory O(n·w), never O(n²).
 
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from harness.registry import register
 from harness.spec import FLOAT_DTYPES, Capabilities
-from implementations._kernels.triton_attn import fused_reasons
+from implementations._kernels.triton.fused_attention import fused_reasons
 from implementations._sparse_paths import COST, prepare, sparse_attention
 
 _PACKED = {"causal", "window", "documents", "prefix"}

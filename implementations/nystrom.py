@@ -34,7 +34,7 @@ from torch import Tensor
 from harness.masks import MaskSpec
 from harness.registry import register
 from harness.spec import FLOAT_DTYPES, HALF_DTYPES, Capabilities, Cost, Param, Problem
-from implementations._kernelized import check_inputs
+from implementations._feature_maps import check_inputs
 
 LANDMARKS = Param(64, "landmarks m: segment means of Q and K (m <= n)", minimum=1)
 PINV_ITERS = Param(

@@ -5,7 +5,7 @@ scale, 1/√D by default): with x' = √s·x and W (m, D),
 
     φ(x) = exp(W x' − |x'|²/2 − c) / √m,   E[φ(q)ᵀφ(k)] ∝ exp(s·qᵀk)
 
-and attention is the feature-space attention of :mod:`implementations._kernelized` with F = m:
+and attention is the feature-space attention of :mod:`implementations._feature_maps` with F = m:
 O(n·m·D) time, O(n·(m + D)) memory; causal runs through the same chunked prefix machinery and
 the same recurrent state as ``linear``.
 
@@ -45,7 +45,7 @@ from torch import Tensor
 from harness.masks import MaskSpec
 from harness.registry import problem_of, register
 from harness.spec import FLOAT_DTYPES, Capabilities, Cost, Param, Problem, Recurrence
-from implementations._kernelized import (
+from implementations._feature_maps import (
     SEGMENT,
     KernelState,
     cap_reason,
@@ -53,7 +53,7 @@ from implementations._kernelized import (
     compute_dtype,
     kernel_attention,
 )
-from implementations._kernelized_spec import (
+from implementations._feature_maps_spec import (
     feature_definition,
     kernel_chunk_bytes,
     kernel_flops,

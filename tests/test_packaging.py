@@ -43,6 +43,20 @@ def test_the_wheel_ships_every_bundled_suite_and_the_claims(wheel: Path) -> None
     assert not any(n.startswith("suites/") for n in names)  # no top-level "suites" package
 
 
+def test_the_wheel_ships_every_module_of_the_code(wheel: Path) -> None:
+    """Every module of harness/ and implementations/ is in the wheel: a subpackage that
+    setup.py's ``find_packages`` misses (no ``__init__.py``) would import from a checkout and
+    fail from an install (the kernel families' folders, implementations/_kernels/*/)."""
+    names = set(zipfile.ZipFile(wheel).namelist())
+    code = {
+        path.relative_to(ROOT).as_posix()
+        for package in ("harness", "implementations")
+        for path in (ROOT / package).rglob("*.py")
+    }
+    assert "implementations/_kernels/triton/fused_attention.py" in code
+    assert sorted(code - names) == []
+
+
 def test_an_installed_attnbench_reads_its_own_copies(wheel: Path, tmp_path: Path) -> None:
     """The wheel unpacked as pip installs it, imported from elsewhere: the default suite and
     claims come from the installed package, and they parse."""

@@ -19,7 +19,7 @@ import torch
 
 pytest.importorskip("triton")
 
-from implementations._kernels.triton_autotune import class_configs, config_label
+from implementations._kernels.triton.autotune import class_configs, config_label
 
 ROOT = Path(__file__).resolve().parents[2]
 SWEEP = ROOT / "benchmarks" / "kernel_sweep.py"

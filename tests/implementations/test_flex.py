@@ -22,7 +22,7 @@ from harness.masks import MaskSpec, dense_mask, kept_pairs
 from harness.oracle.reference import reference_attention
 from harness.spec import Problem
 from implementations import flex
-from implementations._kernels.flexmask import BLOCK, block_counts, mask_mod_for
+from implementations._flex_masks import BLOCK, block_counts, mask_mod_for
 from tests.conftest import make_qkv
 from tests.harness.test_masks import specs_and_lengths
 

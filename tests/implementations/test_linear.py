@@ -25,7 +25,7 @@ from harness.oracle.agreement import grad_agreement, output_agreement, rel_frobe
 from harness.oracle.reference import reference_attention
 from harness.registry import NotSupportedError, problem_of
 from harness.spec import Problem
-from implementations._kernelized_spec import chunked_extra_flops
+from implementations._feature_maps_spec import chunked_extra_flops
 from implementations.linformer import cpu_sdpa_packs
 from tests.conftest import make_qkv
 

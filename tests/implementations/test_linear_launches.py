@@ -16,7 +16,7 @@ from harness.masks import MaskSpec
 from harness.measure.device import profiler_peak_bytes
 from harness.registry import NotSupportedError
 from harness.spec import Problem
-from implementations import _kernelized
+from implementations import _feature_maps
 from tests.conftest import make_qkv
 
 ONE_SEGMENT = 2**40  # bytes: every length here fits one segment, as on a GPU
@@ -149,8 +149,8 @@ def test_mixed_devices_or_dtypes_are_refused_before_any_op(name, odd):
 
 @pytest.fixture
 def blocked_on_cpu(monkeypatch):
-    """The GPU's blocked key reduction (``_kernelized.REDUCE_ROWS``) on this CPU."""
-    monkeypatch.setattr(_kernelized, "BLOCKED_REDUCTION_DEVICES", {"cpu", "cuda"})
+    """The GPU's blocked key reduction (``_feature_maps.REDUCE_ROWS``) on this CPU."""
+    monkeypatch.setattr(_feature_maps, "BLOCKED_REDUCTION_DEVICES", {"cpu", "cuda"})
 
 
 @pytest.mark.parametrize("name", ["linear", "performer"])

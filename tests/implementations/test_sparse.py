@@ -16,9 +16,9 @@ from harness.masks import MaskError, MaskSpec, dense_mask, kept_pairs
 from harness.measure.device import profiler_peak_bytes
 from harness.oracle.reference import reference_attention
 from harness.spec import Problem
-from implementations._kernels import tiles
-from implementations._kernels.bandplan import band_tiles
-from implementations._kernels.tiles import plan_shape, tile_plan
+from implementations._kernels.tiles import tile_plan as plan_module
+from implementations._kernels.tiles.tile_plan import plan_shape, tile_plan
+from implementations._kernels.tiles.tile_plan_band import band_tiles
 from tests.conftest import make_qkv
 from tests.harness.test_masks import specs_and_lengths
 
@@ -193,7 +193,7 @@ def test_predictions_never_visit_the_mask(name, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a prediction evaluated the mask")
 
-    for module in (masks, tiles):
+    for module in (masks, plan_module):
         monkeypatch.setattr(module, "keep_pairs", refuse, raising=False)
     monkeypatch.setattr(masks, "dense_mask", refuse)
     impl, n = registry.get(name), 10**6

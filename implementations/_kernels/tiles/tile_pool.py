@@ -19,7 +19,7 @@ from typing import TypeVar
 
 import torch
 
-from implementations._kernels.tiles import Tile
+from implementations._kernels.tiles.tile_plan import Tile
 
 T = TypeVar("T")
 

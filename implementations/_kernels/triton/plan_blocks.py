@@ -1,7 +1,8 @@
-"""Iteration spaces of the block-list (BigBird) kernels, built on the host once per
-(spec, n_q, n_k): CSR lists, per query block, of the key blocks to visit, the ones that need no
-mask first (``starts[row], mids[row], ends[row]`` split them), and the transpose for dK/dV; and
-their entry count in O(number of blocks), for executed pairs before a point runs.
+"""The plan of the block-list (BigBird) kernels (the band's is :mod:`.plan_band`, both as device
+tables :mod:`.plan_tables`): their iteration spaces, built on the host once per (spec, n_q, n_k):
+CSR lists, per query block, of the key blocks to visit, the ones that need no mask first
+(``starts[row], mids[row], ends[row]`` split them), and the transpose for dK/dV; and their entry
+count in O(number of blocks), for executed pairs before a point runs.
 """
 
 from __future__ import annotations

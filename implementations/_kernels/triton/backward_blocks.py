@@ -1,8 +1,8 @@
 """Fused backward kernels of the block-list (BigBird) iteration space: dQ over each query
 block's CSR list of key blocks, dK/dV over each key block's transposed list (summed over the
 query heads of its K/V head). The tiles and steps are the band backward's
-(:mod:`implementations._kernels.triton_bwd`): an entry's mask is the interval of keys (or rows)
-of its layout block that causality and the sequence ends leave.
+(:mod:`.backward`): an entry's mask is the interval of keys (or rows) of its layout block that
+causality and the sequence ends leave.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from implementations._kernels.triton_autotune import TUNE_KEY, configs, prune
-from implementations._kernels.triton_bwd import dkdv_step, dq_step
+from implementations._kernels.triton.autotune import TUNE_KEY, configs, prune
+from implementations._kernels.triton.backward import dkdv_step, dq_step
 
 
 @triton.jit

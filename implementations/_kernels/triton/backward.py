@@ -8,7 +8,7 @@ recomputed from the forward's base-2 log-sum-exp in one multiply-add and an ``ex
 no kept key have ``lse = +inf`` and contribute nothing. Masks as in the forward: one unsigned
 compare per score in the edge blocks, none in the middle. No atomics: every gradient element is
 written by one program (grouped-query K/V heads sum their query heads inside the program). The
-block-list (BigBird) backward is in :mod:`implementations._kernels.triton_bwd_blocks`.
+block-list (BigBird) backward is in :mod:`.backward_blocks`.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from implementations._kernels.triton_autotune import TUNE_KEY, configs, prune
-from implementations._kernels.triton_fwd import stored_rows
-from implementations._kernels.triton_primitives import (
+from implementations._kernels.triton.autotune import TUNE_KEY, configs, prune
+from implementations._kernels.triton.forward import stored_rows
+from implementations._kernels.triton.primitives import (
     cross_bounds,
     cross_keep,
     edge_start,
@@ -84,7 +84,7 @@ def dq_cross(dq, q, do, lse, delta, lo, hi, glo, ghi, k_base, v_base, skn, svn, 
              DILATED: tl.constexpr, GATHER: tl.constexpr, PRECISION: tl.constexpr):
     """dQ from the keys outside the rows' band, each row's in [glo, ghi]: the global keys
     ``GPOS[e0:e1]`` (GATHER), or the keys ``[e0, e1)`` of a dilated prefix (as
-    :func:`~.triton_fwd.fwd_cross`)."""
+    :func:`~.forward.fwd_cross`)."""
     dd = tl.arange(0, BLOCK_D)
     for e in range(e0, e1, BLOCK_N):
         ev = e + tl.arange(0, BLOCK_N)

@@ -4,7 +4,7 @@ A launch of an autotuned kernel runs with one of three configs:
 
 - ``autotuned`` (the default): the autotuner's pick for the launch's tuning key; the first
   launch of a key compiles and times every config of the GPU's class;
-- ``pinned`` (``ATTNBENCH_AUTOTUNE=off``, :func:`.triton_autotune.autotuning`): the class
+- ``pinned`` (``ATTNBENCH_AUTOTUNE=off``, :func:`.autotune.autotuning`): the class
   default, the config ``benchmarks/aot_kernels.py --ci`` compiles (under the interpreter: the
   kernel's one config), launched straight through the jitted function, so nothing is timed
   and one variant compiles per kernel and mask mode;
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from implementations._kernels.triton_autotune import (
+from implementations._kernels.triton.autotune import (
     autotuning,
     class_configs,
     config_label,

@@ -8,7 +8,7 @@ this run's temporary directory. The checks: every kernel compiles for both targe
 dims; shared memory within each target's limit; no default config spills (so each kernel and
 head dim has a spill-free config); the prefill kernels run on Hopper's ``wgmma``; a default's
 masked loop is at most 1.5x the unmasked one in SASS instructions, except a default a GPU
-measurement chose (``triton_autotune.MEASURED``), whose ratio is reported and not gated (the
+measurement chose (``autotune.MEASURED``), whose ratio is reported and not gated (the
 ratio is a proxy of speed; the speed was measured); the forward's default at D = 64 on sm_90
 within its register target; the Hopper paths issue ``wgmma`` and bulk tensor copies (TMA) and
 spill nothing, the warp-specialized one re-balances registers between its warp groups, and no
@@ -29,9 +29,9 @@ import torch
 
 triton = pytest.importorskip("triton")
 
-from implementations._kernels import triton_autotune  # noqa: E402
+from implementations._kernels.triton import autotune  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("triton.backends.nvidia") is None
@@ -92,9 +92,9 @@ def test_prefill_kernels_run_on_wgmma_on_hopper(compiled):
 
 
 def _aot():
-    from implementations._kernels import triton_aot  # imports Triton's NVIDIA backend
+    from implementations._kernels.triton import aot_check  # imports Triton's NVIDIA backend
 
-    return triton_aot
+    return aot_check
 
 
 def test_masked_loops_cost_at_most_one_and_a_half_unmasked(compiled):
@@ -109,8 +109,8 @@ def test_masked_loops_cost_at_most_one_and_a_half_unmasked(compiled):
     waived = {(r["kernel"], r["head_dim"], r["target"], r["workload"], r["config"])
               for r in defaults if not r["ratio_gated"]}
     assert waived == {(kernel, 64 if where.endswith("d64") else 128, "sm_90", "band", m.config)
-                      for (kernel, where), m in triton_autotune.MEASURED.items()}
-    assert all(r["measured"] == triton_autotune.SWEEP_H100 for r in defaults
+                      for (kernel, where), m in autotune.MEASURED.items()}
+    assert all(r["measured"] == autotune.SWEEP_H100 for r in defaults
                if not r["ratio_gated"])
 
 
@@ -157,7 +157,7 @@ def test_hopper_paths_issue_wgmma_and_tma_and_spill_nothing(compiled):
 def test_prune_takes_the_dilated_prefix_lists_from_the_launch_flags(monkeypatch):
     """The autotuner's prune (GPU runs, no compile): a launch with both PREFIX and DILATED keeps
     GATHERED_SHAPES' configs of its class, any other launch SHAPES' (here sm_90, D 128)."""
-    from implementations._kernels import triton_autotune as tune
+    from implementations._kernels.triton import autotune as tune
 
     monkeypatch.setattr(tune, "interpreted", lambda: False)
     every = tune.configs("band_fwd")

@@ -19,17 +19,22 @@ from harness.masks import MaskSpec, kept_pairs
 from harness.oracle.agreement import grad_agreement, output_agreement
 from harness.oracle.reference import reference_attention, reference_grads
 from harness.spec import Problem
-from implementations._kernels import triton_attn, triton_fwd, triton_launch, triton_run
-from implementations._kernels.triton_autotune import (
+from implementations._kernels.triton import forward, fused_attention, launch_modes, launches
+from implementations._kernels.triton.autotune import (
     WRONG_ON_H100,
     candidate_configs,
     class_configs,
     config_label,
     tma_allowed,
 )
-from implementations._kernels.triton_blocklist import block_entry_count, block_plan, block_tile
-from implementations._kernels.triton_plan import TABLE, band_executed_pairs, band_plan, own_bounds
-from implementations._kernels.triton_tables import device_key, split_count, tune_key
+from implementations._kernels.triton.plan_band import (
+    TABLE,
+    band_executed_pairs,
+    band_plan,
+    own_bounds,
+)
+from implementations._kernels.triton.plan_blocks import block_entry_count, block_plan, block_tile
+from implementations._kernels.triton.plan_tables import device_key, split_count, tune_key
 from tests.conftest import make_qkv
 
 # on a GPU these run the compiled kernels: part of the GPU proof (``pytest -m cuda``); on CPU
@@ -67,7 +72,7 @@ def _check(out, q, k, v, mask, dtype):
 def test_runs_in_the_interpreter_without_cuda():
     if DEVICE == "cpu":
         assert os.environ.get("TRITON_INTERPRET") == "1"
-        assert type(triton_fwd.band_fwd.fn).__name__ == "InterpretedFunction"
+        assert type(forward.band_fwd.fn).__name__ == "InterpretedFunction"
 
 
 @pytest.mark.parametrize("shape_id", list(SHAPES))
@@ -75,7 +80,7 @@ def test_runs_in_the_interpreter_without_cuda():
 def test_forward_fp32(spec_id, shape_id):
     mask, shape = SPECS[spec_id], SHAPES[shape_id]
     q, k, v = (t.to(DEVICE) for t in make_qkv(*shape, seed=7))
-    out = triton_attn.triton_attention(q, k, v, mask)
+    out = fused_attention.triton_attention(q, k, v, mask)
     assert out.shape == q.shape and out.dtype == q.dtype
     _check(out, q, k, v, mask, torch.float32)
 
@@ -86,7 +91,7 @@ def test_forward_fp32(spec_id, shape_id):
 def test_forward_bf16(spec_id):
     mask = SPECS[spec_id]
     q, k, v = (t.to(DEVICE) for t in make_qkv(2, 3, 97, 97, 64, dtype=torch.bfloat16, seed=8))
-    _check(triton_attn.triton_attention(q, k, v, mask), q, k, v, mask, torch.bfloat16)
+    _check(fused_attention.triton_attention(q, k, v, mask), q, k, v, mask, torch.bfloat16)
 
 
 GRAD_CASES = [  # (spec id, shape): each backward iteration space, uneven lengths both ways
@@ -109,7 +114,7 @@ def test_gradients_fp32(spec_id, shape):
     mask = SPECS[spec_id]
     q, k, v = (t.to(DEVICE).requires_grad_(True) for t in make_qkv(*shape, seed=10))
     g = torch.randn(q.shape, generator=torch.Generator().manual_seed(11)).to(DEVICE)
-    grads = torch.autograd.grad(triton_attn.triton_attention(q, k, v, mask), (q, k, v), g)
+    grads = torch.autograd.grad(fused_attention.triton_attention(q, k, v, mask), (q, k, v), g)
     result = grad_agreement(grads, reference_grads(q, k, v, g, mask), torch.float32)
     assert result["grad_agree"], result
 
@@ -121,7 +126,7 @@ def test_gradients_bf16_dilated_longformer():
         for t in make_qkv(1, 2, 64, 64, 64, dtype=torch.bfloat16, seed=12)
     )
     g = torch.randn(q.shape, generator=torch.Generator().manual_seed(13)).to(DEVICE, q.dtype)
-    grads = torch.autograd.grad(triton_attn.triton_attention(q, k, v, mask), (q, k, v), g)
+    grads = torch.autograd.grad(fused_attention.triton_attention(q, k, v, mask), (q, k, v), g)
     result = grad_agreement(grads, reference_grads(q, k, v, g, mask), torch.bfloat16)
     assert result["grad_agree"], result
 
@@ -134,7 +139,7 @@ def test_strided_inputs_and_empty_rows():
         t.to(DEVICE).transpose(1, 2).contiguous().transpose(1, 2)
         for t in make_qkv(1, 2, 70, 30, 59, seed=9)
     )
-    out = triton_attn.triton_attention(q, k, v, mask)
+    out = fused_attention.triton_attention(q, k, v, mask)
     assert torch.equal(out[..., :40, :], torch.zeros_like(out[..., :40, :]))
     _check(out, q, k, v, mask, torch.float32)
 
@@ -155,8 +160,8 @@ def test_executed_pairs_are_block_granular_and_o_n_w():
 
 
 def test_dispatch_cpu_keeps_the_tile_path():
-    assert not triton_attn.use_triton("cpu", torch.float32, 64)
-    assert not triton_attn.use_triton("cuda", torch.float64, 64)
+    assert not fused_attention.use_triton("cpu", torch.float32, 64)
+    assert not fused_attention.use_triton("cuda", torch.float64, 64)
     problem = Problem(1, 2, 64, 64, 16, mask=MaskSpec(causal=True, window=(3, 0)))
     assert registry.get("local").not_supported(problem) == []
 
@@ -235,7 +240,7 @@ FEATURES = {  # id -> (mask, shape): every new clause alone and mixed, odd lengt
 def test_new_mask_features_forward_and_gradients(case):
     mask, shape = FEATURES[case]
     q, k, v = (t.to(DEVICE).requires_grad_(True) for t in make_qkv(*shape, seed=21))
-    out = triton_attn.triton_attention(q, k, v, mask)
+    out = fused_attention.triton_attention(q, k, v, mask)
     _check(out.detach(), q.detach(), k.detach(), v.detach(), mask, torch.float32)
     g = torch.randn(q.shape, generator=torch.Generator().manual_seed(22)).to(DEVICE)
     grads = torch.autograd.grad(out, (q, k, v), g)
@@ -253,7 +258,7 @@ def test_grouped_kv_heads_forward_and_gradients(mask):
     """6 query heads over 2 K/V heads: each K/V head's dK/dV sums its 3 query heads."""
     q, k, v = (t.to(DEVICE).requires_grad_(True)
                for t in make_qkv(1, 6, 70, 70, 59, kv_heads=2, seed=23))
-    out = triton_attn.triton_attention(q, k, v, mask)
+    out = fused_attention.triton_attention(q, k, v, mask)
     _check(out.detach(), q.detach(), k.detach(), v.detach(), mask, torch.float32)
     g = torch.randn(q.shape, generator=torch.Generator().manual_seed(24)).to(DEVICE)
     grads = torch.autograd.grad(out, (q, k, v), g)
@@ -299,9 +304,9 @@ def test_every_mask_clause_is_a_compile_time_parameter(kernel):
     be compiled into every kernel)."""
     import inspect
 
-    from implementations._kernels import triton_bwd, triton_decode
+    from implementations._kernels.triton import backward, decode_split_kv
 
-    module = {"band_fwd": triton_fwd, "band_fwd_split": triton_decode}.get(kernel, triton_bwd)
+    module = {"band_fwd": forward, "band_fwd_split": decode_split_kv}.get(kernel, backward)
     params = inspect.signature(getattr(module, kernel).fn.fn).parameters
     assert {c: str(params[c].annotation) for c in CLAUSES} == dict.fromkeys(CLAUSES,
                                                                             "tl.constexpr")
@@ -315,9 +320,9 @@ def test_a_launch_sets_only_the_clauses_its_mask_uses():
              MaskSpec(window=(2, 2), dilation=2), MaskSpec(documents=(20, 12)),
              MaskSpec(causal=True, prefix_len=5)]
     q, k, v = (t.to(DEVICE) for t in make_qkv(1, 1, 32, 32, 16, seed=5))
-    with triton_run.watching(launched.append):
+    with launch_modes.watching(launched.append):
         for mask in masks:
-            triton_attn.triton_attention(q, k, v, mask)
+            fused_attention.triton_attention(q, k, v, mask)
     launched = [{c: r.kwargs[c] for c in CLAUSES} for r in launched if r.name == "band_fwd"]
     want = [{c: f in m.features for c, f in CLAUSES.items()} for m in masks]
     assert launched == want and not any(want[0].values())
@@ -336,7 +341,7 @@ def test_document_globals_are_each_documents_own():
 def test_fused_reasons_refuse_what_the_kernels_do_not_cover():
     def reasons(mask, **kw):
         problem = Problem(1, 4, 64, 64, 64, device="cuda", mask=mask, **kw)
-        return triton_attn.fused_reasons(problem)
+        return fused_attention.fused_reasons(problem)
 
     assert reasons(MaskSpec(causal=True, documents=(30, 34), prefix_len=5)) == []
     assert reasons(MaskSpec(causal=True, global_tokens=(3, 9), window=(4, 0))) == []
@@ -382,14 +387,14 @@ def test_split_kv_decode_matches_float64(case, monkeypatch):
     """n_q <= 16: keys split over programs (more than one chunk here: chunks of 128 keys at
     least, where calls keep 512), partial softmax states merged by the combine kernel; grouped
     K/V heads packed in one tile."""
-    from implementations._kernels import triton_tables
+    from implementations._kernels.triton import plan_tables
 
-    monkeypatch.setattr(triton_tables, "MIN_SPLIT_KEYS", 128)
+    monkeypatch.setattr(plan_tables, "MIN_SPLIT_KEYS", 128)
     mask, (b, h, h_kv, n_q, n_k, d) = DECODE[case]
     launched = []
     q, k, v = (t.to(DEVICE) for t in make_qkv(b, h, n_q, n_k, d, kv_heads=h_kv, seed=31))
-    with triton_run.watching(launched.append):
-        out = triton_attn.triton_attention(q, k, v, mask)
+    with launch_modes.watching(launched.append):
+        out = fused_attention.triton_attention(q, k, v, mask)
     _check(out, q, k, v, mask, torch.float32)
     grids = [r.grid for r in launched if r.name == "band_fwd_split"]
     assert len(grids) == 1 and grids[0][1] == b * h_kv  # one program per K/V head, not B·H
@@ -407,7 +412,7 @@ def test_decode_rows_backward_and_tuning_key():
     q, k, v = (t.to(DEVICE).requires_grad_(True)
                for t in make_qkv(1, 4, 3, 301, 64, kv_heads=2, seed=32))
     g = torch.randn(q.shape, generator=torch.Generator().manual_seed(33)).to(DEVICE)
-    grads = torch.autograd.grad(triton_attn.triton_attention(q, k, v, mask), (q, k, v), g)
+    grads = torch.autograd.grad(fused_attention.triton_attention(q, k, v, mask), (q, k, v), g)
     result = grad_agreement(grads, reference_grads(q, k, v, g, mask), torch.float32)
     assert result["grad_agree"], result
     assert tune_key(mask, 1, 4096, 64, torch.bfloat16) != tune_key(mask, 4096, 4096, 64,
@@ -462,8 +467,8 @@ def test_gpu_tile_sizes_forward_and_gradients(case, tiles):
     assert _has_unmasked_middle(mask, n_q, n_k, *tiles)
     backward = TILES.index(tiles) == list(BIG).index(case) % len(TILES)
     q, k, v = (t.requires_grad_(backward) for t in make_qkv(b, h, n_q, n_k, d, seed=41))
-    with triton_launch.interpreter_tiles(*tiles):
-        out = triton_attn.triton_attention(q, k, v, mask)
+    with launches.interpreter_tiles(*tiles):
+        out = fused_attention.triton_attention(q, k, v, mask)
         if backward:
             g = torch.randn(q.shape, generator=torch.Generator().manual_seed(42))
             grads = torch.autograd.grad(out, (q, k, v), g)
@@ -476,14 +481,14 @@ def test_gpu_tile_sizes_forward_and_gradients(case, tiles):
 def test_tables_prepared_on_cuda_are_the_ones_a_cuda0_call_finds(monkeypatch):
     """``prepare_tables`` for device "cuda" and a call with tensors on cuda:0 share one cache
     entry: the first timed call does not rebuild the tables."""
-    from implementations._kernels import triton_tables
+    from implementations._kernels.triton import plan_tables
 
     keys = []
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(triton_tables, "_band_tables", lambda *args: keys.append(args[-1]))
+    monkeypatch.setattr(plan_tables, "_band_tables", lambda *args: keys.append(args[-1]))
     mask = MaskSpec(causal=True, window=(7, 0))
-    triton_attn.prepare_tables(Problem(1, 2, 64, 64, 16, device="cuda", mask=mask))
-    triton_tables.band_tables(mask, 64, 64, torch.device("cuda", 0))  # what a launch asks
+    fused_attention.prepare_tables(Problem(1, 2, 64, 64, 16, device="cuda", mask=mask))
+    plan_tables.band_tables(mask, 64, 64, torch.device("cuda", 0))  # what a launch asks
     assert keys == ["cuda:0", "cuda:0"]
 
 
@@ -546,8 +551,8 @@ def test_hopper_candidates_agree_with_float64(d, label, request):
     for mask, shape in cases:
         q, k, v = (t.to(DEVICE) for t in make_qkv(*shape, seed=61))
         launched = []
-        with triton_run.forced({"band_fwd": config}), triton_run.watching(launched.append):
-            out = triton_attn.triton_attention(q, k, v, mask)
+        with launch_modes.forced({"band_fwd": config}), launch_modes.watching(launched.append):
+            out = fused_attention.triton_attention(q, k, v, mask)
         _check(out, q, k, v, mask, torch.float32)
         used = next(r for r in launched if r.name == "band_fwd").config.kwargs
         assert bool(used.get("TMA")) == (shape[-1] != 59)

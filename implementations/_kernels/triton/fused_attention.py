@@ -1,4 +1,4 @@
-"""Public face of the fused Triton attention kernels: dispatch rule, autograd, executed pairs.
+"""The way in to the fused Triton attention kernels: dispatch rule, autograd, executed pairs.
 
 ``triton_attention(q, k, v, mask)`` is exact masked attention for any band mask (full, causal,
 window, dilation, global tokens as a count or at named positions, a bidirectional prefix,
@@ -10,9 +10,10 @@ CUDA; on CPU they keep the tile path, and tests call it on CPU tensors under
 ``TRITON_INTERPRET=1``. Triton is optional: without it (or with a Triton that fails to import)
 this module still imports, the launches are absent and :func:`unavailable_reason` says why.
 
-Launches live in :mod:`implementations._kernels.triton_launch`, kernels in ``triton_fwd`` and
-``triton_bwd`` (building blocks in ``triton_primitives``), index tables and autotuner keys in
-``triton_tables``, iteration spaces in ``triton_plan``.
+Below it (this folder): the launches in :mod:`.launches`, the kernels in :mod:`.forward`,
+:mod:`.backward`, :mod:`.backward_blocks` and :mod:`.decode_split_kv` (building blocks in
+:mod:`.primitives`), the plan in :mod:`.plan_band`, :mod:`.plan_blocks` and :mod:`.plan_tables`
+(its device tables and the autotuner's keys).
 """
 
 from __future__ import annotations
@@ -25,9 +26,13 @@ from torch import Tensor
 
 from harness.masks import MaskSpec
 from harness.spec import FLOAT_DTYPES, Problem
-from implementations._kernels.triton_blocklist import block_executed_pairs, block_reasons
-from implementations._kernels.triton_plan import band_executed_pairs, band_plan, fused_band_reasons
-from implementations._kernels.triton_tables import (
+from implementations._kernels.triton.plan_band import (
+    band_executed_pairs,
+    band_plan,
+    fused_band_reasons,
+)
+from implementations._kernels.triton.plan_blocks import block_executed_pairs, block_reasons
+from implementations._kernels.triton.plan_tables import (
     band_tables,
     block_tables,
     device_key,
@@ -38,9 +43,9 @@ from implementations._kernels.triton_tables import (
 )
 
 try:  # the launches import Triton, an optional dependency
-    from implementations._kernels import triton_launch
+    from implementations._kernels.triton import launches
 except Exception as exc:  # absent or broken: the tile paths still run, the reason says why
-    triton_launch = None
+    launches = None
     _LAUNCH_ERROR = f"the Triton kernels failed to import: {type(exc).__name__}: {exc}"
 
 DTYPES = FLOAT_DTYPES - {torch.float64}  # the kernels have no float64 path
@@ -52,7 +57,7 @@ def unavailable_reason() -> str | None:
     import)."""
     if importlib.util.find_spec("triton") is None:
         return "triton not installed"
-    return None if triton_launch is not None else _LAUNCH_ERROR
+    return None if launches is not None else _LAUNCH_ERROR
 
 
 def supports_shape(dtype: torch.dtype, head_dim: int) -> bool:
@@ -77,7 +82,7 @@ def executed_pairs(mask: MaskSpec, n_q: int, n_k: int, head_dim: int, dtype: tor
     if mask.block_size is not None:
         return block_executed_pairs(mask, n_q, n_k)
     plan = band_plan(mask, n_q, n_k)
-    cfg = triton_launch.forward_blocks(tune_key(mask, n_q, n_k, head_dim, dtype), plan.flags)
+    cfg = launches.forward_blocks(tune_key(mask, n_q, n_k, head_dim, dtype), plan.flags)
     if is_decode(n_q):
         return band_executed_pairs(plan, triton_next_pow2(plan.max_rows), cfg["BLOCK_N"])
     return band_executed_pairs(plan, cfg["BLOCK_M"], cfg["BLOCK_N"])
@@ -136,7 +141,7 @@ def fused_workspace_bytes(problem: Problem) -> int:
 class _TritonAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, scale: float) -> Tensor:
-        out, lse = triton_launch.attention_forward(q, k, v, mask, scale)
+        out, lse = launches.attention_forward(q, k, v, mask, scale)
         if any(ctx.needs_input_grad[:3]):
             ctx.save_for_backward(q, k, v, out, lse)
             ctx.mask, ctx.scale = mask, scale
@@ -145,7 +150,7 @@ class _TritonAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout: Tensor):
         q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = triton_launch.attention_backward(q, k, v, out, lse, dout, ctx.mask, ctx.scale)
+        dq, dk, dv = launches.attention_backward(q, k, v, out, lse, dout, ctx.mask, ctx.scale)
         return dq, dk, dv, None, None
 
 

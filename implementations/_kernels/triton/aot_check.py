@@ -1,6 +1,6 @@
 """Ahead-of-time compilation of the fused kernels for GPUs this machine does not have.
 
-The real launch code (:mod:`implementations._kernels.triton_launch`) runs on ``meta`` tensors
+The real launch code (:mod:`.launches`) runs on ``meta`` tensors
 with every kernel replaced by a recorder, so each kernel is compiled with exactly the
 arguments, specializations and compile-time constants a CUDA call of that shape would give it.
 Triton then compiles each recorded launch for a target (``sm_90``: Hopper, ``sm_80``: Ampere)
@@ -11,7 +11,7 @@ each innermost loop that holds one, so a masked loop can be compared with the un
 
 :func:`verdicts` holds the gates: compiles, no spill, shared memory within the target's, a
 default's masked loop within ``MASKED_RATIO_LIMIT`` of the unmasked one (reported, not gated,
-for a default a GPU measurement chose: ``triton_autotune.MEASURED``), the forward's default
+for a default a GPU measurement chose: ``autotune.MEASURED``), the forward's default
 within its register target (``FORWARD_REGS``).
 
 Needs Triton with its NVIDIA backend and no ``TRITON_INTERPRET`` when the kernels were
@@ -38,14 +38,14 @@ from triton.backends.compiler import GPUTarget
 from triton.runtime import driver
 
 from harness.masks import MaskSpec
-from implementations._kernels import (
-    triton_bwd,
-    triton_bwd_blocks,
-    triton_decode,
-    triton_fwd,
-    triton_launch,
+from implementations._kernels.triton import (
+    backward,
+    backward_blocks,
+    decode_split_kv,
+    forward,
+    launches,
 )
-from implementations._kernels.triton_autotune import (
+from implementations._kernels.triton.autotune import (
     candidate_configs,
     class_configs,
     config_label,
@@ -64,10 +64,10 @@ MASKED_RATIO_LIMIT = 1.5
 # 64512 of 65536 registers); their shared memory (56 KiB each) would allow 4
 FORWARD_REGS = {("band_fwd", 64, "64x64 w4 s3"): 168}
 KERNELS = (  # (module, name): every kernel the launches use
-    (triton_fwd, "band_fwd"), (triton_fwd, "blocks_fwd"), (triton_decode, "band_fwd_split"),
-    (triton_decode, "split_combine"), (triton_bwd, "delta_kernel"), (triton_bwd, "band_dq"),
-    (triton_bwd, "band_dkdv"), (triton_bwd_blocks, "blocks_dq"),
-    (triton_bwd_blocks, "blocks_dkdv"),
+    (forward, "band_fwd"), (forward, "blocks_fwd"), (decode_split_kv, "band_fwd_split"),
+    (decode_split_kv, "split_combine"), (backward, "delta_kernel"), (backward, "band_dq"),
+    (backward, "band_dkdv"), (backward_blocks, "blocks_dq"),
+    (backward_blocks, "blocks_dkdv"),
 )
 BIGBIRD = MaskSpec(causal=True, window=(3, 0), block_size=64, random_blocks=2, global_tokens=64)
 # workload -> (mask, n_q, n_k, H, H_kv, backward); the first mask of each family is the CI one
@@ -116,8 +116,8 @@ class Compiled:
     workload: str
     config: str
     default: bool  # the config assumed before autotuning (the list's first)
-    candidate: bool  # a candidate (triton_autotune.CANDIDATES): swept, not yet autotuned
-    measured: str | None  # a default a GPU measurement chose: its source (triton_autotune.MEASURED)
+    candidate: bool  # a candidate (autotune.CANDIDATES): swept, not yet autotuned
+    measured: str | None  # a default a GPU measurement chose: its source (autotune.MEASURED)
     head_dim: int
     target: str
     regs: int
@@ -181,7 +181,7 @@ class _Target:
 def record(workload: str, head_dim: int) -> list[Launch]:
     """The launches a CUDA call of ``workload`` at ``head_dim`` (bf16) makes, recorded from
     the real launch code on meta tensors: the forward, then (when it has one) the backward."""
-    mask, n_q, n_k, heads, kv_heads, backward = WORKLOADS[workload]
+    mask, n_q, n_k, heads, kv_heads, with_backward = WORKLOADS[workload]
     seen: list[Launch] = []
 
     class Recorder:
@@ -199,9 +199,9 @@ def record(workload: str, head_dim: int) -> list[Launch]:
             original = getattr(module, name)
             stack.callback(setattr, module, name, original)
             setattr(module, name, Recorder(name, original))
-        out, lse = triton_launch.attention_forward(q, k, v, mask, head_dim**-0.5)
-        if backward:
-            triton_launch.attention_backward(q, k, v, out, lse, out, mask, head_dim**-0.5)
+        out, lse = launches.attention_forward(q, k, v, mask, head_dim**-0.5)
+        if with_backward:
+            launches.attention_backward(q, k, v, out, lse, out, mask, head_dim**-0.5)
     return seen
 
 
@@ -355,9 +355,9 @@ def ci_jobs(head_dims: tuple[int, ...], targets: tuple[str, ...]) -> list[Job]:
             names = [launch.name for launch in record(workload, d)]
             out.append((workload, d, target, names.index(kernel), 0))
     for d in head_dims if "sm_90" in targets else ():
-        launches = record("band", d)
-        i = [launch.name for launch in launches].index("band_fwd")
-        every = configs(launches[i], "sm_90")
+        recorded = record("band", d)
+        i = [launch.name for launch in recorded].index("band_fwd")
+        every = configs(recorded[i], "sm_90")
         for ws in (False, True):
             picks = [c for c, cfg in enumerate(every)
                      if cfg.kwargs.get("TMA") and bool(cfg.kwargs.get("WS")) == ws]

@@ -1,5 +1,5 @@
 """The autotune lists and the defaults: each sm_90 default of the band kernels is the one a GPU
-measurement chose, recorded with its rows (``triton_autotune.MEASURED``, checked against
+measurement chose, recorded with its rows (``autotune.MEASURED``, checked against
 ``SHAPES``' first entries and against the committed H100 sweep); no warp-specialized config is
 listed; the listed TMA config is taken only where a descriptor addresses the rows, and a
 launch whose rows it cannot address tunes apart (its own ``MODE_KEY``).
@@ -16,11 +16,11 @@ import torch
 pytest.importorskip("triton")
 
 from harness.masks import MaskSpec
-from implementations._kernels import triton_attn, triton_run
-from implementations._kernels import triton_autotune as tune
+from implementations._kernels.triton import autotune as tune
+from implementations._kernels.triton import fused_attention, launch_modes
 from tests.conftest import make_qkv
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 CLASSES = {"sm90-d64": (64, (9, 0)), "sm90-d128": (128, (9, 0)), "sm80-d64": (64, (8, 0)),
            "sm80-d128": (128, (8, 0))}
 BAND = ("band_fwd", "band_dq", "band_dkdv")
@@ -108,10 +108,10 @@ def test_a_launch_a_descriptor_cannot_address_tunes_apart():
     mask = MaskSpec(causal=True, window=(40, 0))
     modes = {}
     for d in (64, 59):
-        launched: list[triton_run.Launch] = []
+        launched: list[launch_modes.Launch] = []
         q, k, v = make_qkv(1, 2, 97, 97, d, dtype=torch.bfloat16, seed=71)
-        with triton_run.watching(launched.append, execute=False):
-            triton_attn.triton_attention(q, k, v, mask)
+        with launch_modes.watching(launched.append, execute=False):
+            fused_attention.triton_attention(q, k, v, mask)
         fwd = next(r for r in launched if r.name == "band_fwd")
         modes[d] = dict(zip(fwd.kernel.arg_names, fwd.args, strict=False))["MODE_KEY"]
     assert modes[59] == modes[64] + tune.UNADDRESSABLE

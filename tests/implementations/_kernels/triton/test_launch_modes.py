@@ -20,20 +20,20 @@ import triton
 from harness.masks import MaskSpec
 from harness.oracle.agreement import grad_agreement, output_agreement
 from harness.oracle.reference import reference_attention, reference_grads
-from implementations._kernels import (
-    triton_aot,
-    triton_attn,
-    triton_autotune,
-    triton_launch,
-    triton_run,
+from implementations._kernels.triton import (
+    aot_check,
+    autotune,
+    fused_attention,
+    launch_modes,
+    launches,
 )
-from implementations._kernels.triton_autotune import (
+from implementations._kernels.triton.autotune import (
     TUNING_ENV,
     autotuning,
     class_configs,
     config_label,
 )
-from implementations._kernels.triton_tables import tune_key
+from implementations._kernels.triton.plan_tables import tune_key
 from tests.conftest import make_qkv
 
 pytestmark = pytest.mark.cuda
@@ -49,11 +49,11 @@ def _capability() -> tuple[int, int]:
 
 def _forward_backward(mask: MaskSpec, shape=(1, 2, 97, 97, 64), seed: int = 51):
     """Run one call forward and backward, watched; returns (launches, out, grads, inputs)."""
-    launched: list[triton_run.Launch] = []
+    launched: list[launch_modes.Launch] = []
     q, k, v = (t.to(DEVICE).requires_grad_(True) for t in make_qkv(*shape, seed=seed))
     g = torch.randn(q.shape, generator=torch.Generator().manual_seed(seed + 1)).to(DEVICE)
-    with triton_run.watching(launched.append):
-        out = triton_attn.triton_attention(q, k, v, mask)
+    with launch_modes.watching(launched.append):
+        out = fused_attention.triton_attention(q, k, v, mask)
         grads = torch.autograd.grad(out, (q, k, v), g)
     return launched, out.detach(), grads, (q, k, v, g)
 
@@ -88,13 +88,13 @@ def test_a_pinned_launch_runs_the_class_default_the_aot_check_compiles(monkeypat
     """Off a GPU too: the GPU path of the pin (the sm_90 class here), run in the interpreter
     with the class's default tiles, agrees with float64; each config is the one
     ``aot_kernels.py --ci`` compiles for that target."""
-    monkeypatch.setattr(triton_run, "interpreted", lambda: False)
+    monkeypatch.setattr(launch_modes, "interpreted", lambda: False)
     launched, out, grads, inputs = _forward_backward(WINDOW)
     _agree(out, grads, inputs, WINDOW)
     capability = _capability()
     target = "sm_90" if capability[0] >= 9 else "sm_80"
-    aot = {r.name: config_label(triton_aot.configs(r, target)[0])
-           for r in triton_aot.record("band", 64) if r.name in TUNED}
+    aot = {r.name: config_label(aot_check.configs(r, target)[0])
+           for r in aot_check.record("band", 64) if r.name in TUNED}
     pinned = {r.name: config_label(r.config) for r in launched if r.how == "pinned"}
     assert pinned == {name: aot[name] for name in ("band_fwd", "band_dkdv", "band_dq")}
     assert pinned["band_fwd"] == config_label(class_configs("band_fwd", 64, capability)[0])
@@ -102,17 +102,17 @@ def test_a_pinned_launch_runs_the_class_default_the_aot_check_compiles(monkeypat
 
 def test_the_measured_hopper_defaults_agree_where_the_band_has_an_unmasked_middle(monkeypatch):
     """The sm_90 D 64 defaults the H100 sweep chose (forward 64x64, dQ 128x32, dK/dV 64x64:
-    ``triton_autotune.MEASURED``), pinned and run in the interpreter at their own tiles on a
+    ``autotune.MEASURED``), pinned and run in the interpreter at their own tiles on a
     window of 384 keys at n = 701, where every kernel walks masked edges and an unmasked
     middle: forward and gradients agree with float64."""
     if DEVICE == "cuda":
         pytest.skip("a GPU runs its own class's defaults in the other tests")
-    monkeypatch.setattr(triton_run, "interpreted", lambda: False)
+    monkeypatch.setattr(launch_modes, "interpreted", lambda: False)
     mask = MaskSpec(causal=True, window=(383, 0))
     launched, out, grads, inputs = _forward_backward(mask, shape=(1, 1, 701, 701, 64), seed=59)
     _agree(out, grads, inputs, mask)
     pinned = {r.name: config_label(r.config) for r in launched if r.how == "pinned"}
-    assert pinned == {name: triton_autotune.MEASURED[name, "sm90-d64"].config
+    assert pinned == {name: autotune.MEASURED[name, "sm90-d64"].config
                       for name in ("band_fwd", "band_dq", "band_dkdv")}
 
 
@@ -120,10 +120,10 @@ def test_pinning_bounds_the_compiles_of_a_call():
     """Forward and backward of one mask: 4 kernel variants pinned (forward, delta, dK/dV, dQ),
     every config of each autotuned kernel's class when autotuning (sm_90, D 64)."""
     launched, *_ = _forward_backward(WINDOW)
-    pinned = set().union(*(triton_run.compile_keys(r) for r in launched))
+    pinned = set().union(*(launch_modes.compile_keys(r) for r in launched))
     assert len(pinned) == 4
     tuned = [dataclasses.replace(r, how="autotuned") if r.name in TUNED else r for r in launched]
-    autotuned = set().union(*(triton_run.compile_keys(r) for r in tuned))
+    autotuned = set().union(*(launch_modes.compile_keys(r) for r in tuned))
     want = 1 + sum(len(class_configs(n, 64, (9, 0))) for n in ("band_fwd", "band_dkdv", "band_dq"))
     assert len(autotuned) == want > 3 * len(pinned)
 
@@ -133,23 +133,23 @@ def test_a_forced_config_runs_and_is_not_taken_for_the_tuned_one():
     the executed-pairs table (``CHOSEN``) as it was."""
     forced = triton.Config({"BLOCK_M": 64, "BLOCK_N": 32}, num_warps=4, num_stages=2)
     key = tune_key(WINDOW, 97, 97, 64, torch.float32)
-    before = triton_launch.CHOSEN.get(key)
-    with triton_run.forced({"band_fwd": forced}):
+    before = launches.CHOSEN.get(key)
+    with launch_modes.forced({"band_fwd": forced}):
         launched, out, grads, inputs = _forward_backward(WINDOW, seed=53)
     _agree(out, grads, inputs, WINDOW)
     fwd = next(r for r in launched if r.name == "band_fwd")
     assert (fwd.how, fwd.config) == ("forced", forced)
-    assert triton_launch.CHOSEN.get(key) == before
+    assert launches.CHOSEN.get(key) == before
 
 
 def test_a_recorded_launch_replays_with_another_config():
     """The sweep's replay: the forward launch rerun on its own tensors with another config
     rewrites the same output."""
     mask = MaskSpec(causal=True, window=(20, 0), global_tokens=(3,))
-    launched: list[triton_run.Launch] = []
+    launched: list[launch_modes.Launch] = []
     q, k, v = (t.to(DEVICE) for t in make_qkv(1, 2, 70, 70, 59, seed=55))
-    with triton_run.watching(launched.append):
-        out = triton_attn.triton_attention(q, k, v, mask)
+    with launch_modes.watching(launched.append):
+        out = fused_attention.triton_attention(q, k, v, mask)
     fwd = next(r for r in launched if r.name == "band_fwd")
     written = fwd.args[3]
     assert written.data_ptr() == out.data_ptr()
@@ -167,9 +167,9 @@ def test_autotuning_on_times_every_config_of_the_class(monkeypatch):
     mask = MaskSpec(causal=True, window=(255, 0))
     q, k, v = make_qkv(1, 4, 2048, 2048, 64, dtype=torch.bfloat16, seed=57)
     q, k, v = q.to(DEVICE), k.to(DEVICE), v.to(DEVICE)
-    launched: list[triton_run.Launch] = []
-    with triton_run.watching(launched.append):
-        out = triton_attn.triton_attention(q, k, v, mask)
+    launched: list[launch_modes.Launch] = []
+    with launch_modes.watching(launched.append):
+        out = fused_attention.triton_attention(q, k, v, mask)
     assert output_agreement(out, reference_attention(q, k, v, mask), torch.bfloat16)["agree"]
     fwd = next(r for r in launched if r.name == "band_fwd")
     assert fwd.how == "autotuned"
@@ -178,4 +178,4 @@ def test_autotuning_on_times_every_config_of_the_class(monkeypatch):
     assert {config_label(c) for c in kernel.configs_timings} == labels
     assert config_label(kernel.best_config) in labels
     key = tune_key(mask, 2048, 2048, 64, torch.bfloat16)
-    assert triton_launch.CHOSEN[key] == kernel.best_config.kwargs
+    assert launches.CHOSEN[key] == kernel.best_config.kwargs

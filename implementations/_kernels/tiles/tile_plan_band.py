@@ -1,11 +1,12 @@
-"""Geometry of the band tiles of a window mask over one sequence: which query rows meet which
-key ranges, as int arrays with one entry per tile, and their executed pairs in closed form.
+"""The band part of the tile plan (:mod:`.tile_plan`): the geometry of the band tiles of a
+window mask over one sequence, which query rows meet which key ranges, as int arrays with one
+entry per tile, and their executed pairs in closed form.
 
 The masks are window + causal + dilation + global tokens + prefix (no ``block_size``, no
-documents: :mod:`implementations._kernels.tiles` runs one geometry per document). Dilation d
-is handled by residue classes: query position ``p`` only keeps window keys with
-``j ≡ p (mod d)``, so in *class coordinates* (``p = r + d·a``, ``j = r + d·c``) the window is
-the plain band ``a - left <= c <= a + right``. Plan rows are the queries of class 0
+documents: :mod:`.tile_plan` runs one geometry per document). Dilation d is handled by
+residue classes: query position ``p`` only keeps window keys with ``j ≡ p (mod d)``, so in
+*class coordinates* (``p = r + d·a``, ``j = r + d·c``) the window is the plain band
+``a - left <= c <= a + right``. Plan rows are the queries of class 0
 (ascending), then class 1, ...; keys likewise (``k_start[c]`` is where class c's keys begin).
 
 A tile is up to ``block`` consecutive rows of one class and one *kind*:

@@ -6,11 +6,11 @@ probability is one fused multiply-add and an ``exp2``: ``exp2(s·scale·log2e �
 Masked scores take a finite ``NEG``; a row that has seen no kept key has its exponent's bias
 clamped (``HALF_NEG``), so its masked probabilities are 0 and a row that sees no key at all
 keeps ``l = 0`` and outputs zeros (``lse = +inf``), never NaN. A masked block costs one
-unsigned compare and one select per score (:func:`~.triton_primitives.kept`); the blocks every
+unsigned compare and one select per score (:func:`~.primitives.kept`); the blocks every
 row keeps run without either. Order of work per row block: the cross segment over global keys
 (when the slot has one), the prefix's keys (a dilated class slot whose rows reach into the
 prefix), the masked edge blocks, then the unmasked middle, so the mask's interval is dead
-during the middle. Slots and tables come from ``triton_plan``/``triton_tables``.
+during the middle. Slots and tables come from ``plan_band``/``plan_tables``.
 
 Argument lists are written several to a line, as the kernels' signatures are.
 """
@@ -20,8 +20,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from implementations._kernels.triton_autotune import TUNE_KEY, configs, prune
-from implementations._kernels.triton_primitives import (
+from implementations._kernels.triton.autotune import TUNE_KEY, configs, prune
+from implementations._kernels.triton.primitives import (
     HALF_NEG,
     NEG,
     cross_bounds,

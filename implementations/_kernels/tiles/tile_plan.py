@@ -1,14 +1,14 @@
-"""Tile plans for sparse attention: which query rows meet which key ranges, built once per shape.
+"""The plan of the CPU tile path: which query rows meet which key ranges, built once per shape.
 
 A :class:`Plan` lists tiles. A tile is a run of query rows plus the key ranges those rows may
 need; a bias of 0/-inf over some of its columns removes the pairs the mask drops. Every kept
 pair of :func:`harness.masks.dense_mask` lies in exactly one tile, so the kernel in
-:mod:`implementations._kernels.tilekernel` computes exactly the masked softmax while touching
-only ``sum(rows * keys)`` pairs: the executed pairs at tile granularity.
+:mod:`.tile_attention` computes exactly the masked softmax while touching only
+``sum(rows * keys)`` pairs: the executed pairs at tile granularity.
 
 - Window masks (window, causal, dilation, global tokens, prefix): the band tiles of
-  :mod:`implementations._kernels.bandplan` (dilation by residue classes: the plan's rows and
-  keys are regrouped, ``Plan.q_order``/``k_order``).
+  :mod:`.tile_plan_band`, the plan's band part (dilation by residue classes: the plan's rows
+  and keys are regrouped, ``Plan.q_order``/``k_order``).
 - BigBird layouts: one tile per query block holding the key blocks of its layout row.
 - Packed documents: each document is its own sequence (the mask's rule 5), so the plan is one
   document plan per document, shifted to where the document starts: the iteration space never
@@ -32,7 +32,7 @@ import torch
 from torch import Tensor
 
 from harness.masks import MaskSpec, block_layout, keep_pairs
-from implementations._kernels.bandplan import BandTiles, Ranges, band_tiles
+from implementations._kernels.tiles.tile_plan_band import BandTiles, Ranges, band_tiles
 
 BAND_BLOCK = 64  # query rows per band tile: (64, 64 + w) tiles measured fastest on 2-core CPU
 

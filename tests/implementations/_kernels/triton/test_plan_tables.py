@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from implementations._kernels import triton_tables
-from implementations._kernels.triton_tables import DECODE_WAVES, MIN_SPLIT_KEYS, split_count
+from implementations._kernels.triton import plan_tables
+from implementations._kernels.triton.plan_tables import DECODE_WAVES, MIN_SPLIT_KEYS, split_count
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 SWEEP = ROOT / "docs/results/h100/2026-11-26-second-lease/kernel-sweep.csv"
 
 
@@ -26,7 +26,7 @@ def sms(monkeypatch):
     """Set the device's SM count: ``sms(132)``."""
 
     def set_count(count: int) -> None:
-        monkeypatch.setattr(triton_tables, "sm_count", lambda device: count)
+        monkeypatch.setattr(plan_tables, "sm_count", lambda device: count)
 
     return set_count
 

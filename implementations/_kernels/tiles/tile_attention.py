@@ -1,5 +1,7 @@
-"""Exact masked attention over a :class:`~implementations._kernels.tiles.Plan`, forward and
-backward.
+"""The way in to the CPU tile path: exact masked attention over a tile plan
+(:class:`~.tile_plan.Plan`), forward and backward. The implementations build the plan with
+:func:`device_plan` (a run) or :func:`plan_shape` (predictions), both re-exported here from
+:mod:`.tile_plan`, and call :func:`tile_attention` and :func:`plan_workspace_bytes`.
 
 Each tile is one batched GEMM pair over all (batch, head) slices: scores
 ``(BH, rows, cols) = Q_rows K_colsᵀ·scale + bias``, a softmax, then ``P V_cols``. A tile holds
@@ -10,7 +12,7 @@ Backward recomputes each tile's probabilities from the saved per-row log-sum-exp
 FlashAttention does) and scatters dK, dV into the tile's key ranges, so it too touches only the
 executed pairs and keeps O(n) extra state.
 
-On CPU the tiles are split over worker threads (:mod:`implementations._kernels.tilepool`).
+On CPU the tiles are split over worker threads (:mod:`.tile_pool`).
 Allocations made there are invisible to torch.profiler's CPU memory events (its state is per
 thread): a measured peak misses about one tile's scores per worker, a constant (~1.3 MiB for
 B=1, H=8, w=256) that does not change the memory exponent; ``plan_workspace_bytes`` includes it.
@@ -25,8 +27,10 @@ import torch
 from torch import Tensor
 
 from harness.spec import Problem, itemsize
-from implementations._kernels.tilepool import map_tiles
-from implementations._kernels.tiles import Plan, PlanShape, Tile
+from implementations._kernels.tiles.tile_plan import Plan, PlanShape, Tile
+from implementations._kernels.tiles.tile_plan import device_plan as device_plan  # the way in
+from implementations._kernels.tiles.tile_plan import plan_shape as plan_shape  # the way in
+from implementations._kernels.tiles.tile_pool import map_tiles
 
 
 def _acc_dtype(dtype: torch.dtype) -> torch.dtype:

@@ -5,8 +5,8 @@ masked tile loads and the fp32 dot (Triton inlines them).
 *Own* positions are the tile's rows (queries in the forward and dQ, keys in dK/dV), *partners*
 the positions it walks. Positions are absolute (query position ``p = i + n_k - n_q``, key
 ``j``: bottom-right aligned, as :mod:`harness.masks`); slots and coordinates as
-:mod:`implementations._kernels.triton_plan`. Tiles are (rows, BLOCK_D) with BLOCK_D the head
-dim D padded to a power of two. Each mask clause (prefix, documents, global tokens, dilation)
+:mod:`.plan_band`. Tiles are (rows, BLOCK_D) with BLOCK_D the head dim D padded to a power
+of two. Each mask clause (prefix, documents, global tokens, dilation)
 is a ``tl.constexpr``: a kernel compiled without it carries no code for it. With documents,
 global tokens and the prefix are each document's own (counted from its start): the plan lists
 the globals as absolute positions, and :func:`own_bounds` offsets the prefix by the start.

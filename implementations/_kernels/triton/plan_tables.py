@@ -1,8 +1,8 @@
-"""Host side of the fused Triton kernels that needs no Triton: the index tables per
-(spec, n_q, n_k, device), cached, and the autotuner's key of a problem.
+"""The plan on the device, without Triton: the index tables per (spec, n_q, n_k, device),
+cached, and the autotuner's key of a problem.
 
-The tables are :mod:`implementations._kernels.triton_plan`'s plans as int32 tensors on the
-device; building them is the part of a first call that :func:`triton_attn.prepare_tables`
+The tables are the plans of :mod:`.plan_band` and :mod:`.plan_blocks` as int32 tensors on the
+device; building them is the part of a first call that :func:`.fused_attention.prepare_tables`
 moves out of the timed region. The cache is keyed by :func:`device_key`, so that preparing on
 ``"cuda"`` and calling with tensors on ``cuda:0`` find the same tables.
 """
@@ -16,8 +16,8 @@ import torch
 from torch import Tensor
 
 from harness.masks import MaskSpec
-from implementations._kernels.triton_blocklist import BlockPlan, block_plan, block_tile
-from implementations._kernels.triton_plan import BandPlan, band_plan
+from implementations._kernels.triton.plan_band import BandPlan, band_plan
+from implementations._kernels.triton.plan_blocks import BlockPlan, block_plan, block_tile
 
 DECODE_MAX_ROWS = 16  # n_q up to this runs the split-KV decode kernels
 DEFAULT_SMS = 132  # an H100's SM count: the split count off a GPU (the interpreter)

@@ -8,7 +8,7 @@ t: query head ``t // ROWS``, slot row ``t % ROWS``), so grouped-query heads read
 once. Each program writes its partial softmax state (unnormalized acc, scaled row max m, row
 sum l); :func:`split_combine` merges the chunks of each row:
 ``out = Σ 2^(m_s − M) acc_s / Σ 2^(m_s − M) l_s``, ``lse = M + log2 Σ 2^(m_s − M) l_s``.
-Masks, slots and the band walk are the prefill kernels' (:mod:`.triton_fwd`).
+Masks, slots and the band walk are the prefill kernels' (:mod:`.forward`).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from implementations._kernels.triton_autotune import TUNE_KEY, configs, prune
-from implementations._kernels.triton_fwd import fwd_band, fwd_cross, stored_rows
-from implementations._kernels.triton_primitives import (
+from implementations._kernels.triton.autotune import TUNE_KEY, configs, prune
+from implementations._kernels.triton.forward import fwd_band, fwd_cross, stored_rows
+from implementations._kernels.triton.primitives import (
     NEG,
     cross_bounds,
     own_bounds,

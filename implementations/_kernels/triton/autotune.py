@@ -22,12 +22,12 @@ descriptor cannot address tunes under its own ``MODE_KEY``: :func:`tma_key`).
 
 Under ``TRITON_INTERPRET=1`` (CPU tests) a single small configuration runs: the interpreter's
 time goes into every extra config, and small tiles exercise more block edges on small inputs
-(tests swap in GPU-sized tiles with ``triton_launch.interpreter_tiles``). The autotuner's key
+(tests swap in GPU-sized tiles with ``launches.interpreter_tiles``). The autotuner's key
 is ``(n_bucket, q_bucket, BLOCK_D, MODE_KEY)`` plus the tensors' dtypes (Triton adds those).
 
 ``ATTNBENCH_AUTOTUNE=off`` (:func:`autotuning`) turns autotuning off: each launch runs its
 kernel's class default, the config the AOT check compiles, and times no other
-(:mod:`.triton_run`). The tests set it: on a GPU every autotuned launch otherwise compiles and
+(:mod:`.launch_modes`). The tests set it: on a GPU every autotuned launch otherwise compiles and
 times every config of its class for every mask mode it meets.
 """
 
@@ -110,7 +110,7 @@ SHAPES: dict[str, list[tuple]] = {
     # decode: 64 keys / 4 warps is not a measured choice. At 4 programs per SM it was the
     # fastest at 32k with 8 K/V heads (0.090 ms; 128 keys: 0.099) and not at 128k (0.247;
     # 128 keys / 4 warps: 0.229) nor at 32k with 32 (0.221; 0.210); at the 2 programs per SM
-    # the split count now aims at (triton_tables.DECODE_WAVES) only it was timed
+    # the split count now aims at (plan_tables.DECODE_WAVES) only it was timed
     "band_fwd_split": [
         (0, 64, 4, 2, ALL),
         (0, 128, 4, 2, ALL),

@@ -1,11 +1,11 @@
 """Launches of the fused Triton kernels: one forward (one launch; split-KV decode: two) and one
 backward (delta, dK/dV, dQ: three launches), and the block sizes the autotuner chose. Each
-launch goes through :func:`.triton_run.launch` (autotuned, pinned or forced config; watchers).
+launch goes through :func:`.launch_modes.launch` (autotuned, pinned or forced config; watchers).
 
 Importing this module imports Triton (the kernel modules define their kernels at import):
-:mod:`implementations._kernels.triton_attn` imports it only where Triton imports. A call does no
-host synchronization (no ``.item()``, no loop over tiles), and launches with the tensors' CUDA
-device current (Triton launches on the current device). K/V may have fewer heads than Q
+:mod:`.fused_attention` (the way in) imports it only where Triton imports. A call does no host
+synchronization (no ``.item()``, no loop over tiles), and launches with the tensors' CUDA device
+current (Triton launches on the current device). K/V may have fewer heads than Q
 (grouped-query attention): query head h reads K/V head ``h // (H / H_kv)``.
 """
 
@@ -18,12 +18,12 @@ import triton
 from torch import Tensor
 
 from harness.masks import MaskSpec
-from implementations._kernels import triton_bwd, triton_bwd_blocks, triton_decode, triton_fwd
-from implementations._kernels.triton_autotune import configs_for, current_capability, tma_key
-from implementations._kernels.triton_blocklist import block_tile
-from implementations._kernels.triton_plan import ceil_div
-from implementations._kernels.triton_run import Launch, launch
-from implementations._kernels.triton_tables import (
+from implementations._kernels.triton import backward, backward_blocks, decode_split_kv, forward
+from implementations._kernels.triton.autotune import configs_for, current_capability, tma_key
+from implementations._kernels.triton.launch_modes import Launch, launch
+from implementations._kernels.triton.plan_band import ceil_div
+from implementations._kernels.triton.plan_blocks import block_tile
+from implementations._kernels.triton.plan_tables import (
     band_tables,
     block_d,
     block_tables,
@@ -36,9 +36,9 @@ from implementations._kernels.triton_tables import (
 LOG2E = 1.4426950408889634
 CHOSEN: dict[tuple, dict] = {}  # tuning key -> the config autotuned or pinned (executed pairs)
 AUTOTUNED = (  # every autotuned kernel: (module, name)
-    (triton_fwd, "band_fwd"), (triton_fwd, "blocks_fwd"), (triton_decode, "band_fwd_split"),
-    (triton_bwd, "band_dq"), (triton_bwd, "band_dkdv"), (triton_bwd_blocks, "blocks_dq"),
-    (triton_bwd_blocks, "blocks_dkdv"),
+    (forward, "band_fwd"), (forward, "blocks_fwd"), (decode_split_kv, "band_fwd_split"),
+    (backward, "band_dq"), (backward, "band_dkdv"), (backward_blocks, "blocks_dq"),
+    (backward_blocks, "blocks_dkdv"),
 )
 
 
@@ -143,7 +143,7 @@ def _band_forward(q, k, v, out, lse, mask: MaskSpec, tail: tuple) -> Launch:
     tail = (*tail[:3], tma_key(tail[3], dict(Q=q, K=k, V=v, Out=out)))  # TMA tunes apart
     args = (q, k, v, out, lse, tables.slots, *tables.pointers, *_strides(q, k, v, out), *sizes,
             *tail)
-    return launch("band_fwd", triton_fwd.band_fwd, grid, args, consts)
+    return launch("band_fwd", forward.band_fwd, grid, args, consts)
 
 
 def _decode_forward(q, k, v, out, lse, mask: MaskSpec, tail: tuple) -> Launch:
@@ -159,11 +159,11 @@ def _decode_forward(q, k, v, out, lse, mask: MaskSpec, tail: tuple) -> Launch:
     part_o = torch.empty((n_split, b * h, n_q, d), dtype=torch.float32, device=q.device)
     part_ml = torch.empty((n_split, b * h, n_q, 2), dtype=torch.float32, device=q.device)
     split = launch(
-        "band_fwd_split", triton_decode.band_fwd_split, (n_split, b * h_kv, len(plan.slots)),
+        "band_fwd_split", decode_split_kv.band_fwd_split, (n_split, b * h_kv, len(plan.slots)),
         (q, k, v, part_o, part_ml, tables.slots, *tables.pointers, *_strides(q, k, v), *sizes,
          tail[0], n_split, *tail[1:]), dict(ROWS=rows, BLOCK_M=block_m, **consts),
     )
-    launch("split_combine", triton_decode.split_combine, (ceil_div(n_q, 16), b * h),
+    launch("split_combine", decode_split_kv.split_combine, (ceil_div(n_q, 16), b * h),
            (part_o, part_ml, out, lse, *_strides(out), h, n_q, n_split),
            dict(D=d, BLOCK_D=block_d(d), BLOCK=16, enable_fp_fusion=True))
     return split
@@ -177,7 +177,7 @@ def _blocks_forward(q, k, v, out, lse, mask: MaskSpec, tail: tuple) -> Launch:
     tables = (bp.q_pos, bp.starts, bp.mids, bp.ends, bp.cols, bp.order)
     sizes = (h, h // k.shape[1], n_q, n_k, n_k - n_q, mask.block_size, _global_reach(mask))
     consts = dict(TILE=block_tile(mask.block_size), **_constexprs(q))
-    return launch("blocks_fwd", triton_fwd.blocks_fwd, (bp.q_pos.numel(), b * h),
+    return launch("blocks_fwd", forward.blocks_fwd, (bp.q_pos.numel(), b * h),
                   (q, k, v, out, lse, *tables, *_strides(q, k, v, out), *sizes, *tail), consts)
 
 
@@ -212,7 +212,7 @@ def _delta(out: Tensor, dout: Tensor) -> Tensor:
     """rowsum(dO ∘ O): (B·H, n_q) float32, one launch of ``delta_kernel``."""
     b, h, n_q, d = out.shape
     delta = torch.empty((b * h, n_q), dtype=torch.float32, device=out.device)
-    launch("delta_kernel", triton_bwd.delta_kernel, (ceil_div(n_q, 64), b * h),
+    launch("delta_kernel", backward.delta_kernel, (ceil_div(n_q, 64), b * h),
            (out, dout, delta, *_strides(out, dout), h, n_q),
            dict(D=d, BLOCK_D=block_d(d), BLOCK=64, enable_fp_fusion=True))
     return delta
@@ -226,11 +226,11 @@ def _band_backward(head: tuple, grads: tuple, lse, delta, mask: MaskSpec, tail: 
     tables, sizes, consts = _band_args(q, k, mask)
     plan, b = tables.plan, q.shape[0]
     grid = lambda m: (ceil_div(plan.max_keys, m["BLOCK_N"]), b * k.shape[1], len(plan.key_slots))
-    launch("band_dkdv", triton_bwd.band_dkdv, grid,
+    launch("band_dkdv", backward.band_dkdv, grid,
            (*head, *grads[1:], lse, delta, tables.key_slots, *tables.pointers,
             *_strides(*head, dk), *sizes, *tail), consts)
     grid = lambda m: (ceil_div(plan.max_rows, m["BLOCK_M"]), b * q.shape[1], len(plan.slots))
-    launch("band_dq", triton_bwd.band_dq, grid,
+    launch("band_dq", backward.band_dq, grid,
            (*head, dq, lse, delta, tables.slots, *tables.pointers, *_strides(*head, dq), *sizes,
             *tail), consts)
 
@@ -246,8 +246,8 @@ def _blocks_backward(head: tuple, grads: tuple, lse, delta, mask: MaskSpec, tail
     sizes = (h, h // k.shape[1], n_q, n_k, n_k - n_q, mask.block_size, _global_reach(mask))
     tile = dict(TILE=block_tile(mask.block_size), **_constexprs(q))
     t_tables = (bp.t_pos, bp.t_starts, bp.t_mids, bp.t_ends, bp.t_cols, bp.t_order)
-    launch("blocks_dkdv", triton_bwd_blocks.blocks_dkdv, (bp.t_pos.numel(), b * k.shape[1]),
+    launch("blocks_dkdv", backward_blocks.blocks_dkdv, (bp.t_pos.numel(), b * k.shape[1]),
            (*head, *grads[1:], lse, delta, *t_tables, *_strides(*head, dk), *sizes, *tail), tile)
     tables = (bp.q_pos, bp.starts, bp.mids, bp.ends, bp.cols, bp.order)
-    launch("blocks_dq", triton_bwd_blocks.blocks_dq, (bp.q_pos.numel(), b * h),
+    launch("blocks_dq", backward_blocks.blocks_dq, (bp.q_pos.numel(), b * h),
            (*head, dq, lse, delta, *tables, *_strides(*head, dq), *sizes, *tail), tile)

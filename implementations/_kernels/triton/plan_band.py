@@ -1,7 +1,9 @@
-"""Iteration spaces of the fused Triton kernels, built on the host once per (spec, n_q, n_k).
+"""The plan of the band kernels: their iteration spaces, built on the host once per
+(spec, n_q, n_k). One of the family's plan's three parts: band slots (here), BigBird block
+lists (:mod:`.plan_blocks`), both as device tables (:mod:`.plan_tables`).
 
 No Triton here: the slots the kernels read (small int rows), the per-position tables of
-documents and global tokens (:class:`BandPlan` fields, made tensors in ``triton_tables``), and
+documents and global tokens (:class:`BandPlan` fields, made tensors in ``plan_tables``), and
 the executed-pair count at the kernel's block granularity in O(number of blocks).
 
 Band masks (``flash-tiled`` full/causal, ``local``, ``dilated``, ``longformer``) are described by
@@ -9,7 +11,7 @@ Band masks (``flash-tiled`` full/causal, ``local``, ``dilated``, ``longformer``)
 class coordinates: ``p = r + step·x`` for ``x`` in ``[x_start, x_start + n_own)``, walking
 *partner* positions of the same class ``r + step·c`` for ``c`` in ``[c_start, c_end)``. Own ``x``
 keeps the partners in one interval (:func:`own_bounds`, mirrored by the kernels'
-``triton_primitives.own_bounds``): ``[x + lo_rel, x + hi_rel]`` (the window, causality folded
+``primitives.own_bounds``): ``[x + lo_rel, x + hi_rel]`` (the window, causality folded
 into ``hi_rel``); a position ``p < prefix_len`` also keeps ``[0, prefix_len)`` (prefix-LM, in
 slots of step 1, where the two intervals meet); with documents the interval is cut to the
 document ``[s, e)`` of ``p``, and the prefix is the document's own: ``p - s < prefix_len`` keeps
@@ -21,13 +23,13 @@ the partner positions from the least start to the greatest end of its owns' pref
 (:func:`prefix_segments`), keeping those outside the band.
 
 Global positions G (``global_tokens`` as a count or as positions; with documents each
-document's own, listed as absolute positions by :func:`global_table`): a *table* slot whose owns are
-G itself (every partner, causality and documents kept), and in every class slot a *cross*
+document's own, listed as absolute positions by :func:`global_table`): a *table* slot whose owns
+are G itself (every partner, causality and documents kept), and in every class slot a *cross*
 segment over the partners in G that the band does not already hold. Class slots skip storing
 owns in G (the table slot writes them). The dK/dV *key slots* are the same construction with
 keys as owns and ``(lo_rel, hi_rel)`` negated and swapped.
 
-BigBird layouts are CSR lists instead (:mod:`implementations._kernels.triton_blocklist`).
+BigBird layouts are CSR lists instead (:mod:`.plan_blocks`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What the feature-space attention of :mod:`implementations._kernelized` is and costs, declared
+"""What the feature-space attention of :mod:`implementations._feature_maps` is and costs, declared
 once for ``linear``, ``performer`` and ``fla-linear``: its definition written out (the O(n²)
 reference each one's ``reference`` evaluates with its own feature map) and one closed-form
 formula per cost (FLOPs, executed FLOPs of the chunked causal path, recurrent-state bytes,
@@ -12,7 +12,7 @@ from torch import Tensor
 
 from harness.masks import MaskSpec, keep_pairs
 from harness.spec import Problem
-from implementations._kernelized import (
+from implementations._feature_maps import (
     BLOCKED_REDUCTION_DEVICES,
     REDUCE_ROWS,
     chunk_bytes,
