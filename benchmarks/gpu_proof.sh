@@ -83,6 +83,10 @@ PYTEST_OPTS=(-o "addopts=-p no:cacheprovider" -p no:randomly)
 "$PY" -c "import pytest_benchmark" >/dev/null 2>&1 && PYTEST_OPTS+=(--benchmark-disable)
 XDIST=()
 "$PY" -c "import xdist" >/dev/null 2>&1 && XDIST=(-n auto)
+# work stealing (pytest-xdist >= 3.2): an idle worker takes queued tests from a busy one; with
+# the compile-heavy tests first (tests/conftest.py) the run does not wait on one worker's queue
+"$PY" -c "import xdist, sys; sys.exit(tuple(map(int, xdist.__version__.split('.')[:2])) < (3, 2))" \
+  >/dev/null 2>&1 && XDIST+=(--dist worksteal)
 PARALLEL=(-m "cuda and not gpu_alone" tests)
 SERIAL=(-m "cuda and gpu_alone" tests)
 FLEX=(tests/implementations/test_flex.py)
@@ -136,11 +140,13 @@ archive() {
 
 cap_for() {  # cap_for NOMINAL_S MIN_S RESERVE_S: the step's cap (its nominal share, scaled,
   # at least MIN_S, within what is left less RESERVE_S for the steps after it and the --also
-  # measurements' shares), or 0 when under MIN_S
+  # measurements' shares), or 0 when under MIN_S; NOMINAL_S 0: all that is left (the profile
+  # takes what the steps before it did not use)
   "$PY" - "$1" "$2" "$3" "$SCALE" "$BUDGET" "$(( $(date +%s) - START ))" "$EXTRA_S" <<'PY'
 import sys
 nominal, minimum, reserve, scale, budget, used, extra = map(float, sys.argv[1:])
-cap = min(max(nominal * scale, minimum), budget - used - reserve * min(scale, 1.0) - extra)
+left = budget - used - reserve * min(scale, 1.0) - extra
+cap = left if nominal == 0 else min(max(nominal * scale, minimum), left)
 print(int(cap) if cap >= minimum else 0)
 PY
 }
@@ -292,8 +298,8 @@ step tests-serial 20 10 65 tests tests-serial "${SERIAL[@]}" || rc=1
 step smoke 115 30 35 smoke || rc=1
 step decode-targets 8 5 30 "$PY" benchmarks/decode_targets.py --run-dir "$OUT/gpu-smoke-decode" \
   || rc=1
-step profile 30 20 10 profile || rc=1
-step verdicts 12 8 0 verdicts || rc=1
+step profile 0 20 35 profile || rc=1  # all that is left, less the verdicts' reserve
+step verdicts 30 8 0 verdicts || rc=1
 SCALE=1 EXTRA_S=0  # the measurements' caps are their own, within what is left
 case ",$ALSO," in *,linear,*) step linear-targets 60 30 0 linear_targets || rc=1 ;; esac
 case ",$ALSO," in *,sweep,*) step kernel-sweep 150 60 0 kernel_sweep || rc=1 ;; esac

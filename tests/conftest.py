@@ -20,6 +20,18 @@ os.environ.setdefault("ATTNBENCH_AUTOTUNE", "off")
 # set in the environment, so the CLI subprocesses that tests start use it too.
 os.environ.setdefault("ATTNBENCH_CACHE_DIR", tempfile.mkdtemp(prefix="attnbench-test-cache-"))
 
+COMPILE_HEAVY = ("_kernels/triton/test_fused_attention.py", "gradients")
+"""Tests whose node id holds both strings compile a forward and two backward kernels for their
+mask mode: 40-85 s each on the H100's 16 busy cores (the proof of 2026-11-26, lease 3)."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On a CUDA machine the compile-heavy kernel tests go first (a stable sort, the same in
+    every pytest-xdist worker), so the workers do not end on a lone 80 s compile."""
+    if torch.cuda.is_available():
+        items.sort(key=lambda item: not all(part in item.nodeid for part in COMPILE_HEAVY))
+
+
 # The core implementations: every test over the core set uses this list.
 CORE_IMPLEMENTATIONS = [
     "full",

@@ -188,12 +188,15 @@ def test_graph_replay_equals_the_eager_step():
     torch.testing.assert_close(replayed, eager.run(), rtol=tol.rtol, atol=tol.atol)
 
 
+@pytest.mark.gpu_alone  # compares host issue times: 16 compiling workers beside it blur them
 @pytest.mark.parametrize("scenario", ["attention", "attention+backward", "block"])
 def test_cuda_graph_for_any_scenario_and_the_host_fraction_it_removes(scenario):
     """``[measure] cuda_graph = true`` replays every scenario's timed call from a graph that
-    agrees with the reference; a small eager call is host-bound (its host issues for most of
-    its GPU time), its replay (one launch) much less so."""
-    point = Point.of("sdpa", scenario, device="cuda", seq_len=128, heads=2, head_dim=64,
+    agrees with the reference; a small eager call of several launches is host-bound (its host
+    issues for most of its GPU time), its replay (one launch) much less so. ``full`` (eager
+    attention: products, mask, softmax, each a launch), not ``sdpa``, whose forward is one
+    kernel: its replay saves little host time (0.987 against 0.964 on the H100 under load)."""
+    point = Point.of("full", scenario, device="cuda", seq_len=128, heads=2, head_dim=64,
                      dtype="bfloat16")
     device = get_device("cuda")
     eager = run_point(point, replace(FAST, cuda_graph=False), device)
