@@ -61,6 +61,21 @@ def test_a_repeated_spec_never_recompiles():
     assert after == before, f"{after - before} recompiles on the second round"
 
 
+def test_the_availability_rule_is_dynamos_own_without_importing_it(monkeypatch):
+    """The quick rule agrees with ``torch._dynamo.is_dynamo_supported()`` here, refuses a
+    Python torch.compile does not support, and checking it imports no ``torch._dynamo``."""
+    import subprocess
+    import sys
+
+    assert (flex.dynamo_unsupported_reason() is None) == torch._dynamo.is_dynamo_supported()
+    monkeypatch.setattr(sys, "version_info", (3, 15, 0, "final", 0))
+    assert "3.15" in flex.dynamo_unsupported_reason()
+    monkeypatch.undo()
+    code = ("import sys; from implementations import flex; flex._availability(); "
+            "sys.exit('torch._dynamo' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
 def test_backward_on_cpu_is_declared_unsupported():
     reasons = registry.get("flex-local").not_supported(
         Problem(1, 1, 64, 64, 16, mask=MaskSpec(causal=True, window=(3, 0)), backward=True)
