@@ -15,6 +15,7 @@ import re
 import sys
 import warnings
 import xml.etree.ElementTree as ET
+from collections import Counter
 from pathlib import Path
 
 import pandas as pd
@@ -53,13 +54,18 @@ def tests(out: Path, name: str) -> tuple[list[str], int]:
     passed = n["tests"] - n["failures"] - n["errors"] - n["skipped"]
     lines = [f"{name}: {passed} passed, {n['failures']} failed, {n['errors']} errors, "
              f"{n['skipped']} skipped of {n['tests']} in {float(suite.get('time', 0)):.0f} s"]
+    skips: Counter[str] = Counter()
     for case in suite.iter("testcase"):
         for tag in ("failure", "error", "skipped"):
             node = case.find(tag)
-            if node is not None:
-                message = (node.get("message") or "").splitlines()[0:1]
-                lines.append(f"  {tag} {case.get('classname')}::{case.get('name')}: "
-                             f"{(message[0] if message else '')[:160]}")
+            if node is None:
+                continue
+            message = ((node.get("message") or "").splitlines() or [""])[0][:160]
+            if tag == "skipped":  # one line per reason: a parametrized skip is one decision
+                skips[message] += 1
+            else:
+                lines.append(f"  {tag} {case.get('classname')}::{case.get('name')}: {message}")
+    lines += [f"  skipped {count}: {reason}" for reason, count in skips.most_common()]
     return lines, n["failures"] + n["errors"]
 
 

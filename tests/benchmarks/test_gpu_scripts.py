@@ -69,7 +69,6 @@ def test_the_proof_dry_run_lists_every_cuda_test_even_without_pytest_benchmark(t
     assert result.returncode == 0, result.stderr[-2000:]
     listed = [line.split(": ", 1) for line in result.stdout.splitlines()]
     cuda = {test for selection, test in listed if selection in ("cuda", "cuda-alone")}
-    flex = {test for selection, test in listed if selection == "flex"}
     assert any(t.startswith("tests/cuda/test_cuda.py::") for t in cuda)
     kernel_tests = "tests/implementations/_kernels/triton/test_fused_attention.py::"
     kernels = {t for t in cuda if t.startswith(kernel_tests)}
@@ -79,10 +78,10 @@ def test_the_proof_dry_run_lists_every_cuda_test_even_without_pytest_benchmark(t
     timing, nvml = "tests/harness/measure/test_timing.py::", "tests/harness/measure/test_nvml.py::"
     assert f"{timing}test_cuda_flush_per_call_times_one_call_per_event_pair" in cuda
     assert f"{nvml}test_cuda_clock_columns_come_from_nvml_or_say_why" in cuda
-    assert any(t.startswith("tests/implementations/test_flex.py::") for t in flex)
+    assert {selection for selection, _ in listed} == {"cuda", "cuda-alone"}  # no CPU files
     # every test that skips itself without CUDA is in the proof
     marked = _tests_skipping_without_cuda()
-    assert marked and marked <= cuda | flex, sorted(marked - cuda - flex)
+    assert marked and marked <= cuda, sorted(marked - cuda)
 
 
 def test_the_proof_says_why_the_python_it_found_cannot_run_it(tmp_path):
