@@ -32,6 +32,14 @@ from implementations._feature_maps import (
     compute_dtype,
     kernel_attention,
 )
+from implementations._kernels.triton.feature_attention import (
+    FUSED,
+    feature_attention,
+    fused_workspace_bytes,
+    path_reasons,
+    runs_fused,
+    takes_fused,
+)
 from implementations._feature_maps_spec import (
     feature_definition,
     kernel_chunk_bytes,
@@ -94,10 +102,11 @@ def linear_reference(
     chunk_size: int = 64,
     segment_bytes: int = 0,
     rows: Tensor | None = None,
+    fused: int = -1,
 ) -> Tensor:
     """The definition in the inputs' dtype (float64 inputs: the float64 reference), O(n²):
-    weights φ(q_i)ᵀφ(k_j) over the kept pairs, normalised. ``chunk_size`` and
-    ``segment_bytes`` are not part of the definition (accepted so the signature matches);
+    weights φ(q_i)ᵀφ(k_j) over the kept pairs, normalised. ``chunk_size``, ``segment_bytes``
+    and ``fused`` are not part of the definition (accepted so the signature matches);
     ``rows`` limits the output to those rows."""
     no_scale(scale)
     return feature_definition(F.elu(q) + 1, F.elu(k) + 1, v, mask, rows)
@@ -114,6 +123,8 @@ def _chunk(p: Problem) -> int:
 
 
 def _workspace(p: Problem) -> int:
+    if runs_fused(p):
+        return fused_workspace_bytes(p, p.head_dim, favor=False)
     cap = int(p.param("segment_bytes", SEGMENT.default))
     return kernel_workspace(p, p.head_dim, _chunk(p), _map_temps(p), cap)
 
@@ -121,7 +132,7 @@ def _workspace(p: Problem) -> int:
 def _reasons(p: Problem) -> list[str]:
     need = kernel_chunk_bytes(p, p.head_dim, _chunk(p), _map_temps(p))
     reason = cap_reason(int(p.param("segment_bytes", SEGMENT.default)), need, _chunk(p))
-    return [reason] if reason else []
+    return ([reason] if reason else []) + path_reasons(p)
 
 
 @register(
@@ -135,7 +146,7 @@ def _reasons(p: Problem) -> list[str]:
         flops=lambda p: kernel_flops(p, p.head_dim),
     ),
     description="linear transformer, φ = elu + 1: O(n·D²); causal chunk by chunk with a state",
-    params={"chunk_size": CHUNK, "segment_bytes": SEGMENT},
+    params={"chunk_size": CHUNK, "segment_bytes": SEGMENT, "fused": FUSED},
     extra_reasons=_reasons,
     reference=linear_reference,
     recurrence=Recurrence(new_state=LinearState, state_bytes=lambda p: state_bytes(p, p.head_dim)),
@@ -148,9 +159,13 @@ def linear_attention(
     scale: float | None = None,
     chunk_size: int = 64,
     segment_bytes: int = 0,
+    fused: int = -1,
 ) -> Tensor:
-    """q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D) -> (B, H, n_q, D)."""
+    """q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D) -> (B, H, n_q, D). Non-causal forward calls
+    on CUDA run the fused Triton kernels (``fused``: :data:`FUSED`), the rest the PyTorch path."""
     no_scale(scale)
     check_inputs(q, k, v)
+    if takes_fused(int(fused), q, k, v, mask.causal):
+        return feature_attention(q, k, v)
     state = LinearState(problem_of(q, k, v, mask), chunk_size, segment_bytes)
     return kernel_attention(state, q, k, v, mask.causal)

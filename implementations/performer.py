@@ -53,6 +53,15 @@ from implementations._feature_maps import (
     compute_dtype,
     kernel_attention,
 )
+from implementations._kernels.triton.feature_attention import (
+    FUSED,
+    feature_attention,
+    fused_workspace_bytes,
+    path_reasons,
+    runs_fused,
+    split_weights,
+    takes_fused,
+)
 from implementations._feature_maps_spec import (
     feature_definition,
     kernel_chunk_bytes,
@@ -86,6 +95,16 @@ def device_features(
     elements each: 64 KiB at m = 256, D = 64)."""
     w = orthogonal_features(features, head_dim, seed) * math.sqrt(scale)
     return w.to(device=device, dtype=dtype)
+
+
+@lru_cache(maxsize=32)
+def fused_features(
+    features: int, head_dim: int, seed: int, scale: float, device: torch.device
+) -> Tensor:
+    """√scale·W as the fused kernels take it (:func:`split_weights`): (2, m, D) fp32, made once
+    per device (2·m·D floats: 128 KiB at m = 256, D = 64)."""
+    w = orthogonal_features(features, head_dim, seed) * math.sqrt(scale)
+    return split_weights(w.float()).to(device)
 
 
 def favor_logits(x: Tensor, w: Tensor, scale: float) -> Tensor:
@@ -171,10 +190,11 @@ def performer_reference(
     chunk_size: int = 64,
     segment_bytes: int = 0,
     rows: Tensor | None = None,
+    fused: int = -1,
 ) -> Tensor:
     """The definition in the inputs' dtype (float64 inputs: the float64 reference), O(n²): the
     same W and stabilisers, weights φ(q_i)ᵀφ(k_j) over the kept pairs, normalised.
-    ``chunk_size`` and ``segment_bytes`` are not part of the definition; ``rows`` limits the
+    ``chunk_size``, ``segment_bytes`` and ``fused`` are not part of the definition; ``rows`` limits the
     output to those rows."""
     w = orthogonal_features(features, q.shape[-1], mask.seed).to(q.device, q.dtype)
     s = _scale(scale, q.shape[-1])
@@ -199,6 +219,8 @@ def _chunk(p: Problem) -> int:
 
 
 def _workspace(p: Problem) -> int:
+    if runs_fused(p):
+        return fused_workspace_bytes(p, _m(p), favor=True)
     cap = int(p.param("segment_bytes", SEGMENT.default))
     return kernel_workspace(p, _m(p), _chunk(p), _map_temps(p), cap)
 
@@ -206,7 +228,7 @@ def _workspace(p: Problem) -> int:
 def _reasons(p: Problem) -> list[str]:
     need = kernel_chunk_bytes(p, _m(p), _chunk(p), _map_temps(p))
     reason = cap_reason(int(p.param("segment_bytes", SEGMENT.default)), need, _chunk(p))
-    return [reason] if reason else []
+    return ([reason] if reason else []) + path_reasons(p)
 
 
 def _flops(p: Problem) -> int:
@@ -232,7 +254,7 @@ def _flops(p: Problem) -> int:
         ),
     ),
     description="Performer FAVOR+, positive orthogonal random features: O(n·m·D)",
-    params={"features": FEATURES, "chunk_size": CHUNK, "segment_bytes": SEGMENT},
+    params={"features": FEATURES, "chunk_size": CHUNK, "segment_bytes": SEGMENT, "fused": FUSED},
     extra_reasons=_reasons,
     reference=performer_reference,
     recurrence=Recurrence(
@@ -249,8 +271,14 @@ def performer_attention(
     features: int = 256,
     chunk_size: int = 64,
     segment_bytes: int = 0,
+    fused: int = -1,
 ) -> Tensor:
-    """q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D) -> (B, H, n_q, D)."""
+    """q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D) -> (B, H, n_q, D). Non-causal forward calls
+    on CUDA run the fused Triton kernels (``fused``: :data:`FUSED`), the rest the PyTorch path."""
     check_inputs(q, k, v)
+    if takes_fused(int(fused), q, k, v, mask.causal):
+        s = _scale(scale, q.shape[-1])
+        return feature_attention(q, k, v, fused_features(features, q.shape[-1], mask.seed, s,
+                                                         q.device), s)
     state = PerformerState(problem_of(q, k, v, mask), features, chunk_size, scale, segment_bytes)
     return kernel_attention(state, q, k, v, mask.causal)
