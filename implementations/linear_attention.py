@@ -32,6 +32,13 @@ from implementations._feature_maps import (
     compute_dtype,
     kernel_attention,
 )
+from implementations._feature_maps_spec import (
+    feature_definition,
+    kernel_chunk_bytes,
+    kernel_flops,
+    kernel_workspace,
+    state_bytes,
+)
 from implementations._kernels.triton.feature_attention import (
     FUSED,
     feature_attention,
@@ -39,13 +46,6 @@ from implementations._kernels.triton.feature_attention import (
     path_reasons,
     runs_fused,
     takes_fused,
-)
-from implementations._feature_maps_spec import (
-    feature_definition,
-    kernel_chunk_bytes,
-    kernel_flops,
-    kernel_workspace,
-    state_bytes,
 )
 
 CHUNK = Param(
@@ -64,7 +64,10 @@ def elu_features(x: Tensor) -> Tensor:
 class LinearState(KernelState):
     """The linear transformer's recurrent state: ``[S | z]`` (B·H_kv, D, Dv + 1)."""
 
-    def __init__(self, problem: Problem, chunk_size: int = 64, segment_bytes: int = 0):
+    def __init__(
+        self, problem: Problem, chunk_size: int = 64, segment_bytes: int = 0, fused: int = -1
+    ):
+        """``fused`` is accepted with the call's parameters: a recurrent state runs PyTorch."""
         p = problem
         super().__init__(
             p.batch,

@@ -53,6 +53,13 @@ from implementations._feature_maps import (
     compute_dtype,
     kernel_attention,
 )
+from implementations._feature_maps_spec import (
+    feature_definition,
+    kernel_chunk_bytes,
+    kernel_flops,
+    kernel_workspace,
+    state_bytes,
+)
 from implementations._kernels.triton.feature_attention import (
     FUSED,
     feature_attention,
@@ -61,13 +68,6 @@ from implementations._kernels.triton.feature_attention import (
     runs_fused,
     split_weights,
     takes_fused,
-)
-from implementations._feature_maps_spec import (
-    feature_definition,
-    kernel_chunk_bytes,
-    kernel_flops,
-    kernel_workspace,
-    state_bytes,
 )
 from implementations.linear_attention import CHUNK
 
@@ -129,7 +129,9 @@ class PerformerState(KernelState):
         chunk_size: int = 64,
         scale: float | None = None,
         segment_bytes: int = 0,
+        fused: int = -1,
     ):
+        """``fused`` is accepted with the call's parameters: a recurrent state runs PyTorch."""
         p = problem
         super().__init__(
             p.batch,
@@ -194,8 +196,8 @@ def performer_reference(
 ) -> Tensor:
     """The definition in the inputs' dtype (float64 inputs: the float64 reference), O(n²): the
     same W and stabilisers, weights φ(q_i)ᵀφ(k_j) over the kept pairs, normalised.
-    ``chunk_size``, ``segment_bytes`` and ``fused`` are not part of the definition; ``rows`` limits the
-    output to those rows."""
+    ``chunk_size``, ``segment_bytes`` and ``fused`` are not part of the definition; ``rows``
+    limits the output to those rows."""
     w = orthogonal_features(features, q.shape[-1], mask.seed).to(q.device, q.dtype)
     s = _scale(scale, q.shape[-1])
     lq, lk = favor_logits(q, w, s), favor_logits(k, w, s)

@@ -371,11 +371,13 @@ def jobs(workloads: tuple[str, ...], head_dims: tuple[int, ...], targets: tuple[
 
 
 def ci_jobs(head_dims: tuple[int, ...], targets: tuple[str, ...]) -> list[Job]:
-    """The CI's compiles: the default config of each launch of ``CI_WORKLOADS``, then the
+    """The CI's compiles: the default config of each launch of ``CI_WORKLOADS`` and
+    ``FEATURE_WORKLOADS`` (the feature-map attention's pinned tiles), then the
     ``CI_EXTRA`` defaults, then on sm_90 the forward's first config of each Hopper path (TMA;
     TMA with a warp-specialized loop), a listed one before the candidates, within
     ``head_dims`` and ``targets``."""
     out = jobs(CI_WORKLOADS, head_dims, targets, False)
+    out += jobs(tuple(FEATURE_WORKLOADS), head_dims, targets, False)
     for workload, kernel, d, target in CI_EXTRA:
         if d in head_dims and target in targets:
             names = [launch.name for launch in record(workload, d)]

@@ -108,12 +108,13 @@ def tiles(head_dim: int, favor: bool) -> dict[str, int]:
     D <= 64: 64-row tiles and 64 features (each tile 32 registers a thread at 4 warps); wider
     heads halve the rows and the feature block, so each tile stays at or under 64 (FAVOR+'s
     output at D = 128 spilled on sm_80 with 64 rows: 32). D = 256: 32-row tiles of 256
-    columns are 64 registers each at 4 warps and spilled: 8 warps."""
+    columns are 64 registers each at 4 warps and spilled: 8 warps; FAVOR+ there still spilled
+    with 32 rows (K, V and logits tiles beside the accumulator): 16."""
     block_d = max(16, 1 << max(head_dim - 1, 0).bit_length())
-    wide = block_d > 64
+    wide, rows = block_d > 64, 16 if favor and block_d > 128 else 32
     return dict(BLOCK_D=block_d, BLOCK_F=32 if wide else 64 if favor else block_d,
-                BLOCK_N=32 if wide else 64,
-                BLOCK_M=32 if block_d > 128 or (wide and favor) else 64,
+                BLOCK_N=rows if wide else 64,
+                BLOCK_M=rows if block_d > 128 or (wide and favor) else 64,
                 num_warps=8 if block_d > 128 else 4)
 
 
@@ -156,7 +157,8 @@ def feature_attention(q: Tensor, k: Tensor, v: Tensor, w: Tensor | None = None,
     """Non-causal feature-map attention in three launches. q: (B, H, n_q, D), k/v: (B, H_kv,
     n_k, D), H a multiple of H_kv -> (B, H, n_q, D) in q's dtype. ``w`` None: φ = elu + 1;
     else FAVOR+ with W' = √scale·W as (2, m, D) fp32 (:func:`split_weights`) and softmax scale
-    ``scale`` (the keys' −scale·|k|²/2). CUDA tensors, or CPU tensors under ``TRITON_INTERPRET=1``."""
+    ``scale`` (the keys' −scale·|k|²/2). CUDA tensors, or CPU tensors under
+    ``TRITON_INTERPRET=1``."""
     if feature_kernels is None:
         raise RuntimeError(_IMPORT_ERROR)
     q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))

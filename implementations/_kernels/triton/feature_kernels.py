@@ -30,7 +30,8 @@ Matrix products take fp32 operands (16-bit inputs are upcast in registers, exact
 fp16 fit TF32) on TF32 tensor cores for 16-bit inputs (the features and the state then carry
 TF32's 2^-11 rounding, below fp16's output rounding; the FAVOR+ logits, which an exponential
 amplifies, come from W' split in two, :func:`favor_logits`), "tf32x3" (three TF32 products,
-about fp32's accuracy) for fp32 inputs, IEEE in the interpreter. Odd D: loads are masked to BLOCK_D, a power of two >= 16.
+about fp32's accuracy) for fp32 inputs, IEEE in the interpreter. Odd D: loads are masked to
+BLOCK_D, a power of two >= 16.
 """
 
 from __future__ import annotations

@@ -15,16 +15,16 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 pytest.importorskip("triton")
 
-from harness import registry  # noqa: E402
-from harness.masks import MaskSpec  # noqa: E402
-from harness.measure.device import profiler_peak_bytes  # noqa: E402
-from harness.oracle.agreement import output_agreement  # noqa: E402
-from harness.registry import NotSupportedError, problem_of  # noqa: E402
-from harness.spec import Problem  # noqa: E402
-from implementations._kernels.triton import feature_attention as fa  # noqa: E402
-from implementations._kernels.triton import launch_modes  # noqa: E402
-from implementations.performer import fused_features, orthogonal_features  # noqa: E402
-from tests.conftest import make_qkv  # noqa: E402
+from harness import registry
+from harness.masks import MaskSpec
+from harness.measure.device import profiler_peak_bytes
+from harness.oracle.agreement import output_agreement
+from harness.registry import NotSupportedError, problem_of
+from harness.spec import Problem
+from implementations._kernels.triton import feature_attention as fa
+from implementations._kernels.triton import launch_modes
+from implementations.performer import orthogonal_features
+from tests.conftest import make_qkv
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 PARAMS = {"linear": {"fused": 1}, "performer": {"features": 48, "fused": 1}}
