@@ -261,22 +261,22 @@ def judge(rows: list[dict], n_top: int) -> list[tuple[str, bool | None, str]]:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| row | path | n | ms (median) | GPU ops | ATen ops | host ms | device ms "
-             "| host_frac | peak MiB | model MiB |", "|---" * 11 + "|"]
+    lines = ["| row | n | ms (median) | GPU ops | ATen ops | host ms | device ms "
+             "| host_frac | peak MiB | model MiB | path |", "|---" * 11 + "|"]
     for r in rows:
         if "ms" not in r:
             why = r.get("skipped") or r.get("error", "")
-            lines.append(f"| {r['row']} | | {r['n']} | {why[:60]} | | | | | | | |")
+            lines.append(f"| {r['row']} | {r['n']} | {why[:60]} | | | | | | | | |")
             continue
 
         def mib(x: int | None) -> str:
             return "" if x is None else f"{x / 2**20:.1f}"
 
         lines.append(
-            f"| {r['row']} | {r.get('path', '')} | {r['n']} | {r['ms']:.3f} "
+            f"| {r['row']} | {r['n']} | {r['ms']:.3f} "
             f"| {r['gpu_ops'] or ''} | {r['aten_ops']} "
             f"| {r['host_ms']:.3f} | {r['device_ms']:.3f} | {r['host_frac']:.3f} "
-            f"| {mib(r['peak_bytes'])} | {mib(r['model_bytes'])} |"
+            f"| {mib(r['peak_bytes'])} | {mib(r['model_bytes'])} | {r.get('path', '')} |"
         )
     return "\n".join(lines)
 

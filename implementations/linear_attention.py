@@ -11,6 +11,9 @@ positions at once with the D×(D + 1) state before each chunk from one cumulativ
 decides (``segment_bytes``). Its recurrent form
 (:class:`LinearState`) decodes one token in O(D²), whatever the context length.
 
+On CUDA, non-causal forward calls run three fused Triton launches instead (``fused``,
+:mod:`implementations._kernels.triton.feature_attention`): q, k, v read once, no fp32 copies.
+
 Not an approximation of softmax attention but a different attention: the agreement check holds
 it to its own float64 definition (:func:`linear_reference`); its distance from softmax attention
 is the measured ``approx_err``.

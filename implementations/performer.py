@@ -30,6 +30,12 @@ the same recurrent state as ``linear``.
   (a prefix's key maximum is not the sequence's), and the causal and recurrent forms would
   compute different functions.
 
+- The fused path (non-causal forward calls on CUDA, ``fused``; :mod:`implementations._kernels.
+  triton.feature_kernels`): each program of the key pass shifts its logits by its own running
+  maximum per feature m_{s,f}; the combine weights each partial state by exp(m_{s,f} − M), M
+  the head's largest key logit, which gives the global-key-maximum stabiliser above exactly
+  (in exact arithmetic), every exponent <= 0.
+
 The agreement check holds it to :func:`performer_reference` (its own definition with the same
 W, in float64); its distance from exact softmax attention is the measured ``approx_err``.
 """
