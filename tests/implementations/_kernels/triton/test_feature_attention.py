@@ -123,8 +123,8 @@ def test_favor_stabiliser_is_exact_when_key_logits_differ_by_over_100():
 @pytest.mark.parametrize("name,favor", [("linear", False), ("performer", True)])
 def test_workspace_formula_is_the_measured_peak(name, favor):
     """Peak bytes above the inputs and output (profiler allocation events, on the CPU under the
-    interpreter; torch's allocator on CUDA) = the fused workspace formula, the registered
-    memory model of a call that runs the fused path."""
+    interpreter) = the fused workspace formula, the registered memory model of a call that runs
+    the fused path; on CUDA torch's allocator rounds each of the 5 buffers up to 512 B."""
     shape = (2, 4, 2, 97, 130, 59)
     q, k, v = _inputs(shape, torch.float32, seed=1)
     params = dict(PARAMS[name])
@@ -146,7 +146,8 @@ def test_workspace_formula_is_the_measured_peak(name, favor):
             measured = torch.cuda.max_memory_allocated() - base
         else:
             measured = profiler_peak_bytes(lambda: attn(q, k, v))
-    assert measured - q.numel() * q.element_size() == formula
+    extra = measured - q.numel() * q.element_size() - formula
+    assert extra == 0 or (DEVICE == "cuda" and 0 <= extra < 5 * 512), (measured, formula)
 
 
 def test_the_workspace_does_not_grow_past_the_split_cap():
