@@ -17,7 +17,9 @@ bulk tensor copies), ``bulk_tensor`` (PTX ``cp.async.bulk.tensor``) and ``setmax
 Each autotuned kernel compiles the configs of the target's class (``autotune.SHAPES``;
 ``GATHERED_SHAPES`` for a kernel with both a prefix and dilation, which the
 ``*-dilated-prefix`` workloads compile); exit 1 when any of them spills, so the lists stay
-spill-free. ``--workloads band-dilated-prefix decode-dilated-prefix`` checks those lists alone.
+spill-free. ``--workloads band-dilated-prefix decode-dilated-prefix`` checks those lists alone;
+``--workloads feature-linear feature-performer`` the fused feature-map attention's three
+kernels (pinned block sizes, ``feature_attention.tiles``).
 Needs Triton with its NVIDIA backend; run without ``TRITON_INTERPRET`` (exit 2 otherwise).
 Exit 1 when a compile fails, a kernel exceeds its target's shared memory, a config spills, a
 default's masked loop is over 1.5x the unmasked one, or the forward's default on sm_90 is over
@@ -57,7 +59,7 @@ COLUMNS = ["kernel", "workload", "config", "default", "candidate", "measured", "
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ci", action="store_true", help="the test suite's subset")
-    parser.add_argument("--workloads", nargs="+", choices=list(aot_check.WORKLOADS))
+    parser.add_argument("--workloads", nargs="+", choices=list(aot_check.ALL_WORKLOADS))
     parser.add_argument("--candidates", action="store_true",
                         help="compile the candidates too (with every config)")
     parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
@@ -71,7 +73,7 @@ def main() -> int:
     if args.ci and not args.workloads:
         todo = aot_check.ci_jobs(dims, targets)
     else:
-        workloads = tuple(args.workloads or aot_check.WORKLOADS)
+        workloads = tuple(args.workloads or aot_check.ALL_WORKLOADS)
         todo = aot_check.jobs(workloads, dims, targets, not args.ci, args.candidates)
     print(f"aot_kernels: {len(todo)} compiles on {args.workers} workers", file=sys.stderr)
     rows = aot_check.run_jobs(todo, args.workers)

@@ -11,6 +11,10 @@ the registry as a user calls it (``impl(q, k, v, mask)``):
 | a direct ``linformer`` call | <= 1 ms |
 | ``host_frac`` of the four, at every n >= 16k | < 0.2 |
 
+``linear`` and ``performer`` not causal run the fused Triton kernels by default on CUDA
+(``fused = -1``); the rows ``linear-torch`` and ``performer-torch`` force the PyTorch path
+(``fused = 0``) in the same process, and each row's ``path`` says which ran (``triton``:
+the fused kernels' launches were seen; ``torch`` otherwise).
 ``sdpa-flash`` and ``nystrom`` are measured for context. Per row: the median time of one call
 (CUDA events around each of back-to-back calls), the kernels one call launches (torch.profiler)
 and the ATen ops it dispatches, the host's time to issue a batch of calls against the GPU's
@@ -51,13 +55,20 @@ from harness import registry  # noqa: E402
 from harness.masks import MaskSpec  # noqa: E402
 from harness.spec import Problem  # noqa: E402
 
+try:  # which path ran: the fused kernels' launches are watched (no Triton: none can run)
+    from implementations._kernels.triton import launch_modes
+except Exception:
+    launch_modes = None
+
 # (row name, implementation, causal, method parameters): ours first, context next, fla-linear
 # last at every length (its first call autotunes fla's kernels: 44 s on the first H100 lease,
 # past a 75 s cap on the second, where it kept every row after it from running)
 ROWS = [
     ("linear", "linear", False, {}),
+    ("linear-torch", "linear", False, {"fused": 0}),
     ("linear-causal", "linear", True, {}),
     ("performer", "performer", False, {"features": 256}),
+    ("performer-torch", "performer", False, {"features": 256, "fused": 0}),
     ("linformer", "linformer", False, {"projected_len": 256}),
     ("sdpa-flash", "sdpa-flash", False, {}),
     ("nystrom", "nystrom", False, {}),
@@ -176,6 +187,7 @@ def measure_row(name: str, impl_name: str, causal: bool, params: dict, qkv: tupl
         host, dev = clock.host_and_device(call, reps)
         with OpCount() as ops:
             call()
+        row["path"] = path_of(call)
         gpu_ops = kernels_per_call(call, device)
         base = torch.cuda.memory_allocated() if device.type == "cuda" else 0
         if device.type == "cuda":
@@ -198,6 +210,16 @@ def measure_row(name: str, impl_name: str, causal: bool, params: dict, qkv: tupl
         model_bytes=model,
     )
     return row
+
+
+def path_of(call: Call) -> str:
+    """``triton`` when one call launches the fused feature-map kernels, else ``torch``."""
+    if launch_modes is None:
+        return "torch"
+    seen: list = []
+    with launch_modes.watching(seen.append):
+        call()
+    return "triton" if any(x.name.startswith("feature_") for x in seen) else "torch"
 
 
 def fmt(x: float | None) -> str:
@@ -239,21 +261,22 @@ def judge(rows: list[dict], n_top: int) -> list[tuple[str, bool | None, str]]:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| row | n | ms (median) | GPU ops | ATen ops | host ms | device ms | host_frac "
-             "| peak MiB | model MiB |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| row | n | ms (median) | GPU ops | ATen ops | host ms | device ms "
+             "| host_frac | peak MiB | model MiB | path |", "|---" * 11 + "|"]
     for r in rows:
         if "ms" not in r:
             why = r.get("skipped") or r.get("error", "")
-            lines.append(f"| {r['row']} | {r['n']} | {why[:60]} | | | | | | | |")
+            lines.append(f"| {r['row']} | {r['n']} | {why[:60]} | | | | | | | | |")
             continue
 
         def mib(x: int | None) -> str:
             return "" if x is None else f"{x / 2**20:.1f}"
 
         lines.append(
-            f"| {r['row']} | {r['n']} | {r['ms']:.3f} | {r['gpu_ops'] or ''} | {r['aten_ops']} "
+            f"| {r['row']} | {r['n']} | {r['ms']:.3f} "
+            f"| {r['gpu_ops'] or ''} | {r['aten_ops']} "
             f"| {r['host_ms']:.3f} | {r['device_ms']:.3f} | {r['host_frac']:.3f} "
-            f"| {mib(r['peak_bytes'])} | {mib(r['model_bytes'])} |"
+            f"| {mib(r['peak_bytes'])} | {mib(r['model_bytes'])} | {r.get('path', '')} |"
         )
     return "\n".join(lines)
 

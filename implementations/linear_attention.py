@@ -11,6 +11,9 @@ positions at once with the D×(D + 1) state before each chunk from one cumulativ
 decides (``segment_bytes``). Its recurrent form
 (:class:`LinearState`) decodes one token in O(D²), whatever the context length.
 
+On CUDA, non-causal forward calls run three fused Triton launches instead (``fused``,
+:mod:`implementations._kernels.triton.feature_attention`): q, k, v read once, no fp32 copies.
+
 Not an approximation of softmax attention but a different attention: the agreement check holds
 it to its own float64 definition (:func:`linear_reference`); its distance from softmax attention
 is the measured ``approx_err``.
@@ -39,6 +42,14 @@ from implementations._feature_maps_spec import (
     kernel_workspace,
     state_bytes,
 )
+from implementations._kernels.triton.feature_attention import (
+    FUSED,
+    feature_attention,
+    fused_workspace_bytes,
+    path_reasons,
+    runs_fused,
+    takes_fused,
+)
 
 CHUNK = Param(
     64,
@@ -56,7 +67,10 @@ def elu_features(x: Tensor) -> Tensor:
 class LinearState(KernelState):
     """The linear transformer's recurrent state: ``[S | z]`` (B·H_kv, D, Dv + 1)."""
 
-    def __init__(self, problem: Problem, chunk_size: int = 64, segment_bytes: int = 0):
+    def __init__(
+        self, problem: Problem, chunk_size: int = 64, segment_bytes: int = 0, fused: int = -1
+    ):
+        """``fused`` is accepted with the call's parameters: a recurrent state runs PyTorch."""
         p = problem
         super().__init__(
             p.batch,
@@ -94,10 +108,11 @@ def linear_reference(
     chunk_size: int = 64,
     segment_bytes: int = 0,
     rows: Tensor | None = None,
+    fused: int = -1,
 ) -> Tensor:
     """The definition in the inputs' dtype (float64 inputs: the float64 reference), O(n²):
-    weights φ(q_i)ᵀφ(k_j) over the kept pairs, normalised. ``chunk_size`` and
-    ``segment_bytes`` are not part of the definition (accepted so the signature matches);
+    weights φ(q_i)ᵀφ(k_j) over the kept pairs, normalised. ``chunk_size``, ``segment_bytes``
+    and ``fused`` are not part of the definition (accepted so the signature matches);
     ``rows`` limits the output to those rows."""
     no_scale(scale)
     return feature_definition(F.elu(q) + 1, F.elu(k) + 1, v, mask, rows)
@@ -114,6 +129,8 @@ def _chunk(p: Problem) -> int:
 
 
 def _workspace(p: Problem) -> int:
+    if runs_fused(p):
+        return fused_workspace_bytes(p, p.head_dim, favor=False)
     cap = int(p.param("segment_bytes", SEGMENT.default))
     return kernel_workspace(p, p.head_dim, _chunk(p), _map_temps(p), cap)
 
@@ -121,7 +138,7 @@ def _workspace(p: Problem) -> int:
 def _reasons(p: Problem) -> list[str]:
     need = kernel_chunk_bytes(p, p.head_dim, _chunk(p), _map_temps(p))
     reason = cap_reason(int(p.param("segment_bytes", SEGMENT.default)), need, _chunk(p))
-    return [reason] if reason else []
+    return ([reason] if reason else []) + path_reasons(p)
 
 
 @register(
@@ -135,7 +152,7 @@ def _reasons(p: Problem) -> list[str]:
         flops=lambda p: kernel_flops(p, p.head_dim),
     ),
     description="linear transformer, φ = elu + 1: O(n·D²); causal chunk by chunk with a state",
-    params={"chunk_size": CHUNK, "segment_bytes": SEGMENT},
+    params={"chunk_size": CHUNK, "segment_bytes": SEGMENT, "fused": FUSED},
     extra_reasons=_reasons,
     reference=linear_reference,
     recurrence=Recurrence(new_state=LinearState, state_bytes=lambda p: state_bytes(p, p.head_dim)),
@@ -148,9 +165,13 @@ def linear_attention(
     scale: float | None = None,
     chunk_size: int = 64,
     segment_bytes: int = 0,
+    fused: int = -1,
 ) -> Tensor:
-    """q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D) -> (B, H, n_q, D)."""
+    """q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D) -> (B, H, n_q, D). Non-causal forward calls
+    on CUDA run the fused Triton kernels (``fused``: :data:`FUSED`), the rest the PyTorch path."""
     no_scale(scale)
     check_inputs(q, k, v)
+    if takes_fused(int(fused), q, k, v, mask.causal):
+        return feature_attention(q, k, v)
     state = LinearState(problem_of(q, k, v, mask), chunk_size, segment_bytes)
     return kernel_attention(state, q, k, v, mask.causal)

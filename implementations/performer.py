@@ -30,6 +30,12 @@ the same recurrent state as ``linear``.
   (a prefix's key maximum is not the sequence's), and the causal and recurrent forms would
   compute different functions.
 
+- The fused path (non-causal forward calls on CUDA, ``fused``; :mod:`implementations._kernels.
+  triton.feature_kernels`): each program of the key pass shifts its logits by its own running
+  maximum per feature m_{s,f}; the combine weights each partial state by exp(m_{s,f} − M), M
+  the head's largest key logit, which gives the global-key-maximum stabiliser above exactly
+  (in exact arithmetic), every exponent <= 0.
+
 The agreement check holds it to :func:`performer_reference` (its own definition with the same
 W, in float64); its distance from exact softmax attention is the measured ``approx_err``.
 """
@@ -60,6 +66,15 @@ from implementations._feature_maps_spec import (
     kernel_workspace,
     state_bytes,
 )
+from implementations._kernels.triton.feature_attention import (
+    FUSED,
+    feature_attention,
+    fused_workspace_bytes,
+    path_reasons,
+    runs_fused,
+    split_weights,
+    takes_fused,
+)
 from implementations.linear_attention import CHUNK
 
 FEATURES = Param(256, "random features m of the FAVOR+ estimator (error ~ m^-1/2)", minimum=1)
@@ -88,6 +103,16 @@ def device_features(
     return w.to(device=device, dtype=dtype)
 
 
+@lru_cache(maxsize=32)
+def fused_features(
+    features: int, head_dim: int, seed: int, scale: float, device: torch.device
+) -> Tensor:
+    """√scale·W as the fused kernels take it (:func:`split_weights`): (2, m, D) fp32, made once
+    per device (2·m·D floats: 128 KiB at m = 256, D = 64)."""
+    w = orthogonal_features(features, head_dim, seed) * math.sqrt(scale)
+    return split_weights(w.float()).to(device)
+
+
 def favor_logits(x: Tensor, w: Tensor, scale: float) -> Tensor:
     """W x' − |x'|²/2 with x' = √scale·x: (…, n, D) -> (…, n, m), in x's dtype."""
     x = x * math.sqrt(scale)
@@ -110,7 +135,9 @@ class PerformerState(KernelState):
         chunk_size: int = 64,
         scale: float | None = None,
         segment_bytes: int = 0,
+        fused: int = -1,
     ):
+        """``fused`` is accepted with the call's parameters: a recurrent state runs PyTorch."""
         p = problem
         super().__init__(
             p.batch,
@@ -171,11 +198,12 @@ def performer_reference(
     chunk_size: int = 64,
     segment_bytes: int = 0,
     rows: Tensor | None = None,
+    fused: int = -1,
 ) -> Tensor:
     """The definition in the inputs' dtype (float64 inputs: the float64 reference), O(n²): the
     same W and stabilisers, weights φ(q_i)ᵀφ(k_j) over the kept pairs, normalised.
-    ``chunk_size`` and ``segment_bytes`` are not part of the definition; ``rows`` limits the
-    output to those rows."""
+    ``chunk_size``, ``segment_bytes`` and ``fused`` are not part of the definition; ``rows``
+    limits the output to those rows."""
     w = orthogonal_features(features, q.shape[-1], mask.seed).to(q.device, q.dtype)
     s = _scale(scale, q.shape[-1])
     lq, lk = favor_logits(q, w, s), favor_logits(k, w, s)
@@ -199,6 +227,8 @@ def _chunk(p: Problem) -> int:
 
 
 def _workspace(p: Problem) -> int:
+    if runs_fused(p):
+        return fused_workspace_bytes(p, _m(p), favor=True)
     cap = int(p.param("segment_bytes", SEGMENT.default))
     return kernel_workspace(p, _m(p), _chunk(p), _map_temps(p), cap)
 
@@ -206,7 +236,7 @@ def _workspace(p: Problem) -> int:
 def _reasons(p: Problem) -> list[str]:
     need = kernel_chunk_bytes(p, _m(p), _chunk(p), _map_temps(p))
     reason = cap_reason(int(p.param("segment_bytes", SEGMENT.default)), need, _chunk(p))
-    return [reason] if reason else []
+    return ([reason] if reason else []) + path_reasons(p)
 
 
 def _flops(p: Problem) -> int:
@@ -232,7 +262,7 @@ def _flops(p: Problem) -> int:
         ),
     ),
     description="Performer FAVOR+, positive orthogonal random features: O(n·m·D)",
-    params={"features": FEATURES, "chunk_size": CHUNK, "segment_bytes": SEGMENT},
+    params={"features": FEATURES, "chunk_size": CHUNK, "segment_bytes": SEGMENT, "fused": FUSED},
     extra_reasons=_reasons,
     reference=performer_reference,
     recurrence=Recurrence(
@@ -249,8 +279,14 @@ def performer_attention(
     features: int = 256,
     chunk_size: int = 64,
     segment_bytes: int = 0,
+    fused: int = -1,
 ) -> Tensor:
-    """q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D) -> (B, H, n_q, D)."""
+    """q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D) -> (B, H, n_q, D). Non-causal forward calls
+    on CUDA run the fused Triton kernels (``fused``: :data:`FUSED`), the rest the PyTorch path."""
     check_inputs(q, k, v)
+    if takes_fused(int(fused), q, k, v, mask.causal):
+        s = _scale(scale, q.shape[-1])
+        return feature_attention(q, k, v, fused_features(features, q.shape[-1], mask.seed, s,
+                                                         q.device), s)
     state = PerformerState(problem_of(q, k, v, mask), features, chunk_size, scale, segment_bytes)
     return kernel_attention(state, q, k, v, mask.causal)

@@ -38,6 +38,11 @@ def test_the_targets_dry_run_measures_every_row(tmp_path):
     # one segment on this path too: the same ops at both lengths
     for name in ("linear", "linear-causal", "performer", "linformer"):
         assert rows[(name, 512)]["aten_ops"] == rows[(name, 1024)]["aten_ops"], name
+    # both paths of the non-causal rows, each row saying which ran (the CPU: PyTorch)
+    for name in ("linear", "linear-torch", "performer", "performer-torch"):
+        assert rows[(name, 1024)]["path"] == "torch", name
+    assert rows[("linear-torch", 1024)]["fused"] == 0
+    assert [r["row"] for r in payload["rows"]][-2:] == ["fla-linear", "fla-linear"]  # last
     fla = rows[("fla-linear", 1024)]
     assert "ms" in fla or "skipped" in fla or "error" in fla
     targets = {t["target"]: t for t in payload["targets"]}

@@ -42,6 +42,8 @@ from implementations._kernels.triton import (
     backward,
     backward_blocks,
     decode_split_kv,
+    feature_attention,
+    feature_kernels,
     forward,
     launches,
 )
@@ -67,7 +69,8 @@ KERNELS = (  # (module, name): every kernel the launches use
     (forward, "band_fwd"), (forward, "blocks_fwd"), (decode_split_kv, "band_fwd_split"),
     (decode_split_kv, "split_combine"), (backward, "delta_kernel"), (backward, "band_dq"),
     (backward, "band_dkdv"), (backward_blocks, "blocks_dq"),
-    (backward_blocks, "blocks_dkdv"),
+    (backward_blocks, "blocks_dkdv"), (feature_kernels, "feature_state"),
+    (feature_kernels, "feature_combine"), (feature_kernels, "feature_output"),
 )
 BIGBIRD = MaskSpec(causal=True, window=(3, 0), block_size=64, random_blocks=2, global_tokens=64)
 # workload -> (mask, n_q, n_k, H, H_kv, backward); the first mask of each family is the CI one
@@ -86,6 +89,13 @@ WORKLOADS: dict[str, tuple[MaskSpec, int, int, int, int, bool]] = {
                                        prefix_len=64, global_tokens=4), 4, 8192, 32, 8, False),
     "blocks": (BIGBIRD, 4096, 4096, 16, 16, True),
 }
+# workload -> (random features m, or 0 for φ = elu + 1; n; H; H_kv): the fused non-causal
+# feature-map attention (``feature_attention``), B1 as the GPU targets
+FEATURE_WORKLOADS: dict[str, tuple[int, int, int, int]] = {
+    "feature-linear": (0, 65536, 16, 16),
+    "feature-performer": (256, 65536, 16, 16),
+}
+ALL_WORKLOADS = (*WORKLOADS, *FEATURE_WORKLOADS)
 CI_WORKLOADS = ("band", "decode", "blocks")
 # the CI's further defaults: the prefix-with-dilation kernels nearest the register limit
 # (they spilled at SHAPES' defaults): (workload, kernel, head dim, target)
@@ -181,8 +191,12 @@ class _Target:
 def record(workload: str, head_dim: int) -> list[Launch]:
     """The launches a CUDA call of ``workload`` at ``head_dim`` (bf16) makes, recorded from
     the real launch code on meta tensors: the forward, then (when it has one) the backward."""
-    mask, n_q, n_k, heads, kv_heads, with_backward = WORKLOADS[workload]
     seen: list[Launch] = []
+    if workload in FEATURE_WORKLOADS:
+        features, n, heads, kv_heads = FEATURE_WORKLOADS[workload]
+        mask, n_q, n_k, with_backward = None, n, n, False
+    else:
+        mask, n_q, n_k, heads, kv_heads, with_backward = WORKLOADS[workload]
 
     class Recorder:
         def __init__(self, name: str, kernel):
@@ -199,6 +213,10 @@ def record(workload: str, head_dim: int) -> list[Launch]:
             original = getattr(module, name)
             stack.callback(setattr, module, name, original)
             setattr(module, name, Recorder(name, original))
+        if mask is None:  # the feature-map attention: three launches
+            w = torch.empty(2, features, head_dim, device="meta") if features else None
+            feature_attention.feature_attention(q, k, v, w, head_dim**-0.5)
+            return seen
         out, lse = launches.attention_forward(q, k, v, mask, head_dim**-0.5)
         if with_backward:
             launches.attention_backward(q, k, v, out, lse, out, mask, head_dim**-0.5)
@@ -260,10 +278,18 @@ def compile_launch(launch: Launch, index: int, target: str) -> Compiled:
         index >= max(len(listed(launch, target)), 1), found and found.source,
         launch.kwargs.get("D", 0), target, regs,
         stack, int(kernel.metadata.shared), SMEM_LIMIT[capability], mma_kind(sass), len(sass),
-        mma_loops(sass), segments(launch.kwargs), count("UTMALDG") + count("UTMASTG"),
+        mma_loops(sass), _segments(launch, sass), count("UTMALDG") + count("UTMASTG"),
         kernel.asm["ptx"].count("cp.async.bulk.tensor"), count("USETMAXREG"),
         round(time.perf_counter() - start, 2),
     )
+
+
+def _segments(launch: Launch, sass: list[tuple[int, str]]) -> int:
+    """:func:`segments` of a band kernel; every loop of a feature-map kernel (no band: no
+    masked/unmasked pair to compare)."""
+    if launch.name.startswith("feature_"):
+        return len(mma_loops(sass))
+    return segments(launch.kwargs)
 
 
 def segments(flags: dict) -> int:
@@ -345,11 +371,13 @@ def jobs(workloads: tuple[str, ...], head_dims: tuple[int, ...], targets: tuple[
 
 
 def ci_jobs(head_dims: tuple[int, ...], targets: tuple[str, ...]) -> list[Job]:
-    """The CI's compiles: the default config of each launch of ``CI_WORKLOADS``, then the
+    """The CI's compiles: the default config of each launch of ``CI_WORKLOADS`` and
+    ``FEATURE_WORKLOADS`` (the feature-map attention's pinned tiles), then the
     ``CI_EXTRA`` defaults, then on sm_90 the forward's first config of each Hopper path (TMA;
     TMA with a warp-specialized loop), a listed one before the candidates, within
     ``head_dims`` and ``targets``."""
     out = jobs(CI_WORKLOADS, head_dims, targets, False)
+    out += jobs(tuple(FEATURE_WORKLOADS), head_dims, targets, False)
     for workload, kernel, d, target in CI_EXTRA:
         if d in head_dims and target in targets:
             names = [launch.name for launch in record(workload, d)]

@@ -39,7 +39,8 @@ pytestmark = pytest.mark.skipif(
     reason="Triton's NVIDIA backend (ptxas, cuobjdump) is not installed",
 )
 KERNELS = {"band_fwd", "band_dq", "band_dkdv", "delta_kernel", "band_fwd_split",
-           "split_combine", "blocks_fwd", "blocks_dq", "blocks_dkdv"}
+           "split_combine", "blocks_fwd", "blocks_dq", "blocks_dkdv", "feature_state",
+           "feature_combine", "feature_output"}
 PREFILL = {"band_fwd", "band_dq", "band_dkdv", "blocks_fwd", "blocks_dq", "blocks_dkdv"}
 
 

@@ -1,0 +1,219 @@
+"""The way in to the fused non-causal feature-map attention (:mod:`.feature_kernels`): which
+calls take it, its launches, its workspace.
+
+``linear`` (φ = elu + 1) and ``performer`` (FAVOR+) run it on CUDA for non-causal forward
+calls without autograd; everything else (CPU, causal, autograd, the recurrent decode state,
+float64, D > 256) keeps the PyTorch path of :mod:`implementations._feature_maps`. The choice is
+the method parameter ``fused`` (:data:`FUSED`): -1 (the default) decides by that rule, 1
+forces the kernels (refused, with the reason, where they cannot run), 0 forces PyTorch.
+
+A call is three launches, whatever n: the keys' partial states, their combine, the outputs
+(:func:`feature_attention`); no host synchronization. Block sizes are pinned
+(:func:`tiles`), chosen so no tile spills (``benchmarks/aot_kernels.py --workloads
+feature-linear feature-performer`` compiles them for sm_80 and sm_90 and reads registers,
+spills and shared memory). Triton is optional: without it this module imports and
+:func:`fused_reasons` says why the kernels cannot run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+
+import torch
+from torch import Tensor
+
+from harness.masks import MaskSpec
+from harness.spec import FLOAT_DTYPES, Param, Problem
+
+try:  # the kernels import Triton, an optional dependency
+    from implementations._kernels.triton import feature_kernels
+    from implementations._kernels.triton.launch_modes import launch
+except Exception as exc:  # absent or broken: the PyTorch path still runs, the reason says why
+    feature_kernels = None
+    _IMPORT_ERROR = f"the Triton kernels failed to import: {type(exc).__name__}: {exc}"
+
+FUSED = Param(
+    -1,
+    "the path: -1 the fused Triton kernels for non-causal forward calls on CUDA without "
+    "autograd, PyTorch otherwise; 1 the fused kernels (refused where they cannot run); "
+    "0 PyTorch",
+    minimum=-1,
+    maximum=1,
+)
+DTYPES = FLOAT_DTYPES - {torch.float64}
+MAX_HEAD_DIM = 256
+PROGRAMS = 1024
+"""Programs the key pass aims at (splits × K/V heads × feature blocks): enough to fill a GPU
+of ~130 SMs several times over, few enough that the partial states (F·(D + 2) floats per
+split) stay a few per cent of the bytes of q, k and v at long n. A function of the shapes
+only, so the workspace formula needs no device."""
+
+
+def _interpreted() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def unavailable_reason() -> str | None:
+    """Why the kernels cannot run on this machine (None when Triton and they import)."""
+    if importlib.util.find_spec("triton") is None:
+        return "triton not installed"
+    return None if feature_kernels is not None else _IMPORT_ERROR
+
+
+def fused_reasons(p: Problem) -> list[str]:
+    """Why the fused kernels cannot run ``p`` (empty: they can): CUDA (or CPU tensors under
+    ``TRITON_INTERPRET=1``), not causal, no autograd, fp32/fp16/bf16, D <= 256, Triton."""
+    out = []
+    if p.device_type != "cuda" and not (p.device_type == "cpu" and _interpreted()):
+        out.append(f"the fused kernels run on CUDA, not {p.device_type}")
+    if p.mask.causal:
+        out.append("the fused kernels cover non-causal calls")
+    if p.backward:
+        out.append("the fused kernels are forward-only (no autograd)")
+    if p.dtype not in DTYPES:
+        out.append(f"the fused kernels cover fp32/fp16/bf16, not {str(p.dtype)[6:]}")
+    if p.head_dim > MAX_HEAD_DIM:
+        out.append(f"the fused kernels cover D <= {MAX_HEAD_DIM}, not {p.head_dim}")
+    reason = unavailable_reason()
+    if reason:
+        out.append(reason)
+    return out
+
+
+def path_reasons(p: Problem) -> list[str]:
+    """The registry's extra reasons for ``fused``: a forced fused path that cannot run."""
+    if int(p.param("fused", FUSED.default)) != 1:
+        return []
+    return [f"fused = 1: {r}" for r in fused_reasons(p)]
+
+
+def runs_fused(p: Problem) -> bool:
+    """Whether a call of ``p`` takes the fused path: ``fused`` = 1, or -1 on CUDA where the
+    kernels can run it."""
+    fused = int(p.param("fused", FUSED.default))
+    if fused == 1:
+        return True
+    return fused == -1 and p.device_type == "cuda" and not fused_reasons(p)
+
+
+def tiles(head_dim: int, favor: bool) -> dict[str, int]:
+    """The pinned block sizes: BLOCK_D (D to a power of two >= 16), BLOCK_F (features per
+    program), BLOCK_N (key rows per tile), BLOCK_M (query rows per program) and warps.
+
+    Registers: a key program holds its BLOCK_F × BLOCK_D accumulator, a BLOCK_N × BLOCK_D
+    V tile and a BLOCK_N × BLOCK_F feature tile in fp32 (FAVOR+: also K and its logits); an
+    output program a BLOCK_M × BLOCK_D accumulator and a BLOCK_M × BLOCK_F feature tile. At
+    D <= 64: 64-row tiles and 64 features (each tile 32 registers a thread at 4 warps); wider
+    heads halve the rows and the feature block, so each tile stays at or under 64 (FAVOR+'s
+    output at D = 128 spilled on sm_80 with 64 rows: 32). D = 256: 32-row tiles of 256
+    columns are 64 registers each at 4 warps and spilled: 8 warps; FAVOR+ there still spilled
+    with 32 rows (K, V and logits tiles beside the accumulator): 16."""
+    block_d = max(16, 1 << max(head_dim - 1, 0).bit_length())
+    wide, rows = block_d > 64, 16 if favor and block_d > 128 else 32
+    return dict(BLOCK_D=block_d, BLOCK_F=32 if wide else 64 if favor else block_d,
+                BLOCK_N=rows if wide else 64,
+                BLOCK_M=rows if block_d > 128 or (wide and favor) else 64,
+                num_warps=8 if block_d > 128 else 4)
+
+
+def split_plan(kv_rows: int, n_k: int, features: int, t: dict[str, int]) -> tuple[int, int]:
+    """(n_split, keys per split) of the key pass for B·H_kv = ``kv_rows``: about
+    :data:`PROGRAMS` programs, each over whole BLOCK_N tiles, no split empty."""
+    blocks = -(-n_k // t["BLOCK_N"])
+    f_blocks = -(-features // t["BLOCK_F"])
+    want = max(1, min(blocks, -(-PROGRAMS // max(kv_rows * f_blocks, 1))))
+    per = -(-blocks // want) * t["BLOCK_N"]
+    return -(-n_k // per), per
+
+
+def fused_workspace_bytes(p: Problem, features: int, favor: bool) -> int:
+    """Peak bytes of a fused call beyond its inputs and output, exact (fp32 buffers, all live
+    together at the combine): the partial states (B·H_kv, n_split, F, D) and sums (B·H_kv,
+    n_split, F), FAVOR+'s partial maxima (as many), and the combined state and sums."""
+    kv = p.batch * p.n_kv_heads
+    if kv == 0 or p.n_k == 0:
+        return 0
+    n_split, _ = split_plan(kv, p.n_k, features, tiles(p.head_dim, favor))
+    per_split = features * (p.head_dim + 1 + int(favor))
+    return 4 * kv * (n_split * per_split + features * (p.head_dim + 1))
+
+
+def split_weights(w: Tensor) -> Tensor:
+    """W' (m, D) -> (2, m, D) fp32: W' rounded to bf16 (exact in TF32) and the rest, so two
+    TF32 products with an input that TF32 holds exactly give x·W'ᵀ to ~2^-19."""
+    w = w.float()
+    high = w.bfloat16().float()
+    return torch.stack([high, w - high]).contiguous()
+
+
+def _on_device(t: Tensor):
+    return torch.cuda.device(t.device) if t.is_cuda else contextlib.nullcontext()
+
+
+def feature_attention(q: Tensor, k: Tensor, v: Tensor, w: Tensor | None = None,
+                      scale: float = 0.0) -> Tensor:
+    """Non-causal feature-map attention in three launches. q: (B, H, n_q, D), k/v: (B, H_kv,
+    n_k, D), H a multiple of H_kv -> (B, H, n_q, D) in q's dtype. ``w`` None: φ = elu + 1;
+    else FAVOR+ with W' = √scale·W as (2, m, D) fp32 (:func:`split_weights`) and softmax scale
+    ``scale`` (the keys' −scale·|k|²/2). CUDA tensors, or CPU tensors under
+    ``TRITON_INTERPRET=1``."""
+    if feature_kernels is None:
+        raise RuntimeError(_IMPORT_ERROR)
+    q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
+    b, h, n_q, d = q.shape
+    h_kv, n_k = k.shape[1], k.shape[2]
+    favor = w is not None
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    if b * h * n_q == 0:
+        return out
+    if n_k == 0:
+        return out.zero_()  # no key: zeros, as the reference
+    features = w.shape[1] if favor else d
+    t = tiles(d, favor)
+    n_split, per = split_plan(b * h_kv, n_k, features, t)
+    f32 = dict(dtype=torch.float32, device=q.device)
+    part_s = torch.empty(b * h_kv, n_split, features, d, **f32)
+    part_z = torch.empty(b * h_kv, n_split, features, **f32)
+    part_m = torch.empty(b * h_kv, n_split, features, **f32) if favor else part_z
+    state = torch.empty(b * h_kv, features, d, **f32)
+    sums = torch.empty(b * h_kv, features, **f32)
+    w = w.contiguous() if favor else part_z  # unread without FAVOR+
+    f_blocks = -(-features // t["BLOCK_F"])
+    precision = "ieee" if q.device.type == "cpu" else (
+        "tf32x3" if q.dtype == torch.float32 else "tf32")
+    common = dict(D=d, BLOCK_D=t["BLOCK_D"], BLOCK_F=t["BLOCK_F"],
+                  MAP=int(favor), num_warps=t["num_warps"])
+    kern = feature_kernels
+    with _on_device(q):
+        launch("feature_state", kern.feature_state, (n_split, b * h_kv, f_blocks),
+               (k, v, w, part_s, part_z, part_m, *k.stride()[:3], *v.stride()[:3], h_kv, n_k,
+                per, features, scale / 2),
+               dict(common, BLOCK_N=t["BLOCK_N"], PRECISION=precision, num_stages=2))
+        launch("feature_combine", kern.feature_combine, (b * h_kv, f_blocks),
+               (part_s, part_z, part_m, state, sums, n_split, features),
+               dict(common, num_stages=1))
+        launch("feature_output", kern.feature_output, (-(-n_q // t["BLOCK_M"]), b * h),
+               (q, w, state, sums, out, *q.stride()[:3], *out.stride()[:3], h, h // h_kv, n_q,
+                features),
+               dict(common, BLOCK_M=t["BLOCK_M"], PRECISION=precision, num_stages=2))
+    return out
+
+
+def takes_fused(fused: int, q: Tensor, k: Tensor, v: Tensor, causal: bool) -> bool:
+    """Whether this call runs the fused kernels (``fused`` as :data:`FUSED`); ``fused`` = 1
+    where they cannot run is refused in one line (ValueError)."""
+    if fused == 0:
+        return False
+    grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    if fused == -1:
+        return (q.is_cuda and not causal and not grad and q.dtype in DTYPES
+                and q.shape[-1] <= MAX_HEAD_DIM and feature_kernels is not None)
+    p = Problem(q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[-1], dtype=q.dtype,
+                device=q.device.type, mask=MaskSpec(causal=causal), backward=grad,
+                kv_heads=k.shape[1])
+    reasons = fused_reasons(p)
+    if reasons:
+        raise ValueError(f"fused = 1: {'; '.join(reasons)}")
+    return True

@@ -1,0 +1,211 @@
+"""The fused non-causal feature-map attention (``linear``, ``performer`` with ``fused = 1``)
+against the float64 definitions, at odd sizes, n_q != n_k, grouped K/V, fp32 and bf16; its
+launches per call; FAVOR+'s stabiliser across key splits; its workspace formula; the path rule.
+
+Without CUDA the kernels run in Triton's interpreter (``TRITON_INTERPRET=1``, tests/conftest.py).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+pytest.importorskip("triton")
+
+from harness import registry
+from harness.masks import MaskSpec
+from harness.measure.device import profiler_peak_bytes
+from harness.oracle.agreement import output_agreement
+from harness.registry import NotSupportedError, problem_of
+from harness.spec import Problem
+from implementations._kernels.triton import feature_attention as fa
+from implementations._kernels.triton import launch_modes
+from implementations.performer import orthogonal_features
+from tests.conftest import make_qkv
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+PARAMS = {"linear": {"fused": 1}, "performer": {"features": 48, "fused": 1}}
+# (batch, heads, kv_heads, n_q, n_k, head_dim): odd sizes, unequal lengths, grouped K/V
+SHAPES = [(2, 4, 2, 97, 130, 59), (1, 2, 2, 161, 33, 16), (2, 3, 3, 97, 97, 59)]
+
+
+class OpCount(TorchDispatchMode):
+    """Counts the ATen ops dispatched while active."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _inputs(shape, dtype, seed):
+    b, h, hk, n_q, n_k, d = shape
+    return [t.to(DEVICE) for t in make_qkv(b, h, n_q, n_k, d, kv_heads=hk, dtype=dtype,
+                                           seed=seed)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("name", sorted(PARAMS))
+def test_fused_path_matches_the_float64_definition(name, shape, dtype):
+    """The harness's agreement rule: within k × the error of the definition evaluated naively
+    in the dtype, + ε."""
+    q, k, v = _inputs(shape, dtype, seed=sum(shape) + len(name))
+    mask, impl = MaskSpec(seed=11), registry.get(name)
+    assert fa.runs_fused(problem_of(q, k, v, mask, tuple(sorted(PARAMS[name].items()))))
+    with torch.no_grad():
+        out = impl(q, k, v, mask, **PARAMS[name])
+    ref = impl.reference(q.double(), k.double(), v.double(), mask, **PARAMS[name])
+    naive = impl.reference(q, k, v, mask, **PARAMS[name])
+    result = output_agreement(out, ref, dtype, naive=naive)
+    assert out.dtype == dtype and result["agree"], result
+
+
+def test_a_wrong_state_is_caught():
+    """The fused output with a perturbed key is off the definition: the check can fail."""
+    q, k, v = _inputs(SHAPES[0], torch.float32, seed=5)
+    impl = registry.get("linear")
+    with torch.no_grad():
+        out = impl(q, k[:, :, 1:], v[:, :, 1:], MaskSpec(), fused=1)  # one key short
+    ref = impl.reference(q.double(), k.double(), v.double(), MaskSpec())
+    assert not output_agreement(out, ref, torch.float32, naive=impl.reference(q, k, v,
+                                                                             MaskSpec()))["agree"]
+
+
+@pytest.mark.parametrize("name", sorted(PARAMS))
+def test_launches_and_host_ops_do_not_grow_with_n(name):
+    """Three kernel launches per call and the same number of ATen ops on the host (the
+    buffers) at n = 64 and n = 2048 (launches recorded, not run)."""
+    counts = []
+    for n in (64, 2048):
+        q, k, v = _inputs((1, 4, 4, n, n, 32), torch.float32, seed=n)
+        impl, launches = registry.get(name), []
+        with torch.no_grad():
+            impl(q, k, v, MaskSpec(), **PARAMS[name])  # caches (FAVOR+'s W)
+            with launch_modes.watching(launches.append, execute=False), OpCount() as ops:
+                impl(q, k, v, MaskSpec(), **PARAMS[name])
+        counts.append(([x.name for x in launches], ops.ops))
+    assert counts[0] == counts[1]
+    assert counts[0][0] == ["feature_state", "feature_combine", "feature_output"]
+
+
+def test_favor_stabiliser_is_exact_when_key_logits_differ_by_over_100():
+    """Keys along W's rows (logits |W'_f|²/2 > 88: exp overflows fp32 unshifted) in later
+    splits, small keys (logits near 0) in the first: each split's own maxima, rescaled to the
+    head's, give the float64 definition under its global key maximum."""
+    d, m, n_k, s = 256, 64, 97, 1.0 / 16
+    mask = MaskSpec(seed=3)
+    q, k, v = _inputs((1, 1, 1, 33, n_k, d), torch.float32, seed=9)
+    w = orthogonal_features(m, d, mask.seed) * math.sqrt(s)  # W' (m, D) float64
+    k = k * 0.05
+    rows = torch.arange(40, n_k) % m
+    k[0, 0, 40:] = (w[rows] / s).to(k)  # logit of feature f_j: |W'_f|² / (2 s) · s = |W'_f|²/2
+    logits = k[0, 0].double().cpu() @ w.T - s * (k[0, 0].double().cpu() ** 2).sum(-1)[:, None] / 2
+    per_key = logits.amax(-1)
+    assert per_key.max() > 88.8 and per_key.max() - per_key[:32].max() > 100  # split 0: 32 keys
+    assert fa.split_plan(1, n_k, m, fa.tiles(d, True))[0] >= 3
+    impl = registry.get("performer")
+    with torch.no_grad():
+        out = impl(q, k, v, mask, features=m, scale=s, fused=1)
+    ref = impl.reference(q.double(), k.double(), v.double(), mask, scale=s, features=m)
+    naive = impl.reference(q, k, v, mask, scale=s, features=m)
+    assert torch.isfinite(out).all()
+    result = output_agreement(out, ref, torch.float32, naive=naive)
+    assert result["agree"], result
+
+
+@pytest.mark.parametrize("name,favor", [("linear", False), ("performer", True)])
+def test_workspace_formula_is_the_measured_peak(name, favor):
+    """Peak bytes above the inputs and output (profiler allocation events, on the CPU under the
+    interpreter) = the fused workspace formula, the registered memory model of a call that runs
+    the fused path; on CUDA torch's allocator rounds each of the 5 buffers up to 512 B."""
+    shape = (2, 4, 2, 97, 130, 59)
+    q, k, v = _inputs(shape, torch.float32, seed=1)
+    params = dict(PARAMS[name])
+    impl = registry.get(name)
+    problem = problem_of(q, k, v, MaskSpec(), tuple(sorted(params.items())))
+    features = params.get("features", 59)
+    formula = fa.fused_workspace_bytes(problem, features, favor)
+    assert impl.cost.memory_model(problem) == formula
+    n_split = fa.split_plan(4, 130, features, fa.tiles(59, favor))[0]
+    assert formula == 4 * 4 * (n_split * features * (60 + favor) + features * 60)
+    attn = impl.prepare(problem)
+    with torch.no_grad():
+        attn(q, k, v)
+        if DEVICE == "cuda":
+            torch.cuda.synchronize()
+            base = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+            attn(q, k, v)
+            measured = torch.cuda.max_memory_allocated() - base
+        else:
+            measured = profiler_peak_bytes(lambda: attn(q, k, v))
+    extra = measured - q.numel() * q.element_size() - formula
+    assert extra == 0 or (DEVICE == "cuda" and 0 <= extra < 5 * 512), (measured, formula)
+
+
+def test_the_workspace_does_not_grow_past_the_split_cap():
+    """The partial states are about PROGRAMS programs' worth, whatever n: at most a few per cent
+    of q, k and v at n = 64k (B1 H16 D64 bf16, m = 256)."""
+    for favor, f in ((False, 64), (True, 256)):
+        p = Problem(1, 16, 65536, 65536, 64, dtype=torch.bfloat16, device="cuda")
+        assert fa.fused_workspace_bytes(p, f, favor) < 0.05 * 3 * 65536 * 16 * 64 * 2
+
+
+def test_path_rule_and_refusals():
+    """auto: the fused path on CUDA for non-causal calls without autograd only; fused = 1
+    where it cannot run: one line naming why (registry reason and direct call)."""
+    cuda = Problem(1, 2, 64, 64, 64, dtype=torch.bfloat16, device="cuda")
+    assert fa.runs_fused(cuda) == (fa.unavailable_reason() is None)
+    assert not fa.runs_fused(Problem(1, 2, 64, 64, 64, device="cpu"))
+    assert not fa.runs_fused(Problem(1, 2, 64, 64, 64, device="cuda", mask=MaskSpec(causal=True)))
+    assert not fa.runs_fused(Problem(1, 2, 64, 64, 64, device="cuda", backward=True))
+    assert not fa.runs_fused(Problem(1, 2, 64, 64, 64, device="cuda", params=(("fused", 0),)))
+    q, k, v = _inputs((1, 2, 2, 33, 33, 16), torch.float32, seed=2)
+    impl = registry.get("linear")
+    with pytest.raises(NotSupportedError, match="fused = 1: the fused kernels cover non-causal"):
+        impl(q, k, v, MaskSpec(causal=True), fused=1)
+    with pytest.raises(NotSupportedError, match="forward-only"):
+        impl(q.requires_grad_(), k, v, MaskSpec(), fused=1)
+    with pytest.raises(ValueError, match="fused = 1: the fused kernels cover non-causal"):
+        impl.fn(q.detach(), k, v, MaskSpec(causal=True), fused=1)
+    q64 = q.detach().double()
+    reasons = impl.not_supported(problem_of(q64, k.double(), v.double(), MaskSpec(),
+                                            (("fused", 1),)))
+    assert reasons == ["fused = 1: the fused kernels cover fp32/fp16/bf16, not float64"]
+
+
+def test_auto_keeps_the_pytorch_path_off_cuda(monkeypatch):
+    """On a CPU (and for causal or autograd calls anywhere) auto never launches a kernel."""
+    q, k, v = _inputs((1, 2, 2, 33, 33, 16), torch.float32, seed=4)
+    launches = []
+    with launch_modes.watching(launches.append), torch.no_grad():
+        for name in PARAMS:
+            registry.get(name)(q, k, v, MaskSpec(causal=True))
+            if DEVICE == "cpu":
+                registry.get(name)(q, k, v, MaskSpec())
+    assert launches == []
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("name", sorted(PARAMS))
+def test_auto_takes_the_fused_path_on_cuda_and_agrees(name):
+    """On CUDA the default call (fused = -1) launches the three kernels and matches the float64
+    definition at B1 H16 D64 bf16, n = 4096 (m = 256 for FAVOR+)."""
+    q, k, v = _inputs((1, 16, 16, 4096, 4096, 64), torch.bfloat16, seed=1)
+    impl, mask, launches = registry.get(name), MaskSpec(seed=1), []
+    with launch_modes.watching(launches.append), torch.no_grad():
+        out = impl(q, k, v, mask)
+    assert [x.name for x in launches] == ["feature_state", "feature_combine", "feature_output"]
+    rows = torch.arange(0, 4096, 61)
+    ref = impl.reference(q.double(), k.double(), v.double(), mask, rows=rows)
+    naive = impl.reference(q, k, v, mask, rows=rows)
+    result = output_agreement(out[:, :, rows.to(out.device)], ref, torch.bfloat16, naive=naive)
+    assert result["agree"], result
