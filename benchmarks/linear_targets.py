@@ -195,6 +195,10 @@ def measure_row(name: str, impl_name: str, causal: bool, params: dict, qkv: tupl
         call()
         clock.sync()
         peak = torch.cuda.max_memory_allocated() - base if device.type == "cuda" else None
+        if row["path"] == "triton":  # the fused path against the PyTorch path, same inputs
+            got = call().float()
+            ref = impl(q, k, v, mask, **{**params, "fused": 0}).float()
+            row["rel_err_vs_torch"] = ((got - ref).abs().max() / ref.abs().max()).item()
     out_bytes = q.numel() * q.element_size()
     model = impl.cost.memory_model(problem) if impl.cost.memory_model else None
     row.update(
