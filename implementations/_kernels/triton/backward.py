@@ -19,16 +19,17 @@ import triton.language as tl
 from implementations._kernels.triton.autotune import TUNE_KEY, configs, prune
 from implementations._kernels.triton.forward import stored_rows
 from implementations._kernels.triton.primitives import (
-    cross_bounds,
     cross_keep,
     edge_start,
+    global_segment,
     kept,
+    key_block,
     load_rows,
     mma,
     own_block,
     own_bounds,
     prefix_bounds,
-    segment_positions,
+    segment_block,
     walk,
 )
 
@@ -67,10 +68,7 @@ def dq_step(dq, q, do, lse, delta, lo, hi, k_base, v_base, skn, svn, r, step, c0
             MASKED: tl.constexpr, DILATED: tl.constexpr, PRECISION: tl.constexpr):
     """One key block of the band for dQ (class keys c0 .. c0 + BLOCK_N; a masked block's keys
     clamped to the last, as in the forward)."""
-    c = c0 + tl.arange(0, BLOCK_N)
-    if MASKED:
-        c = tl.minimum(c, c_end - 1)
-    j = r + step * c if DILATED else c
+    c, j = key_block(c0, c_end, r, step, BLOCK_N, MASKED, DILATED)
     dd = tl.arange(0, BLOCK_D)
     k = load_rows(k_base + j[:, None] * skn + dd[None, :], c, D, BLOCK_D, False)
     v = load_rows(v_base + j[:, None] * svn + dd[None, :], c, D, BLOCK_D, False)
@@ -87,9 +85,7 @@ def dq_cross(dq, q, do, lse, delta, lo, hi, glo, ghi, k_base, v_base, skn, svn, 
     :func:`~.forward.fwd_cross`)."""
     dd = tl.arange(0, BLOCK_D)
     for e in range(e0, e1, BLOCK_N):
-        ev = e + tl.arange(0, BLOCK_N)
-        col_ok = ev < e1
-        j = segment_positions(GPOS, ev, e1, GATHER)
+        j, col_ok = segment_block(GPOS, e, e1, BLOCK_N, GATHER)
         k = load_rows(k_base + j[:, None] * skn + dd[None, :], col_ok, D, BLOCK_D, False)
         v = load_rows(v_base + j[:, None] * svn + dd[None, :], col_ok, D, BLOCK_D, False)
         keep = cross_keep(j, glo, ghi, lo, hi, r, step, DILATED, GATHER)
@@ -108,17 +104,11 @@ def dq_rows(dq, q, do, lse, delta, x, p, ok, x0, p0, x1, p1, r, step, flags, SP,
     lo, hi = own_bounds(x, p, ok, SP, P, DS, DE, PREFIX, DOCS, DILATED)
     if GLOBAL:  # noqa: SIM102 (a compile-time clause around a runtime one)
         if (flags & 1) != 0:
-            glo, ghi = cross_bounds(p, ok, -n_k - 1, hg, DS, DE, DOCS)
-            if PREFIX:  # noqa: SIM102 (compile-time clauses)
-                if DILATED:  # the prefix segment holds the keys up to the prefix's end
-                    _, pend = prefix_bounds(p, ok, 0, P, DS, DE, DOCS)
-                    glo = tl.maximum(glo, pend + 1)
-            first, _ = cross_bounds(p0, p0 >= 0, -n_k - 1, hg, DS, DE, DOCS)
-            _, last = cross_bounds(p1, p1 >= 0, -n_k - 1, hg, DS, DE, DOCS)
+            glo, ghi, e0, e1 = global_segment(p, ok, p0, p1, GIDX, -n_k - 1, hg, 0, n_k, P, DS,
+                                              DE, DOCS, PREFIX, DILATED)
             dq = dq_cross(dq, q, do, lse, delta, lo, hi, glo, ghi, k_base, v_base, skn, svn,
-                          GPOS, tl.load(GIDX + tl.maximum(first, 0)),
-                          tl.load(GIDX + tl.minimum(last, n_k - 1) + 1), r, step, sc2,
-                          BLOCK_N, BLOCK_D, D, DILATED, True, PRECISION)
+                          GPOS, e0, e1, r, step, sc2, BLOCK_N, BLOCK_D, D, DILATED, True,
+                          PRECISION)
     if PREFIX:  # noqa: SIM102 (compile-time clauses around a runtime one)
         if DILATED:  # noqa: SIM102
             if (flags & 2) == 0:
@@ -141,6 +131,22 @@ def dq_rows(dq, q, do, lse, delta, x, p, ok, x0, p0, x1, p1, r, step, flags, SP,
     return dq
 
 
+@triton.jit
+def dq_inputs(Q, DO, LSE, DELTA, bo, ho, bh, i, ok, sqb, sqh, sqn, sdb, sdh, sdn, n_q,
+              D: tl.constexpr, BLOCK_D: tl.constexpr):
+    """The inputs of a dQ program's rows ``i`` (valid ``ok``) of batch ``bo``, head ``ho``
+    (int64; ``bh`` = b·H + h): Q and dO tiles (rows, BLOCK_D), zeros past D and in invalid
+    rows, their lse and delta (an invalid row's lse +inf: it contributes nothing), and the
+    tiles' mask ``ld`` (rows, BLOCK_D)."""
+    dd = tl.arange(0, BLOCK_D)
+    ld = ok[:, None] & (dd[None, :] < D)
+    q = tl.load(Q + bo * sqb + ho * sqh + i[:, None] * sqn + dd[None, :], mask=ld, other=0.0)
+    do = tl.load(DO + bo * sdb + ho * sdh + i[:, None] * sdn + dd[None, :], mask=ld, other=0.0)
+    lse = tl.load(LSE + bh.to(tl.int64) * n_q + i, mask=ok, other=float("inf"))
+    delta = tl.load(DELTA + bh.to(tl.int64) * n_q + i, mask=ok, other=0.0)
+    return q, do, lse, delta, ld
+
+
 @triton.autotune(configs=configs("band_dq"), key=TUNE_KEY,
                  prune_configs_by={"early_config_prune": prune("band_dq")})
 @triton.jit
@@ -159,18 +165,15 @@ def band_dq(Q, K, V, DO, DQ, LSE, DELTA, SLOTS, GPOS, GIDX, DS, DE,
         bo, ho, hk = b.to(tl.int64), h.to(tl.int64), (h // GROUP).to(tl.int64)
         x, p, ok, x0, p0, x1, p1, r, step, flags = own_block(SP, GPOS, pid_m, BLOCK_M)
         i = p - off
-        dd = tl.arange(0, BLOCK_D)
-        ld = ok[:, None] & (dd[None, :] < D)
-        q = tl.load(Q + bo * sqb + ho * sqh + i[:, None] * sqn + dd[None, :], mask=ld, other=0.0)
-        do = tl.load(DO + bo * sdb + ho * sdh + i[:, None] * sdn + dd[None, :], mask=ld, other=0.0)
-        lse = tl.load(LSE + bh.to(tl.int64) * n_q + i, mask=ok, other=float("inf"))
-        delta = tl.load(DELTA + bh.to(tl.int64) * n_q + i, mask=ok, other=0.0)
+        q, do, lse, delta, ld = dq_inputs(Q, DO, LSE, DELTA, bo, ho, bh, i, ok, sqb, sqh, sqn,
+                                          sdb, sdh, sdn, n_q, D, BLOCK_D)
         dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
         dq = dq_rows(dq, q, do, lse, delta, x, p, ok, x0, p0, x1, p1, r, step, flags, SP, GPOS,
                      GIDX, DS, DE, K + bo * skb + hk * skh, V + bo * svb + hk * svh, skn, svn,
                      n_k, hg, P, sc2, BLOCK_N, BLOCK_D, D, GLOBAL, DILATED, DOCS, PREFIX,
                      PRECISION)
         store = stored_rows(ok, p, flags, GIDX, GLOBAL)
+        dd = tl.arange(0, BLOCK_D)
         tl.store(DQ + bo * sgb + ho * sgh + i[:, None] * sgn + dd[None, :],
                  (dq * scale).to(DQ.dtype.element_ty), mask=ld & store[:, None])
 
@@ -219,9 +222,7 @@ def dkdv_cross(dk, dv, k, v, lo, hi, glo, ghi, q_base, do_base, lse_base, delta_
     prefix."""
     dd = tl.arange(0, BLOCK_D)
     for e in range(e0, e1, BLOCK_M):
-        ev = e + tl.arange(0, BLOCK_M)
-        row_ok = ev < e1
-        p = segment_positions(GPOS, ev, e1, GATHER)
+        p, row_ok = segment_block(GPOS, e, e1, BLOCK_M, GATHER)
         i = p - off
         q = load_rows(q_base + i[:, None] * sqn + dd[None, :], row_ok, D, BLOCK_D, False)
         do = load_rows(do_base + i[:, None] * sdn + dd[None, :], row_ok, D, BLOCK_D, False)
@@ -230,6 +231,19 @@ def dkdv_cross(dk, dv, k, v, lo, hi, glo, ghi, q_base, do_base, lse_base, delta_
         keep = cross_keep(p, glo, ghi, lo, hi, r, step, DILATED, GATHER) & row_ok[None, :]
         dk, dv = dkdv_tile(dk, dv, k, v, q, do, lse, delta, keep, sc2, True, PRECISION)
     return dk, dv
+
+
+@triton.jit
+def dkdv_inputs(K, V, bo, hko, j, ok, skb, skh, skn, svb, svh, svn, D: tl.constexpr,
+                BLOCK_D: tl.constexpr):
+    """The K and V tiles (keys, BLOCK_D) of a dK/dV program's keys ``j`` (valid ``ok``) of
+    batch ``bo``, K/V head ``hko`` (int64), zeros past D and in invalid keys, and the tiles'
+    mask ``ld`` (keys, BLOCK_D)."""
+    dd = tl.arange(0, BLOCK_D)
+    ld = ok[:, None] & (dd[None, :] < D)
+    k = tl.load(K + bo * skb + hko * skh + j[:, None] * skn + dd[None, :], mask=ld, other=0.0)
+    v = tl.load(V + bo * svb + hko * svh + j[:, None] * svn + dd[None, :], mask=ld, other=0.0)
+    return k, v, ld
 
 
 @triton.autotune(configs=configs("band_dkdv"), key=TUNE_KEY,
@@ -251,10 +265,7 @@ def band_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA, KSLOTS, GPOS, GIDX, DS, DE,
         b, hk = bhk // hkv, bhk % hkv
         bo, hko = b.to(tl.int64), hk.to(tl.int64)
         x, j, ok, x0, j0, x1, j1, r, step, flags = own_block(SP, GPOS, pid_n, BLOCK_N)
-        dd = tl.arange(0, BLOCK_D)
-        ld = ok[:, None] & (dd[None, :] < D)
-        k = tl.load(K + bo * skb + hko * skh + j[:, None] * skn + dd[None, :], mask=ld, other=0.0)
-        v = tl.load(V + bo * svb + hko * svh + j[:, None] * svn + dd[None, :], mask=ld, other=0.0)
+        k, v, ld = dkdv_inputs(K, V, bo, hko, j, ok, skb, skh, skn, svb, svh, svn, D, BLOCK_D)
         dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
         dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
         for g in range(0, GROUP):
@@ -265,6 +276,7 @@ def band_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA, KSLOTS, GPOS, GIDX, DS, DE,
                                LSE + bh * n_q, DELTA + bh * n_q, sqn, sdn, n_k, off, hg, P, sc2,
                                BLOCK_M, BLOCK_D, D, GLOBAL, DILATED, DOCS, PREFIX, PRECISION)
         store = stored_rows(ok, j, flags, GIDX, GLOBAL)
+        dd = tl.arange(0, BLOCK_D)
         g_ptr = bo * sgb + hko * sgh + j[:, None] * sgn + dd[None, :]
         tl.store(DK + g_ptr, (dk * scale).to(DK.dtype.element_ty), mask=ld & store[:, None])
         tl.store(DV + g_ptr, dv.to(DV.dtype.element_ty), mask=ld & store[:, None])
@@ -281,15 +293,8 @@ def dkdv_keys(dk, dv, k, v, x, j, ok, x0, j0, x1, j1, r, step, flags, SP, GPOS, 
     lo, hi = own_bounds(x, j, ok, SP, P, DS, DE, PREFIX, DOCS, DILATED)
     if GLOBAL:  # noqa: SIM102 (a compile-time clause around a runtime one)
         if (flags & 1) != 0:
-            glo, ghi = cross_bounds(j, ok, -hg, n_k + 1, DS, DE, DOCS)
-            if PREFIX:  # noqa: SIM102 (compile-time clauses)
-                if DILATED:  # the prefix segment holds the rows up to the prefix's end
-                    _, pend = prefix_bounds(j, ok, off, P, DS, DE, DOCS)
-                    glo = tl.maximum(glo, pend + 1)
-            first, _ = cross_bounds(j0, j0 >= 0, -hg, n_k + 1, DS, DE, DOCS)
-            _, last = cross_bounds(j1, j1 >= 0, -hg, n_k + 1, DS, DE, DOCS)
-            e0 = tl.load(GIDX + tl.maximum(first, off))
-            e1 = tl.load(GIDX + tl.minimum(last, n_k - 1) + 1)
+            glo, ghi, e0, e1 = global_segment(j, ok, j0, j1, GIDX, -hg, n_k + 1, off, n_k, P, DS,
+                                              DE, DOCS, PREFIX, DILATED)
             dk, dv = dkdv_cross(dk, dv, k, v, lo, hi, glo, ghi, q_base, do_base, lse_base,
                                 delta_base, sqn, sdn, GPOS, e0, e1, r, step, off, sc2, BLOCK_M,
                                 BLOCK_D, D, DILATED, True, PRECISION)

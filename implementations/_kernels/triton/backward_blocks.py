@@ -11,7 +11,8 @@ import triton
 import triton.language as tl
 
 from implementations._kernels.triton.autotune import TUNE_KEY, configs, prune
-from implementations._kernels.triton.backward import dkdv_step, dq_step
+from implementations._kernels.triton.backward import dkdv_inputs, dkdv_step, dq_inputs, dq_step
+from implementations._kernels.triton.primitives import csr_rows
 
 
 @triton.jit
@@ -40,16 +41,9 @@ def blocks_dq(Q, K, V, DO, DQ, LSE, DELTA, Q_POS, STARTS, MIDS, ENDS, COLS, ORDE
     row, bh = tl.load(ORDER + tl.program_id(0)), tl.program_id(1)
     b, h = bh // H, bh % H
     bo, ho, hk = b.to(tl.int64), h.to(tl.int64), (h // GROUP).to(tl.int64)
-    lane = tl.arange(0, TILE)
-    p = tl.load(Q_POS + row) + lane
-    i = p - off
-    row_ok = (lane < block) & (i >= 0) & (i < n_q)
-    dd = tl.arange(0, BLOCK_D)
-    ld = row_ok[:, None] & (dd[None, :] < D)
-    q = tl.load(Q + bo * sqb + ho * sqh + i[:, None] * sqn + dd[None, :], mask=ld, other=0.0)
-    do = tl.load(DO + bo * sdb + ho * sdh + i[:, None] * sdn + dd[None, :], mask=ld, other=0.0)
-    lse = tl.load(LSE + bh.to(tl.int64) * n_q + i, mask=row_ok, other=float("inf"))
-    delta = tl.load(DELTA + bh.to(tl.int64) * n_q + i, mask=row_ok, other=0.0)
+    p, i, row_ok = csr_rows(Q_POS, row, off, n_q, block, TILE)
+    q, do, lse, delta, ld = dq_inputs(Q, DO, LSE, DELTA, bo, ho, bh, i, row_ok, sqb, sqh, sqn,
+                                      sdb, sdh, sdn, n_q, D, BLOCK_D)
     dq = tl.zeros([TILE, BLOCK_D], dtype=tl.float32)
     k_base, v_base = K + bo * skb + hk * skh, V + bo * svb + hk * svh
     e0, e_mid, e1 = tl.load(STARTS + row), tl.load(MIDS + row), tl.load(ENDS + row)
@@ -57,6 +51,7 @@ def blocks_dq(Q, K, V, DO, DQ, LSE, DELTA, Q_POS, STARTS, MIDS, ENDS, COLS, ORDE
                 hg, sc2, TILE, BLOCK_D, D, False, PRECISION)
     dq = csr_dq(dq, q, do, lse, delta, p, k_base, v_base, skn, svn, COLS, e_mid, e1, block, n_k,
                 hg, sc2, TILE, BLOCK_D, D, True, PRECISION)
+    dd = tl.arange(0, BLOCK_D)
     tl.store(DQ + bo * sgb + ho * sgh + i[:, None] * sgn + dd[None, :],
              (dq * scale).to(DQ.dtype.element_ty), mask=ld)
 
@@ -94,10 +89,7 @@ def blocks_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA, K_POS, STARTS, MIDS, ENDS, ROWS
     lane = tl.arange(0, TILE)
     j = tl.load(K_POS + row) + lane
     col_ok = (lane < block) & (j < n_k)
-    dd = tl.arange(0, BLOCK_D)
-    ld = col_ok[:, None] & (dd[None, :] < D)
-    k = tl.load(K + bo * skb + hko * skh + j[:, None] * skn + dd[None, :], mask=ld, other=0.0)
-    v = tl.load(V + bo * svb + hko * svh + j[:, None] * svn + dd[None, :], mask=ld, other=0.0)
+    k, v, ld = dkdv_inputs(K, V, bo, hko, j, col_ok, skb, skh, skn, svb, svh, svn, D, BLOCK_D)
     dk = tl.zeros([TILE, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([TILE, BLOCK_D], dtype=tl.float32)
     e0, e_mid, e1 = tl.load(STARTS + row), tl.load(MIDS + row), tl.load(ENDS + row)
@@ -112,6 +104,7 @@ def blocks_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA, K_POS, STARTS, MIDS, ENDS, ROWS
         dk, dv = csr_dkdv(dk, dv, k, v, j, q_base, do_base, lse_base, delta_base, sqn, sdn, ROWS,
                           e_mid, e1, block, n_k, off, hg, sc2, TILE, BLOCK_D, D, True,
                           PRECISION)
+    dd = tl.arange(0, BLOCK_D)
     g_ptr = bo * sgb + hko * sgh + j[:, None] * sgn + dd[None, :]
     tl.store(DK + g_ptr, (dk * scale).to(DK.dtype.element_ty), mask=ld)
     tl.store(DV + g_ptr, dv.to(DV.dtype.element_ty), mask=ld)

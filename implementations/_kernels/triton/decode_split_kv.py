@@ -20,7 +20,7 @@ from implementations._kernels.triton.autotune import TUNE_KEY, configs, prune
 from implementations._kernels.triton.forward import fwd_band, fwd_cross, stored_rows
 from implementations._kernels.triton.primitives import (
     NEG,
-    cross_bounds,
+    global_segment,
     own_bounds,
     prefix_bounds,
     walk,
@@ -82,15 +82,8 @@ def band_fwd_split(Q, K, V, PART_O, PART_ML, SLOTS, GPOS, GIDX, DS, DE,
         lo, hi = own_bounds(x, p, ok, SP, P, DS, DE, PREFIX, DOCS, DILATED)
         if GLOBAL:  # noqa: SIM102 (a compile-time clause around a runtime one)
             if ((flags & 1) != 0) & (split == 0):  # the global keys: the first chunk's
-                glo, ghi = cross_bounds(p, ok, -n_k - 1, hg, DS, DE, DOCS)
-                if PREFIX:  # noqa: SIM102 (compile-time clauses)
-                    if DILATED:  # the prefix segment holds the keys up to the prefix's end
-                        _, pend = prefix_bounds(p, ok, 0, P, DS, DE, DOCS)
-                        glo = tl.maximum(glo, pend + 1)
-                first, _ = cross_bounds(p0, p0 >= 0, -n_k - 1, hg, DS, DE, DOCS)
-                _, last = cross_bounds(p1, p1 >= 0, -n_k - 1, hg, DS, DE, DOCS)
-                e0 = tl.load(GIDX + tl.maximum(first, 0))
-                e1 = tl.load(GIDX + tl.minimum(last, n_k - 1) + 1)
+                glo, ghi, e0, e1 = global_segment(p, ok, p0, p1, GIDX, -n_k - 1, hg, 0, n_k, P,
+                                                  DS, DE, DOCS, PREFIX, DILATED)
                 acc, l_i, m_i = fwd_cross(acc, l_i, m_i, q, lo, hi, glo, ghi, k_base, v_base,
                                           skn, svn, GPOS, e0, e1, r, step, sc2, BLOCK_N,
                                           BLOCK_D, D, DILATED, True, PRECISION)

@@ -24,16 +24,18 @@ from implementations._kernels.triton.autotune import TUNE_KEY, configs, prune
 from implementations._kernels.triton.primitives import (
     HALF_NEG,
     NEG,
-    cross_bounds,
     cross_keep,
+    csr_rows,
     edge_start,
+    global_segment,
     kept,
+    key_block,
     load_rows,
     mma,
     own_block,
     own_bounds,
     prefix_bounds,
-    segment_positions,
+    segment_block,
     walk,
 )
 
@@ -57,13 +59,9 @@ def online(acc, l_i, m_i, s, v, sc2, MASKED: tl.constexpr, PRECISION: tl.constex
 def fwd_step(acc, l_i, m_i, q, lo, hi, k_base, v_base, skn, svn, r, step, c0, c_end, sc2,
              BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, D: tl.constexpr,
              MASKED: tl.constexpr, DILATED: tl.constexpr, PRECISION: tl.constexpr):
-    """One key block of the band: class keys c0 .. c0 + BLOCK_N (absolute r + step·c). A
-    masked block clamps its keys to the last one (no predicated loads): keys past it are
-    outside every row's interval, so their scores are masked."""
-    c = c0 + tl.arange(0, BLOCK_N)
-    if MASKED:
-        c = tl.minimum(c, c_end - 1)
-    j = r + step * c if DILATED else c
+    """One key block of the band: class keys c0 .. c0 + BLOCK_N (:func:`~.primitives.key_block`;
+    a masked block's keys clamped to the last)."""
+    c, j = key_block(c0, c_end, r, step, BLOCK_N, MASKED, DILATED)
     dd = tl.arange(0, BLOCK_D)
     k = load_rows(k_base + j[:, None] * skn + dd[None, :], c, D, BLOCK_D, False)
     s = mma(q, tl.trans(k), None, PRECISION)
@@ -81,9 +79,7 @@ def fwd_cross(acc, l_i, m_i, q, lo, hi, glo, ghi, k_base, v_base, skn, svn, GPOS
     ``GPOS[e0:e1]`` (GATHER), or the keys ``[e0, e1)`` of a dilated prefix."""
     dd = tl.arange(0, BLOCK_D)
     for e in range(e0, e1, BLOCK_N):
-        ev = e + tl.arange(0, BLOCK_N)
-        col_ok = ev < e1
-        j = segment_positions(GPOS, ev, e1, GATHER)
+        j, col_ok = segment_block(GPOS, e, e1, BLOCK_N, GATHER)
         k = load_rows(k_base + j[:, None] * skn + dd[None, :], col_ok, D, BLOCK_D, False)
         s = mma(q, tl.trans(k), None, PRECISION)
         keep = cross_keep(j, glo, ghi, lo, hi, r, step, DILATED, GATHER) & col_ok[None, :]
@@ -259,15 +255,8 @@ def fwd_rows(q, x, p, ok, x0, p0, x1, p1, r, step, flags, SP, GPOS, GIDX, DS, DE
     lo, hi = own_bounds(x, p, ok, SP, P, DS, DE, PREFIX, DOCS, DILATED)
     if GLOBAL:  # noqa: SIM102 (a compile-time clause around a runtime one)
         if (flags & 1) != 0:
-            glo, ghi = cross_bounds(p, ok, -n_k - 1, hg, DS, DE, DOCS)
-            if PREFIX:  # noqa: SIM102 (compile-time clauses)
-                if DILATED:  # the prefix segment holds the keys up to the prefix's end
-                    _, pend = prefix_bounds(p, ok, 0, P, DS, DE, DOCS)
-                    glo = tl.maximum(glo, pend + 1)
-            first, _ = cross_bounds(p0, p0 >= 0, -n_k - 1, hg, DS, DE, DOCS)
-            _, last = cross_bounds(p1, p1 >= 0, -n_k - 1, hg, DS, DE, DOCS)
-            e0 = tl.load(GIDX + tl.maximum(first, 0))
-            e1 = tl.load(GIDX + tl.minimum(last, n_k - 1) + 1)
+            glo, ghi, e0, e1 = global_segment(p, ok, p0, p1, GIDX, -n_k - 1, hg, 0, n_k, P, DS,
+                                              DE, DOCS, PREFIX, DILATED)
             acc, l_i, m_i = fwd_cross(acc, l_i, m_i, q, lo, hi, glo, ghi, k_base, v_base, skn,
                                       svn, GPOS, e0, e1, r, step, sc2, BLOCK_N, BLOCK_D, D,
                                       DILATED, True, PRECISION)
@@ -319,10 +308,7 @@ def blocks_fwd(Q, K, V, Out, LSE, Q_POS, STARTS, MIDS, ENDS, COLS, ORDER,
     q_base = Q + b.to(tl.int64) * sqb + h.to(tl.int64) * sqh
     k_base = K + b.to(tl.int64) * skb + hk * skh
     v_base = V + b.to(tl.int64) * svb + hk * svh
-    lane = tl.arange(0, TILE)
-    p = tl.load(Q_POS + row) + lane
-    i = p - off
-    row_ok = (lane < block) & (i >= 0) & (i < n_q)
+    p, i, row_ok = csr_rows(Q_POS, row, off, n_q, block, TILE)
     dd = tl.arange(0, BLOCK_D)
     ld = row_ok[:, None] & (dd[None, :] < D)
     q = tl.load(q_base + i[:, None] * sqn + dd[None, :], mask=ld, other=0.0)

@@ -1,6 +1,7 @@
 """The ``@triton.jit`` building blocks that the forward, backward and decode kernels share: an
-own block's positions and partner interval, the loop bounds of its walk, the one-compare mask,
-masked tile loads and the fp32 dot (Triton inlines them).
+own block's positions and partner interval, the loop bounds of its walk and its key blocks, the
+cross segment over global partners, the one-compare mask, a CSR row's lanes, masked tile loads
+and the fp32 dot (Triton inlines them).
 
 *Own* positions are the tile's rows (queries in the forward and dQ, keys in dK/dV), *partners*
 the positions it walks. Positions are absolute (query position ``p = i + n_k - n_q``, key
@@ -116,6 +117,19 @@ def walk(lo0, hi0, lo1, hi1, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def key_block(c0, c_end, r, step, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
+              DILATED: tl.constexpr):
+    """Class coordinates ``c`` (BLOCK_N,) of the band's key block c0 .. c0 + BLOCK_N and the
+    keys' positions ``j`` (r + step·c under dilation). A MASKED block clamps its keys to the
+    last, ``c_end - 1`` (no predicated loads): keys past it are outside every row's interval,
+    so their scores are masked."""
+    c = c0 + tl.arange(0, BLOCK_N)
+    if MASKED:
+        c = tl.minimum(c, c_end - 1)
+    return c, (r + step * c if DILATED else c)
+
+
+@triton.jit
 def edge_start(i, lo, post, n_lo, BLOCK: tl.constexpr):
     """Start of masked block ``i`` of :func:`walk`'s edges: ``n_lo`` blocks from ``lo``, then
     the blocks from ``post``."""
@@ -145,13 +159,38 @@ def cross_bounds(y, ok, xlo, xhi, DS, DE, DOCS: tl.constexpr):
 
 
 @triton.jit
-def segment_positions(GPOS, ev, e1, GATHER: tl.constexpr):
-    """The positions of a cross segment's entries ``ev`` (clamped to its last, ``e1 - 1``): the
-    global positions ``GPOS[ev]`` (GATHER), or ``ev`` itself (the keys of a dilated prefix)."""
+def global_segment(p, ok, p0, p1, GIDX, xlo, xhi, first, n_k, P, DS, DE, DOCS: tl.constexpr,
+                   PREFIX: tl.constexpr, DILATED: tl.constexpr):
+    """The cross segment over global partners of an own block: each own's [glo, ghi]
+    (:func:`cross_bounds`; under a dilated prefix, past the prefix's end, which the prefix
+    segment holds) and the entries [e0, e1) of the global partners the block walks, from the
+    first own's glo (not before ``first``, the first partner position: 0 for keys, ``off``
+    for rows) to the last own's ghi (not past n_k - 1). Owns at positions ``p`` (valid ``ok``),
+    the first and last at p0, p1; ``GIDX[y]`` counts the global positions below y."""
+    glo, ghi = cross_bounds(p, ok, xlo, xhi, DS, DE, DOCS)
+    if PREFIX:  # noqa: SIM102 (compile-time clauses)
+        if DILATED:  # the prefix segment holds the partners up to the prefix's end
+            _, pend = prefix_bounds(p, ok, first, P, DS, DE, DOCS)
+            glo = tl.maximum(glo, pend + 1)
+    lo_first, _ = cross_bounds(p0, p0 >= 0, xlo, xhi, DS, DE, DOCS)
+    _, hi_last = cross_bounds(p1, p1 >= 0, xlo, xhi, DS, DE, DOCS)
+    e0 = tl.load(GIDX + tl.maximum(lo_first, first))
+    e1 = tl.load(GIDX + tl.minimum(hi_last, n_k - 1) + 1)
+    return glo, ghi, e0, e1
+
+
+@triton.jit
+def segment_block(GPOS, e, e1, BLOCK: tl.constexpr, GATHER: tl.constexpr):
+    """Positions and validity (BLOCK,) of the entries ``ev = e .. e + BLOCK`` of a cross
+    segment that ends at ``e1``: valid below e1; positions those of the entries clamped to the
+    last, ``e1 - 1``: the global positions ``GPOS[ev]`` (GATHER), or ``ev`` itself (the keys or
+    rows of a dilated prefix)."""
+    ev = e + tl.arange(0, BLOCK)
+    ok = ev < e1
     last = tl.minimum(ev, e1 - 1)
     if GATHER:
-        return tl.load(GPOS + last)
-    return last
+        return tl.load(GPOS + last), ok
+    return last, ok
 
 
 @triton.jit
@@ -191,6 +230,16 @@ def load_rows(ptrs, ok, D: tl.constexpr, BLOCK_D: tl.constexpr, USE_OK: tl.const
         else:
             x = tl.load(ptrs, mask=dd[None, :] < D, other=0.0)
     return x
+
+
+@triton.jit
+def csr_rows(Q_POS, row, off, n_q, block, TILE: tl.constexpr):
+    """The TILE lanes of CSR row ``row``'s query block: positions ``p`` from ``Q_POS[row]``,
+    row indices ``i = p - off`` and validity (within the block's ``block`` rows and [0, n_q))."""
+    lane = tl.arange(0, TILE)
+    p = tl.load(Q_POS + row) + lane
+    i = p - off
+    return p, i, (lane < block) & (i >= 0) & (i < n_q)
 
 
 @triton.jit
