@@ -42,13 +42,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import harness.registry  # noqa: E402
 from harness.masks import MaskSpec  # noqa: E402
+from harness.measure.dispatch import OpCount  # noqa: E402
 
 # the old code's files under their names at OLD_REF: the feature-map machinery was
 # implementations/_kernelized.py (+ _kernelized_spec.py) there, _feature_maps.py here
@@ -66,18 +66,6 @@ CALLS = [
 ONE_SEGMENT = 2**40
 OLD_REF = "6d01d76"  # main before the chunkwise-parallel form (8 MiB segments, chunk loop)
 Fn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
-
-
-class OpCount(TorchDispatchMode):
-    """Counts the ATen ops dispatched while active."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops += 1
-        return func(*args, **(kwargs or {}))
 
 
 def load_old(ref: str, into: Path) -> dict[str, object] | None:

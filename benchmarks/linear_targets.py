@@ -45,14 +45,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from torch.profiler import ProfilerActivity, profile
-from torch.utils._python_dispatch import TorchDispatchMode
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from harness import registry  # noqa: E402
 from harness.masks import MaskSpec  # noqa: E402
+from harness.measure import dispatch  # noqa: E402
+from harness.measure.dispatch import OpCount  # noqa: E402
 from harness.spec import Problem  # noqa: E402
 
 try:  # which path ran: the fused kernels' launches are watched (no Triton: none can run)
@@ -77,18 +77,6 @@ LAST_ROWS = [("fla-linear", "fla-linear", True, {})]
 TARGETED = ("linear", "linear-causal", "performer", "linformer")
 LINEAR_MS, LINFORMER_MS, FLA_RATIO, PERFORMER_RATIO, HOST_FRAC = 1.0, 1.0, 2.0, 4.0, 0.2
 Call = Callable[[], torch.Tensor]
-
-
-class OpCount(TorchDispatchMode):
-    """Counts the ATen ops dispatched while active."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops += 1
-        return func(*args, **(kwargs or {}))
 
 
 class Clock:
@@ -137,17 +125,6 @@ class Clock:
         return host / reps, start.elapsed_time(end) / 1e3 / reps
 
 
-def kernels_per_call(fn: Call, device: torch.device) -> int | None:
-    """Operations one call puts on the GPU (kernels, copies, memsets; torch.profiler); None on
-    the CPU."""
-    if device.type != "cuda":
-        return None
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
-
-
 def inputs(n: int, args, device: torch.device) -> tuple[torch.Tensor, ...]:
     """q, k, v (B, H, n, D) drawn on the device from a seeded generator."""
     gen = torch.Generator(device=device).manual_seed(n)
@@ -188,7 +165,7 @@ def measure_row(name: str, impl_name: str, causal: bool, params: dict, qkv: tupl
         with OpCount() as ops:
             call()
         row["path"] = path_of(call)
-        gpu_ops = kernels_per_call(call, device)
+        gpu_ops = dispatch.gpu_ops(call, device)
         base = torch.cuda.memory_allocated() if device.type == "cuda" else 0
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats()

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from harness import registry
 from harness.masks import MaskSpec
 from harness.measure.device import profiler_peak_bytes
+from harness.measure.dispatch import OpCount
 from harness.registry import NotSupportedError
 from harness.spec import Problem
 from implementations import _feature_maps
@@ -28,18 +28,6 @@ CASES = [
     ("linformer", False),
     ("nystrom", False),
 ]
-
-
-class OpCount(TorchDispatchMode):
-    """Counts the ATen ops dispatched while active."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops += 1
-        return func(*args, **(kwargs or {}))
 
 
 def segment_params(name: str, segment_bytes: int) -> dict:

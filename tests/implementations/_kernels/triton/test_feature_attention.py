@@ -11,13 +11,13 @@ import math
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 pytest.importorskip("triton")
 
 from harness import registry
 from harness.masks import MaskSpec
 from harness.measure.device import profiler_peak_bytes
+from harness.measure.dispatch import OpCount
 from harness.oracle.agreement import output_agreement
 from harness.registry import NotSupportedError, problem_of
 from harness.spec import Problem
@@ -30,18 +30,6 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 PARAMS = {"linear": {"fused": 1}, "performer": {"features": 48, "fused": 1}}
 # (batch, heads, kv_heads, n_q, n_k, head_dim): odd sizes, unequal lengths, grouped K/V
 SHAPES = [(2, 4, 2, 97, 130, 59), (1, 2, 2, 161, 33, 16), (2, 3, 3, 97, 97, 59)]
-
-
-class OpCount(TorchDispatchMode):
-    """Counts the ATen ops dispatched while active."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops += 1
-        return func(*args, **(kwargs or {}))
 
 
 def _inputs(shape, dtype, seed):
