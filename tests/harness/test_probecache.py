@@ -13,8 +13,13 @@ from harness import probecache
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
+    """A scratch cache, and this process's environment read afresh: a test before this one in
+    the same process (a pytest-xdist worker runs many files) may have read it with a plug-in's
+    fake distribution on sys.path, which a fresh subprocess does not see."""
     monkeypatch.setenv(probecache.CACHE_ENV, str(tmp_path))
-    return tmp_path
+    probecache.environment.cache_clear()
+    yield tmp_path
+    probecache.environment.cache_clear()
 
 
 def test_an_outcome_is_recalled_in_the_same_environment_only(cache, monkeypatch):
