@@ -43,9 +43,9 @@ def cache_dir() -> Path:
 def environment() -> dict:
     """What a probe's outcome depends on, read once per process (no kernel is launched; on a
     GPU machine the device names initialize CUDA)."""
-    installed = sorted(
+    installed = sorted({  # a set: a folder twice on sys.path lists its distributions twice
         f"{d.metadata['Name']}=={d.version}" for d in importlib.metadata.distributions()
-    )
+    })
     env = {
         "python": platform.python_version(),
         "machine": platform.machine(),

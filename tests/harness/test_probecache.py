@@ -18,8 +18,7 @@ def cache(tmp_path, monkeypatch):
     fake distribution on sys.path, which a fresh subprocess does not see."""
     monkeypatch.setenv(probecache.CACHE_ENV, str(tmp_path))
     probecache.environment.cache_clear()
-    yield tmp_path
-    probecache.environment.cache_clear()
+    return tmp_path
 
 
 def test_an_outcome_is_recalled_in_the_same_environment_only(cache, monkeypatch):
@@ -40,6 +39,16 @@ def test_another_process_of_the_same_environment_reads_it(cache):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == "(True, None)"
+
+
+def test_a_folder_twice_on_sys_path_is_the_same_environment(monkeypatch):
+    """A script that puts the checkout on sys.path again (benchmarks/ do) lists the
+    distributions there twice: the fingerprint must not change, or another process misses
+    the cache."""
+    once = probecache.environment.__wrapped__()
+    for entry in [p for p in sys.path if p]:  # every folder on sys.path, a second time
+        monkeypatch.syspath_prepend(entry)
+    assert probecache.environment.__wrapped__() == once
 
 
 def test_the_fingerprint_follows_what_decides_a_probe():
