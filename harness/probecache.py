@@ -6,9 +6,9 @@ compile kernels (flash-linear-attention's Triton kernels take seconds each on a 
 Each outcome a probe gives is written to ``<cache>/probes/<fingerprint>.json``, keyed by the
 implementation and device type. The fingerprint (:func:`environment`) holds what decides
 whether a backend runs: Python, torch and its CUDA, every installed distribution and its
-version (a reinstalled wheel changes it), the driver and the GPU models. Another environment
-reads another file, so an outcome is never carried to a machine or install it was not found
-on.
+version (a reinstalled wheel changes it; :func:`install_paths`), the driver and the GPU models.
+Another environment reads another file, so an outcome is never carried to a machine or install
+it was not found on.
 
 ``<cache>`` is ``$ATTNBENCH_CACHE_DIR``, else ``$XDG_CACHE_HOME/attnbench``, else
 ``~/.cache/attnbench``. The files are JSON data, never executed; a cache that cannot be read
@@ -23,6 +23,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import site
 import tempfile
 from pathlib import Path
 
@@ -39,12 +40,24 @@ def cache_dir() -> Path:
     return Path(base) / "attnbench"
 
 
+def install_paths() -> list[str]:
+    """Where the installed distributions are: PYTHONPATH and the interpreter's site folders.
+    Not ``sys.path``, where imported packages add folders at run time (``import ray`` adds
+    its ``thirdparty_files``, setuptools its ``_vendor``): the fingerprint would then depend on
+    what a process happened to import, and another process would miss the cache."""
+    paths = [*os.environ.get("PYTHONPATH", "").split(os.pathsep), *site.getsitepackages()]
+    if site.ENABLE_USER_SITE:
+        paths.append(site.getusersitepackages())
+    return [p for p in dict.fromkeys(paths) if p and os.path.isdir(p)]
+
+
 @functools.cache
 def environment() -> dict:
     """What a probe's outcome depends on, read once per process (no kernel is launched; on a
     GPU machine the device names initialize CUDA)."""
-    installed = sorted({  # a set: a folder twice on sys.path lists its distributions twice
-        f"{d.metadata['Name']}=={d.version}" for d in importlib.metadata.distributions()
+    installed = sorted({  # a set: a folder twice on the path lists its distributions twice
+        f"{d.metadata['Name']}=={d.version}"
+        for d in importlib.metadata.distributions(path=install_paths())
     })
     env = {
         "python": platform.python_version(),

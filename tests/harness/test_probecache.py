@@ -41,14 +41,24 @@ def test_another_process_of_the_same_environment_reads_it(cache):
     assert out == "(True, None)"
 
 
-def test_a_folder_twice_on_sys_path_is_the_same_environment(monkeypatch):
-    """A script that puts the checkout on sys.path again (benchmarks/ do) lists the
-    distributions there twice: the fingerprint must not change, or another process misses
-    the cache."""
+def _fake_distribution(folder, name: str) -> str:
+    info = folder / f"{name}-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+    return str(folder)
+
+
+def test_what_a_process_imported_does_not_change_its_environment(tmp_path, monkeypatch):
+    """Folders that imports add to sys.path (ray's thirdparty_files, setuptools' _vendor), and
+    a folder there twice, leave the environment as another process reads it; a distribution
+    on PYTHONPATH, which every process of that environment sees, changes it."""
     once = probecache.environment.__wrapped__()
+    monkeypatch.syspath_prepend(_fake_distribution(tmp_path / "vendored", "vendored-copy"))
     for entry in [p for p in sys.path if p]:  # every folder on sys.path, a second time
         monkeypatch.syspath_prepend(entry)
     assert probecache.environment.__wrapped__() == once
+    monkeypatch.setenv("PYTHONPATH", _fake_distribution(tmp_path / "plugins", "a-plugin"))
+    assert probecache.environment.__wrapped__()["distributions"] != once["distributions"]
 
 
 def test_the_fingerprint_follows_what_decides_a_probe():
