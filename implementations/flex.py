@@ -50,10 +50,6 @@ def dynamo_unsupported_reason() -> str | None:
     return None
 
 
-def _availability() -> str | None:
-    return dynamo_unsupported_reason()
-
-
 def _reasons(p: Problem) -> list[str]:
     out = []
     if p.device_type == "cpu":
@@ -138,7 +134,7 @@ for _name, (_features, _what) in _VARIANTS.items():
             time_exponent=1, memory_exponent=1, memory_model=_workspace, executed_pairs=_executed
         ),
         description=f"FlexAttention under torch.compile, 128x128 block skipping: {_what}",
-        availability=_availability,
+        availability=dynamo_unsupported_reason,
         extra_reasons=_reasons,
         prepare=_prepare,
     )(flex_pattern)

@@ -20,6 +20,11 @@ os.environ.setdefault("ATTNBENCH_AUTOTUNE", "off")
 # set in the environment, so the CLI subprocesses that tests start use it too.
 os.environ.setdefault("ATTNBENCH_CACHE_DIR", tempfile.mkdtemp(prefix="attnbench-test-cache-"))
 
+# after the environment above: loading the plug-ins defines the Triton kernels
+from harness import registry
+from harness.measure.device import profiler_peak_bytes
+from harness.spec import Problem
+
 COMPILE_HEAVY = ("_kernels/triton/test_fused_attention.py", "gradients")
 """Tests whose node id holds both strings compile a forward and two backward kernels for their
 mask mode: 40-85 s each on the H100's 16 busy cores (the proof of 2026-11-26, lease 3)."""
@@ -65,6 +70,20 @@ def make_qkv(
     return tuple(
         torch.randn(s, generator=gen, dtype=dtype).requires_grad_(requires_grad) for s in shapes
     )
+
+
+def prepared_peak_beyond_output(name: str, problem: Problem, q, k, v) -> int:
+    """Peak bytes (profiler allocation events) of one no-grad call of ``name`` prepared for
+    ``problem``, as the runner calls it, after a first call that fills its caches, less its
+    output (the size of q)."""
+    attn = registry.get(name).prepare(problem)
+
+    def call():
+        with torch.no_grad():
+            return attn(q, k, v)
+
+    call()
+    return profiler_peak_bytes(call) - q.numel() * q.element_size()
 
 
 @pytest.fixture(autouse=True)

@@ -13,11 +13,7 @@ from harness import probecache
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
-    """A scratch cache, and this process's environment read afresh: a test before this one in
-    the same process (a pytest-xdist worker runs many files) may have read it with a plug-in's
-    fake distribution on sys.path, which a fresh subprocess does not see."""
     monkeypatch.setenv(probecache.CACHE_ENV, str(tmp_path))
-    probecache.environment.cache_clear()
     return tmp_path
 
 

@@ -71,7 +71,7 @@ def test_the_availability_rule_is_dynamos_own_without_importing_it(monkeypatch):
     monkeypatch.setattr(sys, "version_info", (3, 15, 0, "final", 0))
     assert "3.15" in flex.dynamo_unsupported_reason()
     monkeypatch.undo()
-    code = ("import sys; from implementations import flex; flex._availability(); "
+    code = ("import sys; from implementations import flex; flex.dynamo_unsupported_reason(); "
             "sys.exit('torch._dynamo' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 

@@ -27,7 +27,7 @@ from harness.registry import NotSupportedError, problem_of
 from harness.spec import Problem
 from implementations._feature_maps_spec import chunked_extra_flops
 from implementations.linformer import cpu_sdpa_packs
-from tests.conftest import make_qkv
+from tests.conftest import make_qkv, prepared_peak_beyond_output
 
 # small method parameters where the defaults would not fit the odd test shapes (n = 33)
 PARAMS = {
@@ -263,14 +263,7 @@ def test_memory_model_predicts_the_measured_peak(name, causal, dtype, kv_heads):
         mask=MaskSpec(causal=causal),
         kv_heads=None if kv_heads == 8 else kv_heads,
     )
-    attn = registry.get(name).prepare(problem)
-
-    def call():
-        with torch.no_grad():
-            return attn(q, k, v)
-
-    call()
-    measured = profiler_peak_bytes(call) - q.numel() * q.element_size()
+    measured = prepared_peak_beyond_output(name, problem, q, k, v)
     predicted = registry.get(name).cost.memory_model(problem)
     bound = 0.1 * predicted if name == "nystrom" else 64
     assert abs(measured - predicted) <= bound, (measured, predicted)

@@ -12,12 +12,11 @@ import torch
 
 from harness import registry
 from harness.masks import MaskSpec
-from harness.measure.device import profiler_peak_bytes
 from harness.measure.dispatch import OpCount
 from harness.registry import NotSupportedError
 from harness.spec import Problem
 from implementations import _feature_maps
-from tests.conftest import make_qkv
+from tests.conftest import make_qkv, prepared_peak_beyond_output
 
 ONE_SEGMENT = 2**40  # bytes: every length here fits one segment, as on a GPU
 CASES = [
@@ -165,12 +164,5 @@ def test_the_memory_model_follows_the_blocked_reduction(blocked_on_cpu, name, n_
     q, k, v = make_qkv(1, 8, n_q, n_k, 64, seed=n_q)
     problem = Problem(1, 8, n_q, n_k, 64, mask=MaskSpec(causal=causal),
                       params=(("segment_bytes", ONE_SEGMENT),))
-    attn = registry.get(name).prepare(problem)
-
-    def call():
-        with torch.no_grad():
-            return attn(q, k, v)
-
-    call()
-    measured = profiler_peak_bytes(call) - q.numel() * q.element_size()
+    measured = prepared_peak_beyond_output(name, problem, q, k, v)
     assert abs(measured - registry.get(name).cost.memory_model(problem)) <= 64, measured

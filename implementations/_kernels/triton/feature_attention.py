@@ -24,7 +24,6 @@ import os
 import torch
 from torch import Tensor
 
-from harness.masks import MaskSpec
 from harness.spec import FLOAT_DTYPES, Param, Problem
 
 try:  # the kernels import Triton, an optional dependency
@@ -57,29 +56,36 @@ def _interpreted() -> bool:
 
 def unavailable_reason() -> str | None:
     """Why the kernels cannot run on this machine (None when Triton and they import)."""
-    if importlib.util.find_spec("triton") is None:
-        return "triton not installed"
-    return None if feature_kernels is not None else _IMPORT_ERROR
+    if feature_kernels is not None:
+        return None
+    return "triton not installed" if importlib.util.find_spec("triton") is None else _IMPORT_ERROR
 
 
-def fused_reasons(p: Problem) -> list[str]:
-    """Why the fused kernels cannot run ``p`` (empty: they can): CUDA (or CPU tensors under
-    ``TRITON_INTERPRET=1``), not causal, no autograd, fp32/fp16/bf16, D <= 256, Triton."""
+def call_reasons(device_type: str, causal: bool, backward: bool, dtype: torch.dtype,
+                 head_dim: int) -> list[str]:
+    """Why the fused kernels cannot run such a call (empty: they can): CUDA (or CPU tensors
+    under ``TRITON_INTERPRET=1``), not causal, no autograd, fp32/fp16/bf16, D <= 256, Triton.
+    The one rule: a Problem's (:func:`fused_reasons`) and a direct call's (:func:`takes_fused`)."""
     out = []
-    if p.device_type != "cuda" and not (p.device_type == "cpu" and _interpreted()):
-        out.append(f"the fused kernels run on CUDA, not {p.device_type}")
-    if p.mask.causal:
+    if device_type != "cuda" and not (device_type == "cpu" and _interpreted()):
+        out.append(f"the fused kernels run on CUDA, not {device_type}")
+    if causal:
         out.append("the fused kernels cover non-causal calls")
-    if p.backward:
+    if backward:
         out.append("the fused kernels are forward-only (no autograd)")
-    if p.dtype not in DTYPES:
-        out.append(f"the fused kernels cover fp32/fp16/bf16, not {str(p.dtype)[6:]}")
-    if p.head_dim > MAX_HEAD_DIM:
-        out.append(f"the fused kernels cover D <= {MAX_HEAD_DIM}, not {p.head_dim}")
+    if dtype not in DTYPES:
+        out.append(f"the fused kernels cover fp32/fp16/bf16, not {str(dtype)[6:]}")
+    if head_dim > MAX_HEAD_DIM:
+        out.append(f"the fused kernels cover D <= {MAX_HEAD_DIM}, not {head_dim}")
     reason = unavailable_reason()
     if reason:
         out.append(reason)
     return out
+
+
+def fused_reasons(p: Problem) -> list[str]:
+    """:func:`call_reasons` of a Problem."""
+    return call_reasons(p.device_type, p.mask.causal, p.backward, p.dtype, p.head_dim)
 
 
 def path_reasons(p: Problem) -> list[str]:
@@ -207,13 +213,9 @@ def takes_fused(fused: int, q: Tensor, k: Tensor, v: Tensor, causal: bool) -> bo
     if fused == 0:
         return False
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    reasons = call_reasons(q.device.type, causal, grad, q.dtype, q.shape[-1])
     if fused == -1:
-        return (q.is_cuda and not causal and not grad and q.dtype in DTYPES
-                and q.shape[-1] <= MAX_HEAD_DIM and feature_kernels is not None)
-    p = Problem(q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[-1], dtype=q.dtype,
-                device=q.device.type, mask=MaskSpec(causal=causal), backward=grad,
-                kv_heads=k.shape[1])
-    reasons = fused_reasons(p)
+        return q.is_cuda and not reasons
     if reasons:
         raise ValueError(f"fused = 1: {'; '.join(reasons)}")
     return True
