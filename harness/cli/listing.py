@@ -17,14 +17,13 @@ from __future__ import annotations
 import json
 import textwrap
 
-from harness import registry
+from harness import registry, scenarios
 from harness.terminal import text_width, word_table
 
 HEADER = ("name", "family", "status", "devices", "dtypes", "mask features", "time ~n^",
           "mem ~n^", "params")
 ROW_LINES = 2  # a table row taller than this reads worse than a paragraph
 INDENT = "    "  # the details of an implementation under its name (paragraph layout)
-MIXERS = "block-scenario mixers (baselines, not attention cores): lstm, conv"
 NOT_PROBED = ("its probe is a real call, which may compile kernels; any run records it, or: "
               "attnbench list --probe")
 
@@ -50,7 +49,7 @@ def cmd_list(args) -> int:
 def render(impls: list[dict], load_errors: dict[str, str], width: int) -> str:
     """The listing of ``impls`` (:func:`_describe` dicts) in ``width`` columns: the table when
     its columns fit, else a paragraph per implementation; then the reasons an implementation
-    is unavailable, the block mixers and the plug-ins that failed to load, each wrapped."""
+    is unavailable, the scenarios' baselines and the plug-ins that failed to load, each wrapped."""
     available = sum(d["available"] is True for d in impls)
     lines = [f"attnbench implementations: {len(impls)}, {available} available here", ""]
     rows = [_cells(d) for d in impls]
@@ -66,9 +65,16 @@ def render(impls: list[dict], load_errors: dict[str, str], width: int) -> str:
         lines += [_wrap(n, width, INDENT, 2 * INDENT) for n in unknown]
     else:
         lines += [_paragraph(d, width) for d in impls]
-    lines += ["", _wrap(MIXERS, width)]
+    lines += ["", _wrap(baselines_text(), width)]
     lines += [_wrap(f"plug-in {name}: {reason}", width) for name, reason in load_errors.items()]
     return "\n".join(lines)
+
+
+def baselines_text() -> str:
+    """The scenarios' own baselines (not attention cores), as their folders declare them."""
+    named = [f"{impl} ({folder} scenario, {family})"
+             for impl, (folder, family) in scenarios.declared_baselines().items()]
+    return "scenario baselines (not attention cores): " + ", ".join(named)
 
 
 def _cells(d: dict) -> list[str]:

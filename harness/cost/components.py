@@ -1,6 +1,8 @@
 """The shared cost formulas every scenario's cost model adds up: the attention core (FLOPs from
 the exact kept-pair count, bytes in and out, the implementation's own workspace) and the parts
-of a transformer block (parameter counts, per-token FLOPs, live activations).
+of a transformer block (parameter counts, per-token FLOPs, live activations). The block
+scenario's LSTM and convolution baselines keep their own formulas beside their modules
+(:mod:`harness.scenarios.block.mixers`).
 
 FLOPs count a multiply-add as 2. Attention forward is ``4·B·H·D`` per kept (query, key) pair
 (QKᵀ and PV, 2·D each), from the exact kept-pair count of :func:`harness.masks.kept_pairs`
@@ -8,13 +10,8 @@ FLOPs count a multiply-add as 2. Attention forward is ``4·B·H·D`` per kept (q
 implementation whose work is not the kept pairs (a linear-complexity approximation) declares its
 own forward count (:attr:`harness.spec.Cost.flops`), which replaces it. Backward is 2.5x forward
 (FlashAttention's benchmarks: 2 matmuls recomputed + 3 gradients over the 2 of forward), so a
-timed forward + backward counts 3.5x. Linear layers (projections, FFN, LSTM, conv) count
+timed forward + backward counts 3.5x. Linear layers (projections, FFN) count
 2·in·out per token forward, 2x that backward.
-
-Per-layer costs (Vaswani et al. 2017, Table 1, constants made explicit), per token:
-self-attention core 4·n·d (non-causal), recurrent (LSTM) 16·d² (4 gates x (W_ih + W_hh)),
-convolution 2·k·d² (Conv1d d -> d, kernel k): hence n < d is where attention's O(n²·d) beats
-recurrence's O(n·d²) up to constants; :func:`flop_crossover` gives the exact n.
 
 Widths as :class:`harness.model.transformer.BlockConfig` builds them (``d = heads · head_dim``,
 ``d_kv = kv_heads · head_dim``); counts are elements unless a name says bytes.
@@ -28,7 +25,6 @@ from harness.spec import Problem, itemsize
 
 BACKWARD_FACTOR = 2.5  # attention backward / forward FLOPs (FlashAttention benchmark convention)
 LINEAR_BACKWARD_FACTOR = 2.0  # dX and dW, each as costly as the forward matmul
-LSTM_FLOPS_PER_D2 = 16  # per token: 4 gates x (W_ih x + W_hh h) x 2 FLOPs
 FFN_MULT = 4  # hidden = 4·d for relu/gelu; SwiGLU uses 2/3 of that in three matrices
 
 # --- the attention core --------------------------------------------------------------------
@@ -114,26 +110,6 @@ def attention_workspace(impl: str, problem: Problem) -> int:
     return int(model(problem)) if model is not None else 0
 
 
-def flop_crossover(
-    d_model: int,
-    mixer: str = "lstm",
-    *,
-    kernel: int = 3,
-    causal: bool = False,
-    projections: bool = False,
-) -> float:
-    """Sequence length n where a self-attention layer's FLOPs equal the ``mixer`` layer's.
-
-    Per token: attention core 4·n·d (2·n·d causal) plus, with ``projections``, 8·d² for Q/K/V/O;
-    LSTM 16·d²; conv 2·k·d². Returns 0 when attention costs more at every n. The textbook
-    "self-attention is cheaper when n < d" drops these constants."""
-    d = float(d_model)
-    other = LSTM_FLOPS_PER_D2 * d * d if mixer == "lstm" else 2 * kernel * d * d
-    proj = 8 * d * d if projections else 0.0
-    per_key = (2 if causal else 4) * d
-    return max((other - proj) / per_key, 0.0)
-
-
 # --- the parts of a block ------------------------------------------------------------------
 
 
@@ -160,16 +136,6 @@ def attention_params(d_model: int, d_kv: int) -> int:
     return 2 * d_model * d_model + 2 * d_model * d_kv + 2 * d_model + 2 * d_kv
 
 
-def lstm_params(d_model: int) -> int:
-    """An LSTM layer d -> d: 4 gates x (W_ih, W_hh) plus their biases."""
-    return 8 * d_model * d_model + 8 * d_model
-
-
-def conv_params(d_model: int, kernel: int) -> int:
-    """A Conv1d d -> d with ``kernel`` taps, with bias."""
-    return kernel * d_model * d_model + d_model
-
-
 def ffn_params(d_model: int, ffn: str) -> int:
     """The FFN's two matrices and biases (SwiGLU: gate and value in one up matrix)."""
     hidden, up = ffn_hidden(d_model, ffn), ffn_up_width(d_model, ffn)
@@ -179,16 +145,6 @@ def ffn_params(d_model: int, ffn: str) -> int:
 def projection_flops(d_model: int, d_kv: int) -> int:
     """Forward FLOPs per token of W_Q, W_O (d x d) and W_K, W_V (d x d_kv)."""
     return 2 * d_model * (2 * d_model + 2 * d_kv)
-
-
-def lstm_flops(d_model: int) -> int:
-    """Forward FLOPs per token of an LSTM layer d -> d."""
-    return LSTM_FLOPS_PER_D2 * d_model * d_model
-
-
-def conv_flops(d_model: int, kernel: int) -> int:
-    """Forward FLOPs per token of a Conv1d d -> d with ``kernel`` taps."""
-    return 2 * kernel * d_model * d_model
 
 
 def ffn_flops(d_model: int, ffn: str) -> int:

@@ -2,21 +2,23 @@
 
 ``x + Mixer(LN(x))`` then ``x + FFN(LN(x))`` (pre-LN, Xiong et al. 2020), or
 ``LN(x + Mixer(x))`` then ``LN(x + FFN(x))`` (post-LN, Vaswani et al. 2017). The mixer is
-multi-head attention with a pluggable core ``(q, k, v) -> out`` on (B, H, N, D) tensors, or an
-LSTM / 1-D convolution baseline (the per-layer cost table of Vaswani et al., Table 1).
+multi-head attention with a pluggable core ``(q, k, v) -> out`` on (B, H, N, D) tensors, or a
+module a caller gives in its place (the block scenario's LSTM / convolution baselines,
+:mod:`harness.scenarios.block.mixers`).
 Positional encodings: sinusoidal or learned (added to the input), or RoPE (rotating q and k).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, fields
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from harness.model import FFNS, MIXERS, NORMS, POSITIONS
+from harness.model import FFNS, NORMS, POSITIONS
 from harness.spec import AttnFn
 
 
@@ -30,11 +32,28 @@ class BlockConfig:
     norm: str = "pre"
     ffn: str = "gelu"
     pos: str = "rope"
-    mixer: str = "attention"
-    conv_kernel: int = 3
     causal: bool = False
     max_len: int = 4096
     ffn_mult: int = 4
+
+    @classmethod
+    def of(cls, point, *, causal: bool, max_len: int) -> BlockConfig:
+        """A block of ``point``'s shape (its ``heads``, ``head_dim``, ``kv_heads``) laid out as
+        its ``settings`` say: every settings field that is a BlockConfig field (the block and
+        decode scenarios' ``norm``, ``ffn``, ``pos``)."""
+        layout = {
+            f.name: getattr(point.settings, f.name)
+            for f in fields(cls)
+            if hasattr(point.settings, f.name)
+        }
+        return cls(
+            heads=point.heads,
+            head_dim=point.head_dim,
+            kv_heads=point.kv_heads,
+            causal=causal,
+            max_len=max_len,
+            **layout,
+        )
 
     @property
     def d_model(self) -> int:
@@ -103,19 +122,6 @@ class MultiHeadAttention(nn.Module):
         return self.merge(core(q, k, v))
 
 
-class ConvMixer(nn.Module):
-    """Conv1d(d, d, k): O(k·n·d²). Causal (left-padded) when the block is causal."""
-
-    def __init__(self, cfg: BlockConfig):
-        super().__init__()
-        self.causal, self.k = cfg.causal, cfg.conv_kernel
-        self.conv = nn.Conv1d(cfg.d_model, cfg.d_model, cfg.conv_kernel)
-
-    def forward(self, x: Tensor) -> Tensor:
-        pad = (self.k - 1, 0) if self.causal else ((self.k - 1) // 2, self.k // 2)
-        return self.conv(F.pad(x.transpose(1, 2), pad)).transpose(1, 2)  # (B, N, d)
-
-
 class FeedForward(nn.Module):
     def __init__(self, cfg: BlockConfig):
         super().__init__()
@@ -134,28 +140,23 @@ class FeedForward(nn.Module):
         return self.down(h)
 
 
-class TransformerBlock(nn.Module):
-    """One block; ``forward(x, core)`` with x: (B, N, d_model) -> (B, N, d_model)."""
+MixerFactory = Callable[[BlockConfig], nn.Module]  # cfg -> a module x (B, N, d) -> (B, N, d)
 
-    def __init__(self, cfg: BlockConfig):
+
+class TransformerBlock(nn.Module):
+    """One block; ``forward(x, core)`` with x: (B, N, d_model) -> (B, N, d_model). The mixer is
+    multi-head attention around ``core``, or what ``mixer`` builds (it takes x alone)."""
+
+    def __init__(self, cfg: BlockConfig, mixer: MixerFactory | None = None):
         super().__init__()
-        for value, allowed in (
-            (cfg.norm, NORMS),
-            (cfg.ffn, FFNS),
-            (cfg.pos, POSITIONS),
-            (cfg.mixer, MIXERS),
-        ):
+        for value, allowed in ((cfg.norm, NORMS), (cfg.ffn, FFNS), (cfg.pos, POSITIONS)):
             if value not in allowed:
                 raise ValueError(f"{value!r} not one of {allowed}")
         self.cfg = cfg
         d = cfg.d_model
         self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        if cfg.mixer == "attention":
-            self.mixer: nn.Module = MultiHeadAttention(cfg)
-        elif cfg.mixer == "lstm":
-            self.mixer = nn.LSTM(d, d, batch_first=True)
-        else:
-            self.mixer = ConvMixer(cfg)
+        self.attends = mixer is None
+        self.mixer: nn.Module = MultiHeadAttention(cfg) if mixer is None else mixer(cfg)
         self.ffn = FeedForward(cfg)
         if cfg.pos == "learned":
             self.pos_table = nn.Parameter(torch.randn(cfg.max_len, d) * 0.02)
@@ -177,11 +178,7 @@ class TransformerBlock(nn.Module):
         return x + self.pos_table[offset : offset + n].to(x.dtype)
 
     def mix(self, x: Tensor, core: AttnFn | None, positions: Tensor) -> Tensor:
-        if self.cfg.mixer == "attention":
-            return self.mixer(x, core, positions)
-        if self.cfg.mixer == "lstm":
-            return self.mixer(x)[0]
-        return self.mixer(x)
+        return self.mixer(x, core, positions) if self.attends else self.mixer(x)
 
     def forward(self, x: Tensor, core: AttnFn | None = None, offset: int | Tensor = 0) -> Tensor:
         """``offset``: the first token's position, a Python int or a (1,) long tensor on the
@@ -199,9 +196,15 @@ class TransformerBlock(nn.Module):
         return self.ln2(x + self.ffn(x))
 
 
-def build_block(cfg: BlockConfig, seed: int, device: str, dtype: torch.dtype) -> TransformerBlock:
+def build_block(
+    cfg: BlockConfig,
+    seed: int,
+    device: str,
+    dtype: torch.dtype,
+    mixer: MixerFactory | None = None,
+) -> TransformerBlock:
     """A block with seeded weights (same seed -> same weights on every device)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        block = TransformerBlock(cfg)
+        block = TransformerBlock(cfg, mixer)
     return block.to(device=device, dtype=dtype)

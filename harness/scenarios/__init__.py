@@ -4,8 +4,10 @@ found by looking (as the implementations are): adding a scenario is adding a fol
 A folder holds two things:
 
 - its ``__init__.py`` declares ``COLUMNS``, the row columns the scenario adds (its settings, as
-  point columns, then its measurements) with :class:`harness.columns.Column`. It imports nothing
-  heavy: :mod:`harness.schema` reads it, and the ``table`` verb never imports torch.
+  point columns, then its measurements) with :class:`harness.columns.Column`, and, when the
+  scenario runs baselines of its own rather than registry implementations, ``BASELINES``
+  (implementation name -> family). It imports nothing heavy: :mod:`harness.schema` reads it,
+  the ``table`` verb never imports torch, and ``list`` shows the baselines from it.
 - its modules define the behaviour: one of them registers a
   :class:`harness.scenarios.interface.Scenario` subclass with
   :func:`harness.scenarios.interface.register` (its typed settings, ``problem()``, ``cost()``,
@@ -42,4 +44,13 @@ def declared_columns() -> list[Column]:
     out: list[Column] = []
     for name in folders():
         out.extend(importlib.import_module(f"{__name__}.{name}").COLUMNS)
+    return out
+
+
+def declared_baselines() -> dict[str, tuple[str, str]]:
+    """Every folder's ``BASELINES``: implementation name -> (scenario folder, family)."""
+    out: dict[str, tuple[str, str]] = {}
+    for name in folders():
+        declared = getattr(importlib.import_module(f"{__name__}.{name}"), "BASELINES", {})
+        out.update({impl: (name, family) for impl, family in declared.items()})
     return out

@@ -5,19 +5,9 @@ block's time.
 """
 
 from harness.columns import Column, point_column
+from harness.model import LAYOUT
 
-# the block's layout: the decode scenario's model has the same settings
-LAYOUT = (
-    point_column("norm", "", "text", "block and decode scenarios: `pre` or `post` layer norm"),
-    point_column(
-        "ffn", "", "text",
-        "block and decode scenarios: feed-forward kind, `relu`, `gelu` or `swiglu`",
-    ),
-    point_column(
-        "pos", "", "text",
-        "block and decode scenarios: position encoding, `sinusoidal`, `learned` or `rope`",
-    ),
-)  # fmt: skip
+BASELINES = {"lstm": "recurrent", "conv": "convolution"}  # implementation -> family
 COLUMNS = (
     *LAYOUT,
     point_column(

@@ -15,7 +15,7 @@ memory: the block's live activations plus the core's declared workspace
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import ClassVar
 
@@ -30,21 +30,25 @@ from harness.cost.components import (
     attention_io_bytes,
     attention_params,
     attention_workspace,
-    conv_flops,
-    conv_params,
     ffn_flops,
     ffn_params,
-    flop_crossover,
     kv_dim,
-    lstm_flops,
-    lstm_params,
     projection_flops,
 )
 from harness.measure.device import Device
-from harness.model import FFNS, MIXERS, NORMS, POSITIONS
+from harness.model import FFNS, NORMS, POSITIONS
 from harness.model.transformer import BlockConfig, TransformerBlock, build_block
 from harness.oracle.agreement import grad_agreement, output_agreement
 from harness.oracle.definition import Definition
+from harness.scenarios.block import BASELINES
+from harness.scenarios.block.mixers import (
+    conv_flops,
+    conv_params,
+    flop_crossover,
+    lstm_flops,
+    lstm_params,
+    mixer_factory,
+)
 from harness.scenarios.case import Case, CaseOptions, CheckPlan
 from harness.scenarios.figures import CrossoverPanel
 from harness.scenarios.interface import (
@@ -57,7 +61,7 @@ from harness.scenarios.interface import (
 )
 from harness.spec import Problem, itemsize
 
-BASELINES = {"lstm": "recurrent", "conv": "convolution"}  # implementation -> family
+MIXERS = ("attention", *BASELINES)
 
 
 @dataclass(frozen=True)
@@ -75,25 +79,6 @@ class BlockSettings:
 def core_problem(point: Point) -> Problem:
     """The core's call inside the block: B·H queries over n keys with the point's mask."""
     return point.attention_call(point.seq_len, point.seq_len, point.mask, point.backward)
-
-
-def block_config(point: Point, *, causal: bool, max_len: int) -> BlockConfig:
-    """A block of the point's shape laid out as its settings say (every settings field that
-    is a BlockConfig field: norm, ffn, pos, and the mixer where the scenario has one; the
-    decode scenario's blocks too)."""
-    layout = {
-        f.name: getattr(point.settings, f.name)
-        for f in fields(BlockConfig)
-        if hasattr(point.settings, f.name)
-    }
-    return BlockConfig(
-        heads=point.heads,
-        head_dim=point.head_dim,
-        kv_heads=point.kv_heads,
-        causal=causal,
-        max_len=max_len,
-        **layout,
-    )
 
 
 class BlockCost(PointCost):
@@ -243,8 +228,9 @@ class Block(Scenario):
     def build_case(self, point: Point, device: Device, options: CaseOptions) -> Case:
         """x: (B, N, d_model) through one block; the baselines have no registry core."""
         plan = check_plan(point, options.check)
-        cfg = block_config(point, causal=point.mask.causal, max_len=point.seq_len)
-        block = build_block(cfg, point.seed, point.device, point.torch_dtype)
+        cfg = BlockConfig.of(point, causal=point.mask.causal, max_len=point.seq_len)
+        mixer = mixer_factory(point.settings.mixer, point.settings.conv_kernel)
+        block = build_block(cfg, point.seed, point.device, point.torch_dtype, mixer)
         block = block.eval()
         impl = self.core(point)
         core = impl.prepare(self.problem(point)) if impl is not None else None
@@ -291,7 +277,7 @@ def mixer_call(block: TransformerBlock, core, x: Tensor, grad_out: Tensor, backw
     positions = torch.arange(x.shape[1], device=x.device)
     with torch.no_grad():
         h = block.ln1(block.embed(x))
-    if block.cfg.mixer == "attention":
+    if block.attends:
         q, k, v = (t.detach().requires_grad_(backward) for t in block.mixer.project(h, positions))
         if backward:
             core_grad = torch.randn_like(q)  # (B, H, N, D), the core's output shape

@@ -7,7 +7,7 @@ analytic costs :mod:`.decode_cost`, the scenario :mod:`.decode_case`.
 """
 
 from harness.columns import BANDWIDTH, Column, point_column
-from harness.scenarios.block import LAYOUT
+from harness.model import LAYOUT
 
 COLUMNS = (
     *LAYOUT,

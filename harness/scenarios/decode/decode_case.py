@@ -37,11 +37,10 @@ from harness.measure import calibrate
 from harness.measure.device import Device
 from harness.measure.graphs import Launch
 from harness.model import FFNS, NORMS, POSITIONS
-from harness.model.transformer import build_block
+from harness.model.transformer import BlockConfig, build_block
 from harness.oracle.agreement import output_agreement, tolerance
 from harness.oracle.definition import Definition
 from harness.registry import Implementation
-from harness.scenarios.block.block_case import block_config
 from harness.scenarios.case import Case, CaseOptions, CheckPlan, MeasureOption
 from harness.scenarios.decode import step_launch
 from harness.scenarios.decode.caches import CACHES, cache_nbytes
@@ -100,7 +99,7 @@ class CoreAttend:
 def make_stack(point: Point, impl: Implementation) -> DecoderStack:
     """Seeded blocks (layer i from seed + i) with ``impl`` as the core and the point's cache."""
     # every layer's block: causal, long enough for the generated tokens
-    cfg = block_config(point, causal=True, max_len=point.seq_len + point.settings.gen_tokens)
+    cfg = BlockConfig.of(point, causal=True, max_len=point.seq_len + point.settings.gen_tokens)
     blocks = [
         build_block(cfg, point.seed + i, point.device, point.torch_dtype).eval()
         for i in range(point.settings.layers)

@@ -12,7 +12,7 @@ Cost (:class:`DecodeCost`): FLOPs of one step (useful: the new token's layers an
 query keeps; executed: what the step's call really runs, the whole prefix again without a
 cache), the bytes one step must move (``step_bytes``: the roofline floor of a decode step), what
 the step allocates and the peak of the whole point, prefill and check included. Weights are
-one block's parameters as :func:`harness.scenarios.block.block_case.block_config` builds it
+one block's parameters as :meth:`harness.model.transformer.BlockConfig.of` builds it
 (a learned position table of seq_len + gen_tokens rows).
 """
 

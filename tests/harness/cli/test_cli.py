@@ -159,7 +159,7 @@ def test_list_wraps_at_word_boundaries_to_the_width(width):
     errors = {"broken-plugin": "ImportError: No module named 'broken_plugin_dep'"}
     text = listing.render(impls, errors, width)
     assert max(len(line) for line in text.splitlines()) <= width
-    source = " ".join([*listing.HEADER, listing.MIXERS, *errors.values(),
+    source = " ".join([*listing.HEADER, listing.baselines_text(), *errors.values(),
                        *(" ".join(map(str, [*d.values(), *d["devices"], *d["dtypes"],
                                             *d["mask_features"]])) for d in impls),
                        *(listing._params_text(d["params"]) for d in impls),

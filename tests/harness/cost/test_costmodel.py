@@ -5,13 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.cost.components import attention_pairs, ffn_hidden, flop_crossover
+from harness.cost.components import attention_pairs, ffn_hidden
 from harness.execute.runner import run_point
 from harness.measure import calibrate
 from harness.measure.device import get_device
 from harness.measure.timing import Measurement, TimingConfig
 from harness.model.transformer import BlockConfig, build_block
 from harness.scenarios.attention.attention_case import bandwidth_columns
+from harness.scenarios.block.mixers import flop_crossover, mixer_factory
 from harness.scenarios.interface import Point, cost_of, scenario_of
 from harness.sweep.suite import MeasureConfig
 
@@ -75,10 +76,9 @@ def test_weight_bytes_match_the_real_block(mixer, ffn):
         pos="learned",
         seq_len=16,
     )
-    cfg = BlockConfig(
-        heads=4, head_dim=8, kv_heads=2, ffn=ffn, pos="learned", mixer=mixer, max_len=16
-    )
-    block = build_block(cfg, seed=0, device="cpu", dtype=torch.float32)
+    cfg = BlockConfig(heads=4, head_dim=8, kv_heads=2, ffn=ffn, pos="learned", max_len=16)
+    block = build_block(cfg, seed=0, device="cpu", dtype=torch.float32,
+                        mixer=mixer_factory(mixer, conv_kernel=3))
     params = sum(p.numel() for p in block.parameters())
     assert cost_of(point).weight_bytes == 4 * params
     assert ffn_hidden(32, ffn) == cfg.ffn_hidden
