@@ -1,5 +1,6 @@
-"""What availability probes found, remembered per environment, so ``attnbench list`` can say it
-on a GPU without running them.
+"""What availability probes found: run once per process and device type, and remembered per
+environment, so ``attnbench list`` can say it on a GPU without running them (:func:`outcome`,
+the registry's one way in).
 
 A probe (:func:`harness.registry.register`'s ``probe``) is one tiny real call; on a GPU that may
 compile kernels (flash-linear-attention's Triton kernels take seconds each on a cold cache).
@@ -25,11 +26,19 @@ import os
 import platform
 import site
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from torch import Tensor
+
+from harness.errors import first_line
 
 CACHE_ENV = "ATTNBENCH_CACHE_DIR"
+ProbeFn = Callable[[str], object]  # device type -> anything; raises when the backend cannot run
+
+# (name, probe, device type) -> reason; holding the probe itself keeps keys from being reused
+_PROBES: dict[tuple[str, ProbeFn, str], str | None] = {}
 
 
 def cache_dir() -> Path:
@@ -134,3 +143,33 @@ def remember(name: str, device_type: str, reason: str | None) -> None:
         os.replace(fh.name, path)
     except OSError:
         pass  # a read-only home: listing on a GPU says "not probed", as before any probe
+
+
+def outcome(name: str, probe: ProbeFn, device_type: str, *, run: bool) -> tuple[bool, str | None]:
+    """(known, reason) of ``name``'s probe on ``device_type`` (reason None: it passed).
+
+    This process's outcome when it has one; else, with ``run``, the probe runs now (once per
+    process and device type: its exception's first line is the reason) and its outcome is
+    remembered for this environment; without ``run``, the outcome remembered for this
+    environment, or ``known=False``."""
+    key = (name, probe, device_type)
+    if key in _PROBES:
+        return True, _PROBES[key]
+    if not run:
+        return recall(name, device_type)
+    try:
+        result = probe(device_type)
+        if isinstance(result, Tensor):
+            result.float().sum().item()  # wait for the device: async kernel errors surface
+        _PROBES[key] = None
+    except Exception as exc:  # a broken backend fails in many ways; the reason says which
+        _PROBES[key] = f"probe on {device_type}: {first_line(exc, 300)}"
+    if not _process_fault(_PROBES[key]):  # not the backend's: this process's context
+        remember(name, device_type, _PROBES[key])
+    return True, _PROBES[key]
+
+
+def _process_fault(reason: str | None) -> bool:
+    """A probe that failed on a CUDA error says more about this process's CUDA context (a
+    fault earlier in it poisons every later call) than about the backend: not remembered."""
+    return reason is not None and ("CUDA error" in reason or "AcceleratorError" in reason)

@@ -55,7 +55,7 @@ ENTRY_POINT_GROUP = "attnbench.implementations"
 BUILTIN_PACKAGE = "implementations"
 
 CoreFn = Callable[..., Tensor]  # (q, k, v, mask, scale=None, **params) -> out
-ProbeFn = Callable[[str], object]  # (device type) -> anything; raises when the backend is broken
+ProbeFn = probecache.ProbeFn
 
 
 class UnknownImplementation(KeyError):
@@ -98,42 +98,6 @@ def tiny_qkv(device_type: str, dtype: torch.dtype, head_dim: int = 64) -> tuple[
     return tuple(
         torch.randn(1, 2, 16, head_dim, generator=gen).to(device_type, dtype) for _ in range(3)
     )
-
-
-# (name, probe, device type) -> reason; holding the probe itself keeps keys from being reused
-_PROBES: dict[tuple[str, ProbeFn, str], str | None] = {}
-
-
-def _probe_reason(name: str, probe: ProbeFn, device_type: str) -> str | None:
-    """Run ``probe`` once per process and device type; its exception's first line, or None.
-    The outcome is remembered for this environment (:mod:`harness.probecache`)."""
-    key = (name, probe, device_type)
-    if key not in _PROBES:
-        try:
-            result = probe(device_type)
-            if isinstance(result, Tensor):
-                result.float().sum().item()  # wait for the device: async kernel errors surface
-            _PROBES[key] = None
-        except Exception as exc:  # a broken backend fails in many ways; the reason says which
-            _PROBES[key] = f"probe on {device_type}: {first_line(exc, 300)}"
-        if not _process_fault(_PROBES[key]):  # not the backend's: this process's context
-            probecache.remember(name, device_type, _PROBES[key])
-    return _PROBES[key]
-
-
-def _process_fault(reason: str | None) -> bool:
-    """A probe that failed on a CUDA error says more about this process's CUDA context (a
-    fault earlier in it poisons every later call) than about the backend: not remembered."""
-    return reason is not None and ("CUDA error" in reason or "AcceleratorError" in reason)
-
-
-def _known_probe_reason(name: str, probe: ProbeFn, device_type: str) -> tuple[bool, str | None]:
-    """(known, reason) without running ``probe``: this process's outcome, else the one
-    remembered for this environment."""
-    key = (name, probe, device_type)
-    if key in _PROBES:
-        return True, _PROBES[key]
-    return probecache.recall(name, device_type)
 
 
 @dataclass(frozen=True)
@@ -252,9 +216,9 @@ class Implementation:
             device_type = usable[0]
         if self.probe is None or device_type not in self.caps.devices:
             return Availability(None, device_type)  # an undeclared device: a capability reason
-        if run_probe(device_type):
-            return Availability(_probe_reason(self.name, self.probe, device_type), device_type)
-        known, reason = _known_probe_reason(self.name, self.probe, device_type)
+        known, reason = probecache.outcome(
+            self.name, self.probe, device_type, run=run_probe(device_type)
+        )
         return Availability(reason, device_type, known)
 
     def not_supported(self, problem: Problem) -> list[str]:
