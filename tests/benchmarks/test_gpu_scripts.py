@@ -6,6 +6,7 @@ installs a current CUDA torch."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -44,8 +45,8 @@ def test_the_proof_refuses_a_missing_out_dir_in_one_line():
 
 
 @pytest.mark.parametrize("args, says", [
-    (("out", "--also", "linear,speed"), "--also speed: not one of linear, sweep"),
     (("out", "--minutes", "six"), "--minutes six: not a number of minutes"),
+    (("out", "--plan-json"), "--plan-json goes with --dry-run"),
 ])
 def test_the_proof_refuses_bad_options_in_one_line_before_any_work(tmp_path, args, says):
     result = _proof(*(str(tmp_path / a) if a == "out" else a for a in args))
@@ -105,11 +106,82 @@ def test_the_proof_says_why_the_python_it_found_cannot_run_it(tmp_path):
     assert "No module named 'torch'" in line and str(fake) in line and ".venv" in line
 
 
-def test_the_profile_step_covers_every_claims_suite_for_a_gpu():
-    listed = set(re.findall(r"suites/claims-[\w-]+\.toml", PROOF.read_text()))
-    on_disk = {f"suites/{p.name}" for p in (ROOT / "suites").glob("claims-*.toml")
+
+
+KINDS = ("setup", "measure", "verdicts", "tests", "kernels")  # the order the steps run in
+
+
+def _plan(minutes: str, python: str | None = None) -> list[dict]:
+    env = {**os.environ, "PYTHON": python or os.environ.get("PYTHON", sys.executable)}
+    result = subprocess.run(["bash", str(PROOF), "--dry-run", "--minutes", minutes,
+                             "--plan-json"], capture_output=True, text=True, env=env, cwd=ROOT,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def _plan_problems(plan: list[dict], minutes: float) -> list[str]:
+    """What is wrong with a plan against issue 37's targets, in words (none: it holds)."""
+    budget = minutes * 60
+    problems = []
+    if any(set(step) != {"step", "kind", "cap_s"} for step in plan):
+        problems.append("a step is not {step, kind, cap_s}")
+    kinds = [step["kind"] for step in plan]
+    if [k for k in KINDS if k in kinds] != list(KINDS) or kinds != sorted(kinds, key=KINDS.index):
+        problems.append(f"order {kinds}: not setup, measure, verdicts, tests, kernels")
+    caps = {kind: sum(s["cap_s"] for s in plan if s["kind"] == kind) for kind in KINDS}
+    if any(not isinstance(s["cap_s"], int) or s["cap_s"] < 0 for s in plan):
+        problems.append("a cap is not a whole number of seconds >= 0")
+    if sum(caps.values()) > budget:
+        problems.append(f"caps sum to {sum(caps.values())} s, over the {budget:g} s budget")
+    if caps["measure"] < 0.6 * budget:
+        problems.append(f"measure {caps['measure']} s: under 60% of {budget:g} s")
+    if caps["tests"] > 90:
+        problems.append(f"tests {caps['tests']} s: over 90 s")
+    return problems
+
+
+@pytest.mark.parametrize("minutes", ["10", "4", "7.5", "30"])
+def test_the_plan_measures_first_within_the_budget(minutes):
+    plan = _plan(minutes)
+    assert _plan_problems(plan, float(minutes)) == []
+    measured = [s["step"] for s in plan if s["kind"] == "measure"]
+    assert measured[:2] == ["measure-claims-gpu", "measure-claims-linear-gpu"]  # headline first
+
+
+def test_the_plan_check_fails_a_plan_out_of_order_over_budget_or_short_of_measuring():
+    good = _plan("10")
+    assert _plan_problems(good, 10) == []
+    swapped = [good[0], good[-1], *good[1:-1]]  # the kernel sweep before the measurements
+    assert any("order" in p for p in _plan_problems(swapped, 10))
+    heavy = [{**s, "cap_s": s["cap_s"] * 2} if s["kind"] == "tests" else s for s in good]
+    assert any("over the 600 s budget" in p or "over 90 s" in p
+               for p in _plan_problems(heavy, 10))
+    short = [{**s, "cap_s": s["cap_s"] // 2} if s["kind"] == "measure" else s for s in good]
+    assert any("under 60%" in p for p in _plan_problems(short, 10))
+
+
+def test_the_plan_needs_no_torch(tmp_path):
+    """The plan is checked where nothing is installed: a Python that cannot import torch."""
+    fake = tmp_path / "python3"
+    fake.write_text("#!/bin/sh\necho \"No module named 'torch'\" >&2\nexit 1\n")
+    fake.chmod(0o755)
+    assert _plan_problems(_plan("10", python=str(fake)), 10) == []
+
+
+def test_the_plan_measures_every_claims_suite_for_a_gpu_with_its_header_time():
+    """One measure step per GPU claims suite, and the H100 time the proof shares the measure
+    time by is the one the suite's header states."""
+    steps = {s["step"].removeprefix("measure-") for s in _plan("10") if s["kind"] == "measure"}
+    on_disk = {p.stem for p in (ROOT / "suites").glob("claims-*.toml")
                if load_suite(p).points[0].device == "cuda"}
-    assert on_disk and listed == on_disk
+    assert on_disk and steps == on_disk
+    table = dict(re.findall(r'"(claims-[\w-]+):(\d+)"', PROOF.read_text()))
+    for name in on_disk:
+        header = (ROOT / "suites" / f"{name}.toml").read_text()
+        stated = re.search(r"^# Time on one H100: ~(\d+) s", header, re.M)
+        assert stated, f"{name}: no '# Time on one H100: ~N s' line"
+        assert table[name] == stated.group(1), name
 
 
 def _summary(out: Path) -> subprocess.CompletedProcess:
