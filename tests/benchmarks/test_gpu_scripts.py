@@ -214,26 +214,61 @@ def test_the_summary_of_a_proof_cut_short_names_what_failed_and_what_did_not_fit
 
 
 def test_the_summary_reads_an_interrupted_run_from_its_passes(tmp_path):
-    """The first H100 lease cut the smoke run at its cap after 46 of 96 point-passes: no
-    rows.jsonl, but every point's first pass in passes.jsonl. The summary counts those."""
-    suite = tmp_path / "gpu-smoke.toml"
-    suite.write_text('name = "gpu-smoke"\nscenario = "attention"\nimplementations = ["sdpa"]\n'
+    """The first H100 lease cut a run at its cap after 46 of 96 point-passes: no rows.jsonl,
+    but every point's first pass in passes.jsonl. The summary counts those."""
+    suite = tmp_path / "claims-gpu.toml"
+    suite.write_text('name = "claims-gpu"\nscenario = "attention"\nimplementations = ["sdpa"]\n'
                      "[fixed]\nheads = 2\n"
                      "head_dim = 16\n[sweep]\nseq_len = [33, 65]\n[measure]\nbudget_s = 0.02\n"
                      "min_samples = 3\nwarmup_calls = 1\npasses = 2\n")
     out = tmp_path / "proof"
     done = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(suite), "--out",
-                           str(out / "gpu-smoke"), "--no-progress", "--no-table"],
+                           str(out / "measure-claims-gpu"), "--no-progress", "--no-table"],
                           capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert done.returncode == 0, done.stderr
-    (out / "gpu-smoke" / "rows.jsonl").unlink()  # as if stopped before its last pass
+    (out / "measure-claims-gpu" / "rows.jsonl").unlink()  # as if stopped before its last pass
     (out / "steps.tsv").write_text("step\tstatus\tseconds\tcap_s\tnote\n"
-                                   "smoke\tstopped at its cap\t77\t62\t\n")
-    (out / "smoke.log").write_text("")
+                                   "measure-claims-gpu\tstopped at its cap\t77\t62\t\n")
     result = _summary(out)
     assert result.returncode == 1
-    assert "gpu-smoke: 2 rows: 2 ok (2 partial: read from an interrupted run's passes)" in (
-        result.stdout), result.stdout
+    assert ("measure-claims-gpu: 2 rows: 2 ok (2 partial: read from an interrupted run's "
+            "passes)") in result.stdout, result.stdout
+
+
+def _row(impl: str, n: int, host_frac: float, graph: str) -> dict:
+    return {"impl": impl, "scenario": "attention", "device": "cuda", "seq_len": n, "batch": 4,
+            "heads": 16, "head_dim": 128, "status": "ok", "time_median_s": 1e-9 * n * n,
+            "peak_mem_bytes": 8 * n * n, "host_frac": host_frac, "cuda_graph": graph}
+
+
+def test_the_summary_names_each_claim_with_its_evidence(tmp_path):
+    """Each claim the measured rows serve: its verdict, n range, points per group, host_frac
+    range and timing mode; the decisive share; the Triton compiles of each measure step."""
+    run = tmp_path / "measure-claims-gpu"
+    run.mkdir()
+    rows = [_row("full", n, 0.05 + 0.1 * i, "cuda-graph")
+            for i, n in enumerate([512, 1024, 2048, 4096, 8192])]
+    rows.append(_row("sdpa-flash", 1024, 0.7, "none"))
+    (run / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "steps.tsv").write_text("step\tstatus\tseconds\tcap_s\tnote\n"
+                                        "measure-claims-gpu\tok\t20\t26\t\n")
+    (tmp_path / "triton-misses").mkdir()
+    (tmp_path / "triton-misses" / "measure-claims-gpu.jsonl").write_text('{"k": 1}\n{"k": 2}\n')
+    (tmp_path / "claims.json").write_text(json.dumps([
+        {"claim": "attention-time-n2", "verdict": "confirmed", "groups": [{"n_points": 5}]},
+        {"claim": "flash-speedup-2-4x", "verdict": "inconclusive",
+         "groups": [{"n_points": 1}]}]))
+    result = _summary(tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = {line.split()[0]: line for line in result.stdout.splitlines() if line.strip()}
+    assert re.search(r"confirmed +seq_len 512\.\.8192 +points/group 5 +host_frac 0\.05–0\.45 "
+                     r"+graph$", lines["attention-time-n2"]), lines["attention-time-n2"]
+    assert re.search(r"inconclusive +seq_len 1024\.\.8192 +points/group 1 +host_frac "
+                     r"0\.15–0\.70 \(1 host-bound\) +eager\+graph$", lines["flash-speedup-2-4x"])
+    assert re.search(r"not judged +seq_len 1024 +points/group none", lines["flash-time-n2"])
+    assert "decisive 1 of 10 (10%)" in result.stdout
+    assert "timed claims reading a host-bound row: 4" in result.stdout
+    assert "measure-claims-gpu 2" in lines["triton"]
 
 
 def _tests_skipping_without_cuda() -> set[str]:
