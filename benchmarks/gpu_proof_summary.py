@@ -47,7 +47,7 @@ def steps(out: Path) -> tuple[list[str], int]:
     lines, bad = [], 0
     for _, s in table.iterrows():
         note = f" ({s['note']})" if s["note"] else ""
-        lines.append(f"  {s['step']:<15} {s['status']:<22} {s['seconds']:>4} s of cap "
+        lines.append(f"  {s['step']:<34} {s['status']:<20} {s['seconds']:>4} s of cap "
                      f"{s['cap_s']} s{note}")
         bad += s["status"] != "ok"
     return lines, bad
@@ -159,7 +159,7 @@ def claims_lines(out: Path, rows: pd.DataFrame) -> list[str]:
             + ", ".join(f"{n} {w}" for w, n in words.most_common())
             + f"; decisive {decisive} of {len(served)} ({decisive / len(served):.0%})"
             + f"; timed claims reading a host-bound row: {len(bound)}"
-            + ("" if verdicts else " (claims.json missing: the verdicts step did not finish)"))
+            + ("" if path.exists() else " (no claims.json: the verdicts step did not finish)"))
     return [head, *lines]
 
 

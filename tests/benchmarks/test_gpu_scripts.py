@@ -184,6 +184,79 @@ def test_the_plan_measures_every_claims_suite_for_a_gpu_with_its_header_time():
         assert table[name] == stated.group(1), name
 
 
+# A Python that stands in for the GPU machine's: it logs every call (with the variables the
+# proof exports), answers the CUDA check, writes what each step would leave, and hands the
+# summary to the real Python.
+FAKE_PYTHON = r"""#!/usr/bin/env bash
+echo "$* | cache=$TRITON_CACHE_DIR cap=${STEP_CAP:-} misses=${ATTNBENCH_TRITON_MISSES:-}" >>"$LOG"
+arg() { local want=$1; shift; while [ $# -gt 1 ]; do [ "$1" = "$want" ] && echo "$2"; shift; done; }
+case "$*" in
+  "-c import torch, pytest" | "-c import pytest_benchmark" | "-c import xdist"*) exit 0 ;;
+  "-m harness.cli run --help") echo "  --time-limit LIMIT"; exit 0 ;;
+  "-m harness.cli run "*)
+    out=$(arg --out "$@"); mkdir -p "$out"
+    echo '{"impl": "full", "scenario": "attention", "seq_len": 512, "status": "ok"}' \
+      >"$out/rows.jsonl"; echo '{}' >"$out/env.json"; exit 0 ;;
+  "-m harness.cli claims"*"--json") echo "[]"; exit 0 ;;
+  "-m harness.cli report"*) out=$(arg --out "$@"); mkdir -p "$out"
+    touch "$out/index.html" "$out/report.md"; exit 0 ;;
+  "-m pytest"*)
+    for a in "$@"; do case "$a" in --junitxml=*) xml=${a#--junitxml=} ;; esac; done
+    echo '<testsuite tests="1" failures="0" errors="0" skipped="0" time="1"/>' >"$xml"; exit 0 ;;
+  "benchmarks/warm_cache.py --harvest "*) touch "$3"; exit 0 ;;
+  "benchmarks/gpu_proof_summary.py "*) shift
+    exec "$REAL_PYTHON" "$REAL_ROOT/benchmarks/gpu_proof_summary.py" "$@" ;;
+  -) code=$(cat)
+    case "$code" in *is_available*) exit 0 ;; *get_device_name*) echo "torch fake" ;; esac
+    exit 0 ;;
+  *) exit 0 ;;
+esac
+"""
+
+
+def test_the_proof_measures_first_and_returns_what_a_reader_opens(tmp_path):
+    """The whole proof with a stand-in Python (no GPU): the steps run in the plan's order
+    (setup, the claims suites, claims and report, the tests, the kernel sweep), the suites
+    with `--time-limit` at their caps, Triton's cache at its fixed path, the warm cache
+    installed in setup and harvested at the end, each measure step counting its compiles into
+    its own file; beside the archive, at most eight plain files."""
+    clone = tmp_path / "clone"
+    (clone / "benchmarks" / "triton_listen").mkdir(parents=True)
+    (clone / ".triton-cache").mkdir()
+    (clone / "benchmarks" / "gpu_proof.sh").write_text(PROOF.read_text())
+    (clone / "benchmarks" / "warm_cache.py").write_text("")
+    fake = tmp_path / "python"
+    fake.write_text(FAKE_PYTHON)
+    fake.chmod(0o755)
+    log, lease = tmp_path / "calls.log", tmp_path / "lease-out"
+    env = {**os.environ, "PYTHON": str(fake), "LOG": str(log), "REAL_PYTHON": sys.executable,
+           "REAL_ROOT": str(ROOT)}
+    result = subprocess.run(["bash", str(clone / "benchmarks/gpu_proof.sh"), str(tmp_path / "o"),
+                             "--minutes", "4", "--archive", str(lease / "proof.tar.gz")],
+                            capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    calls = log.read_text().splitlines()
+    order = [c for c in calls if c.startswith(("-m pip", "-m harness.cli run suites/",
+                                              "-m harness.cli claims", "-m pytest -q",
+                                              "benchmarks/"))]
+    kinds = [("measure" if "cli run" in c else "verdicts" if "cli claims" in c
+              else "tests" if "pytest" in c else "setup" if "pip" in c or "--install" in c
+              else "kernels" if "kernel_sweep" in c else "harvest") for c in order]
+    assert kinds == sorted(kinds, key=[*KINDS, "harvest"].index), kinds
+    suites = [re.search(r"suites/([\w-]+)\.toml", c).group(1) for c in order if "cli run" in c]
+    assert suites == [s["step"].removeprefix("measure-") for s in _plan("4")
+                      if s["kind"] == "measure"]
+    for call in (c for c in order if "cli run" in c):
+        cap = re.search(r"cap=(\d+)", call).group(1)
+        assert f"--time-limit {cap}s" in call and "cache=/tmp/attnbench-triton-cache" in call
+        assert re.search(r"misses=\S+/triton-misses/measure-[\w-]+\.jsonl", call), call
+    assert any("warm_cache.py --install .triton-cache" in c for c in calls)
+    beside = sorted(p.name for p in lease.iterdir())
+    assert beside == ["claims.txt", "proof.tar.gz", "report.html", "report.md", "summary.txt",
+                      "triton-harvest.tar.gz"]
+    assert "every step ran and passed" in (lease / "summary.txt").read_text()
+
+
 def _summary(out: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(ROOT / "benchmarks/gpu_proof_summary.py"),
                            str(out)], capture_output=True, text=True, cwd=ROOT, timeout=120)
