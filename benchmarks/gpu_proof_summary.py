@@ -34,7 +34,9 @@ from harness.measure.timing import HOST_BOUND_FRAC
 from harness.results import load_rows
 
 TEST_STEPS = ("tests-parallel", "tests-serial")
-DECISIVE = ("confirmed", "refuted")
+# a verdict that decides (the claim holds, fails, or holds over part of its range); the rest
+# are "inconclusive" (or not judged)
+DECISIVE = ("confirmed", "refuted", "mixed", "holds in part")
 MODES = {"none": "eager", "cuda-graph": "graph", "compile": "compiled"}
 
 

@@ -11,6 +11,9 @@ the launch-bound families are graph-timed; an eager timed point is one where the
 
 from __future__ import annotations
 
+import importlib.util
+import re
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -165,3 +168,24 @@ def test_the_busy_rule_would_catch_an_eager_linear_suite(rows, served):
     claim = next(c for c in served if c.id == "flash-crosses-linformer-512-1024-gpu")
     used = pd.concat([subject_rows(eager, claim), subject_rows(eager, claim, baseline=True)])
     assert (used["roofline_s"] < BUSY_S).any()
+
+
+def test_each_header_states_the_time_derived_from_the_lease_rows():
+    """The '# Time on one H100: ~N s' line of each GPU claims suite is what
+    benchmarks/gpu_suite_time.py derives from the lease rows (within 10%): a suite changed
+    without its figure, or a figure made up, fails here."""
+    spec = importlib.util.spec_from_file_location("gpu_suite_time",
+                                                  ROOT / "benchmarks/gpu_suite_time.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks its module up there
+    spec.loader.exec_module(module)
+    rates = module.lease_rates()
+    assert rates["sdpa-flash"] > 100e12 and rates["linear"] > 1e12  # rows read, not defaults
+    wrong = []
+    for path in module.gpu_suites():
+        stated = re.search(r"^# Time on one H100: ~(\d+) s", path.read_text(), re.M)
+        derived = module.estimate(path, rates).seconds
+        if not stated or abs(int(stated.group(1)) - derived) > 0.1 * derived:
+            wrong.append(f"{path.name}: header {stated and stated.group(1)} s, derived "
+                         f"{derived:.0f} s")
+    assert wrong == []
