@@ -171,7 +171,7 @@ def test_the_busy_rule_would_catch_an_eager_linear_suite(rows, served):
 
 
 def test_each_header_states_the_time_derived_from_the_lease_rows():
-    """The '# Time on one H100: ~N s' line of each GPU claims suite is what
+    """The '# Run time on one H100: ~N seconds' line of each GPU claims suite is what
     benchmarks/gpu_suite_time.py derives from the lease rows (within 10%): a suite changed
     without its figure, or a figure made up, fails here."""
     spec = importlib.util.spec_from_file_location("gpu_suite_time",
@@ -183,7 +183,7 @@ def test_each_header_states_the_time_derived_from_the_lease_rows():
     assert rates["sdpa-flash"] > 100e12 and rates["linear"] > 1e12  # rows read, not defaults
     wrong = []
     for path in module.gpu_suites():
-        stated = re.search(r"^# Time on one H100: ~(\d+) s", path.read_text(), re.M)
+        stated = re.search(r"^# Run time on one H100: ~(\d+) seconds", path.read_text(), re.M)
         derived = module.estimate(path, rates).seconds
         if not stated or abs(int(stated.group(1)) - derived) > 0.1 * derived:
             wrong.append(f"{path.name}: header {stated and stated.group(1)} s, derived "

@@ -179,8 +179,8 @@ def test_the_plan_measures_every_claims_suite_for_a_gpu_with_its_header_time():
     table = dict(re.findall(r'"(claims-[\w-]+):(\d+)"', PROOF.read_text()))
     for name in on_disk:
         header = (ROOT / "suites" / f"{name}.toml").read_text()
-        stated = re.search(r"^# Time on one H100: ~(\d+) s", header, re.M)
-        assert stated, f"{name}: no '# Time on one H100: ~N s' line"
+        stated = re.search(r"^# Run time on one H100: ~(\d+) seconds", header, re.M)
+        assert stated, f"{name}: no '# Run time on one H100: ~N seconds' line"
         assert table[name] == stated.group(1), name
 
 
