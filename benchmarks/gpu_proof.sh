@@ -288,9 +288,13 @@ verdicts() {
   local runs=() dir
   for dir in "$OUT"/measure-*; do [ -s "$dir/rows.jsonl" ] && runs+=("$dir"); done
   [ ${#runs[@]} -gt 0 ] || { echo "no measured rows to judge"; return 1; }
-  "$PY" -m harness.cli claims "${runs[@]}" >"$OUT/claims.txt" 2>&1
+  # the JSON first (the summary reads it), then the report, then the text: a step cut at its
+  # cap keeps what the summary and a reader need most
   "$PY" -m harness.cli claims "${runs[@]}" --json >"$OUT/claims.json" 2>/dev/null
   "$PY" -m harness.cli report "${runs[@]}" --out "$OUT/report" --title "gpu_proof verdicts"
+  local rc=$?
+  "$PY" -m harness.cli claims "${runs[@]}" >"$OUT/claims.txt" 2>&1
+  return $rc
 }
 
 tests() {  # tests NAME PYTEST-ARGS...: JUnit XML beside the log; exit 5 (none selected) is ok
