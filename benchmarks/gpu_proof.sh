@@ -11,15 +11,16 @@
 # --minutes M (default 10), in shares of the budget B = 60·M seconds:
 #   setup      6%   install in place (no network), Triton cache installed from .triton-cache/
 #                   (benchmarks/warm_cache.py, when both are there), the device, `attnbench list`
-#   measure   66%   every GPU claims suite, one step each, most-cited claims first; each gets
+#   measure   70%   every GPU claims suite, one step each, most-cited claims first; each gets
 #                   the share of the measure time its H100 time (the suite's header) is of the
 #                   rest, plus whatever the steps before it left; `attnbench run SUITE
 #                   --time-limit CAP` stops it at its cap with its finished rows
 #   verdicts   5%   `attnbench claims` (text and JSON) and `attnbench report` (HTML, markdown)
 #   tests    <=15%  the CUDA tests (at most 90 s): `cuda and not gpu_alone` on xdist workers,
 #                   then the `gpu_alone` ones (timing, NVML) by themselves
-#   kernels   rest  benchmarks/kernel_sweep.py with what is left, less 15 s kept for the
-#                   Triton harvest (benchmarks/warm_cache.py --harvest) and the summary
+#   kernels   rest  benchmarks/kernel_sweep.py with what is left (when 40 s or more), less 15 s
+#                   kept for the Triton harvest (benchmarks/warm_cache.py --harvest) and the
+#                   summary
 # Everything is written under OUT_DIR as it goes (steps.tsv: one line per finished step);
 # --archive FILE re-packs OUT_DIR into FILE (a .tar.gz, replaced atomically) after every step,
 # and puts beside FILE what a reader opens first: report.html, report.md, claims.txt,
@@ -68,14 +69,15 @@ fi
 # five), each with its time on one H100 in seconds as the suite's header states it
 # (benchmarks/gpu_suite_time.py derives it from the leases' rows). The caps are shares of these.
 MEASURE_SUITES=(
-  "claims-gpu:27"
-  "claims-linear-gpu:97"
-  "claims-gpu-decode:46"
+  "claims-gpu:28"
+  "claims-linear-gpu-scaling:29"
+  "claims-linear-gpu:108"
+  "claims-gpu-decode:53"
   "claims-gpu-local:34"
-  "claims-linear-gpu-decode:50"
+  "claims-linear-gpu-decode:39"
   "claims-gpu-heads:24"
   "claims-gpu-block:61"
-  "claims-linear-gpu-fla:60"
+  "claims-linear-gpu-fla:61"
 )
 TESTS_MAX_S=90      # the CUDA tests' target on an H100, whatever the budget
 FINAL_RESERVE_S=15  # after the kernel sweep: the Triton harvest and the summary
@@ -87,7 +89,7 @@ plan() {
       -v suites="${MEASURE_SUITES[*]}" 'BEGIN {
     setup = int(budget * 0.06); verdicts = int(budget * 0.05)
     tests = int(budget * 0.15); if (tests > tests_max) tests = tests_max
-    measure = int(budget * 0.66)
+    measure = int(budget * 0.70)
     kernels = budget - setup - measure - verdicts - tests - reserve
     if (kernels < 0) kernels = 0
     measure += budget - setup - measure - verdicts - tests - reserve - kernels  # leftover whole s
@@ -328,9 +330,10 @@ step verdicts "$(( $(planned verdicts) + carry ))" 15 verdicts || rc=1
 step tests-parallel "$(planned tests-parallel)" 15 \
   tests tests-parallel "${XDIST[@]}" "${PARALLEL[@]}" || rc=1
 step tests-serial "$(planned tests-serial)" 10 tests tests-serial "${SERIAL[@]}" || rc=1
-# the kernel sweep: whatever is left (its planned cap, or more when the steps before were quick)
-step kernel-sweep "$(( BUDGET - FINAL_RESERVE_S - 10 - $(date +%s) + START ))" 10 kernel_sweep \
-  || rc=1
+# the kernel sweep: whatever is left (its planned cap, or more when the steps before were
+# quick), if that is worth starting (its configs compile first: 40 s at least)
+left=$(( BUDGET - FINAL_RESERVE_S - 10 - $(date +%s) + START ))
+step kernel-sweep "$(( left >= 40 ? left : 0 ))" 10 kernel_sweep || rc=1
 
 "$PY" benchmarks/gpu_proof_summary.py "$OUT" | tee "$OUT/summary.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1

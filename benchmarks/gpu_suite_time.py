@@ -6,7 +6,8 @@ The figure each suite's header states and ``benchmarks/gpu_proof.sh`` gives its 
 share by. Per point: ``OVERHEAD_S`` (what a point cost beyond its timing on the lease: its first
 call, float64 check, memory and NVML readings, ~0.7 s) + ``passes`` x max(``budget_s``,
 ``min_samples`` x t) + ``CALLS_OUTSIDE`` x t (first call, warm-up, check, memory), where t, the
-call's time, is the point's executed FLOPs at the rate its implementation reached on the lease:
+call's time, is the point's executed FLOPs at the rate its implementation reached on the lease
+(graph-timed: ``GRAPH_CALLS`` more calls, to capture and compare the replay):
 
 - the highest rate (executed FLOPs over the median) of that implementation's rows in
   ``tests/harness/analysis/data/h100/`` (copies of the first lease's rows, eager) and in the
@@ -33,6 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from harness.measure.graphs import WARMUP_CALLS  # noqa: E402
 from harness.results import load_rows  # noqa: E402
 from harness.scenarios.interface import Point, cost_of  # noqa: E402
 from harness.sweep.suite import load_suite  # noqa: E402
@@ -43,6 +45,9 @@ LINEAR_TARGETS = ROOT / "docs/results/h100/2026-11-26-third-lease/linear-targets
 # calibration: (51 - 5 - 43 x 2 x 0.2) / 43 = 0.67 s a point beyond its timing
 OVERHEAD_S = 0.7
 CALLS_OUTSIDE = 4
+# a graph-timed point also warms up before capture, replays once and calls once eagerly to
+# compare (harness/measure/graphs.py)
+GRAPH_CALLS = WARMUP_CALLS + 2
 START_S = 5.0
 MODEL_S = 0.8  # a decode or block point builds its model and prefills (not yet measured)
 # once a process: fla's own autotuning at its first call (43.7 s on the first lease)
@@ -91,7 +96,7 @@ def estimate(path: Path, rates: dict[str, float]) -> SuiteTime:
         t = cost.executed_flops / (rate or DEFAULT_RATE)
         longest = max(longest, t)
         seconds += OVERHEAD_S + passes * max(timing.budget_s, timing.min_samples * t)
-        seconds += CALLS_OUTSIDE * t
+        seconds += (CALLS_OUTSIDE + GRAPH_CALLS * bool(suite.measure.cuda_graph)) * t
         if point.scenario.split("+")[0] in ("decode", "block"):
             seconds += MODEL_S
     return SuiteTime(suite.name, len(suite.points), seconds, defaulted, longest)
