@@ -30,7 +30,8 @@
 # of each measure step.
 #
 # Python: $PYTHON, else the checkout's .venv/bin/python (README's set-up), else python3.
-# Exit status: 0 when every step ran and passed; 1 when a step failed or did not fit; 2 on a
+# Exit status: 0 when every step ran and passed (the kernel sweep may be skipped: under 40 s
+# left is by design at short budgets); 1 when a step failed or did not fit; 2 on a
 # machine without a CUDA GPU, a Python without torch or pytest, or bad arguments (one line on
 # stderr).
 set -uo pipefail
@@ -333,7 +334,13 @@ step tests-serial "$(planned tests-serial)" 10 tests tests-serial "${SERIAL[@]}"
 # the kernel sweep: whatever is left (its planned cap, or more when the steps before were
 # quick), if that is worth starting (its configs compile first: 40 s at least)
 left=$(( BUDGET - FINAL_RESERVE_S - 10 - $(date +%s) + START ))
-step kernel-sweep "$(( left >= 40 ? left : 0 ))" 10 kernel_sweep || rc=1
+if [ "$left" -ge 40 ]; then
+  step kernel-sweep "$left" 10 kernel_sweep || rc=1
+else  # by design at short budgets: the claims came first (not a failure)
+  printf 'kernel-sweep\tskipped\t0\t%s\tless than 40 s left\n' "$(( left > 0 ? left : 0 ))" \
+    >>"$OUT/steps.tsv"
+  echo "gpu_proof: kernel-sweep skipped ($left s left; it needs 40)"
+fi
 
 "$PY" benchmarks/gpu_proof_summary.py "$OUT" | tee "$OUT/summary.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
