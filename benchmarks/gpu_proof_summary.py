@@ -145,7 +145,10 @@ def claims_lines(out: Path, rows: pd.DataFrame) -> list[str]:
     """Every claim the measured rows serve: verdict, n range, points per group, host_frac
     range, timing mode; then the count of decisive verdicts."""
     path = out / "claims.json"
-    verdicts = {v["claim"]: v for v in json.loads(path.read_text())} if path.exists() else {}
+    try:  # absent, or cut short by the verdicts step's cap: the lines say "not judged"
+        verdicts = {v["claim"]: v for v in json.loads(path.read_text())}
+    except (OSError, ValueError, TypeError, KeyError):
+        verdicts = {}
     served = [c for c in load_claims(DEFAULT_CLAIMS) if len(subject_rows(rows, c))]
     if not served:
         return ["claims: no measured rows"]
@@ -161,7 +164,8 @@ def claims_lines(out: Path, rows: pd.DataFrame) -> list[str]:
             + ", ".join(f"{n} {w}" for w, n in words.most_common())
             + f"; decisive {decisive} of {len(served)} ({decisive / len(served):.0%})"
             + f"; timed claims reading a host-bound row: {len(bound)}"
-            + ("" if path.exists() else " (no claims.json: the verdicts step did not finish)"))
+            + ("" if verdicts else " (no verdicts in claims.json: the verdicts step did not "
+                                   "finish)"))
     return [head, *lines]
 
 
