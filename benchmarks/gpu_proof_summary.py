@@ -1,9 +1,14 @@
-"""The summary of a ``benchmarks/gpu_proof.sh`` run: what ran, what failed, what did not fit.
+"""The summary of a ``benchmarks/gpu_proof.sh`` run: what ran, what failed, what did not fit,
+and each claim the measured rows serve.
 
 Reads OUT_DIR as the proof leaves it, finished or cut short: ``steps.tsv`` (one line per step),
-the JUnit XML of each test step, the smoke and profile run folders, the decode targets' log and
-the verdicts. Prints the summary; exits 1 when a step failed, stopped at its cap or did not fit,
-a test failed, or a suite row is neither ok nor skipped.
+the measure steps' run folders (``measure-*``), the Triton compiles each measure step logged
+(``triton-misses/*.jsonl``: cache misses, 0 expected when the kernels arrived compiled), the
+JUnit XML of each test step and the verdicts (``claims.json``). Each claim with rows gets one
+line: its verdict, the range of its swept axis in the rows it reads, the points of each group
+its verdict was formed from, the range of their ``host_frac`` and their timing mode (eager,
+graph, or both). Prints the summary; exits 1 when a step failed, stopped at its cap or did not
+fit, a test failed, or a measured row is neither ok nor skipped.
 
     python benchmarks/gpu_proof_summary.py OUT_DIR
 """
@@ -11,7 +16,7 @@ a test failed, or a suite row is neither ok nor skipped.
 from __future__ import annotations
 
 import argparse
-import re
+import json
 import sys
 import warnings
 import xml.etree.ElementTree as ET
@@ -22,10 +27,17 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from harness.analysis.claims import DEFAULT_CLAIMS, Claim, load_claims
+from harness.analysis.evidence import subject_rows
+from harness.analysis.frames import column, select
+from harness.measure.timing import HOST_BOUND_FRAC
 from harness.results import load_rows
 
 TEST_STEPS = ("tests-parallel", "tests-serial")
-SMOKE = ("gpu-smoke-decode", "gpu-smoke")
+# a verdict that decides (the claim holds, fails, or holds over part of its range); the rest
+# are "inconclusive" (or not judged)
+DECISIVE = ("confirmed", "refuted", "mixed", "holds in part")
+MODES = {"none": "eager", "cuda-graph": "graph", "compile": "compiled"}
 
 
 def steps(out: Path) -> tuple[list[str], int]:
@@ -37,9 +49,9 @@ def steps(out: Path) -> tuple[list[str], int]:
     lines, bad = [], 0
     for _, s in table.iterrows():
         note = f" ({s['note']})" if s["note"] else ""
-        lines.append(f"  {s['step']:<15} {s['status']:<22} {s['seconds']:>4} s of cap "
+        lines.append(f"  {s['step']:<34} {s['status']:<20} {s['seconds']:>4} s of cap "
                      f"{s['cap_s']} s{note}")
-        bad += s["status"] != "ok"
+        bad += s["status"] not in ("ok", "skipped")  # skipped: by design (the kernel sweep)
     return lines, bad
 
 
@@ -87,32 +99,88 @@ def run_rows(out: Path, name: str) -> tuple[list[str], int, pd.DataFrame | None]
     return lines, bad, rows
 
 
-def smoke_figures(name: str, rows: pd.DataFrame) -> list[str]:
-    """The figures worth reading at a glance: the largest causal points, the decode steps."""
-    ok = rows[rows["status"] == "ok"]
-    if ok.empty:
+def triton_misses(out: Path) -> list[str]:
+    """Triton compiles per measure step (cache misses), from the listener's JSON lines."""
+    folder = out / "triton-misses"
+    if not folder.is_dir():
         return []
-    if name == "gpu-smoke":
-        big = ok[(ok["seq_len"] == ok["seq_len"].max()) & ok["causal"]]
-        return [f"  {r['impl']:>15} n={r['seq_len']} causal: {r['time_median_s'] * 1e3:8.3f} ms "
-                f"{r['tflops_per_s'] or 0:7.1f} TFLOP/s agree={r['agree']}"
-                for _, r in big.sort_values("time_median_s").iterrows()]
-    return [f"  decode n={r['seq_len']} {r.get('decode_graph')}: "
-            f"{r['time_median_s'] * 1e3:.3f} ms/token, {r['bw_fraction']:.2f} of measured "
-            f"bandwidth" + (f" [{r['decode_graph_reason']}]"
-                            if isinstance(r.get("decode_graph_reason"), str) else "")
-            for _, r in ok.iterrows()]
+    counts = {path.stem: sum(1 for line in path.read_text().splitlines() if line.strip())
+              for path in sorted(folder.glob("*.jsonl"))}
+    if not counts:
+        return ["triton compiles (cache misses): none logged (no listener on PYTHONPATH?)"]
+    return ["triton compiles (cache misses), 0 expected with a warm cache: " + ", ".join(
+        f"{step} {n}" for step, n in counts.items())]
 
 
-def verdict_lines(out: Path) -> list[str]:
-    """The claims' verdict words and counts, from claims.txt."""
-    path = out / "claims.txt"
-    if not path.exists():
-        return ["claims: not judged"]
-    text = path.read_text()
-    words = re.findall(r"\b(confirmed|refuted|inconclusive|mixed|holds in part)\b", text)
-    counts = pd.Series(words, dtype=str).value_counts().to_dict() if words else {}
-    return [f"claims on the profile rows: {counts or 'no verdicts'} (claims.txt, report/)"]
+def _span(values: pd.Series, digits: int = 2) -> str:
+    """``0.01–0.12`` (or one number, or ``n/a``)."""
+    v = pd.to_numeric(values, errors="coerce").dropna()
+    if v.empty:
+        return "n/a"
+    lo, hi = f"{v.min():.{digits}f}", f"{v.max():.{digits}f}"
+    return lo if lo == hi else f"{lo}–{hi}"
+
+
+def claim_line(claim: Claim, verdict: dict | None, rows: pd.DataFrame) -> tuple[str, int]:
+    """One claim in one line, and how many host-bound rows of a timed claim it reads."""
+    used = select(subject_rows(rows, claim), claim.metric)
+    if claim.baseline:
+        used = pd.concat([used, select(subject_rows(rows, claim, baseline=True), claim.metric)])
+    x = pd.to_numeric(column(used, claim.over), errors="coerce").dropna()
+    span = "n/a" if x.empty else f"{x.min():g}" + ("" if x.min() == x.max() else f"..{x.max():g}")
+    axis = f"{claim.over} {span}"
+    groups = (verdict or {}).get("groups") or []
+    points = ", ".join(str(g.get("n_points", "?")) for g in groups) or "none"
+    frac = pd.to_numeric(column(used, "host_frac"), errors="coerce")
+    bound = int(frac.ge(HOST_BOUND_FRAC).sum()) if claim.timed else 0
+    modes = sorted({MODES.get(m, str(m)) for m in column(used, "cuda_graph").dropna()})
+    word = verdict["verdict"] if verdict else "not judged"
+    line = (f"  {claim.id:<40} {word:<13} {axis:<22} points/group {points:<12} "
+            f"host_frac {_span(frac)}{f' ({bound} host-bound)' if bound else ''}  "
+            f"{'+'.join(modes) or 'n/a'}")
+    return line, bound
+
+
+def claims_lines(out: Path, rows: pd.DataFrame) -> list[str]:
+    """Every claim the measured rows serve: verdict, n range, points per group, host_frac
+    range, timing mode; then the count of decisive verdicts."""
+    path = out / "claims.json"
+    try:  # absent, or cut short by the verdicts step's cap: the lines say "not judged"
+        verdicts = {v["claim"]: v for v in json.loads(path.read_text())}
+    except (OSError, ValueError, TypeError, KeyError):
+        verdicts = {}
+    served = [c for c in load_claims(DEFAULT_CLAIMS) if len(subject_rows(rows, c))]
+    if not served:
+        return ["claims: no measured rows"]
+    lines, words, bound = [], Counter(), []
+    for claim in served:
+        line, host = claim_line(claim, verdicts.get(claim.id), rows)
+        lines.append(line)
+        words[verdicts[claim.id]["verdict"] if claim.id in verdicts else "not judged"] += 1
+        if host:
+            bound.append(claim.id)
+    decisive = sum(words[w] for w in DECISIVE)
+    head = (f"claims served by the measured rows: {len(served)}; "
+            + ", ".join(f"{n} {w}" for w, n in words.most_common())
+            + f"; decisive {decisive} of {len(served)} ({decisive / len(served):.0%})"
+            + f"; timed claims reading a host-bound row: {len(bound)}"
+            + ("" if verdicts else " (no verdicts in claims.json: the verdicts step did not "
+                                   "finish)"))
+    return [head, *lines]
+
+
+def measured_rows(out: Path) -> tuple[list[str], int, pd.DataFrame]:
+    """The measure steps' run folders: their status lines and all their rows together."""
+    lines, bad, frames = [], 0, []
+    for folder in sorted(out.glob("measure-*")):
+        if not folder.is_dir():
+            continue
+        row_lines, row_bad, rows = run_rows(out, folder.name)
+        lines += row_lines
+        bad += row_bad
+        if rows is not None:
+            frames.append(rows)
+    return lines, bad, pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 def summarize(out: Path) -> tuple[list[str], int]:
@@ -120,32 +188,20 @@ def summarize(out: Path) -> tuple[list[str], int]:
     step_lines, step_bad = steps(out)
     lines += step_lines
     bad += step_bad
-    listing = out / "setup.log"
-    if listing.exists():
-        lines += [line for line in listing.read_text().splitlines()
-                  if line.startswith(("torch ", "attnbench list:"))]
+    setup = out / "setup.log"
+    if setup.exists():
+        lines += [line for line in setup.read_text().splitlines()
+                  if line.startswith(("torch ", "attnbench list:", "warm cache", "compiling"))]
+    row_lines, row_bad, rows = measured_rows(out)
+    lines += row_lines + triton_misses(out)
+    bad += row_bad
     for name in TEST_STEPS:
         if (out / f"{name}.log").exists():
             test_lines, test_bad = tests(out, name)
             lines += test_lines
             bad += test_bad
-    for name in SMOKE:
-        if (out / f"{name}").exists() or (out / "smoke.log").exists():
-            row_lines, row_bad, rows = run_rows(out, name)
-            lines += row_lines + (smoke_figures(name, rows) if rows is not None else [])
-            bad += row_bad
-    targets = out / "decode-targets.log"
-    if targets.exists():
-        lines += ["decode targets:", *("  " + t for t in targets.read_text().splitlines()[-6:])]
-    for folder in sorted(out.glob("profile-*")):
-        row_lines, row_bad, _ = run_rows(out, folder.name)
-        lines += row_lines
-        bad += row_bad
-    profile_log = out / "profile.log"
-    if profile_log.exists():
-        lines += ["  " + t for t in profile_log.read_text().splitlines()
-                  if t.startswith("profile-") and not t.endswith("finished")]
-    lines += verdict_lines(out)
+    if len(rows):
+        lines += claims_lines(out, rows)
     lines.append("result: " + ("every step ran and passed" if bad == 0 else
                                f"{bad} problem(s): see above"))
     return lines, bad

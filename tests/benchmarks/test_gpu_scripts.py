@@ -6,6 +6,7 @@ installs a current CUDA torch."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -44,8 +45,8 @@ def test_the_proof_refuses_a_missing_out_dir_in_one_line():
 
 
 @pytest.mark.parametrize("args, says", [
-    (("out", "--also", "linear,speed"), "--also speed: not one of linear, sweep"),
     (("out", "--minutes", "six"), "--minutes six: not a number of minutes"),
+    (("out", "--plan-json"), "--plan-json goes with --dry-run"),
 ])
 def test_the_proof_refuses_bad_options_in_one_line_before_any_work(tmp_path, args, says):
     result = _proof(*(str(tmp_path / a) if a == "out" else a for a in args))
@@ -105,11 +106,156 @@ def test_the_proof_says_why_the_python_it_found_cannot_run_it(tmp_path):
     assert "No module named 'torch'" in line and str(fake) in line and ".venv" in line
 
 
-def test_the_profile_step_covers_every_claims_suite_for_a_gpu():
-    listed = set(re.findall(r"suites/claims-[\w-]+\.toml", PROOF.read_text()))
-    on_disk = {f"suites/{p.name}" for p in (ROOT / "suites").glob("claims-*.toml")
+
+
+KINDS = ("setup", "measure", "verdicts", "tests", "kernels")  # the order the steps run in
+
+
+def _plan(minutes: str, python: str | None = None) -> list[dict]:
+    env = {**os.environ, "PYTHON": python or os.environ.get("PYTHON", sys.executable)}
+    result = subprocess.run(["bash", str(PROOF), "--dry-run", "--minutes", minutes,
+                             "--plan-json"], capture_output=True, text=True, env=env, cwd=ROOT,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def _plan_problems(plan: list[dict], minutes: float) -> list[str]:
+    """What is wrong with a plan against issue 37's targets, in words (none: it holds)."""
+    budget = minutes * 60
+    problems = []
+    if any(set(step) != {"step", "kind", "cap_s"} for step in plan):
+        problems.append("a step is not {step, kind, cap_s}")
+    kinds = [step["kind"] for step in plan]
+    if [k for k in KINDS if k in kinds] != list(KINDS) or kinds != sorted(kinds, key=KINDS.index):
+        problems.append(f"order {kinds}: not setup, measure, verdicts, tests, kernels")
+    caps = {kind: sum(s["cap_s"] for s in plan if s["kind"] == kind) for kind in KINDS}
+    if any(not isinstance(s["cap_s"], int) or s["cap_s"] < 0 for s in plan):
+        problems.append("a cap is not a whole number of seconds >= 0")
+    if sum(caps.values()) > budget:
+        problems.append(f"caps sum to {sum(caps.values())} s, over the {budget:g} s budget")
+    if caps["measure"] < 0.6 * budget:
+        problems.append(f"measure {caps['measure']} s: under 60% of {budget:g} s")
+    if caps["tests"] > 90:
+        problems.append(f"tests {caps['tests']} s: over 90 s")
+    return problems
+
+
+@pytest.mark.parametrize("minutes", ["10", "4", "7.5", "30"])
+def test_the_plan_measures_first_within_the_budget(minutes):
+    plan = _plan(minutes)
+    assert _plan_problems(plan, float(minutes)) == []
+    measured = [s["step"] for s in plan if s["kind"] == "measure"]
+    assert measured[:3] == ["measure-claims-gpu", "measure-claims-linear-gpu-scaling",
+                            "measure-claims-linear-gpu"]  # the headline claims' suites first
+
+
+def test_the_plan_check_fails_a_plan_out_of_order_over_budget_or_short_of_measuring():
+    good = _plan("10")
+    assert _plan_problems(good, 10) == []
+    swapped = [good[0], good[-1], *good[1:-1]]  # the kernel sweep before the measurements
+    assert any("order" in p for p in _plan_problems(swapped, 10))
+    heavy = [{**s, "cap_s": s["cap_s"] * 2} if s["kind"] == "tests" else s for s in good]
+    assert any("over the 600 s budget" in p or "over 90 s" in p
+               for p in _plan_problems(heavy, 10))
+    short = [{**s, "cap_s": s["cap_s"] // 2} if s["kind"] == "measure" else s for s in good]
+    assert any("under 60%" in p for p in _plan_problems(short, 10))
+
+
+def test_the_plan_needs_no_torch(tmp_path):
+    """The plan is checked where nothing is installed: a Python that cannot import torch."""
+    fake = tmp_path / "python3"
+    fake.write_text("#!/bin/sh\necho \"No module named 'torch'\" >&2\nexit 1\n")
+    fake.chmod(0o755)
+    assert _plan_problems(_plan("10", python=str(fake)), 10) == []
+
+
+def test_the_plan_measures_every_claims_suite_for_a_gpu_with_its_header_time():
+    """One measure step per GPU claims suite, and the H100 time the proof shares the measure
+    time by is the one the suite's header states."""
+    steps = {s["step"].removeprefix("measure-") for s in _plan("10") if s["kind"] == "measure"}
+    on_disk = {p.stem for p in (ROOT / "suites").glob("claims-*.toml")
                if load_suite(p).points[0].device == "cuda"}
-    assert on_disk and listed == on_disk
+    assert on_disk and steps == on_disk
+    table = dict(re.findall(r'"(claims-[\w-]+):(\d+)"', PROOF.read_text()))
+    for name in on_disk:
+        header = (ROOT / "suites" / f"{name}.toml").read_text()
+        stated = re.search(r"^# Run time on one H100: ~(\d+) seconds", header, re.M)
+        assert stated, f"{name}: no '# Run time on one H100: ~N seconds' line"
+        assert table[name] == stated.group(1), name
+
+
+# A Python that stands in for the GPU machine's: it logs every call (with the variables the
+# proof exports), answers the CUDA check, writes what each step would leave, and hands the
+# summary to the real Python.
+FAKE_PYTHON = r"""#!/usr/bin/env bash
+echo "$* | cache=$TRITON_CACHE_DIR cap=${STEP_CAP:-} misses=${ATTNBENCH_TRITON_MISSES:-}" >>"$LOG"
+arg() { local want=$1; shift; while [ $# -gt 1 ]; do [ "$1" = "$want" ] && echo "$2"; shift; done; }
+case "$*" in
+  "-c import torch, pytest" | "-c import pytest_benchmark" | "-c import xdist"*) exit 0 ;;
+  "-m harness.cli run --help") echo "  --time-limit LIMIT"; exit 0 ;;
+  "-m harness.cli run "*)
+    out=$(arg --out "$@"); mkdir -p "$out"
+    echo '{"impl": "full", "scenario": "attention", "seq_len": 512, "status": "ok"}' \
+      >"$out/rows.jsonl"; echo '{}' >"$out/env.json"; exit 0 ;;
+  "-m harness.cli claims"*"--json") echo "[]"; exit 0 ;;
+  "-m harness.cli report"*) out=$(arg --out "$@"); mkdir -p "$out"
+    touch "$out/index.html" "$out/report.md"; exit 0 ;;
+  "-m pytest"*)
+    for a in "$@"; do case "$a" in --junitxml=*) xml=${a#--junitxml=} ;; esac; done
+    echo '<testsuite tests="1" failures="0" errors="0" skipped="0" time="1"/>' >"$xml"; exit 0 ;;
+  "benchmarks/warm_cache.py --harvest "*) touch "$3"; exit 0 ;;
+  "benchmarks/gpu_proof_summary.py "*) shift
+    exec "$REAL_PYTHON" "$REAL_ROOT/benchmarks/gpu_proof_summary.py" "$@" ;;
+  -) code=$(cat)
+    case "$code" in *is_available*) exit 0 ;; *get_device_name*) echo "torch fake" ;; esac
+    exit 0 ;;
+  *) exit 0 ;;
+esac
+"""
+
+
+def test_the_proof_measures_first_and_returns_what_a_reader_opens(tmp_path):
+    """The whole proof with a stand-in Python (no GPU): the steps run in the plan's order
+    (setup, the claims suites, claims and report, the tests, the kernel sweep), the suites
+    with `--time-limit` at their caps, Triton's cache at its fixed path, the warm cache
+    installed in setup and harvested at the end, each measure step counting its compiles into
+    its own file; beside the archive, at most eight plain files."""
+    clone = tmp_path / "clone"
+    (clone / "benchmarks" / "triton_listen").mkdir(parents=True)
+    (clone / ".triton-cache").mkdir()
+    (clone / "benchmarks" / "gpu_proof.sh").write_text(PROOF.read_text())
+    (clone / "benchmarks" / "warm_cache.py").write_text("")
+    fake = tmp_path / "python"
+    fake.write_text(FAKE_PYTHON)
+    fake.chmod(0o755)
+    log, lease = tmp_path / "calls.log", tmp_path / "lease-out"
+    env = {**os.environ, "PYTHON": str(fake), "LOG": str(log), "REAL_PYTHON": sys.executable,
+           "REAL_ROOT": str(ROOT)}
+    result = subprocess.run(["bash", str(clone / "benchmarks/gpu_proof.sh"), str(tmp_path / "o"),
+                             "--minutes", "4", "--archive", str(lease / "proof.tar.gz")],
+                            capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    calls = log.read_text().splitlines()
+    order = [c for c in calls if c.startswith(("-m pip", "-m harness.cli run suites/",
+                                              "-m harness.cli claims", "-m pytest -q",
+                                              "benchmarks/"))]
+    kinds = [("measure" if "cli run" in c else "verdicts" if "cli claims" in c
+              else "tests" if "pytest" in c else "setup" if "pip" in c or "--install" in c
+              else "kernels" if "kernel_sweep" in c else "harvest") for c in order]
+    assert kinds == sorted(kinds, key=[*KINDS, "harvest"].index), kinds
+    suites = [re.search(r"suites/([\w-]+)\.toml", c).group(1) for c in order if "cli run" in c]
+    assert suites == [s["step"].removeprefix("measure-") for s in _plan("4")
+                      if s["kind"] == "measure"]
+    for call in (c for c in order if "cli run" in c):
+        cap = re.search(r"cap=(\d+)", call).group(1)
+        assert f"--time-limit {cap}s" in call and "cache=/tmp/attnbench-triton-cache" in call
+        assert re.search(r"misses=\S+/triton-misses/measure-[\w-]+\.jsonl", call), call
+    assert any("warm_cache.py --install .triton-cache" in c for c in calls)
+    beside = sorted(p.name for p in lease.iterdir())
+    assert beside == ["claims.txt", "proof.tar.gz", "report.html", "report.md", "summary.txt",
+                      "triton-harvest.tar.gz"]
+    assert "every step ran and passed" in (lease / "summary.txt").read_text()
 
 
 def _summary(out: Path) -> subprocess.CompletedProcess:
@@ -142,26 +288,61 @@ def test_the_summary_of_a_proof_cut_short_names_what_failed_and_what_did_not_fit
 
 
 def test_the_summary_reads_an_interrupted_run_from_its_passes(tmp_path):
-    """The first H100 lease cut the smoke run at its cap after 46 of 96 point-passes: no
-    rows.jsonl, but every point's first pass in passes.jsonl. The summary counts those."""
-    suite = tmp_path / "gpu-smoke.toml"
-    suite.write_text('name = "gpu-smoke"\nscenario = "attention"\nimplementations = ["sdpa"]\n'
+    """The first H100 lease cut a run at its cap after 46 of 96 point-passes: no rows.jsonl,
+    but every point's first pass in passes.jsonl. The summary counts those."""
+    suite = tmp_path / "claims-gpu.toml"
+    suite.write_text('name = "claims-gpu"\nscenario = "attention"\nimplementations = ["sdpa"]\n'
                      "[fixed]\nheads = 2\n"
                      "head_dim = 16\n[sweep]\nseq_len = [33, 65]\n[measure]\nbudget_s = 0.02\n"
                      "min_samples = 3\nwarmup_calls = 1\npasses = 2\n")
     out = tmp_path / "proof"
     done = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(suite), "--out",
-                           str(out / "gpu-smoke"), "--no-progress", "--no-table"],
+                           str(out / "measure-claims-gpu"), "--no-progress", "--no-table"],
                           capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert done.returncode == 0, done.stderr
-    (out / "gpu-smoke" / "rows.jsonl").unlink()  # as if stopped before its last pass
+    (out / "measure-claims-gpu" / "rows.jsonl").unlink()  # as if stopped before its last pass
     (out / "steps.tsv").write_text("step\tstatus\tseconds\tcap_s\tnote\n"
-                                   "smoke\tstopped at its cap\t77\t62\t\n")
-    (out / "smoke.log").write_text("")
+                                   "measure-claims-gpu\tstopped at its cap\t77\t62\t\n")
     result = _summary(out)
     assert result.returncode == 1
-    assert "gpu-smoke: 2 rows: 2 ok (2 partial: read from an interrupted run's passes)" in (
-        result.stdout), result.stdout
+    assert ("measure-claims-gpu: 2 rows: 2 ok (2 partial: read from an interrupted run's "
+            "passes)") in result.stdout, result.stdout
+
+
+def _row(impl: str, n: int, host_frac: float, graph: str) -> dict:
+    return {"impl": impl, "scenario": "attention", "device": "cuda", "seq_len": n, "batch": 4,
+            "heads": 16, "head_dim": 128, "status": "ok", "time_median_s": 1e-9 * n * n,
+            "peak_mem_bytes": 8 * n * n, "host_frac": host_frac, "cuda_graph": graph}
+
+
+def test_the_summary_names_each_claim_with_its_evidence(tmp_path):
+    """Each claim the measured rows serve: its verdict, n range, points per group, host_frac
+    range and timing mode; the decisive share; the Triton compiles of each measure step."""
+    run = tmp_path / "measure-claims-gpu"
+    run.mkdir()
+    rows = [_row("full", n, 0.05 + 0.1 * i, "cuda-graph")
+            for i, n in enumerate([512, 1024, 2048, 4096, 8192])]
+    rows.append(_row("sdpa-flash", 1024, 0.7, "none"))
+    (run / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "steps.tsv").write_text("step\tstatus\tseconds\tcap_s\tnote\n"
+                                        "measure-claims-gpu\tok\t20\t26\t\n")
+    (tmp_path / "triton-misses").mkdir()
+    (tmp_path / "triton-misses" / "measure-claims-gpu.jsonl").write_text('{"k": 1}\n{"k": 2}\n')
+    (tmp_path / "claims.json").write_text(json.dumps([
+        {"claim": "attention-time-n2", "verdict": "confirmed", "groups": [{"n_points": 5}]},
+        {"claim": "flash-speedup-2-4x", "verdict": "inconclusive",
+         "groups": [{"n_points": 1}]}]))
+    result = _summary(tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = {line.split()[0]: line for line in result.stdout.splitlines() if line.strip()}
+    assert re.search(r"confirmed +seq_len 512\.\.8192 +points/group 5 +host_frac 0\.05–0\.45 "
+                     r"+graph$", lines["attention-time-n2"]), lines["attention-time-n2"]
+    assert re.search(r"inconclusive +seq_len 1024\.\.8192 +points/group 1 +host_frac "
+                     r"0\.15–0\.70 \(1 host-bound\) +eager\+graph$", lines["flash-speedup-2-4x"])
+    assert re.search(r"not judged +seq_len 1024 +points/group none", lines["flash-time-n2"])
+    assert "decisive 1 of 10 (10%)" in result.stdout
+    assert "timed claims reading a host-bound row: 4" in result.stdout
+    assert "measure-claims-gpu 2" in lines["triton"]
 
 
 def _tests_skipping_without_cuda() -> set[str]:
