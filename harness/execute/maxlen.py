@@ -14,8 +14,11 @@ its baseline after a warm-up run; CUDA: the allocator's per-process memory fract
 that a length far over the budget fails fast instead of meeting the OOM killer. A cap exactly
 at the budget decided by the process's mapped data, which includes allocator slack that varies
 from run to run: the same command then answered 8192 once (measured peak 64.09 MiB over a
-64 MiB budget) and 8128 the next time. The measured peak is exact on both devices (allocator
-events), so the same command gives the same answer.
+64 MiB budget) and 8128 the next time. The measured peak counts allocator events on both
+devices and repeats to the byte at a given thread count (:data:`METHOD_SLACK`), and the lengths
+the search tries depend only on the verdicts, so the same command gives the same answer. The
+search assumes a peak that grows with n; where it does not (tile padding), the answer is still
+a length whose measured peak is within the budget, the same one each time.
 
 A candidate that runs out of memory under the cap, is killed, or crashes does not fit. One that
 exceeds ``--time-limit`` is *unknown*; the search treats it as not fitting and the report says
@@ -283,7 +286,7 @@ def report(result: MaxLenResult) -> str:
 
     def size(nbytes: int) -> str:
         name, scale = result.unit
-        return f"{nbytes / scale:.3f} {name}"
+        return f"{nbytes / scale:.3f} {name}" if scale > 1 else fmt.size(nbytes)
 
     lines = [
         f"{p.impl} {p.scenario} B={p.batch} H={p.heads} D={p.head_dim} {p.dtype} "
