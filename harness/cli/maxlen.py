@@ -30,6 +30,9 @@ from harness.sweep.validate import assignment, shortest_length
 
 # point fields with a flag of their own (the names of their suite keys, - for _)
 INT_FLAGS = ("batch", "heads", "kv_heads", "head_dim", "dilation", "global_tokens", "block_size")
+# maxlen's own flags: a scenario setting of one of these names is reached through --set only
+OWN_FLAGS = {*INT_FLAGS, "scenario", "device", "dtype", "causal", "window", "set", "budget",
+             "multiple", "time_limit", "threads", "no_verify", "json", "help"}  # fmt: skip
 # units as printed, by the lower-case spelling parse_size reads
 UNIT_NAMES = {"": "B", "b": "B", "kb": "kB", "mb": "MB", "gb": "GB", "tb": "TB", "kib": "KiB",
               "mib": "MiB", "gib": "GiB", "tib": "TiB"}  # fmt: skip
@@ -62,7 +65,7 @@ def add_cli(sub) -> None:
         metavar=("LEFT", "RIGHT"),
         help="window sides (-1 = unbounded)",
     )
-    settings = scenario_settings()
+    settings = {k: v for k, v in scenario_settings().items() if k not in OWN_FLAGS}
     for name, (kind, scenarios) in settings.items():
         p.add_argument(
             f"--{name.replace('_', '-')}", type=kind, help=f"{'/'.join(scenarios)} setting"

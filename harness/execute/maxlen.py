@@ -167,7 +167,8 @@ def find_max_len(
             )
             if log is not None:
                 record = result.runs[n]
-                log(f"n={n}: {record['status']} " + (record.get("reason") or _ran(record)))
+                reason = record.get("reason")
+                log(f"n={n}: {record['status']}" + (f": {reason}" if reason else _ran(record)))
         return result.runs[n]["status"]
 
     def fits(n: int) -> bool:
@@ -195,7 +196,7 @@ def find_max_len(
 
 def _ran(record: dict) -> str:
     peak = record.get("peak_bytes")
-    return f"in {record.get('seconds', 0):.2f} s" + (f", peak {peak} B" if peak else "")
+    return f" in {record.get('seconds', 0):.2f} s" + (f", peak {peak} B" if peak else "")
 
 
 def headroom(budget: int) -> int:
