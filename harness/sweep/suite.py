@@ -30,8 +30,8 @@ that declare it).
 Every problem is reported as one line naming the file, the key and the value (SuiteError):
 TOML syntax (with line and column), unknown keys, wrong types, non-finite numbers, impossible
 values (seq_len <= 0, d_model % heads != 0, window sides < -1, unknown dtype/device, a method
-parameter out of its declared range), masks that do not fit the sequence (documents that do
-not sum to seq_len, global positions outside it, prefix_len beyond it), unknown
+parameter out of its declared range), mask settings a point cannot honour (one rule,
+docs/masks.md: positions or lengths past the sequence, a right window side with causal), unknown
 implementations (with the known ones listed) and sweeps of more than MAX_POINTS points.
 Nothing in a suite is executed or imported; implementation names are looked up in the registry.
 
