@@ -219,6 +219,7 @@ def test_the_search_never_goes_below_the_shortest_length():
     assert min(fits.calls) >= 1024
 
 
+@pytest.mark.slow
 def test_a_real_boundary_is_within_the_budget_and_the_same_twice():
     """``local`` (causal window 63) under a 24 MiB budget, searched twice in fresh children:
     the answer's measured peak is within the budget and the next length's is not."""
@@ -230,11 +231,11 @@ def test_a_real_boundary_is_within_the_budget_and_the_same_twice():
     budget = 24 * 2**20
     answers = []
     for _ in range(2):
-        result = find_max_len(point, budget, multiple=256, time_limit_s=120, threads=1)
+        result = find_max_len(point, budget, multiple=1024, time_limit_s=120, threads=1)
         assert result.runs[result.verified]["peak_bytes"] <= budget
         assert result.runs[result.first_failing]["status"] in ("over-budget", "oom")
-        answers.append(result.verified)
-    assert answers[0] == answers[1] > 0
+        answers.append((result.verified, list(result.runs)))
+    assert answers[0] == answers[1] and answers[0][0] > 0
 
 
 def test_the_budget_is_printed_in_the_unit_it_was_given(capsys):
