@@ -7,7 +7,10 @@ dtype/device), the settings of the suite's scenario (declared with the scenario:
 implementations declare (:class:`harness.spec.Param`). :class:`Axes` holds the rules of one
 suite; a value is checked here on its own (type, allowed words, sign); rules between fields
 (``d_model % heads``, the mask fields together, a parameter's range for each implementation)
-are checked when the point is built (:mod:`harness.sweep.expand`).
+are checked when the point is built (:mod:`harness.sweep.expand`). The rule for mask settings
+at a point is :func:`check_mask` (docs/masks.md, "What a suite may ask for"): the suite and
+``attnbench maxlen`` (whose ``--set KEY=VALUE`` is :func:`assignment`) refuse through it alike.
+An unknown key names the nearest known one (:func:`unknown_key`).
 
 A value that is itself a list: a window is ``[left, right]``; ``documents`` may be the list of
 lengths; ``global_tokens`` may be the list of positions. In ``[fixed]`` such a list is the one
@@ -26,7 +29,7 @@ from dataclasses import dataclass, field, fields
 
 from harness.errors import SuiteError
 from harness.masks import MaskError
-from harness.scenarios import packing
+from harness.scenarios import interface, packing
 from harness.scenarios.interface import Scenario, settings_types
 from harness.scenarios.pointmask import PointMask, suite_types
 from harness.spec import DTYPES, Param
@@ -55,6 +58,12 @@ def unknown_key(key: str, allowed: Iterable[str], kind: str = "allowed") -> str:
     near = difflib.get_close_matches(key, allowed, n=1)
     hint = f"; did you mean {near[0]!r}?" if near else ""
     return f"unknown key{hint} ({kind}: {allowed})"
+
+
+def settings_owners(key: str) -> list[str]:
+    """The scenarios (folder names) that declare a setting ``key``."""
+    words = [w for w in interface.names() if key in settings_types(interface.get(w))]
+    return sorted({w.split("+")[0] for w in words})
 
 
 def assignment(text: str) -> tuple[str, object]:
@@ -147,6 +156,10 @@ class Axes:
         None: either."""
         for key, value in axes.items():
             if key not in SHAPE_AXES and key not in self.settings and key not in self.params:
+                owners = settings_owners(key)
+                if owners:  # not a typo: the setting of another scenario
+                    problem = f"unknown key: a setting of {' and '.join(owners)} suites only"
+                    err.fail(f"{where}.{key}", value, problem)
                 err.fail(f"{where}.{key}", value, unknown_key(key, self.known(), "point fields"))
             swept = is_swept(key, value, lists)
             if lists is True and not swept:

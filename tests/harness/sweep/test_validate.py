@@ -197,3 +197,16 @@ def test_a_key_like_no_other_lists_the_allowed_keys_only():
     with pytest.raises(SuiteError) as info:
         parse_suite({**base, "fixed": {"zzzzzz": 1}}, "t.toml")
     assert "did you mean" not in str(info.value) and "'seq_len'" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("scenario", "key", "owners"),
+    [("attention", "cache", "decode"), ("attention", "norm", "block and decode"),
+     ("decode", "qk_std", "attention")],
+)  # fmt: skip
+def test_another_scenarios_setting_is_named_as_such_not_as_a_typo(scenario, key, owners):
+    doc = {"name": "t", "scenario": scenario, "implementations": ["full"], "fixed": {key: 1}}
+    with pytest.raises(SuiteError) as info:
+        parse_suite(doc, "t.toml")
+    assert f"a setting of {owners} suites only" in str(info.value)
+    assert "did you mean" not in str(info.value)
