@@ -263,8 +263,6 @@ def check_mask(masking: PointMask, n_q: int, n_k: int) -> None:
             f"documents = {packing.text(docs)!r}: documents of {nominal:g} tokens are longer "
             f"than the sequence ({n_k} tokens)"
         )
-    if docs is not None and n_q != n_k:
-        raise MaskError(f"documents need n_q == n_k, got {n_q} queries over {n_k} keys")
     resolved = masking.resolve(n_k)
     longest = max(resolved.documents) if resolved.documents else n_k
     where = (
@@ -281,7 +279,9 @@ def check_mask(masking: PointMask, n_q: int, n_k: int) -> None:
             raise MaskError(
                 f"{key} = {size}: names positions 0..{size - 1}, past the end of {where}"
             )
-    resolved.check_lengths(n_q, n_k)  # document sums, global positions, block-sparse globals
+    # the MaskSpec's own length checks: documents that tile the sequence (n_q == n_k), global
+    # positions inside it, block-sparse globals in whole blocks
+    resolved.check_lengths(n_q, n_k)
 
 
 def shortest_length(masking: PointMask) -> int:
