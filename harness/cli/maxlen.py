@@ -21,7 +21,7 @@ from harness.errors import CliError, Interrupted, SuiteError
 from harness.execute.maxlen import find_max_len, report, verification_notice
 from harness.execute.runner import default_budget
 from harness.measure.device import get_device
-from harness.scenarios import interface
+from harness.scenarios import interface, packing
 from harness.scenarios.interface import Point, scenario_of
 from harness.scenarios.pointmask import PointMask
 from harness.spec import DTYPES
@@ -133,16 +133,24 @@ def given_values(args: argparse.Namespace) -> dict:
         if key in ("seq_len", "device", "scenario"):
             where = "the search's" if key == "seq_len" else f"--{key}'s"
             raise CliError(f"--set {key}: {key} is {where} to set, not --set")
-        if key in flags or (key in fixed and key != "dtype"):
+        if key in flags:  # (--dtype has a default: --set dtype=... replaces it)
             raise CliError(f"--set {key}: {key} is already set (by a flag or an earlier --set)")
         fixed[key] = value
         flags.add(key)
-    if isinstance(fixed.get("documents"), list):
+    if "documents" in fixed and _lengths_given(fixed["documents"]):
         raise CliError(
             f"--set documents = {fixed['documents']}: a list of lengths fixes seq_len, which "
             "maxlen searches; give a rule such as documents=uniform:512"
         )
     return fixed
+
+
+def _lengths_given(documents: object) -> bool:
+    """Are ``documents`` the lengths themselves (a list, or a row's ``"100,200"``)?"""
+    try:
+        return isinstance(packing.parse(documents), tuple)
+    except ValueError:
+        return False  # the suite parser says what is wrong with it
 
 
 def shortest_on_grid(fixed: dict, multiple: int) -> int:

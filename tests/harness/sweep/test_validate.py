@@ -102,6 +102,7 @@ def maxlen(capsys, *args: str) -> tuple[int, str, str]:
         (["full", "--causal", "--window", "63", "5"], ["window = [63, 5]", "[63, 0]"]),
         (["full", "--set", "causal=true", "--set", "window=[63,5]"], ["window = [63, 5]"]),
         (["full", "--set", "documents=[100,100]"], ["list of lengths", "uniform:512"]),
+        (["full", "--set", "documents=100,156"], ["list of lengths"]),
         (["full", "--set", "random_blocks=2"], ["random_blocks needs block_size"]),
         (["full", "--set", "globl_tokens=3"], ["did you mean 'global_tokens'?"]),
         (["full", "--set", "prefix_len=-1"], ["prefix_len = -1", ">= 0"]),
