@@ -289,10 +289,13 @@ def report(result: MaxLenResult) -> str:
         name, scale = result.unit
         return f"{nbytes / scale:.3f} {name}" if scale > 1 else fmt.size(nbytes)
 
+    budget = result.budget_text or fmt.size(result.budget)
+    if budget != f"{result.budget} B":
+        budget += f" ({result.budget} B)"
     lines = [
         f"{p.impl} {p.scenario} B={p.batch} H={p.heads} D={p.head_dim} {p.dtype} "
-        f"{p.mask.describe()} on {p.device}, budget {result.budget_text or fmt.size(result.budget)}"
-        f" ({result.budget} B), lengths in multiples of {result.multiple}"
+        f"{_mask_text(p)} on {p.device}, budget {budget}, "
+        f"lengths in multiples of {result.multiple}"
         + (f" from {result.shortest}" if result.shortest > result.multiple else "")
     ]
     if result.predicted:
@@ -326,3 +329,12 @@ def report(result: MaxLenResult) -> str:
             lines.append(f"  seq_len {n} did not fit: {result.runs[n]['reason']}")
     lines.append(f"  {len(result.runs)} isolated verification runs")
     return "\n".join(lines)
+
+
+def _mask_text(point: Point) -> str:
+    """The point's mask in short, documents as their rule (the lengths change with n)."""
+    rule = point.masking.documents
+    if not isinstance(rule, str):
+        return point.mask.describe()
+    rest = point.masking.spec.describe()
+    return f"documents={rule}" if rest == "dense" else f"{rest},documents={rule}"
