@@ -124,6 +124,7 @@ def test_maxlen_refuses_masks_as_a_suite_does(capsys, args, words):
         (["global_tokens=999"], 1024, "global_tokens", 999),  # searched from where it fits
         (["documents=uniform:300", "causal=true"], 320, "documents", "uniform:300"),
         (["prefix_len=100", "causal=true", "window=[63,0]"], 128, "prefix_len", 100),
+        (["prefix_len=1000", "causal=true"], 1024, "prefix_len", 1000),
         (['documents="lognormal:mean=200,seed=3"'], 256, "documents", "lognormal:mean=200,seed=3"),
     ],
 )
