@@ -80,6 +80,15 @@ def lengths(documents: Documents, seq_len: int) -> tuple[int, ...]:
     return _lognormal(mean, sigma, seed, seq_len)
 
 
+def nominal_length(documents: Documents) -> float | None:
+    """The document length a rule names: L of ``uniform:L``, the mean of ``lognormal``; None for
+    documents given as their lengths."""
+    if not isinstance(documents, str):
+        return None
+    kind, _, args = documents.partition(":")
+    return float(args) if kind == "uniform" else _lognormal_args(args)[0]
+
+
 def document_len(lengths: tuple[int, ...]) -> float:
     """The token-weighted mean document length ``Σ lᵢ² / Σ lᵢ`` of realised ``lengths`` (module
     docstring): L for equal documents of L; ``seq_len`` for one document."""

@@ -22,7 +22,7 @@ from harness.scenarios import interface
 from harness.scenarios.interface import SHAPE_FIELDS, Point, Scenario, SettingsError
 from harness.scenarios.pointmask import PointMask
 from harness.spec import Param
-from harness.sweep.validate import SHAPE_AXES, Axes, SuiteReporter, is_swept
+from harness.sweep.validate import SHAPE_AXES, Axes, SuiteReporter, check_mask, is_swept
 
 _SHAPE = frozenset(f.name for f in SHAPE_FIELDS)  # the Point fields a suite value sets itself
 MAX_POINTS = 100_000  # a typo'd sweep must not expand for minutes before it is refused
@@ -179,7 +179,7 @@ def make_point(impl: str, scenario: str, values: dict, axes: Axes, err: SuiteRep
             settings=sc.make_settings(impl, settings),
             params=tuple(params.items()),
         )
-        point.mask.check_lengths(point.n_q, point.seq_len)  # every mask field together
+        check_mask(point.masking, point.n_q, point.seq_len)  # every mask field together
     except SettingsError as exc:
         err.fail(f"{label}: {exc.key}", exc.value, str(exc))
     except MaskError as exc:

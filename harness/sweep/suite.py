@@ -30,8 +30,8 @@ that declare it).
 Every problem is reported as one line naming the file, the key and the value (SuiteError):
 TOML syntax (with line and column), unknown keys, wrong types, non-finite numbers, impossible
 values (seq_len <= 0, d_model % heads != 0, window sides < -1, unknown dtype/device, a method
-parameter out of its declared range), masks that do not fit the sequence (documents that do
-not sum to seq_len, global positions outside it, prefix_len beyond it), unknown
+parameter out of its declared range), mask settings a point cannot honour (one rule,
+docs/masks.md: positions or lengths past the sequence, a right window side with causal), unknown
 implementations (with the known ones listed) and sweeps of more than MAX_POINTS points.
 Nothing in a suite is executed or imported; implementation names are looked up in the registry.
 
@@ -54,7 +54,7 @@ from harness.scenarios import interface
 from harness.scenarios.case import CHECK_MODES
 from harness.scenarios.interface import Point
 from harness.sweep.expand import entries, expand_points, suite_axes
-from harness.sweep.validate import SuiteReporter, required, table, validate_value
+from harness.sweep.validate import SuiteReporter, required, table, unknown_key, validate_value
 
 # fmt: off
 TOP_KEYS = {"name", "description", "scenario", "implementations", "device", "fixed", "sweep",
@@ -167,7 +167,7 @@ def _top_level(doc: dict, err: SuiteReporter) -> tuple[str, str, list[str]]:
     unknown = set(doc) - TOP_KEYS
     if unknown:
         key = sorted(unknown)[0]
-        err.fail(key, doc[key], f"unknown key (allowed: {sorted(TOP_KEYS)})")
+        err.fail(key, doc[key], unknown_key(key, TOP_KEYS))
     name = required(doc, "name", str, err)
     if not NAME_RE.fullmatch(name):
         err.fail("name", name, "use 1-100 letters, digits, '.', '_', '-' (it names the run folder)")
@@ -240,7 +240,7 @@ def _measure_values(settings: dict, err: SuiteReporter, scenario: str) -> None:
                 err.fail(f"measure.{key}", value, f"an option of {owner} suites; this suite's "
                          f"scenario is {scenario}")
             allowed = sorted({*MEASURE_KEYS, *interface.get(scenario).measure_options})
-            err.fail(f"measure.{key}", value, f"unknown key (allowed: {allowed})")
+            err.fail(f"measure.{key}", value, unknown_key(key, allowed))
         kind = MEASURE_KEYS[key]
         if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
             names = "/".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))

@@ -7,7 +7,10 @@ dtype/device), the settings of the suite's scenario (declared with the scenario:
 implementations declare (:class:`harness.spec.Param`). :class:`Axes` holds the rules of one
 suite; a value is checked here on its own (type, allowed words, sign); rules between fields
 (``d_model % heads``, the mask fields together, a parameter's range for each implementation)
-are checked when the point is built (:mod:`harness.sweep.expand`).
+are checked when the point is built (:mod:`harness.sweep.expand`). The rule for mask settings
+at a point is :func:`check_mask` (docs/masks.md, "What a suite may ask for"): the suite and
+``attnbench maxlen`` (whose ``--set KEY=VALUE`` is :func:`assignment`) refuse through it alike.
+An unknown key names the nearest known one (:func:`unknown_key`).
 
 A value that is itself a list: a window is ``[left, right]``; ``documents`` may be the list of
 lengths; ``global_tokens`` may be the list of positions. In ``[fixed]`` such a list is the one
@@ -17,14 +20,18 @@ value; in ``[sweep]`` and a ``[[variant]]`` a list of numbers is a sweep (of cou
 
 from __future__ import annotations
 
+import difflib
 import math
+import tomllib
 import typing
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 
 from harness.errors import SuiteError
-from harness.scenarios import packing
+from harness.masks import MaskError
+from harness.scenarios import interface, packing
 from harness.scenarios.interface import Scenario, settings_types
-from harness.scenarios.pointmask import suite_types
+from harness.scenarios.pointmask import PointMask, suite_types
 from harness.spec import DTYPES, Param
 
 DEVICES = ("cpu", "cuda", "auto")
@@ -42,6 +49,36 @@ _POSITIVE = {"batch", "seq_len", "q_len", "heads", "kv_heads", "head_dim", "dila
 _NON_NEGATIVE = {"random_blocks", "seed", "prefix_len"}
 LIST_VALUES = {"window", "documents", "global_tokens"}  # keys whose one value may be a list
 # fmt: on
+
+
+def unknown_key(key: str, allowed: Iterable[str], kind: str = "allowed") -> str:
+    """The problem of an unknown ``key``: the nearest allowed key first (a typo is the usual
+    cause), then every allowed key."""
+    allowed = sorted(allowed)
+    near = difflib.get_close_matches(key, allowed, n=1)
+    hint = f"; did you mean {near[0]!r}?" if near else ""
+    return f"unknown key{hint} ({kind}: {allowed})"
+
+
+def settings_owners(key: str) -> list[str]:
+    """The scenarios (folder names) that declare a setting ``key``."""
+    words = [w for w in interface.names() if key in settings_types(interface.get(w))]
+    return sorted({w.split("+")[0] for w in words})
+
+
+def assignment(text: str) -> tuple[str, object]:
+    """``KEY=VALUE`` as a suite line would read it: VALUE is a TOML value (``true``, ``64``,
+    ``[255, 0]``, ``"uniform:512"``); a VALUE that is not TOML is taken as a string, so
+    ``documents=uniform:512`` needs no quotes. Raises SuiteError (one line)."""
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key.replace("_", "").isalnum():
+        shown = one_line(repr(text), 120)
+        raise SuiteError(f"--set {shown}: must be KEY=VALUE, e.g. prefix_len=64")
+    try:
+        return key, tomllib.loads(f"value = {raw.strip()}")["value"]
+    except tomllib.TOMLDecodeError:
+        return key, raw.strip()
 
 
 def one_line(text: str, limit: int = 400) -> str:
@@ -119,7 +156,11 @@ class Axes:
         None: either."""
         for key, value in axes.items():
             if key not in SHAPE_AXES and key not in self.settings and key not in self.params:
-                err.fail(f"{where}.{key}", value, f"unknown key (point fields: {self.known()})")
+                owners = settings_owners(key)
+                if owners:  # not a typo: the setting of another scenario
+                    problem = f"unknown key: a setting of {' and '.join(owners)} suites only"
+                    err.fail(f"{where}.{key}", value, problem)
+                err.fail(f"{where}.{key}", value, unknown_key(key, self.known(), "point fields"))
             swept = is_swept(key, value, lists)
             if lists is True and not swept:
                 err.fail(f"{where}.{key}", value, "[sweep] values must be lists")
@@ -194,3 +235,65 @@ def _setting_value(scenario: Scenario, key: str, hint, value, err: SuiteReporter
         err.fail(at, value, f"must be >= {meta['minimum']}")
     if "above" in meta and value <= meta["above"]:
         err.fail(at, value, f"must be > {meta['above']}")
+
+
+# The one rule for mask settings at a point (docs/masks.md, "What a suite may ask for").
+def check_mask(masking: PointMask, n_q: int, n_k: int) -> None:
+    """Raise :class:`MaskError` (one line naming the setting and its value) when a setting of
+    ``masking`` cannot be honoured by a point of ``n_q`` queries over ``n_k`` keys.
+
+    The rule: a setting is refused when it names a position or a length the point does not
+    have (``global_tokens = g`` names positions 0..g-1, ``prefix_len = P`` positions 0..P-1,
+    counted in the longest document when there are documents; a documents rule names its
+    length; documents as lengths must tile the sequence), or when it asks for keys another
+    setting of the same mask removes (a window's right side > 0 with ``causal``). Everything
+    else is accepted and means what the mask rules say (a window side longer than the sequence
+    bounds nothing, like -1)."""
+    spec = masking.spec
+    if spec.causal and spec.right not in (None, 0):
+        window = [-1 if spec.left is None else spec.left, spec.right]
+        raise MaskError(
+            f"window = {window} with causal = true: causal removes every key after the query, "
+            f"so the right side {spec.right} asks for keys it removes (use [{window[0]}, 0])"
+        )
+    docs = masking.documents
+    nominal = packing.nominal_length(docs) if docs is not None else None
+    if nominal is not None and nominal > n_k:
+        raise MaskError(
+            f"documents = {packing.text(docs)!r}: documents of {nominal:g} tokens are longer "
+            f"than the sequence ({n_k} tokens)"
+        )
+    resolved = masking.resolve(n_k)
+    longest = max(resolved.documents) if resolved.documents else n_k
+    where = (
+        f"the longest document ({longest} tokens)"
+        if docs is not None
+        else f"the sequence ({n_k} tokens)"
+    )
+    count = spec.global_tokens
+    for key, size in (
+        ("global_tokens", count if isinstance(count, int) else 0),
+        ("prefix_len", spec.prefix_len),
+    ):
+        if size > longest:
+            raise MaskError(
+                f"{key} = {size}: names positions 0..{size - 1}, past the end of {where}"
+            )
+    # the MaskSpec's own length checks: documents that tile the sequence (n_q == n_k), global
+    # positions inside it, block-sparse globals in whole blocks
+    resolved.check_lengths(n_q, n_k)
+
+
+def shortest_length(masking: PointMask) -> int:
+    """The shortest sequence whose length every setting of ``masking`` fits (the lengths and
+    positions :func:`check_mask` asks for): what ``maxlen`` searches from."""
+    spec, docs = masking.spec, masking.documents
+    count = spec.global_tokens
+    names = [
+        count if isinstance(count, int) else count[-1] + 1,
+        spec.prefix_len,
+        math.ceil(packing.nominal_length(docs) or 0) if docs is not None else 0,
+    ]
+    if isinstance(docs, tuple):
+        names.append(sum(docs))
+    return max(1, *names)

@@ -68,7 +68,8 @@ def test_verified_max_brackets_the_boundary_next_to_the_prediction():
     point = Point(impl="full", heads=2, head_dim=16)
     result = find_max_len(point, 64 * 2**20, multiple=64, time_limit_s=120, threads=1)
     assert result.runs[result.verified]["status"] == "ok"
-    assert result.runs[result.first_failing]["status"] in ("oom", "error")
+    assert result.runs[result.verified]["peak_bytes"] <= 64 * 2**20
+    assert result.runs[result.first_failing]["status"] in ("oom", "error", "over-budget")
     assert result.first_failing == result.verified + 64 and not result.time_limited
     # the model is exact up to allocator slack for materialized scores
     assert abs(result.verified - result.predicted) <= 0.05 * result.predicted
@@ -150,3 +151,115 @@ def test_capped_runs_warm_up_in_the_target_length_bucket(monkeypatch):
         assert (warm - 1).bit_length() == (n - 1).bit_length(), (n, warm)  # same bucket
     assert maxlen.warmup_length(4096, 64) == 2112 and maxlen.warmup_length(8192, 64) == 4160
     assert maxlen.warmup_length(64, 64) == 64 and maxlen.warmup_length(128, 64) == 128
+
+
+def peaks_of(peak, cap_seen=None):
+    """A stand-in for the child: it finishes every length (no cap in the way) and reports the
+    measured peak ``peak(n)``; the caps it was given go to ``cap_seen``."""
+
+    def fake_run(fn, payload, timeout_s=None):
+        if cap_seen is not None:
+            cap_seen.append(payload["budget"])
+        n = payload["point"]["seq_len"]
+        record = {"status": "ok", "seconds": 0.1, "peak_bytes": peak(n),
+                  "mem_method": "torch-profiler"}  # fmt: skip
+        return isolate.ChildOutcome(record, "ok", None, 0.0)
+
+    return fake_run
+
+
+def test_the_measured_peak_decides_not_surviving_the_cap(monkeypatch):
+    """The issue's run: 8192 finished under the cap with a measured peak of 67206656 B over a
+    64 MiB budget and was the answer. A finished run over the budget does not fit."""
+    from harness.execute import maxlen
+
+    budget, caps = 64 * 2**20, []
+    monkeypatch.setattr(maxlen, "run_isolated", peaks_of(lambda n: 8192 * n, caps))
+    result = find_max_len(Point(impl="local"), budget, multiple=64, time_limit_s=None)
+    assert result.verified == 8192 and budget >= 8192 * 8192  # 8192 * 8192 = 64 MiB exactly
+    assert result.runs[8256]["status"] == "over-budget" and result.first_failing == 8256
+    assert "67633152 B > budget 67108864 B" in result.runs[8256]["reason"]
+    assert set(caps) == {budget + maxlen.headroom(budget)}  # the cap is only a safety net
+    over = find_max_len(Point(impl="local"), budget - 1, multiple=64, time_limit_s=None)
+    assert over.verified == 8128  # one byte less: 8192 is over
+
+
+def test_the_same_question_gives_the_same_answer_and_the_same_runs(monkeypatch):
+    from harness.execute import maxlen
+
+    def staircase(n: int) -> int:  # a peak that is flat in steps
+        return (n // 320 + 1) * 2**20
+
+    monkeypatch.setattr(maxlen, "run_isolated", peaks_of(staircase))
+    first = find_max_len(Point(impl="local"), 25 * 2**20, multiple=64, time_limit_s=None)
+    again = find_max_len(Point(impl="local"), 25 * 2**20, multiple=64, time_limit_s=None)
+    assert first.verified == again.verified and list(first.runs) == list(again.runs)
+    assert staircase(first.verified) <= 25 * 2**20 < staircase(first.verified + 64)
+
+
+def test_the_rss_fallback_clears_the_budget_by_its_error(monkeypatch):
+    from harness.execute import maxlen
+
+    def fake_run(fn, payload, timeout_s=None):
+        record = {"status": "ok", "peak_bytes": 60 * 2**20 + payload["point"]["seq_len"],
+                  "mem_method": "rss-hwm"}  # fmt: skip
+        return isolate.ChildOutcome(record, "ok", None, 0.0)
+
+    monkeypatch.setattr(maxlen, "run_isolated", fake_run)
+    record = maxlen._verify_run(Point(impl="local", seq_len=64), 61 * 2**20 - 100, 64, None, 1)
+    assert record["status"] == "over-budget" and "rss-hwm's error" in record["reason"]
+
+
+def test_the_search_never_goes_below_the_shortest_length():
+    fits = Counted(10)
+    assert largest_fitting(fits, 64, 64, low=1024) == (0, 1024)
+    assert min(fits.calls) == 1024
+    fits = Counted(5000)
+    assert largest_fitting(fits, 64, 64, low=1024) == (4992, 5056)
+    assert min(fits.calls) >= 1024
+
+
+@pytest.mark.slow
+def test_a_real_boundary_is_within_the_budget_and_the_same_twice():
+    """``local`` (causal window 63) under a 24 MiB budget, searched twice in fresh children:
+    the answer's measured peak is within the budget and the next length's is not."""
+    from harness.masks import MaskSpec
+    from harness.scenarios.pointmask import PointMask
+
+    point = Point(impl="local", heads=4, head_dim=32,
+                  masking=PointMask(MaskSpec(causal=True, window=(63, 0))))  # fmt: skip
+    budget = 24 * 2**20
+    answers = []
+    for _ in range(2):
+        result = find_max_len(point, budget, multiple=1024, time_limit_s=120, threads=1)
+        assert result.runs[result.verified]["peak_bytes"] <= budget
+        assert result.runs[result.first_failing]["status"] in ("over-budget", "oom")
+        answers.append((result.verified, list(result.runs)))
+    assert answers[0] == answers[1] and answers[0][0] > 0
+
+
+def test_the_budget_is_printed_in_the_unit_it_was_given(capsys):
+    args = ["maxlen", "local", "--causal", "--window", "255", "0", "--no-verify"]
+    assert main([*args, "--budget", "64MiB"]) == 0
+    out = capsys.readouterr().out
+    assert "budget 64 MiB (67108864 B)" in out and "GiB" not in out
+    assert main([*args, "--budget", "0.5GiB", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["budget"] == "0.5 GiB"
+    assert main([*args, "--budget", "100MB"]) == 0
+    assert "budget 100 MB (100000000 B)" in capsys.readouterr().out
+
+
+def test_scenario_settings_flags_come_from_the_scenarios(capsys):
+    """``--norm``/``--cache``/``--qk-std``: declared by the scenarios, not listed by maxlen."""
+    from harness.cli.maxlen import scenario_settings
+    from harness.scenarios import interface
+
+    flags = scenario_settings()
+    for word in interface.names():
+        for name in interface.settings_types(interface.get(word)):
+            assert word.split("+")[0] in flags[name][1]
+    args = ["maxlen", "local", "--scenario", "decode", "--causal", "--window", "255", "0",
+            "--cache", "rolling", "--layers", "1", "--budget", "1GiB", "--no-verify", "--json"]
+    assert main(args) == 0
+    point = json.loads(capsys.readouterr().out)["point"]
+    assert point["cache"] == "rolling" and point["layers"] == 1

@@ -276,7 +276,7 @@ def test_a_documents_axis_sweeps_specs_and_rows_record_both_columns(chunked):
 @pytest.mark.parametrize(
     ("fixed", "expected"),
     [
-        ({"prefix_len": 300}, "prefix_len 300 > sequence length 256"),
+        ({"prefix_len": 300}, "prefix_len = 300: names positions 0..299, past the end of the seq"),
         ({"global_tokens": [0, 256]}, "global position 256 is outside"),
         ({"global_tokens": [0, 1, 17], "block_size": 16}, "whole blocks"),
         ({"global_tokens": 3, "block_size": 16}, "multiple of block_size=16"),

@@ -46,7 +46,7 @@ implementation = "full"
 window = [[15, 0], [31, 0]]
 [[variant]]
 implementation = "full"
-window = [[-1, 7]]
+window = [[-1, 0]]
 [measure]
 budget_s = 0.5
 point_timeout_s = 30
@@ -58,7 +58,7 @@ point_timeout_s = 30
     full = [p for p in suite.points if p.impl == "full"]
     assert len(sdpa) == 4  # 2 lengths x 2 causal
     assert len(full) == 12  # both variants add up: (2 + 1 windows) x 2 lengths x 2 causal
-    assert {p.mask.window for p in full} == {(15, 0), (31, 0), (None, 7)}
+    assert {p.mask.window for p in full} == {(15, 0), (31, 0), (None, 0)}
     assert suite.measure.point_timeout_s == 30
 
 
