@@ -203,13 +203,16 @@ def main() -> int:
             default = ROOT / ".venv312" / "bin" / "python"
             python = args.python or (str(default) if default.exists() else sys.executable)
             return warm(args.arch, args.out, python, args.workers)
-        facts = tc.running_facts()
         cache = Path(os.environ.get("TRITON_CACHE_DIR", tc.CACHE_DIR))
+        if args.harvest and not args.harvest.parent.is_dir():
+            print(f"warm_cache: {args.harvest.parent} is not a folder", file=sys.stderr)
+            return 2
+        if args.install and str(cache) != tc.CACHE_DIR:
+            print(f"compiling: cache is for TRITON_CACHE_DIR={tc.CACHE_DIR}, this process has "
+                  f"{cache}; not installed")
+            return 0
+        facts = tc.running_facts()  # imports torch and hashes libtriton.so: seconds
         if args.install:
-            if str(cache) != tc.CACHE_DIR:
-                print(f"compiling: cache is for TRITON_CACHE_DIR={tc.CACHE_DIR}, this process has "
-                      f"{cache}; not installed")
-                return 0
             for said in tc.install(args.install, cache, facts):
                 print(said)
             if not os.environ.get("TRITON_PTXAS_PATH"):  # Inductor would point it at torch's
@@ -219,7 +222,13 @@ def main() -> int:
         print(tc.harvest(args.harvest, cache, facts))
         return 0
     except ImportError as exc:  # no Triton (or no NVIDIA backend) in this Python
+        if args.install:  # the proof goes on: nothing to install into
+            print(f"compiling: cache is for Triton's NVIDIA backend, this Python has none ({exc})")
+            return 0
         print(f"warm_cache: needs Triton with its NVIDIA backend ({exc})", file=sys.stderr)
+        return 2
+    except OSError as exc:  # an unwritable --out or --harvest, an unreadable folder
+        print(f"warm_cache: {exc.strerror or exc}: {exc.filename or ''}", file=sys.stderr)
         return 0 if args.install else 2
 
 

@@ -9,6 +9,7 @@ compile on this CPU where Triton's NVIDIA backend is present) and counts the mis
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
@@ -122,6 +123,12 @@ def test_a_harvest_beside_the_cache_is_checked_by_its_own_manifest(tmp_path, mon
     assert not (tmp_path / "cache" / "CD34").exists()
 
 
+@functools.cache
+def _running_facts() -> dict:
+    """This Python's facts, once (torch's import and hashing libtriton.so take seconds)."""
+    return cache.running_facts()
+
+
 def _compiling_env(**extra: str) -> dict[str, str]:
     """This environment for a process that compiles: without TRITON_INTERPRET (the test
     suite sets it; kernels imported under it are interpreted functions)."""
@@ -145,8 +152,26 @@ def test_install_refuses_another_cache_dir(tmp_path):
 
 
 @needs_triton
+def test_install_of_a_cache_for_another_triton_prints_the_line_and_installs_nothing(tmp_path):
+    name = f"attnbench-test-{os.getpid()}-refused"
+    folder = _cache_folder(tmp_path, {**_running_facts(), "triton": "0.0.1"},
+                           {f"{name}/band_fwd.cubin": b"\x7fELF"})
+    done = _cli("--install", str(folder), TRITON_CACHE_DIR=cache.CACHE_DIR)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0].startswith("compiling: cache is for triton 0.0.1, ")
+    assert not (Path(cache.CACHE_DIR) / name).exists()
+
+
+def test_an_unwritable_out_is_one_line_and_exit_2(tmp_path):
+    (tmp_path / "file").write_text("")
+    done = _cli("--harvest", str(tmp_path / "file" / "h.tar.gz"))
+    assert done.returncode == 2
+    assert len(done.stderr.splitlines()) == 1 and done.stderr.startswith("warm_cache: ")
+
+
+@needs_triton
 def test_install_lands_under_the_fixed_path(tmp_path):
-    facts = cache.running_facts()
+    facts = _running_facts()
     name = f"attnbench-test-{os.getpid()}"  # a key folder no compile makes
     folder = _cache_folder(tmp_path, facts, {f"{name}/band_fwd.cubin": b"\x7fELF"})
     landed = Path(cache.CACHE_DIR) / name / "band_fwd.cubin"
