@@ -104,15 +104,19 @@ def _encode(value):
     import torch
 
     if isinstance(value, torch.Tensor):
+        # a meta tensor's data_ptr is its storage offset in bytes (from 0): a view the launch
+        # code makes at an offset is unaligned here as on the GPU, a fresh tensor aligned
         return {"tensor": str(value.dtype).removeprefix("torch."),
-                "aligned": value.device.type == "meta" or value.data_ptr() % 16 == 0}
+                "aligned": value.data_ptr() % 16 == 0}
     if value is None or isinstance(value, bool | int | float | str):
         return value
     raise TypeError(f"cannot carry a {type(value).__name__} argument to the compile")
 
 
 def compile_jobs(arch: str, suites: tuple[str, ...] = SUITES) -> list[dict]:
-    """One job per distinct (kernel, config, specialization, constexprs) the suites launch."""
+    """One job per distinct (kernel, config, constexprs, specialization) the suites launch:
+    the specialization as Triton's key takes it (``launch_modes._specialization`` for the
+    scalars; a tensor's dtype and alignment)."""
     from implementations._kernels.triton import aot_check
     from implementations._kernels.triton.autotune import config_label
     from implementations._kernels.triton.launch_modes import _specialization
@@ -121,18 +125,17 @@ def compile_jobs(arch: str, suites: tuple[str, ...] = SUITES) -> list[dict]:
     jobs, seen = [], set()
     for batch, d, dtype, shape in suite_shapes(suites):
         for launch in aot_check.record(f"suite-D{d}", d, batch, shape, dtype):
+            args = [_encode(a) for a in launch.args]
+            spec = tuple(tuple(a.values()) if isinstance(a, dict) else _specialization(a)
+                         for a in args)
             for cfg in aot_check.listed(launch, arch) or aot_check.configs(launch, arch):
-                tuned = hasattr(launch.kernel, "configs")
-                extra = cfg.all_kwargs() if tuned else {}
-                key = (launch.name, config_label(cfg), tuple(sorted(launch.kwargs.items())),
-                       tuple(map(_specialization, launch.args)))
-                if key in seen:
-                    continue
-                seen.add(key)
-                jobs.append({"module": modules[launch.name], "kernel": launch.name,
-                             "config": config_label(cfg), "head_dim": d,
-                             "args": [_encode(a) for a in launch.args],
-                             "kwargs": {**launch.kwargs, **extra}})
+                extra = cfg.all_kwargs() if hasattr(launch.kernel, "configs") else {}
+                key = (launch.name, config_label(cfg), tuple(sorted(launch.kwargs.items())), spec)
+                if key not in seen:
+                    seen.add(key)
+                    jobs.append({"module": modules[launch.name], "kernel": launch.name,
+                                 "config": config_label(cfg), "head_dim": d, "args": args,
+                                 "kwargs": {**launch.kwargs, **extra}})
     return jobs
 
 

@@ -209,6 +209,21 @@ def test_the_smoke_suites_fused_calls_are_enumerated():
     assert {(s[0], s[1], s[3][1]) for s in shapes} == {(2, 64, 1024), (2, 64, 4096)}
 
 
+def test_the_smoke_jobs_are_every_listed_sm90_config_of_each_mask_once():
+    pytest.importorskip("triton")
+    from implementations._kernels.triton import aot_check
+
+    jobs = warm_cache.compile_jobs("sm_90", ("gpu-smoke",))
+    assert json.loads(json.dumps(jobs)) == jobs  # carried to the compile process as JSON
+    listed = aot_check.listed(aot_check.record("band", 64)[0], "sm_90")  # band_fwd, D 64
+    assert len(listed) > 1 and {job["kernel"] for job in jobs} == {"band_fwd"}
+    # three masks (full, causal, causal window 255); n 1024 and 4096 specialize alike
+    assert len(jobs) == 3 * len(listed)
+    keys = {(job["config"], json.dumps(job["args"]), json.dumps(job["kwargs"], sort_keys=True))
+            for job in jobs}
+    assert len(keys) == len(jobs)
+
+
 # -- the listener ---------------------------------------------------------------------------
 
 def test_record_appends_a_line_per_compile_and_count_counts_misses(tmp_path, monkeypatch):
