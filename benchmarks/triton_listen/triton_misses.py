@@ -8,15 +8,19 @@ named by ``ATTNBENCH_TRITON_MISSES``::
 
     {"kernel": "band_fwd", "hit": false, "us": 41250312, "pid": 812, "hash": "2b1f..."}
 
-``us`` is Triton's own measure of the compile (``CompileTimes.total``, microseconds; a hit
-takes microseconds). :func:`count` reads such a file back. Standard library only: the proof's
-summary imports this module in a process without Triton.
+``us`` is Triton's own measure of the compile (``CompileTimes.total``, microseconds; for a
+hit, the time ``compile()`` took: on a process's first compile it includes hashing Triton's
+files). :func:`count` reads such a file back. Standard library only: the proof's summary
+imports this module in a process without Triton, or runs it:
+
+    python benchmarks/triton_listen/triton_misses.py FILE    # prints summary_line(FILE)
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 ENV = "ATTNBENCH_TRITON_MISSES"
@@ -84,3 +88,10 @@ def summary_line(path: str | Path) -> str:
     named = ", ".join(f"{k} x{n}" for k, n in sorted(c["kernels"].items()))
     tail = f": {c['miss_s']:.1f} s; {named}" if c["misses"] else ""
     return f"triton compiles: {c['compiles']} ({c['hits']} hits, {c['misses']} misses{tail})"
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        print("usage: python benchmarks/triton_listen/triton_misses.py FILE", file=sys.stderr)
+        sys.exit(2)
+    print(summary_line(sys.argv[1]))

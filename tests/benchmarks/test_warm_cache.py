@@ -248,6 +248,14 @@ def test_record_appends_a_line_per_compile_and_count_counts_misses(tmp_path, mon
     assert triton_misses.count(tmp_path / "absent")["compiles"] == 0
 
 
+def test_the_summary_line_from_the_command_line(tmp_path):
+    path = tmp_path / "compiles.jsonl"
+    path.write_text(triton_misses.line("band_dq", False, 3_000_000) + "\n")
+    done = subprocess.run([sys.executable, str(LISTEN / "triton_misses.py"), str(path)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "triton compiles: 1 (0 hits, 1 misses: 3.0 s; band_dq x1)"
+
+
 def test_record_without_the_variable_writes_nothing(tmp_path, monkeypatch):
     monkeypatch.delenv(triton_misses.ENV, raising=False)
     monkeypatch.chdir(tmp_path)
