@@ -202,6 +202,10 @@ def main() -> int:
         return 0
     try:
         if args.out:
+            if os.environ.get("TRITON_INTERPRET") == "1":  # as aot_kernels.py refuses it
+                print("warm_cache: unset TRITON_INTERPRET (the launches would be recorded with "
+                      "the interpreter's configs)", file=sys.stderr)
+                return 2
             sys.path.insert(0, str(ROOT))
             default = ROOT / ".venv312" / "bin" / "python"
             python = args.python or (str(default) if default.exists() else sys.executable)

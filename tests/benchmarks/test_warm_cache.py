@@ -162,6 +162,12 @@ def test_install_of_a_cache_for_another_triton_prints_the_line_and_installs_noth
     assert not (Path(cache.CACHE_DIR) / name).exists()
 
 
+def test_warming_under_the_interpreter_is_refused(tmp_path):
+    done = _cli("--arch", "sm_90", "--out", str(tmp_path / "out"), TRITON_INTERPRET="1")
+    assert done.returncode == 2 and done.stderr.startswith("warm_cache: unset TRITON_INTERPRET")
+    assert not (tmp_path / "out").exists()
+
+
 def test_an_unwritable_out_is_one_line_and_exit_2(tmp_path):
     (tmp_path / "file").write_text("")
     done = _cli("--harvest", str(tmp_path / "file" / "h.tar.gz"))
