@@ -188,15 +188,20 @@ class _Target:
         return True
 
 
-def record(workload: str, head_dim: int) -> list[Launch]:
-    """The launches a CUDA call of ``workload`` at ``head_dim`` (bf16) makes, recorded from
-    the real launch code on meta tensors: the forward, then (when it has one) the backward."""
+def record(workload: str, head_dim: int, batch: int = 2, shape: tuple | None = None,
+           dtype: torch.dtype = torch.bfloat16) -> list[Launch]:
+    """The launches a CUDA call of ``workload`` at ``head_dim`` (``dtype``) makes, recorded from
+    the real launch code on meta tensors: the forward, then (when it has one) the backward.
+    ``shape``: a workload not in the tables, as ``WORKLOADS`` (6 fields) or
+    ``FEATURE_WORKLOADS`` (4, and n_q when it is not n) spell one
+    (``benchmarks/warm_cache.py``: a suite's points)."""
     seen: list[Launch] = []
-    if workload in FEATURE_WORKLOADS:
-        features, n, heads, kv_heads = FEATURE_WORKLOADS[workload]
-        mask, n_q, n_k, with_backward = None, n, n, False
+    shape = shape or FEATURE_WORKLOADS.get(workload) or WORKLOADS[workload]
+    if len(shape) < 6:  # the feature-map attention
+        features, n, heads, kv_heads, *rows = shape
+        mask, n_q, n_k, with_backward = None, rows[0] if rows else n, n, False
     else:
-        mask, n_q, n_k, heads, kv_heads, with_backward = WORKLOADS[workload]
+        mask, n_q, n_k, heads, kv_heads, with_backward = shape
 
     class Recorder:
         def __init__(self, name: str, kernel):
@@ -205,9 +210,9 @@ def record(workload: str, head_dim: int) -> list[Launch]:
         def __getitem__(self, grid):
             return lambda *a, **kw: seen.append(Launch(self.name, self.kernel, a, kw, workload))
 
-    meta = dict(device="meta", dtype=torch.bfloat16)
-    q = torch.empty(2, heads, n_q, head_dim, **meta)
-    k, v = (torch.empty(2, kv_heads, n_k, head_dim, **meta) for _ in range(2))
+    meta = dict(device="meta", dtype=dtype)
+    q = torch.empty(batch, heads, n_q, head_dim, **meta)
+    k, v = (torch.empty(batch, kv_heads, n_k, head_dim, **meta) for _ in range(2))
     with contextlib.ExitStack() as stack:
         for module, name in KERNELS:
             original = getattr(module, name)
