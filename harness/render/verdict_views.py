@@ -131,19 +131,38 @@ INTRO = (
 )
 
 
+Judged = tuple[list[Claim], list[Verdict], str | None]  # claims, verdicts, contention note
+
+
+def judge_file(
+    rows: pd.DataFrame,
+    claims_path: Path | None,
+    envs: dict | None = None,
+    allow_contended: bool = False,
+) -> Judged | None:
+    """The claims of a claims file and their verdicts over the rows (None without a file):
+    judged once per report, for its summary and its Claims section."""
+    if claims_path is None or not Path(claims_path).is_file():
+        return None
+    claims = load_claims(claims_path)
+    verdicts, note = judge_claims(claims, rows, envs, allow_contended=allow_contended)
+    return claims, verdicts, note
+
+
 def claims_section(
     rows: pd.DataFrame,
     claims_path: Path | None,
     envs: dict | None = None,
     allow_contended: bool = False,
+    judged: Judged | None = None,
 ) -> Section:
     """Each claim's verdict from the claims file (left out when there is none): the table
     (claims with rows in these runs first, the rest folded), the notes, and a figure under
-    each time claim."""
-    if claims_path is None or not Path(claims_path).is_file():
+    each time claim. ``judged``: the verdicts when the caller has them already."""
+    judged = judged or judge_file(rows, claims_path, envs, allow_contended)
+    if judged is None:
         return Section("claims", "Claims", INTRO)  # no claims file: left out
-    claims = load_claims(claims_path)
-    verdicts, note = judge_claims(claims, rows, envs, allow_contended=allow_contended)
+    claims, verdicts, note = judged
     order = sorted(range(len(verdicts)), key=lambda i: not verdicts[i].about_these_runs)
     verdicts = [verdicts[i] for i in order]
     by_id = {c.id: c for c in claims}

@@ -22,6 +22,7 @@ from harness.results import RowWriter, write_env
 from harness.scenarios.interface import Point
 
 SECTIONS = (
+    "summary",
     "claims",
     "results",
     "speedup",
