@@ -19,6 +19,7 @@ from harness.render import pivot
 from harness.render.checks import ERRORS, over_bound
 
 TIME = "time_median_s"
+MOST = 6  # sentences in the summary at most
 TIE = 1.05  # a lead smaller than this (5 %) is within the run-to-run noise of a CPU median
 
 
@@ -26,18 +27,26 @@ def sentences(rows: pd.DataFrame, baseline: str | None, verdicts: list[Verdict] 
               claims_name: str = "") -> list[str]:
     """The summary, in reading order: the fastest per band of sizes (one sentence per
     scenario), the speedups, memory, agreement, the verdicts; sentences without data left
-    out."""
-    out: list[str] = []
+    out, and at most :data:`MOST` (several scenarios: their memory and speedup sentences
+    give way first)."""
+    first: list[str] = []
+    speed: list[str] = []
+    mem: list[str] = []
+    last: list[str] = []
     if len(rows) and {"impl", "status", "scenario"} <= set(rows.columns):
         for scenario, part in rows.groupby("scenario", sort=True):
             part = part.reset_index(drop=True)
-            out += [s for s in (fastest(part, str(scenario)),
-                                speedups(part, baseline, str(scenario)),
-                                memory(part, str(scenario))) if s]
-        out.append(agreement(rows))
+            first.append(fastest(part, str(scenario)))
+            speed.append(speedups(part, baseline, str(scenario)))
+            mem.append(memory(part, str(scenario)))
+        last.append(agreement(rows))
     if verdicts:
-        out.append(verdict_words(verdicts, claims_name))
-    return [s for s in out if s]
+        last.append(verdict_words(verdicts, claims_name))
+    first, speed, mem, last = ([s for s in x if s] for x in (first, speed, mem, last))
+    # at most MOST sentences: with several scenarios, memory goes first, then the speedups
+    while len(first) + len(speed) + len(mem) + len(last) > MOST and (mem or speed):
+        (mem or speed).pop()
+    return first[: max(1, MOST - len(last))] + speed + mem + last
 
 
 def _per_size(part: pd.DataFrame, metric: str) -> tuple[pd.DataFrame, list[str]] | None:
@@ -153,6 +162,9 @@ def memory(part: pd.DataFrame, scenario: str) -> str:
     if len(peak) < 2:
         return ""
     low, high = peak.index[0], peak.index[-1]
+    if peak.iloc[-1] / peak.iloc[0] < TIE:
+        return (f"{scenario}, peak memory{at}: level across implementations "
+                f"({fmt.size(peak.iloc[0])} to {fmt.size(peak.iloc[-1])}).")
     return (f"{scenario}, peak memory{at}: lowest {low} {fmt.size(peak.iloc[0])}, highest "
             f"{high} {fmt.size(peak.iloc[-1])} ({fmt.number(peak.iloc[-1] / peak.iloc[0], 3)}x).")
 
