@@ -85,3 +85,14 @@ def test_the_environment_shows_the_load():
     assert got["load at start (1/5/15 min)"] == "0.25 / 0.5 / 1"
     assert got["load during points (1 min)"] == "0.75–2.5"
     assert got["points measured under contention"] == "1 of 8"
+
+
+def test_at_most_six_sentences_with_several_scenarios_each_fastest_kept():
+    from tests.harness.render.test_report import synthetic_rows
+
+    frame = pd.DataFrame(synthetic_rows())
+    many = pd.concat([frame, frame.assign(scenario="decode"), frame.assign(scenario="other")])
+    got = summary.sentences(many, "sdpa", None)
+    assert len(got) == summary.MOST
+    firsts = [s for s in got if "fastest" in s or "level (within" in s]
+    assert [s.split(":")[0] for s in firsts] == ["attention", "block", "decode", "other"]
