@@ -238,7 +238,7 @@ def evaluate(
     note = left.pop("host_note")
     if not groups:
         return Verdict(verdict="inconclusive", measured=None, ci_low=None, ci_high=None,
-                       reason=reason, regime="unknown", absent=reason.startswith("missing rows"),
+                       reason=reason, regime="unknown", absent=_absent(df, claim, rows),
                        **left, **beside, **common)
     fields = _combined([judged(g, claim) for g in groups], left["contended_left_out"])
     if any(_short(g) for g in fields["groups"]):  # say which points the thin data lacks
@@ -249,6 +249,17 @@ def evaluate(
                              f"{note})")
     return Verdict(**fields, host_bound_left_out=left["host_bound_left_out"], **beside,
                    **common)
+
+
+def _absent(df: pd.DataFrame, claim: Claim, rows: pd.DataFrame) -> bool:
+    """Does a side of the claim have no measured row (its implementation, baseline or device
+    is not in these runs, or every row of it was skipped)? Asked whatever else is wrong (all
+    rows contended, say), so such a claim is folded, not listed."""
+    if not len(rows) or not len(select(rows, claim.metric)):
+        return True
+    if claim.kind == "exponent":
+        return False
+    return not len(select(subject_rows(df, claim, baseline=True), claim.metric))
 
 
 def _short(group: dict) -> bool:

@@ -88,6 +88,11 @@ def test_a_claim_without_its_baseline_or_device_is_folded():
     rows = pd.DataFrame(make_rows("sdpa-flash", lambda p: 1e-9 * p.seq_len**2))
     no_base = evaluate(ratio_claim(), rows)
     assert no_base.rows_seen > 0 and no_base.absent and not no_base.about_these_runs
+    busy = rows.assign(contended=True, contention="other processes used 1.3 cores")
+    contended = evaluate(ratio_claim(), busy)  # its own reason is contention; still folded
+    assert "contention" in contended.reason and not contended.about_these_runs
+    both_busy = ratio_rows({n: 3.0 for n in NS}).assign(contended=True)
+    assert evaluate(ratio_claim(), both_busy).about_these_runs  # both ran: listed, no verdict
     gpu = evaluate(ratio_claim(where={"device": "cuda"}), ratio_rows({n: 3.0 for n in NS}))
     assert gpu.rows_seen == 0 and not gpu.about_these_runs
     here = evaluate(ratio_claim(), ratio_rows({n: 3.0 for n in NS}))
