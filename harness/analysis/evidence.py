@@ -17,8 +17,8 @@ from harness.analysis.frames import column, matches, select, with_derived
 from harness.measure.contention import contended_mask
 from harness.measure.timing import HOST_BOUND_FRAC
 
-__all__ = ["ALLOW_CONTENDED", "HOST_WORDS", "Evidence", "describe", "host_bound", "left_out",
-           "missing", "missing_reason", "subject_rows"]
+__all__ = ["ALLOW_CONTENDED", "HOST_WORDS", "Evidence", "describe", "dropped_points",
+           "host_bound", "left_out", "missing", "missing_reason", "subject_rows"]
 ALLOW_CONTENDED = "--allow-contended"
 
 
@@ -131,6 +131,33 @@ def missing(df: pd.DataFrame, claim: Claim) -> str:
     if len(bare) and claim.over != "seq_len":
         return f"missing rows: the {len(bare)} {who} rows have no {claim.over}"
     return missing_reason(bare.iloc[0:0], claim, who)
+
+
+def dropped_points(df: pd.DataFrame, claim: Claim) -> str:
+    """The values of the claim's axis that its rows have and its evidence cannot use, and why:
+    ``seq_len 256 (outside the claim's range 512..4096)``; ``""`` when none. What a "thin data"
+    line adds, so a reader sees why a run with three sizes gave a fit two points."""
+    if not len(df):
+        return ""
+    bare = subject_rows(df, Claim(**{**_fields(claim), "range": None}))
+    x = pd.to_numeric(column(bare, claim.over), errors="coerce")
+    ok = column(bare, "status").eq("ok") & (
+        pd.to_numeric(column(bare, claim.metric), errors="coerce") > 0
+    )
+    why: dict[str, list[float]] = {}
+    for value in sorted(set(x.dropna())):
+        if claim.range is not None and not claim.range[0] <= value <= claim.range[1]:
+            words = f"outside the claim's range {claim.range[0]:g}..{claim.range[1]:g}"
+        elif claim.min_x is not None and value < claim.min_x:
+            words = f"below the claim's min_x {claim.min_x:g}"
+        elif not ok[x == value].any():
+            statuses = sorted(column(bare, "status")[x == value].dropna().astype(str).unique())
+            words = f"no ok row with a {claim.metric} ({', '.join(statuses) or 'no status'})"
+        else:
+            continue
+        why.setdefault(words, []).append(value)
+    return "; ".join(f"{claim.over} {', '.join(f'{v:g}' for v in values)} ({words})"
+                     for words, values in why.items())
 
 
 def _fields(claim: Claim) -> dict:

@@ -34,6 +34,7 @@ from harness.analysis.frames import (
     group_label,
     iter_groups,
 )
+from harness.analysis.judging import thin_words
 from harness.analysis.powerfit import local_slopes_xy
 
 # per-point medians merged beside the metric: what the plateau and its words need, and the
@@ -286,8 +287,8 @@ def device_groups(ok: pd.DataFrame, claim: Claim, envs: dict | None = None) -> l
         base = {"group": group_label(values), "n_points": len(part), "judged": True,
                 "regime": "not gated"}
         if len(part) < need:  # too few points at all: not a question of the regime
-            group = _no_fit(base, part, f"thin data ({len(part)} point"
-                            f"{'' if len(part) == 1 else 's'})", judged=True)
+            group = _no_fit(base, part, thin_words(part["x"], claim.over, need, claim.model),
+                            judged=True)
             group["regime"] = "thin" if claim.timed else group["regime"]
         elif claim.timed:
             group = _timed_group(base, part, claim)

@@ -17,7 +17,7 @@ import numpy as np
 from harness import fmt
 from harness.analysis.claims import Claim
 
-__all__ = ["combine", "judge", "judged"]
+__all__ = ["combine", "head", "judge", "judged", "thin_words"]
 
 
 def judge(lo: float, hi: float, band: tuple[float, float]) -> tuple[str, str]:
@@ -46,7 +46,8 @@ def judged(group: dict, claim: Claim) -> dict:
         short = verdict == "inconclusive" and bool(group.get("thin"))
         if short:
             k = group["n_points"]
-            why = f"thin data ({k} point{'' if k == 1 else 's'})"
+            why = (f"thin data ({k} point{'' if k == 1 else 's'}: too few for an interval "
+                   "narrow enough to decide)")
         elif group.get("untestable"):  # the work itself leaves the band: no verdict on time
             verdict, why = "inconclusive", group["untestable"]
         elif verdict == "refuted" and group.get("unrefutable"):  # work not clearly inside
@@ -93,6 +94,26 @@ def combine(groups: list[dict]) -> tuple[str, dict, str]:
             for g in thin
         )
     return overall, decisive, words
+
+
+def head(reason: str) -> str:
+    """A group's reason without its detail: ``thin data (2 points: seq_len 512, 1024; ...)``
+    keeps its parentheses, the words after the first top-level ``"; "`` go."""
+    depth = 0
+    for i, ch in enumerate(reason):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth == 0 and reason.startswith("; ", i):
+            return reason[:i]
+    return reason
+
+
+def thin_words(x, over: str, need: int, model: str | None = None) -> str:
+    """``thin data (2 points: seq_len 512, 1024; a power+const fit needs 4)``: a group with
+    too few points to fit, the points it has, and how many it needs."""
+    xs = [float(v) for v in x]
+    fit = f"a {model} fit" if model else "a fit"
+    return (f"thin data ({len(xs)} point{'' if len(xs) == 1 else 's'}: {over} "
+            f"{', '.join(f'{v:g}' for v in xs)}; {fit} needs {need})")
 
 
 def _value(group: dict) -> str:

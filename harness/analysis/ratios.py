@@ -86,7 +86,7 @@ def ratio_groups(pairs: Pairs, claim: Claim) -> list[dict]:
         est, boot = sign * est, sign * boot
         lo, hi = np.quantile(boot, [0.025, 0.975], axis=0)
         lo, hi = np.minimum(lo, est), np.maximum(hi, est)  # each point's interval holds it
-        k, need = len(part), claim.min_points or 1
+        k, need = len(part), claim.min_points or points_needed(claim)
         per_point = " ".join(f"{x:g}:{np.exp(v):.3g}" for x, v in zip(part["x"], est, strict=True))
         values = {k: v for k, v in values.items() if k != "_first"}
         label = group_label(values)
@@ -99,7 +99,7 @@ def ratio_groups(pairs: Pairs, claim: Claim) -> list[dict]:
             "measured": float(np.exp(est.mean())),
             "ci_low": float(np.exp(lo.min())),
             "ci_high": float(np.exp(hi.max())),
-            "unjudged": f"too few matched points ({k}, need {need})" if k < need else None,
+            "unjudged": _too_few(part, need, claim) if k < need else None,
             "short": k < need,
             "verdict": verdict,
             "why": why,
@@ -108,6 +108,23 @@ def ratio_groups(pairs: Pairs, claim: Claim) -> list[dict]:
             "detail": f"; {claim.ratio} per {claim.over}: {per_point}" + _no_samples(claim),
         })
     return groups
+
+
+def points_needed(claim: Claim) -> int:
+    """Matched points a ratio claim needs before it may be judged: 2 when its range spans more
+    than one value of the axis (or it states none): one point at the edge of "2-4x at n =
+    1k..8k" says nothing about the rest of the range; 1 for a claim about one value."""
+    return 1 if claim.range is not None and claim.range[0] == claim.range[1] else 2
+
+
+def _too_few(part: pd.DataFrame, need: int, claim: Claim) -> str:
+    """``one point (seq_len 1024; the claim's range 1024..8192 needs 2)``."""
+    k = len(part)
+    at = ", ".join(f"{x:g}" for x in part["x"])
+    span = (f"the claim's range {claim.range[0]:g}..{claim.range[1]:g}" if claim.range
+            else "the claim")
+    return (f"{'one point' if k == 1 else f'{k} points'} ({claim.over} {at}; {span} needs "
+            f"{need})")
 
 
 def _where(lo: float, hi: float, band: tuple[float, float]) -> str:

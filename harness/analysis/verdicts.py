@@ -25,12 +25,13 @@ import pandas as pd
 
 from harness import fmt
 from harness.analysis import regime
-from harness.analysis.claims import Claim
+from harness.analysis.claims import TIMED_METRICS, Claim
 from harness.analysis.evidence import (
     ALLOW_CONTENDED,
     HOST_WORDS,
     Evidence,
     describe,
+    dropped_points,
     host_bound,
     left_out,
     missing,
@@ -38,7 +39,7 @@ from harness.analysis.evidence import (
 )
 from harness.analysis.exponents import device_groups, work_groups
 from harness.analysis.frames import select
-from harness.analysis.judging import combine, judge, judged
+from harness.analysis.judging import combine, head, judge, judged
 from harness.analysis.ratios import crossover_groups, matched, ratio_groups
 from harness.measure.contention import contended_mask, notice
 from harness.results import json_safe
@@ -117,6 +118,18 @@ class Verdict:
     contended_left_out: int = 0  # subject rows left out of time evidence (contention)
     host_bound_left_out: int = 0  # rows left out of time evidence (host_frac >= HOST_BOUND_FRAC)
     regions: tuple[dict, ...] = ()  # a ratio claim along its axis: where it is inside/above/below
+    absent: bool = False  # no usable rows on a side: its implementation or device is not here
+
+    @property
+    def about_these_runs(self) -> bool:
+        """Do these runs have rows for both sides of the claim? Views fold the others (no
+        rows at all, or an implementation, baseline or device these runs lack)."""
+        return self.rows_seen > 0 and not self.absent
+
+    @property
+    def timed(self) -> bool:
+        """Is the claim about a time (or a rate from one)? Only those show utilization."""
+        return self.metric in TIMED_METRICS
 
     def as_dict(self) -> dict:
         """JSON-ready: NaN and infinities become None, at any depth; the groups' plot data
@@ -225,13 +238,35 @@ def evaluate(
     note = left.pop("host_note")
     if not groups:
         return Verdict(verdict="inconclusive", measured=None, ci_low=None, ci_high=None,
-                       reason=reason, regime="unknown", **left, **beside, **common)
+                       reason=reason, regime="unknown", absent=_absent(df, claim, rows),
+                       **left, **beside, **common)
     fields = _combined([judged(g, claim) for g in groups], left["contended_left_out"])
+    if any(_short(g) for g in fields["groups"]):  # say which points the thin data lacks
+        dropped = dropped_points(df, claim)
+        fields["reason"] += f"; left out: {dropped}" if dropped else ""
     if left["host_bound_left_out"]:
         fields["reason"] += (f" ({left['host_bound_left_out']} rows left out: {HOST_WORDS}, "
                              f"{note})")
     return Verdict(**fields, host_bound_left_out=left["host_bound_left_out"], **beside,
                    **common)
+
+
+def _absent(df: pd.DataFrame, claim: Claim, rows: pd.DataFrame) -> bool:
+    """Does a side of the claim have no measured row (its implementation, baseline or device
+    is not in these runs, or every row of it was skipped)? Asked whatever else is wrong (all
+    rows contended, say), so such a claim is folded, not listed."""
+    if not len(rows) or not len(select(rows, claim.metric)):
+        return True
+    if claim.kind == "exponent":
+        return False
+    return not len(select(subject_rows(df, claim, baseline=True), claim.metric))
+
+
+def _short(group: dict) -> bool:
+    """Did a group have too few points to decide (thin data, one point)?"""
+    return bool(group.get("thin")) or head(group.get("reason", "")).startswith(
+        ("thin data", "one point", "too few")
+    )
 
 
 def _combined(groups: list[dict], left_out: int) -> dict:
@@ -306,11 +341,12 @@ def judge_claims(
 
 
 def verdict_table(verdicts: list[Verdict]) -> pd.DataFrame:
-    """One row per claim: id, verdict, measured, interval, expected, utilization (and where
-    it was level), group, reason."""
+    """One row per claim: id, verdict, measured, interval, expected, utilization (time claims
+    only, and where it was level), group, reason."""
     cols = list(TABLE_COLUMNS)
     records = [
-        {**v.as_dict(), "utilization": v.utilization(), "plateau": v.plateau()} for v in verdicts
+        {**v.as_dict(), "utilization": v.utilization() if v.timed else "",
+         "plateau": v.plateau()} for v in verdicts
     ]
     return pd.DataFrame([{c: r[c] for c in cols} for r in records], columns=cols)
 

@@ -49,7 +49,8 @@ def add_cli(subparsers) -> None:
         "--all",
         action="store_true",
         dest="show_all",
-        help="list the claims about rows these runs do not have too (folded into one line "
+        help="list the claims these runs cannot judge too (no rows, or an implementation, "
+        "baseline or device they lack; folded into one line "
         "by default)",
     )
     p.add_argument(

@@ -49,6 +49,8 @@ def speedup(rows: pd.DataFrame, baseline: str) -> tuple[pd.DataFrame, list]:
             continue
         low = pivot.time_pivot(part, lay, "time_ci_low_s")
         high = pivot.time_pivot(part, lay, "time_ci_high_s")
+        order = [c for c in lay.shown if c in med.columns]  # the suite's order, not a-z
+        med, low, high = (t if t is None else t.reindex(columns=order) for t in (med, low, high))
         ratio = med.rdiv(med[baseline], axis=0).drop(columns=baseline)
         long = ratio.stack().rename("speedup").reset_index().drop(columns="_all", errors="ignore")
         if low is not None and high is not None:
@@ -74,6 +76,12 @@ def speedup(rows: pd.DataFrame, baseline: str) -> tuple[pd.DataFrame, list]:
     if len(frame):
         front = ["scenario", "impl", "baseline"]
         frame = frame[front + [c for c in frame.columns if c not in front]]
+        # the suite's implementation order, then each axis in numeric order (256 before 1024)
+        rank = {impl: i for i, impl in enumerate(dict.fromkeys(rows["impl"].astype(str)))}
+        axes = [c for c in frame.columns if c not in (*front, "speedup", "ci_low", "ci_high")]
+        frame = frame.assign(_rank=frame["impl"].map(rank)).sort_values(
+            ["scenario", "_rank", *axes], key=lambda c: c if c.name == "_rank" else
+            pivot.sort_key(c), kind="stable").drop(columns="_rank").reset_index(drop=True)
     images = []
     if panels:
         ylabel = f"speedup vs {baseline} (x)"
@@ -81,6 +89,28 @@ def speedup(rows: pd.DataFrame, baseline: str) -> tuple[pd.DataFrame, list]:
             ("speedup", lines(panels, "seq_len", ylabel, log_y=True, hline=(1, baseline)))
         )
     return frame, images
+
+
+def speedup_by_point(long: pd.DataFrame) -> pd.DataFrame:
+    """The speedup table as a reader scans it: one line per point (the axes in numeric order),
+    one column per implementation, each cell ``1.03 [0.89, 1.06]`` (the speedup and its
+    interval); :func:`speedup`'s long table is the CSV."""
+    if not len(long):
+        return long
+    axes = [c for c in long.columns
+            if c not in ("impl", "speedup", "ci_low", "ci_high", "baseline")]
+    cells = long.assign(cell=[
+        f"{fmt.number(s, 3)} [{fmt.number(lo, 3)}, {fmt.number(hi, 3)}]"
+        if "ci_low" in long else fmt.number(s, 3)
+        for s, lo, hi in zip(long["speedup"], long.get("ci_low", long["speedup"]),
+                             long.get("ci_high", long["speedup"]), strict=True)])
+    order = list(dict.fromkeys(long["impl"]))
+    wide = cells.pivot_table(index=axes, columns="impl", values="cell", aggfunc="first",
+                             sort=False)
+    wide = wide.sort_index(key=lambda level: pd.Index(
+        pivot.sort_key(pd.Series(list(level))).to_numpy()))
+    wide = wide[[c for c in order if c in wide.columns]]
+    return wide.reset_index().rename_axis(columns=None)
 
 
 def _by(frame: pd.DataFrame, keys: list[str]):

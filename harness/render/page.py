@@ -36,6 +36,7 @@ nav{line-height:1.8}nav a{margin-right:1em;white-space:nowrap}
 table.env{table-layout:fixed;width:100%}table.env td{overflow-wrap:anywhere}
 table.env th:first-child{width:12em}
 details{margin:.5em 0}ul.notes{font-size:13px;color:#444}
+ul.summary{font-size:1.05em}ul.summary li{margin:.3em 0}
 """
 
 
@@ -58,10 +59,12 @@ class Section:
     captions: dict[str, str] = field(default_factory=dict)  # table name -> caption
     # table name -> (rows shown open, summary of the rest): the rest is folded on the page
     folds: dict[str, tuple[int, str]] = field(default_factory=dict)
+    sentences: list[str] = field(default_factory=list)  # the section's text, a list on the page
 
     @property
     def empty(self) -> bool:
-        return not any(len(t) for _, t in self.tables) and not self.images
+        return (not any(len(t) for _, t in self.tables) and not self.images
+                and not self.sentences)
 
 
 def _shown(frame: pd.DataFrame) -> pd.DataFrame:
@@ -133,6 +136,10 @@ def _section(out: Path, s: Section) -> tuple[list[str], list[str]]:
     under ``out``."""
     parts = [f'<section id="{s.key}"><h2>{html.escape(s.title)}</h2><p>{html.escape(s.intro)}</p>']
     md = [f"## {s.title}", "", s.intro, ""]
+    if s.sentences:
+        items = "".join(f"<li>{html.escape(t)}</li>" for t in s.sentences)
+        parts.append(f'<ul class="summary">{items}</ul>')
+        md += [*(f"- {t}" for t in s.sentences), ""]
     for name, table in s.csv_only:
         table.to_csv(out / "tables" / f"{name}.csv", index=False)
         parts.append(f'<p class="note">{len(table)} rows: tables/{name}.csv</p>')

@@ -177,9 +177,15 @@ def time_pivot(frame: pd.DataFrame, lay: Layout, column: str) -> pd.DataFrame | 
         return None
     axes = axis_values(frame)[lay.rows] if lay.rows else pd.DataFrame({"_all": ""}, frame.index)
     keyed = axes.assign(impl=frame["impl"].astype(str), _v=values)[ok]
-    return keyed.pivot_table(
+    table = keyed.pivot_table(
         index=list(axes.columns), columns="impl", values="_v", aggfunc="median"
     )
+    return table.sort_index(key=_level_key)  # numbers as numbers: 256 before 1024
+
+
+def _level_key(level: pd.Index) -> pd.Index:
+    """One index level as the ranks of :func:`natural_key` (``sort_index(key=...)``)."""
+    return pd.Index(sort_key(pd.Series(list(level))).to_numpy())
 
 
 def skipped_line(lay: Layout) -> str:

@@ -21,10 +21,10 @@ import pandas as pd
 from harness import fmt
 from harness.analysis.claims import DEFAULT_CLAIMS
 from harness.errors import CliError
-from harness.render import checks, efficiency, pivot, scaling
+from harness.render import checks, efficiency, pivot, scaling, summary
 from harness.render import table as tables
 from harness.render.page import Section, write
-from harness.render.verdict_views import claims_section
+from harness.render.verdict_views import claims_section, judge_file
 from harness.results import env_or_note, load_runs
 from harness.scenarios import interface
 
@@ -60,14 +60,30 @@ def sections(
 ) -> list[Section]:
     """Every section of the report, in page order, computed from the rows and environments
     (some empty)."""
+    judged = judge_file(rows, claims_path, envs, allow_contended)
     return [
-        claims_section(rows, claims_path, envs, allow_contended),
+        summary_section(rows, baseline, judged, claims_path),
+        claims_section(rows, claims_path, envs, allow_contended, judged),
         results_section(rows),
         *speedup_sections(rows, baseline),
         *scaling_sections(rows),
         *device_sections(rows, envs),
         *detail_sections(rows, envs),
     ]
+
+
+def summary_section(rows: pd.DataFrame, baseline: str | None, judged, claims_path) -> Section:
+    """The answer first: a few sentences from the rows and verdicts (:mod:`summary`)."""
+    verdicts = judged[1] if judged else None
+    name = Path(claims_path).name if claims_path is not None else ""
+    base = efficiency.pick_baseline(rows, baseline)
+    return Section(
+        "summary",
+        "Summary",
+        "Computed from the rows below: the fastest implementation per band of sizes, the "
+        "speedups, memory, agreement with the float64 reference and the claims' verdicts.",
+        sentences=summary.sentences(rows, base, verdicts, name),
+    )
 
 
 def speedup_sections(rows: pd.DataFrame, baseline: str | None) -> list[Section]:
@@ -81,10 +97,11 @@ def speedup_sections(rows: pd.DataFrame, baseline: str | None) -> list[Section]:
             "speedup",
             f"Speedup vs {base}",
             f"{base}'s median time / each implementation's at the same point shape "
-            "(above 1: faster). Error bars: the two medians' 95% CIs combined "
-            "conservatively. Pick the baseline with report --baseline IMPL.",
-            [("speedup", speed_table)],
+            "(above 1: faster), with its interval in brackets (error bars: the two medians' "
+            "95% CIs combined conservatively). Pick the baseline with report --baseline IMPL.",
+            [("speedup-by-point", efficiency.speedup_by_point(speed_table))],
             speed_imgs,
+            csv_only=[("speedup", speed_table)] if len(speed_table) else [],
         )
     ]
 
@@ -195,8 +212,12 @@ def detail_sections(rows: pd.DataFrame, envs: dict[str, dict]) -> list[Section]:
             "Max abs and relative Frobenius error of each implementation's output over the "
             "bound that row must meet (k x a naive same-dtype error + one ulp, so each row has "
             "its own); dashed at 1: a point above it disagrees. Rows judged by the fixed "
-            "allclose rule (no per-row bound kept): raw errors beside atol.",
+            "allclose rule (no per-row bound kept): raw errors beside atol. The table: per "
+            "implementation, rows checked, rows that agree, the largest errors and the "
+            "largest error over its row's bound (at most 1 to agree).",
+            [("agreement", summary.agreement_table(rows))],
             images=checks.agreement(rows),
+            sentences=[s for s in [summary.agreement(rows)] if s],
         ),
         Section(
             "history",
@@ -217,7 +238,7 @@ def detail_sections(rows: pd.DataFrame, envs: dict[str, dict]) -> list[Section]:
             "environment",
             "Environment",
             "env.json of each run (one column per run).",
-            [("environment", environment_table(envs))],
+            [("environment", environment_table(envs, rows))],
         ),
     ]
 
@@ -274,9 +295,11 @@ ENV_KEYS = (
 )
 
 
-def environment_table(envs: dict[str, dict]) -> pd.DataFrame:
+def environment_table(envs: dict[str, dict], rows: pd.DataFrame | None = None) -> pd.DataFrame:
     """One column per run, one row per env.json field that matters (calibration in readable
-    units); fields no run has are left out. Transposed so long values wrap in their cell."""
+    units), and the machine's load: at the start (env.json) and while the points ran (the
+    rows' ``load_avg_1m`` and ``contended``); fields no run has are left out. Transposed so
+    long values wrap in their cell."""
     cols = {}
     for run_id, env in envs.items():
         cal = env.get("calibration") or {}
@@ -285,6 +308,29 @@ def environment_table(envs: dict[str, dict]) -> pd.DataFrame:
             **{k: env.get(k) for k in ENV_KEYS},
             "matmul peak (GFLOP/s)": fmt.number(peak / 1e9, 4) if peak else None,
             "bandwidth (GB/s)": fmt.number(bw / 1e9, 4) if bw else None,
+            **_load(env, rows, run_id),
         }
     frame = pd.DataFrame(cols).dropna(axis=0, how="all")
     return frame.rename_axis("field").reset_index()
+
+
+def _load(env: dict, rows: pd.DataFrame | None, run_id: str) -> dict:
+    """The load a run ran under: the 1/5/15-minute load average at its start, the 1-minute
+    load over its points (lowest–highest) and how many points were measured under
+    contention."""
+    out: dict = {}
+    start = env.get("loadavg_start")
+    if isinstance(start, list | tuple) and start:
+        out["load at start (1/5/15 min)"] = " / ".join(fmt.number(v, 3) for v in start)
+    if rows is None or not len(rows) or "run_id" not in rows.columns:
+        return out
+    mine = rows[rows["run_id"].astype(str) == run_id]
+    if "load_avg_1m" in mine.columns:
+        load = pd.to_numeric(mine["load_avg_1m"], errors="coerce").dropna()
+        if len(load):
+            lo, hi = fmt.number(load.min(), 3), fmt.number(load.max(), 3)
+            out["load during points (1 min)"] = lo if lo == hi else f"{lo}–{hi}"
+    if "contended" in mine.columns:
+        flagged = mine["contended"].eq(True)
+        out["points measured under contention"] = f"{int(flagged.sum())} of {len(mine)}"
+    return out

@@ -19,7 +19,7 @@ from functools import partial
 
 import pandas as pd
 
-from harness import fmt
+from harness import fmt, scenarios
 from harness.measure.timing import host_bound
 from harness.render.pivot import (
     HOST_MARK,
@@ -33,6 +33,9 @@ from harness.render.pivot import (
 )
 from harness.results import ROW_COLUMNS
 from harness.schema import BY_NAME, COLUMNS, IDENTITY
+
+# leads of a schema description that name rows of a device or a pass, not of a scenario
+ONLY_SOME_ROWS = ("CUDA", "backward")
 
 FORMATS = ("text", "markdown", "csv")
 
@@ -260,11 +263,15 @@ def render(
 
 
 def _why_empty(metric: str) -> str:
-    """Where a column is recorded, from its schema description (the scenario or device it
-    belongs to), for the line that says a run has none of it."""
+    """Where a column is recorded, for the line that says a run has none of it: the scenarios
+    whose folders declare it (``harness/scenarios/<name>/__init__.py``), or for a column of
+    every scenario that only a device or a backward pass records, its schema description's
+    lead ("CUDA: ...", "backward scenarios: ...")."""
+    owners = scenarios.declaring(metric)
+    if owners and len(owners) < len(scenarios.folders()):
+        return f"recorded for {' and '.join(owners)} rows only"
     doc = BY_NAME[metric].doc if metric in BY_NAME else ""
     where = doc.split(":", 1)[0] if ":" in doc else ""
-    known = ("CUDA", "decode", "block", "backward")
-    if any(where.startswith(k) for k in known):
+    if where.startswith(ONLY_SOME_ROWS):
         return f"recorded for {where} rows only"
     return "not recorded for these rows"

@@ -13,7 +13,8 @@ import numpy as np
 import pandas as pd
 
 from harness import fmt
-from harness.analysis.claims import TIMED_METRICS, VERDICTS, Claim, load_claims
+from harness.analysis.claims import VERDICTS, Claim, load_claims
+from harness.analysis.judging import head
 from harness.analysis.verdicts import Verdict, judge_claims, verdict_table
 from harness.render.page import Section
 from harness.render.panels import axis_label, display_unit
@@ -33,37 +34,80 @@ def format_value(value: float | None) -> str:
 
 
 def render_text(verdicts: list[Verdict], fold: bool = False) -> str:
-    """A plain-text verdict list: one headline per claim, the reason indented below it, then
-    the counts. ``fold``: the claims about rows these runs do not have (``rows_seen`` 0) in one
-    line at the end instead (``attnbench claims`` without ``--all``)."""
-    folded = [v for v in verdicts if fold and v.rows_seen == 0]
-    verdicts = [v for v in verdicts if not (fold and v.rows_seen == 0)]
+    """A plain-text verdict list: one headline per claim, its statement quoted below it, the
+    deciding group's reason, every other judged group (the worst first; past
+    :data:`MAX_GROUP_LINES`, ``k more groups``), then the counts. Utilization only for time
+    claims. ``fold``: the claims these runs cannot judge (no rows, or an implementation,
+    baseline or device they lack) in one line at the end instead (``attnbench claims``
+    without ``--all``)."""
+    folded = [v for v in verdicts if fold and not v.about_these_runs]
+    verdicts = [v for v in verdicts if not (fold and not v.about_these_runs)]
     width = max((len(v.claim) for v in verdicts), default=5)
+    pad = " " * width
     lines = []
     for v in verdicts:
         interval = f"[{format_value(v.ci_low)}, {format_value(v.ci_high)}]"
-        aspect = "work" if v.aspect == "work" else "time" if v.metric in TIMED_METRICS else ""
+        aspect = "work" if v.aspect == "work" else "time" if v.timed else ""
         lines.append(
             f"{v.claim:<{width}}  {v.verdict:<13}  measured {format_value(v.measured):>7} "
-            f"{interval:<18} expected {v.expected}  {v.utilization()}"
+            f"{interval:<18} expected {v.expected}"
+            + (f"  {v.utilization()}" if v.timed and v.aspect != "work" else "")
             + (f"  [{aspect}]" if aspect else "")
         )
-        lines.append(f"{'':<{width}}  {v.group + ': ' if v.group else ''}{v.reason}")
+        if v.text:
+            lines.append(f"{pad}  \"{v.text}\"")
+        lines.append(f"{pad}  {v.group + ': ' if v.group else ''}{v.reason}")
+        lines += [f"{pad}  {line}" for line in other_groups(v)]
         if v.work_verdict is not None:
             lines.append(
-                f"{'':<{width}}  work: {v.work_verdict}, exponent "
+                f"{pad}  work: {v.work_verdict}, exponent "
                 f"{format_value(v.work_measured)} ({v.work_reason})"
             )
     if folded:
         lines.append(
-            f"{fmt.plural(len(folded), 'claim')} about rows these runs do not have (inconclusive: "
-            f"missing rows), not listed; --all lists them: {', '.join(v.claim for v in folded)}"
+            f"{fmt.plural(len(folded), 'claim')} about implementations, baselines or devices "
+            f"these runs do not have (inconclusive: missing rows), not listed; --all lists "
+            f"them: {', '.join(v.claim for v in folded)}"
         )
     lines.append(_counts([v.verdict for v in verdicts])
                  + (f" (and {len(folded)} without rows)" if folded else ""))
     if any(v.work_verdict for v in verdicts):
         lines.append("work: " + _counts([v.work_verdict for v in verdicts]))
     return "\n".join(lines)
+
+
+MAX_GROUP_LINES = 3  # other groups listed under a claim before "k more groups"
+_SEVERITY = {"refuted": 0, "mixed": 1, "holds in part": 2, "confirmed": 3, "inconclusive": 4}
+
+
+def other_groups(v: Verdict) -> list[str]:
+    """The judged groups besides the one that decided ``v``, worst first, groups with the same
+    verdict and reason on one line: ``also causal=True: refuted 10 [6.63, 10.8], outside
+    ...``; ``also 5 groups (a; b; ...): inconclusive, thin data (1 point ...)``. Past
+    :data:`MAX_GROUP_LINES` lines, one ``k more groups`` line (``--json`` lists every group)."""
+    others = [g for g in v.groups if g.get("group") != v.group]
+    if len(v.groups) < 2 or not others:
+        return []
+    others.sort(key=lambda g: _SEVERITY.get(g.get("verdict"), 5))
+    alike: dict[tuple[str, str], list[dict]] = {}
+    for g in others:
+        alike.setdefault((g["verdict"], head(g.get("reason", ""))), []).append(g)
+    lines = []
+    for (verdict, reason), groups in list(alike.items())[:MAX_GROUP_LINES]:
+        labels = [g["group"] for g in groups]
+        named = labels[0] if len(labels) == 1 else (
+            f"{len(labels)} groups ({'; '.join(labels[:2])}{'; ...' if len(labels) > 2 else ''})"
+        )
+        g = groups[0]
+        value = ""
+        if len(groups) == 1 and g.get("measured") is not None and math.isfinite(g["measured"]):
+            value = (f" {format_value(g['measured'])} [{format_value(g.get('ci_low'))}, "
+                     f"{format_value(g.get('ci_high'))}]")
+        lines.append(f"also {named}: {verdict}{value}, {reason}")
+    rest = sum(len(gs) for gs in list(alike.values())[MAX_GROUP_LINES:])
+    if rest:
+        lines.append(f"{fmt.plural(rest, 'more group')} (--json lists every group)")
+    return lines
 
 
 def _counts(verdicts: list[str | None]) -> str:
@@ -87,24 +131,43 @@ INTRO = (
 )
 
 
+Judged = tuple[list[Claim], list[Verdict], str | None]  # claims, verdicts, contention note
+
+
+def judge_file(
+    rows: pd.DataFrame,
+    claims_path: Path | None,
+    envs: dict | None = None,
+    allow_contended: bool = False,
+) -> Judged | None:
+    """The claims of a claims file and their verdicts over the rows (None without a file):
+    judged once per report, for its summary and its Claims section."""
+    if claims_path is None or not Path(claims_path).is_file():
+        return None
+    claims = load_claims(claims_path)
+    verdicts, note = judge_claims(claims, rows, envs, allow_contended=allow_contended)
+    return claims, verdicts, note
+
+
 def claims_section(
     rows: pd.DataFrame,
     claims_path: Path | None,
     envs: dict | None = None,
     allow_contended: bool = False,
+    judged: Judged | None = None,
 ) -> Section:
     """Each claim's verdict from the claims file (left out when there is none): the table
     (claims with rows in these runs first, the rest folded), the notes, and a figure under
-    each time claim."""
-    if claims_path is None or not Path(claims_path).is_file():
+    each time claim. ``judged``: the verdicts when the caller has them already."""
+    judged = judged or judge_file(rows, claims_path, envs, allow_contended)
+    if judged is None:
         return Section("claims", "Claims", INTRO)  # no claims file: left out
-    claims = load_claims(claims_path)
-    verdicts, note = judge_claims(claims, rows, envs, allow_contended=allow_contended)
-    order = sorted(range(len(verdicts)), key=lambda i: verdicts[i].rows_seen == 0)
+    claims, verdicts, note = judged
+    order = sorted(range(len(verdicts)), key=lambda i: not verdicts[i].about_these_runs)
     verdicts = [verdicts[i] for i in order]
     by_id = {c.id: c for c in claims}
     table = verdict_table(verdicts)
-    related = sum(v.rows_seen > 0 for v in verdicts)
+    related = sum(v.about_these_runs for v in verdicts)
     section = Section(
         "claims",
         f"Claims ({Path(claims_path).name})",
@@ -112,7 +175,8 @@ def claims_section(
         [("claims", table), ("claim-texts", table[["claim", "text", "source"]])],
     )
     if related < len(verdicts):
-        other = "claims about rows these runs do not have"  # the page adds their count
+        # the page adds their count
+        other = "claims about implementations, baselines or devices these runs do not have"
         section.folds["claims"] = (related, other)
         section.folds["claim-texts"] = (related, other)
     if note:

@@ -54,3 +54,10 @@ def declared_baselines() -> dict[str, tuple[str, str]]:
         declared = getattr(importlib.import_module(f"{__name__}.{name}"), "BASELINES", {})
         out.update({impl: (name, family) for impl, family in declared.items()})
     return out
+
+
+def declaring(column: str) -> list[str]:
+    """The folders whose ``COLUMNS`` declare ``column`` (the scenarios whose rows record it),
+    in name order; empty for a column every row has (declared in :mod:`harness.schema`)."""
+    return [name for name in folders()
+            if any(c.name == column for c in importlib.import_module(f"{__name__}.{name}").COLUMNS)]

@@ -129,7 +129,8 @@ def test_upper_bound_claims():
 def test_inconclusive_when_too_few_points():
     rows = pd.DataFrame(make_rows("full", lambda p: 1e-8 * p.seq_len**2, ns=(512, 1024)))
     verdict = evaluate(claim(expect_exponent=2.0), rows)
-    assert verdict.verdict == "inconclusive" and verdict.reason.startswith("thin data (2 points)")
+    assert verdict.verdict == "inconclusive" and verdict.reason.startswith(
+        "thin data (2 points: seq_len 512, 1024; a power fit needs 3)")
 
 
 def test_inconclusive_when_the_interval_is_too_wide():

@@ -51,7 +51,7 @@ def test_the_n2_time_claims_are_confirmed_with_any_other_suite_beside(folders):
 def test_the_linear_suite_alone_leaves_flash_time_inconclusive_for_thin_data():
     """The thin group decides nothing when it is the only one: inconclusive, never confirmed."""
     alone = verdicts("claims-linear-gpu", ids=["flash-time-n2"])["flash-time-n2"]
-    assert alone.verdict == "inconclusive" and alone.reason.startswith("thin data (3 points)")
+    assert alone.verdict == "inconclusive" and alone.reason.startswith("thin data (3 points:")
 
 
 def test_local_time_in_the_window_is_not_refuted_by_tile_overhead():

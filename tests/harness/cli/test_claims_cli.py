@@ -47,7 +47,7 @@ def test_every_analysis_command_reads_a_run_of_one_family_alone(family, tmp_path
             "missing rows: the 6 impl=local, scenario=attention, causal=True rows have no "
             "document_len")
     code, out, err = cli(capsys, "claims", run)
-    assert code == 0 and "claims about rows these runs do not have" in out, err
+    assert code == 0 and "these runs do not have (inconclusive: missing rows)" in out, err
     code, out, err = cli(capsys, "table", run)
     assert code == 0 and "median time (ms)" in out, err
     code, out, err = cli(capsys, "report", run, "--out", tmp_path / "report")
@@ -94,12 +94,12 @@ def test_nothing_left_to_judge_is_exit_2_in_one_line(tmp_path, capsys):
 def test_claims_without_rows_are_folded_and_listed_with_all(capsys):
     code, out, _ = cli(capsys, "claims", FAMILIES / "local")
     assert code == 0
-    folded = [line for line in out.splitlines() if "claims about rows these runs do not have" in
-              line]
+    folded = [line for line in out.splitlines()
+              if "these runs do not have (inconclusive: missing rows)" in line]
     assert len(folded) == 1 and "flash-time-n2" in folded[0] and "--all lists them" in folded[0]
     assert not any(line.startswith("flash-time-n2") for line in out.splitlines())
     assert out.splitlines()[0].startswith("local-time-n1")
     code, everything, _ = cli(capsys, "claims", FAMILIES / "local", "--all")
-    assert code == 0 and "claims about rows these runs do not have" not in everything
+    assert code == 0 and "these runs do not have (inconclusive: missing rows)" not in everything
     assert any(line.startswith("flash-time-n2 ") for line in everything.splitlines())
     assert everything.count("missing rows") >= 30

@@ -230,3 +230,27 @@ def test_host_bound_rows_are_marked_in_time_cells_with_a_footnote():
     (note,) = [line for line in text.splitlines() if line.startswith("(h) host-bound")]
     assert note.endswith(": performer (1)") and "host_frac" in note
     assert pivot.HOST_MARK not in table.render(rows.assign(host_frac=0.1))
+
+
+def test_where_a_column_is_recorded_comes_from_the_scenario_folders():
+    """A column one scenario folder declares is "recorded for <folder> rows only"; table.py
+    names no scenario (the folders say which columns are theirs)."""
+    import importlib
+    from pathlib import Path
+
+    from harness import scenarios
+    from harness.render import table
+
+    folders = scenarios.folders()
+    for folder in folders:
+        for column in importlib.import_module(f"harness.scenarios.{folder}").COLUMNS:
+            owners = scenarios.declaring(column.name)
+            assert folder in owners
+            if len(owners) < len(folders):
+                assert table._why_empty(column.name) == \
+                    f"recorded for {' and '.join(owners)} rows only"
+    assert table._why_empty("cache_bytes") == "recorded for decode rows only"
+    assert table._why_empty("nvml_peak_bytes") == "recorded for CUDA rows only"
+    assert table._why_empty("time_median_s") == "not recorded for these rows"
+    source = Path(table.__file__).read_text()
+    assert not [f for f in folders if f'"{f}"' in source or f"'{f}'" in source]

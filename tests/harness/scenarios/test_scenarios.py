@@ -88,6 +88,8 @@ from harness import schema
 from harness.scenarios import interface
 assert interface.get("toy").settings().repeat == 2
 assert "repeat" in schema.POINT_COLUMNS and "toy_calls" in schema.NAMES
+from harness.render.table import _why_empty
+assert _why_empty("toy_calls") == "recorded for toy rows only", _why_empty("toy_calls")
 bad = main(["run", {str(bad)!r}, "--out", {str(tmp_path / "bad")!r}, "--no-progress"])
 rc = main(["run", {str(suite)!r}, "--out", {str(tmp_path / "run")!r}, "--no-progress",
            "--no-table"])
