@@ -20,7 +20,7 @@ xformers' ``...FromBottomRightMask``; SDPA's ``is_causal`` is top-left and diffe
    shorter). A tuple ``(0, ..., g - 1)`` is stored as ``g``. A global query attends to every
    key, a global key is attended by every query;
 3. and, when ``causal``, ``rel <= 0``;
-4. or both ``p < prefix_len`` and ``j < prefix_len`` (prefix-LM: the prefix attends to itself
+4. or both ``p < P`` and ``j < P`` for the prefix ``P`` (prefix-LM: the prefix attends to itself
    both ways; with ``causal`` and nothing else this is attention-gym's ``prefix_lm``,
    ``kv < P or q >= kv``).
 
@@ -31,7 +31,7 @@ only when ``n_q > n_k``) counts as position 0.
    length; ``n_q == n_k``; not with ``block_size``) each document is its own sequence: a pair
    is kept when query and key lie in the same document and rules 1-4 keep it with positions
    counted from that document's start. So ``global_tokens = 1`` is every document's first
-   token, ``prefix_len = P`` every document's first P tokens, a tuple names positions inside
+   token, a prefix ``P`` every document's first P tokens, a tuple names positions inside
    each document, and nothing reaches across a document boundary. This is attention-gym's
    ``generate_doc_mask_mod(mask_mod, offsets)`` (it hands ``mask_mod`` document-local indices)
    and what FlashAttention's varlen and xformers' ``BlockDiagonal*Mask`` compute per sequence.

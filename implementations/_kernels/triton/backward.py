@@ -172,7 +172,7 @@ def band_dq(Q, K, V, DO, DQ, LSE, DELTA, SLOTS, GPOS, GIDX, DS, DE,
                      GIDX, DS, DE, K + bo * skb + hk * skh, V + bo * svb + hk * svh, skn, svn,
                      n_k, hg, P, sc2, BLOCK_N, BLOCK_D, D, GLOBAL, DILATED, DOCS, PREFIX,
                      PRECISION)
-        store = stored_rows(ok, p, flags, GIDX, GLOBAL)
+        store = stored_rows(ok, p, flags, GIDX, n_k, GB, GLOBAL)
         dd = tl.arange(0, BLOCK_D)
         tl.store(DQ + bo * sgb + ho * sgh + i[:, None] * sgn + dd[None, :],
                  (dq * scale).to(DQ.dtype.element_ty), mask=ld & store[:, None])
@@ -275,7 +275,7 @@ def band_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA, KSLOTS, GPOS, GIDX, DS, DE,
                                GIDX, DS, DE, Q + bo * sqb + ho * sqh, DO + bo * sdb + ho * sdh,
                                LSE + bh * n_q, DELTA + bh * n_q, sqn, sdn, n_k, off, hg, P, sc2,
                                BLOCK_M, BLOCK_D, D, GLOBAL, DILATED, DOCS, PREFIX, PRECISION)
-        store = stored_rows(ok, j, flags, GIDX, GLOBAL)
+        store = stored_rows(ok, j, flags, GIDX, n_k, GB, GLOBAL)
         dd = tl.arange(0, BLOCK_D)
         g_ptr = bo * sgb + hko * sgh + j[:, None] * sgn + dd[None, :]
         tl.store(DK + g_ptr, (dk * scale).to(DK.dtype.element_ty), mask=ld & store[:, None])

@@ -117,11 +117,13 @@ def finish(acc, l_i, m_i, o_ptrs, lse_ptrs, store, ld, sc2):
 
 
 @triton.jit
-def stored_rows(ok, p, flags, GIDX, GLOBAL: tl.constexpr):
-    """Rows this program writes: valid ones, and with global tokens not the global rows of a
-    class slot (the TABLE slot writes those)."""
+def stored_rows(ok, p, flags, GIDX, n_k, GB, GLOBAL: tl.constexpr):
+    """Rows (keys in dK/dV) this program writes: valid ones, and with global tokens not the
+    global owns of a class slot (the TABLE slot writes those). The owns' counts follow the
+    partners' in GIDX, ``n_k - GB + 2`` entries on (:class:`plan_tables.BandTables`)."""
     if GLOBAL:
-        n_global = tl.load(GIDX + p + 1, mask=ok, other=0) - tl.load(GIDX + p, mask=ok, other=0)
+        OWN = GIDX + (n_k - GB + 2)
+        n_global = tl.load(OWN + p + 1, mask=ok, other=0) - tl.load(OWN + p, mask=ok, other=0)
         ok = ok & (n_global * (1 - ((flags >> 1) & 1)) == 0)  # a TABLE slot writes every row
     return ok
 
@@ -164,7 +166,7 @@ def band_fwd(Q, K, V, Out, LSE, SLOTS, GPOS, GIDX, DS, DE,
                                  DS, DE, k_base, v_base, skn, svn, n_k, hg, P, sc2, BLOCK_M,
                                  BLOCK_N, BLOCK_D, D, GLOBAL, DILATED, DOCS, PREFIX, PRECISION)
         o_ptrs = Out + b.to(tl.int64) * sob + h.to(tl.int64) * soh + i[:, None] * son + dd[None, :]
-        store = stored_rows(ok, p, flags, GIDX, GLOBAL)
+        store = stored_rows(ok, p, flags, GIDX, n_k, GB, GLOBAL)
         finish(acc, l_i, m_i, o_ptrs, LSE + bh.to(tl.int64) * n_q + i, store, ld, sc2)
 
 

@@ -150,3 +150,44 @@ def test_a_bad_feature_is_refused_in_one_line():
         MaskSpec(causal=True, extra=(Sinks(0),))
     with pytest.raises(MaskError, match=r"\['sinks'\] cannot be combined with block_size"):
         MaskSpec(block_size=16, extra=(Sinks(16),))
+
+
+@pytest.mark.parametrize(("spec", "n_q", "n_k"), SPECS)
+def test_triton_kernels_in_the_interpreter(spec, n_q, n_k):
+    """The fused band kernels (``TRITON_INTERPRET=1`` on CPU, tests/conftest.py): the sinks
+    are their global keys (no global rows), forward and gradients against float64."""
+    pytest.importorskip("triton")
+    from harness.oracle.agreement import grad_agreement, output_agreement
+    from harness.oracle.reference import reference_grads
+    from implementations._kernels.triton import fused_attention
+    from implementations._kernels.triton.plan_band import band_executed_pairs, band_plan
+
+    q, k, v = (t.requires_grad_(True) for t in make_qkv(1, 2, n_q, n_k, 16, seed=5))
+    out = fused_attention.triton_attention(q, k, v, spec)
+    ref = reference_attention(q.detach(), k.detach(), v.detach(), spec)
+    result = output_agreement(out.detach(), ref, torch.float32)
+    assert result["agree"], result
+    g = torch.randn(q.shape, generator=torch.Generator().manual_seed(6))
+    grads = torch.autograd.grad(out, (q, k, v), g)
+    result = grad_agreement(grads, reference_grads(q, k, v, g, spec), torch.float32)
+    assert result["grad_agree"], result
+    plan = band_plan(spec, n_q, n_k)
+    assert plan.key_globals == tuple(range(spec.extra[0].count)) and plan.row_globals == ()
+    executed = band_executed_pairs(plan, 16, 16)
+    assert kept_pairs(spec, n_q, n_k) <= executed < 4 * n_q * n_k
+
+
+@pytest.mark.slow
+def test_flex_compiled_runs_it():
+    """One compile of ``flex-local`` (CPU inductor): the sinks through its BlockMask and mask
+    mod, against float64; its executed pairs are the block plan's."""
+    flex = registry.get("flex-local")
+    if flex.unavailable_reason() is not None:
+        pytest.skip(flex.unavailable_reason())
+    spec, n_q, n_k = MaskSpec(causal=True, window=(20, 0), extra=(Sinks(130),)), 300, 300
+    q, k, v = make_qkv(1, 2, n_q, n_k, 32, seed=7)
+    out = flex(q, k, v, spec)
+    torch.testing.assert_close(out.double(), reference_attention(q, k, v, spec),
+                               atol=2e-5, rtol=1e-4)
+    problem = Problem(1, 2, n_q, n_k, 32, mask=spec)
+    assert flex.cost.executed_pairs(problem) == block_plan(spec, n_q, n_k, 128, 128).executed_pairs
