@@ -191,3 +191,23 @@ def test_flex_compiled_runs_it():
                                atol=2e-5, rtol=1e-4)
     problem = Problem(1, 2, n_q, n_k, 32, mask=spec)
     assert flex.cost.executed_pairs(problem) == block_plan(spec, n_q, n_k, 128, 128).executed_pairs
+
+
+def test_with_documents_each_document_has_its_own_sinks():
+    """Packed documents: the sinks are every document's first keys (rule 5), on the dense
+    rule, the count, the CPU tiles and (where Triton is installed) the fused kernels."""
+    spec, n = MaskSpec(causal=True, window=(3, 0), documents=(20, 2, 31), extra=(Sinks(3),)), 53
+    mask = dense_mask(spec, n, n)
+    assert bool(mask[30, 22]) and not bool(mask[30, 0]) and not bool(mask[30, 25])
+    assert kept_pairs(spec, n, n) == int(mask.sum())
+    q, k, v = make_qkv(1, 2, n, n, 16, seed=8, dtype=torch.float64)
+    out = tile_attention(q, k, v, tile_plan(spec, n, n, torch.float64, "cpu"))
+    torch.testing.assert_close(out, reference_attention(q, k, v, spec), atol=1e-10, rtol=1e-10)
+    try:
+        from implementations._kernels.triton import fused_attention
+    except ImportError:
+        return
+    q32, k32, v32 = (t.float() for t in (q, k, v))
+    out = fused_attention.triton_attention(q32, k32, v32, spec)
+    torch.testing.assert_close(out.double(), reference_attention(q32, k32, v32, spec),
+                               atol=2e-5, rtol=1e-4)
