@@ -10,6 +10,7 @@ implementations that declare it.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 from collections.abc import Iterator
@@ -199,8 +200,9 @@ def _shape_fields(values: dict, label: str, err: SuiteReporter) -> dict:
         values["window_left"], values["window_right"] = window
     for name in ("window_left", "window_right"):
         value = values.get(name)
-        if isinstance(value, int) and not isinstance(value, bool) and value >= -1:
-            values[name] = window_side(value)  # the one reader of -1 (others: the validator's)
+        if isinstance(value, int) and not isinstance(value, bool):
+            with contextlib.suppress(ValueError):  # out of range: the validator names it
+                values[name] = window_side(value)  # the one reader of -1
     d_model = values.pop("d_model", None)
     heads = values.get("heads", Point.__dataclass_fields__["heads"].default)
     if d_model is not None:
