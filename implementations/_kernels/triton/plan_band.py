@@ -47,6 +47,7 @@ from harness.masks import MaskSpec
 SLOT_FIELDS = 9  # r, step, x_start, n_own, c_start, c_end, lo_rel, hi_rel, flags
 # owns x in [x_start, x_start + n_own); partners c in [c_start, c_end), both in class coordinates
 CROSS, TABLE = 1, 2  # slot flags: a cross segment over G; owns gathered from the table of G
+OWN_SHIFT = 2  # flags >> OWN_SHIFT: where the owns' counts start in GIDX (0: the partners')
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -60,8 +61,9 @@ class BandPlan:
 
     Global rows (``row_globals``: every key kept) and global keys (``key_globals``: kept by
     every row) are one list for global tokens and differ for plug-in features (attention
-    sinks: keys only). Each direction's tables list its *partners* first, then its *owns*:
-    :meth:`partner_owns`; a TABLE slot's owns start past the partners."""
+    sinks: keys only). Then each direction's tables list its *partners* first, then its
+    *owns* (:meth:`gpos`): a TABLE slot's owns start past the partners, and the class slots'
+    flags say where the owns' counts start."""
 
     n_q: int
     n_k: int
@@ -80,11 +82,21 @@ class BandPlan:
         """The global positions when rows and keys agree (global tokens), else the keys."""
         return self.key_globals
 
+    @property
+    def apart(self) -> bool:
+        """Whether global rows and global keys differ (a plug-in feature's runs)."""
+        return self.row_globals != self.key_globals
+
     def partner_owns(self, keys: bool) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """(partner list, own list) of the row slots, or of the key slots (``keys``)."""
         if keys:
             return self.row_globals, self.key_globals
         return self.key_globals, self.row_globals
+
+    def gpos(self, keys: bool) -> tuple[int, ...]:
+        """A direction's GPOS: its partners, then its owns when they differ."""
+        partners, owns = self.partner_owns(keys)
+        return partners + owns if self.apart else partners
 
     @property
     def max_rows(self) -> int:
@@ -102,9 +114,12 @@ class BandPlan:
     @property
     def flags(self) -> dict[str, bool]:
         """The kernels' compile-time mask clauses: code for a clause exists only when used."""
-        return {"GLOBAL": bool(self.row_globals or self.key_globals),
-                "DILATED": self.dilation > 1, "DOCS": self.documents is not None,
-                "PREFIX": self.prefix > 0}
+        out = {"GLOBAL": bool(self.row_globals or self.key_globals),
+               "DILATED": self.dilation > 1, "DOCS": self.documents is not None,
+               "PREFIX": self.prefix > 0}
+        if self.apart:  # only then: every other launch compiles exactly as without it
+            out["APART"] = True
+        return out
 
 
 def fused_band_reasons(spec: MaskSpec) -> list[str]:
@@ -140,22 +155,29 @@ def band_plan(spec: MaskSpec, n_q: int, n_k: int) -> BandPlan:
     else:
         rows_g = _table(globals_.row_runs(spec), spec.documents, n_k, min(off, 0))
         keys_g = _table(globals_.key_runs(spec), spec.documents, n_k, 0)
+    # each direction's GPOS lists its partners, then (when rows and keys differ) its owns;
+    # its GIDX the partners' counts, then the owns', found ``flags >> OWN_SHIFT`` further on
+    apart = rows_g != keys_g
+    skip_counts = (n_k - min(off, 0) + 2) << OWN_SHIFT if apart else 0
     slots, key_slots = [], []
-    if rows_g:  # the TABLE slot of global rows: owns past the partner (key) list
-        first = sum(x < off for x in rows_g)
-        slots.append((0, 1, len(keys_g) + first, len(rows_g) - first, 0, n_k, -big, hg, TABLE))
-    if keys_g:  # the TABLE slot of global keys: owns past the partner (row) list
-        first = sum(x < 0 for x in keys_g)
-        key_slots.append((0, 1, len(rows_g) + first, len(keys_g) - first, off, n_k, -hg, big,
-                          TABLE))
+    if rows_g:  # the TABLE slot of global rows
+        first = sum(x < off for x in rows_g) + (len(keys_g) if apart else 0)
+        slots.append((0, 1, first, len(rows_g) - first + (len(keys_g) if apart else 0), 0, n_k,
+                      -big, hg, TABLE))
+    if keys_g:  # the TABLE slot of global keys
+        first = sum(x < 0 for x in keys_g) + (len(rows_g) if apart else 0)
+        key_slots.append((0, 1, first, len(keys_g) - first + (len(rows_g) if apart else 0),
+                          off, n_k, -hg, big, TABLE))
     for r in range(d):
         x_start = ceil_div((max(off, skip) if skip else off) - r, d)
         n_rows = max(0, (n_k - 1 - r) // d - x_start + 1)
         nk = max(0, ceil_div(n_k - r, d))
         gk = min(max(ceil_div(skip - r, d), 0), nk)  # class keys below g: the table slot's
-        slots.append((r, d, x_start, n_rows, 0, nk, lo_rel, hi_rel, CROSS if keys_g else 0))
+        slots.append((r, d, x_start, n_rows, 0, nk, lo_rel, hi_rel,
+                      (CROSS if keys_g else 0) | skip_counts))
         rows = (x_start, x_start + n_rows)
-        key_slots.append((r, d, gk, nk - gk, *rows, -hi_rel, -lo_rel, CROSS if rows_g else 0))
+        key_slots.append((r, d, gk, nk - gk, *rows, -hi_rel, -lo_rel,
+                          (CROSS if rows_g else 0) | skip_counts))
     return BandPlan(n_q, n_k, big, hg, prefix.length(spec), rows_g, keys_g, spec.documents, d,
                     tuple(slots), tuple(key_slots))
 
@@ -245,8 +267,7 @@ def _own_blocks(plan: BandPlan, slot: tuple[int, ...], block: int):
     x0 = torch.arange(x_start, x_start + n_own, block, dtype=torch.int64)
     x1 = torch.clamp(x0 + block, max=x_start + n_own) - 1
     if flags & TABLE:
-        partners, owns = plan.partner_owns(keys=False)
-        table = torch.tensor(partners + owns, dtype=torch.int64)
+        table = torch.tensor(plan.gpos(keys=False), dtype=torch.int64)
         return table[x0], table[x0], table[x1], table[x1]
     return x0, r + step * x0, x1, r + step * x1
 

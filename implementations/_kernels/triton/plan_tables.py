@@ -107,11 +107,10 @@ def decode_tiles(n_rows: int, group: int) -> tuple[int, int]:
 class BandTables:
     """A band plan's tables on one device (int32): slots and key slots (flat rows of
     ``SLOT_FIELDS``), per direction (row slots; key slots: ``*_t``) the global positions
-    ``gpos``, partners then owns (:meth:`BandPlan.partner_owns`), and their prefix counts
-    ``gidx``, the partners' then the owns' (each ``n_k - gbase + 2`` long: ``gidx[x - gbase]``
-    = positions below x, for x from ``plan.gbase`` to n_k + 1; the kernels find the owns'
-    counts past the partners'), the document edges ``ds``/``de`` of each position (one dummy
-    entry without documents)."""
+    ``gpos`` (:meth:`BandPlan.gpos`: the partners, then the owns where they differ) and their
+    prefix counts ``gidx`` likewise (each ``n_k - gbase + 2`` long: ``gidx[x - gbase]`` =
+    positions below x, for x from ``plan.gbase`` to n_k + 1), the document edges ``ds``/``de``
+    of each position (one dummy entry without documents)."""
 
     plan: BandPlan
     slots: Tensor
@@ -135,16 +134,16 @@ class BandTables:
 
 
 def _global_tables(plan: BandPlan, keys: bool) -> tuple[Tensor, Tensor]:
-    """(gpos, gidx) of one direction, int64: partners then owns, their counts likewise."""
+    """(gpos, gidx) of one direction, int64: its partners (then owns, where they differ) and
+    their counts likewise."""
     partners, owns = plan.partner_owns(keys)
     counts = []
-    for positions in (partners, owns):
+    for positions in (partners, owns) if plan.apart else (partners,):
         marks = torch.zeros(plan.n_k - plan.gbase + 2, dtype=torch.int64)
         if positions:
             marks[torch.tensor(positions, dtype=torch.int64) - plan.gbase + 1] = 1
         counts.append(torch.cumsum(marks, 0))
-    gpos = torch.tensor((partners + owns) or (0,), dtype=torch.int64)
-    return gpos, torch.cat(counts)
+    return torch.tensor(plan.gpos(keys) or (0,), dtype=torch.int64), torch.cat(counts)
 
 
 @lru_cache(maxsize=64)

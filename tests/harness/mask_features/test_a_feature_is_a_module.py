@@ -173,6 +173,7 @@ def test_triton_kernels_in_the_interpreter(spec, n_q, n_k):
     assert result["grad_agree"], result
     plan = band_plan(spec, n_q, n_k)
     assert plan.key_globals == tuple(range(spec.extra[0].count)) and plan.row_globals == ()
+    assert plan.flags["APART"]  # the kernels' clause for rows and keys that differ
     executed = band_executed_pairs(plan, 16, 16)
     assert kept_pairs(spec, n_q, n_k) <= executed < 4 * n_q * n_k
 
