@@ -3,11 +3,13 @@ rule (skipped, full or partial per block pair) on every kind of built-in mask.""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
 import torch
 
+from harness.mask_features import RunsFeature, window
 from harness.mask_features import block_plan as plan_mod
-from harness.mask_features import window
 from harness.masks import MaskError, MaskSpec, dense_mask, kept_pairs
 from harness.sweep.expand import _shape_fields
 from harness.sweep.validate import SuiteReporter
@@ -47,3 +49,38 @@ def test_block_plan_states_are_the_dense_rule_per_block(spec, n_q, n_k, bq, bk):
                        torch.where(per_block == bq * bk, plan_mod.FULL, plan_mod.PARTIAL))
     assert torch.equal(plan.states().long(), want)
     assert int(plan.count.sum()) == kept_pairs(spec, n_q, n_k)
+
+
+@dataclass(frozen=True)
+class _KeysOnly(RunsFeature):
+    """Keys 0 and 1 visible to every query."""
+
+    name = "keys-only"
+
+    def key_runs(self):
+        return ((0, 2),)
+
+
+def test_band_tables_split_rows_and_keys_only_when_they_differ():
+    """Global tokens (rows = keys): one list and one count table, as the kernels always read
+    them (no APART clause). A keys-only feature: each direction lists partners then owns."""
+    from implementations._kernels.triton.plan_band import OWN_SHIFT, TABLE
+    from implementations._kernels.triton.plan_tables import band_tables
+
+    tables = band_tables(MaskSpec(causal=True, window=(4, 0), global_tokens=(3, 9)), 20, 20,
+                         "cpu")
+    assert tables.gpos.tolist() == tables.gpos_t.tolist() == [3, 9]
+    assert tables.gidx.numel() == 22 and "APART" not in tables.plan.flags
+    assert all(s[8] >> OWN_SHIFT == 0 for s in tables.plan.slots)
+
+    sinks = MaskSpec(causal=True, window=(4, 0), global_tokens=(9,),
+                     extra=(_KeysOnly(),))
+    tables = band_tables(sinks, 20, 20, "cpu")
+    plan = tables.plan
+    assert (plan.row_globals, plan.key_globals) == ((9,), (0, 1, 9))
+    assert tables.gpos.tolist() == [0, 1, 9, 9] and tables.gpos_t.tolist() == [9, 0, 1, 9]
+    assert tables.gidx.numel() == 2 * 22 and plan.flags["APART"]
+    table_slot = [s for s in plan.slots if s[8] & TABLE]
+    assert [(s[2], s[3]) for s in table_slot] == [(3, 1)]  # the row 9, past the 3 partners
+    assert all(s[8] >> OWN_SHIFT == 22 for s in plan.slots if not s[8] & TABLE)
+
