@@ -84,3 +84,23 @@ def test_band_tables_split_rows_and_keys_only_when_they_differ():
     assert [(s[2], s[3]) for s in table_slot] == [(3, 1)]  # the row 9, past the 3 partners
     assert all(s[8] >> OWN_SHIFT == 22 for s in plan.slots if not s[8] & TABLE)
 
+
+
+@pytest.mark.parametrize("spec", [MaskSpec(window=(2, 2), global_tokens=(0, 5)),
+                                  MaskSpec(window=(3, 0), dilation=2, global_tokens=(0, 1, 7))],
+                         ids=["positions", "positions-dilated"])
+def test_fused_rows_before_the_first_key_with_global_position_zero(spec):
+    """n_q > n_k, global positions naming 0: a row before the first key counts as position 0,
+    a global row that keeps every key (rule 2). The band tables read the rows from the
+    globals module, which says so; before, these rows kept only their band and the global
+    keys (max error 1.85 and 2.09 against float64)."""
+    pytest.importorskip("triton")
+    from harness.oracle.agreement import output_agreement
+    from harness.oracle.reference import reference_attention
+    from implementations._kernels.triton import fused_attention
+    from tests.conftest import make_qkv
+
+    q, k, v = make_qkv(1, 1, 60, 40, 16, seed=1)
+    out = fused_attention.triton_attention(q, k, v, spec)
+    result = output_agreement(out, reference_attention(q, k, v, spec), torch.float32)
+    assert result["agree"], result
