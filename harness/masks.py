@@ -20,7 +20,7 @@ xformers' ``...FromBottomRightMask``; SDPA's ``is_causal`` is top-left and diffe
    shorter). A tuple ``(0, ..., g - 1)`` is stored as ``g``. A global query attends to every
    key, a global key is attended by every query;
 3. and, when ``causal``, ``rel <= 0``;
-4. or both ``p < prefix_len`` and ``j < prefix_len`` (prefix-LM: the prefix attends to itself
+4. or both ``p < P`` and ``j < P`` for the prefix ``P`` (prefix-LM: the prefix attends to itself
    both ways; with ``causal`` and nothing else this is attention-gym's ``prefix_lm``,
    ``kv < P or q >= kv``).
 
@@ -31,7 +31,7 @@ only when ``n_q > n_k``) counts as position 0.
    length; ``n_q == n_k``; not with ``block_size``) each document is its own sequence: a pair
    is kept when query and key lie in the same document and rules 1-4 keep it with positions
    counted from that document's start. So ``global_tokens = 1`` is every document's first
-   token, ``prefix_len = P`` every document's first P tokens, a tuple names positions inside
+   token, a prefix ``P`` every document's first P tokens, a tuple names positions inside
    each document, and nothing reaches across a document boundary. This is attention-gym's
    ``generate_doc_mask_mod(mask_mod, offsets)`` (it hands ``mask_mod`` document-local indices)
    and what FlashAttention's varlen and xformers' ``BlockDiagonal*Mask`` compute per sequence.
@@ -43,14 +43,14 @@ A query with no kept key outputs zeros (never NaN). :func:`kept_pairs` and
 
 from __future__ import annotations
 
-import math
-from collections import Counter
 from functools import lru_cache
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from harness.mask_features import bigbird_blocks, causal, dilation, documents, prefix, window
+from harness.mask_features import globals as globals_
 from harness.maskspec import Globals, MaskError, MaskSpec, Side
 from harness.paircount import BIG, BandRule, LayoutRule, candidate_keys, expand, rect_pairs
 
@@ -70,96 +70,37 @@ __all__ = [
     "pair_rule",
 ]
 
-def document_starts(lengths: tuple[int, ...], device: torch.device | str = "cpu") -> Tensor:
-    """The start of every position's document, int64 (sum(lengths),)."""
-    counts = torch.tensor(lengths, dtype=torch.int64, device=device)
-    starts = torch.cumsum(counts, 0) - counts
-    return torch.repeat_interleave(starts, counts)
-
-
-def document_ids(lengths: tuple[int, ...], device: torch.device | str = "cpu") -> Tensor:
-    """The document index of every position, int64 (sum(lengths),): ``[0]*l0 + [1]*l1 + ...``."""
-    counts = torch.tensor(lengths, dtype=torch.int64, device=device)
-    return torch.repeat_interleave(torch.arange(len(lengths), device=device), counts)
-
-
-@lru_cache(maxsize=64)
-def block_layout(spec: MaskSpec, n_q: int, n_k: int) -> Tensor:
-    """The BigBird block layout, bool (n_blocks, n_blocks) over absolute block indices.
-
-    Row = query block ``p // b``, column = key block ``j // b``. Holds the sliding blocks and the
-    seeded random blocks; global tokens are added token-wise by :func:`keep_pairs`.
-    """
-    if spec.block_size is None:
-        raise MaskError("block_layout needs block_size")
-    b = spec.block_size
-    nb = max(math.ceil(n_k / b), 1)
-    qb = torch.arange(nb)[:, None]
-    kb = torch.arange(nb)[None, :]
-    rel = kb - qb
-    layout = torch.ones(nb, nb, dtype=torch.bool)
-    if spec.left is not None:
-        layout &= rel >= -spec.left
-    if spec.right is not None:
-        layout &= rel <= spec.right
-    if spec.random_blocks:
-        g_blocks = sorted({x // b for x in spec.global_positions(nb * b)})
-        for row in range(nb):
-            taken = layout[row].clone()
-            taken[g_blocks] = True
-            if spec.causal:
-                taken[row + 1 :] = True  # causally masked anyway: never spend a random block there
-            candidates = (~taken).nonzero().flatten()
-            if candidates.numel() == 0:
-                continue
-            gen = torch.Generator().manual_seed(spec.seed * 1_000_003 + row)
-            pick = torch.randperm(candidates.numel(), generator=gen)[: spec.random_blocks]
-            layout[row, candidates[pick]] = True
-    return layout
+document_starts = documents.starts
+document_ids = documents.ids
+block_layout = bigbird_blocks.block_layout
 
 
 def keep_pairs(spec: MaskSpec, n_q: int, n_k: int, p: Tensor, j: Tensor) -> Tensor:
     """The mask rule at arbitrary pairs: p (r, 1) absolute query positions (``i + n_k - n_q``),
-    j (1, c) key indices -> bool (r, c), True = attend. The one definition of the semantics."""
+    j (1, c) key indices -> bool (r, c), True = attend. The one definition of the semantics:
+    the clauses of :mod:`harness.mask_features`, composed in the module docstring's order."""
     if spec.documents is None:
         return _keep_in_sequence(spec, n_q, n_k, p, j)
-    starts = document_starts(spec.documents, p.device)
-    n = starts.numel()
-    p_start = starts[p.clamp(0, n - 1)]
-    j_start = starts[j.clamp(0, n - 1)]
-    local = _keep_in_sequence(spec.without_documents(), n_q, n_k, p - p_start, j - j_start)
-    return local & (p_start == j_start) & (p >= 0) & (p < n)
+    same, p_local, j_local = documents.split(spec, p, j)
+    return _keep_in_sequence(spec.without_documents(), n_q, n_k, p_local, j_local) & same
 
 
 def _keep_in_sequence(spec: MaskSpec, n_q: int, n_k: int, p: Tensor, j: Tensor) -> Tensor:
     """Rules 1-4 of the module docstring (no documents)."""
     rel = j - p
     if spec.block_size is not None:
-        layout = block_layout(spec, n_q, n_k).to(p.device)
-        nb = layout.shape[0]
-        qb = torch.div(p, spec.block_size, rounding_mode="floor")
-        valid = (qb >= 0) & (qb < nb)
-        keep = layout[qb.clamp(0, nb - 1), (j // spec.block_size).clamp(0, nb - 1)] & valid
+        keep = bigbird_blocks.clause(spec, n_q, n_k, p, j)
     else:
         keep = torch.ones(rel.shape, dtype=torch.bool, device=p.device)
-        d = spec.dilation
-        if spec.left is not None:
-            keep &= rel >= -spec.left * d
-        if spec.right is not None:
-            keep &= rel <= spec.right * d
-        if d > 1:
-            keep &= torch.remainder(rel, d) == 0
+        for clause in (window.clause(spec, rel), dilation.clause(spec, rel)):
+            keep = keep if clause is None else keep & clause
     member = p.clamp_min(0)  # a row before the first key counts as position 0 (rules 2 and 4)
-    if isinstance(spec.global_tokens, tuple):
-        g = torch.tensor(spec.global_tokens, device=p.device)
-        keep = keep | torch.isin(member, g) | torch.isin(j, g)
-    elif spec.global_tokens:
-        keep = keep | (member < spec.global_tokens) | (j < spec.global_tokens)
-    if spec.causal:
-        keep = keep & (rel <= 0)
-    if spec.prefix_len:
-        keep = keep | ((member < spec.prefix_len) & (j < spec.prefix_len))
-    return keep
+    visible = globals_.clause(spec, member, j)
+    keep = keep if visible is None else keep | visible
+    cut = causal.clause(spec, rel)
+    keep = keep if cut is None else keep & cut
+    square = prefix.clause(spec, member, j)
+    return keep if square is None else keep | square
 
 
 def mask_rows(
@@ -182,27 +123,24 @@ def dense_mask(spec: MaskSpec, n_q: int, n_k: int, device: torch.device | str = 
 
 
 def pair_rule(spec: MaskSpec, n_q: int, n_k: int) -> BandRule | LayoutRule:
-    """Rules 1-4 of ``spec`` (documents set aside) as numbers for :mod:`harness.paircount`."""
-    runs = spec.global_runs
+    """Rules 1-4 of ``spec`` (documents set aside) as numbers for :mod:`harness.paircount`:
+    each feature module's part of the closed-form count."""
+    keys = globals_.key_runs(spec)
     if spec.block_size is not None:
-        b = spec.block_size
-        layout = block_layout(spec, n_q, n_k).clone()
-        g_blocks = sorted({x // b for a, e in runs for x in range(a, e, b)})
-        layout[g_blocks] = True
-        layout[:, g_blocks] = True
-        return LayoutRule(b, layout.numpy(), spec.causal, runs, bool(runs) and runs[0][0] == 0,
-                          spec.prefix_len)
-    d = spec.dilation
-    hi = BIG if spec.right is None else spec.right * d
-    rows_g = tuple((-BIG if a == 0 else a, e) for a, e in runs)
+        layout = bigbird_blocks.folded_layout(spec, n_q, n_k)
+        return LayoutRule(spec.block_size, layout.numpy(), spec.causal, keys,
+                          bool(keys) and keys[0][0] == 0, prefix.length(spec))
+    lo, hi = window.band(spec)
+    hi = BIG if hi is None else hi
+    rows_g = tuple((-BIG if a == 0 else a, e) for a, e in globals_.row_runs(spec))
     return BandRule(
-        lo=-BIG if spec.left is None else -spec.left * d,
+        lo=-BIG if lo is None else lo,
         hi=min(hi, 0) if spec.causal else hi,
-        d=d,
+        d=dilation.step(spec),
         causal=spec.causal,
-        keys_g=runs,
+        keys_g=keys,
         rows_g=rows_g,
-        prefix=spec.prefix_len,
+        prefix=prefix.length(spec),
     )
 
 
@@ -217,7 +155,7 @@ def kept_pairs(spec: MaskSpec, n_q: int, n_k: int) -> int:
         rule, off = pair_rule(spec, n_q, n_k), n_k - n_q
         return int(rect_pairs(rule, off, off + n_q, 0, n_k)[0])
     local = spec.without_documents()
-    counts = Counter(spec.documents)
+    counts = documents.counts(spec)
     lengths = np.array(sorted(counts), dtype=np.int64)
     per_doc = rect_pairs(pair_rule(local, 1, 1), 0, lengths, 0, lengths)
     return int(sum(int(c) * counts[int(n)] for n, c in zip(lengths, per_doc, strict=True)))

@@ -6,8 +6,10 @@ import it from there.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, fields, replace
 
+from harness.mask_features.runs import RunsFeature
+from harness.mask_features.window import side
 from harness.paircount import Runs, positions_to_runs
 
 Side = int | None
@@ -31,13 +33,16 @@ class MaskSpec:
     seed: int = 0
     documents: tuple[int, ...] | None = None
     prefix_len: int = 0
+    # plug-in features (harness.mask_features.runs.RunsFeature), not a result column
+    extra: tuple[RunsFeature, ...] = field(default=(), metadata={"column": False})
 
     def __post_init__(self) -> None:
         if self.window is not None:
-            left, right = (None if s is None or s == -1 else int(s) for s in self.window)
-            if (left is not None and left < 0) or (right is not None and right < 0):
-                raise MaskError(f"window sides must be >= 0 or -1/None, got {self.window}")
-            object.__setattr__(self, "window", (left, right))
+            try:
+                object.__setattr__(self, "window", tuple(side(s) for s in self.window))
+            except ValueError as exc:
+                raise MaskError(str(exc)) from None
+        self._check_extra()
         if self.dilation < 1:
             raise MaskError(f"dilation must be >= 1, got {self.dilation}")
         object.__setattr__(self, "global_tokens", _normal_globals(self.global_tokens))
@@ -60,6 +65,20 @@ class MaskSpec:
             _check_whole_blocks(self.global_tokens, self.block_size)
         elif self.random_blocks:
             raise MaskError("random_blocks needs block_size")
+
+    def _check_extra(self) -> None:
+        extra = tuple(self.extra)
+        for feature in extra:
+            if not isinstance(feature, RunsFeature):
+                raise MaskError(f"a plug-in mask feature must be a RunsFeature, got {feature!r}")
+            try:
+                feature.check()
+            except ValueError as exc:
+                raise MaskError(f"{feature.name}: {exc}") from None
+        if extra and self.block_size is not None:
+            names = sorted(f.name for f in extra)
+            raise MaskError(f"mask features {names} cannot be combined with block_size")
+        object.__setattr__(self, "extra", extra)
 
     @property
     def left(self) -> Side:
@@ -100,7 +119,13 @@ class MaskSpec:
             used.add("documents")
         if self.prefix_len:
             used.add("prefix")
+        used.update(f.name for f in self.extra)
         return frozenset(used)
+
+    @property
+    def plugin_needs(self) -> dict[str, str]:
+        """Each plug-in feature's name -> the capability a path needs to run it."""
+        return {f.name: f.needs for f in self.extra}
 
     def global_positions(self, n: int) -> tuple[int, ...]:
         """The global positions below ``n``, ascending."""
@@ -167,7 +192,13 @@ class MaskSpec:
             parts.append(f"prefix={self.prefix_len}")
         if self.documents is not None:
             parts.append(f"documents={len(self.documents)}")
+        parts.extend(f.label() for f in self.extra)
         return ",".join(parts) or "dense"
+
+
+def column_fields() -> tuple:
+    """The MaskSpec fields that are result columns (plug-in features are not)."""
+    return tuple(f for f in fields(MaskSpec) if f.metadata.get("column", True))
 
 
 def _side(s: Side) -> str:

@@ -143,6 +143,9 @@ class Capabilities:
             names = sorted(str(d).removeprefix("torch.") for d in self.dtypes)
             out.append(f"dtype {str(problem.dtype).removeprefix('torch.')} not in {names}")
         missing = problem.mask.features - self.mask_features
+        # a plug-in feature runs where the capability it rides on does (mask_features.runs)
+        needs = problem.mask.plugin_needs
+        missing -= {name for name, need in needs.items() if need in self.mask_features}
         if missing:
             out.append(f"mask features {sorted(missing)} not supported")
         if problem.n_q != problem.n_k and not self.unequal_lengths:

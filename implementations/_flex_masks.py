@@ -16,9 +16,11 @@ mod that read its numbers from a captured int64 tensor and always evaluated ever
   captured bool table.
 - BigBird: one lookup in the flattened block layout, global blocks folded in.
 
-:func:`block_counts` builds the block lists from :func:`harness.masks.block_pair_counts`
-(exact counts of the candidate blocks, never the n_q x n_k grid), so blocks across documents,
-outside the window or past causality are never listed.
+:func:`block_counts` reads the one block plan (:mod:`harness.mask_features.block_plan`:
+exact counts of the candidate blocks, never the n_q x n_k grid), so blocks across documents,
+outside the window or past causality are never listed. The numbers each clause specializes
+on come from the feature modules of :mod:`harness.mask_features` (plug-in features such as
+attention sinks arrive as visible row/key runs).
 """
 
 from __future__ import annotations
@@ -28,11 +30,14 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-import numpy as np
 import torch
 from torch import Tensor
 
-from harness.masks import MaskSpec, block_layout, block_pair_counts, document_starts
+from harness.mask_features import bigbird_blocks, dilation, window
+from harness.mask_features import globals as globals_
+from harness.mask_features import prefix as prefix_clause
+from harness.mask_features.block_plan import FULL, SKIP, block_plan
+from harness.masks import MaskSpec, document_starts
 
 if TYPE_CHECKING:  # the module pulls in torch._dynamo: imported where a mask is built
     from torch.nn.attention.flex_attention import BlockMask
@@ -62,14 +67,16 @@ def _window_mod(spec: MaskSpec, n_q: int, n_k: int, device: str) -> MaskMod:
     """Window / dilation / global / causal / prefix / documents with every number a Python
     constant. The branches on constants run while dynamo traces, so the kernel holds only the
     clauses taken."""
-    d, runs, prefix, off = spec.dilation, spec.global_runs, spec.prefix_len, n_k - n_q
-    lo = None if spec.left is None else -spec.left * d  # rel >= lo
-    hi = None if spec.right is None else spec.right * d  # rel <= hi
-    causal_apart = spec.causal and bool(runs)  # global tokens sit between window and causality
+    d, prefix, off = dilation.step(spec), prefix_clause.length(spec), n_k - n_q
+    lo, hi = window.band(spec)  # rel >= lo, rel <= hi (None: unbounded)
+    rows, keys = globals_.row_runs(spec), globals_.key_runs(spec)
+    causal_apart = spec.causal and bool(rows or keys)  # visible runs sit before causality
     if spec.causal and not causal_apart:
         hi = 0 if hi is None else min(hi, 0)
     pow2 = d & (d - 1) == 0  # two's complement: rel & (d - 1) == rel mod d, negatives too
-    is_global = _membership(runs, max(spec.documents or (n_k,)), device)
+    length = max(spec.documents or (n_k,))
+    row_global = _membership(rows, length, device)
+    key_global = row_global if keys == rows else _membership(keys, length, device)  # one table
     split = _document_split(spec.documents, device)
 
     def mask_mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
@@ -85,8 +92,11 @@ def _window_mod(spec: MaskSpec, n_q: int, n_k: int, device: str) -> MaskMod:
             keep = _and(keep, rel <= hi)
         if d > 1:
             keep = _and(keep, ((rel & (d - 1)) if pow2 else (rel % d)) == 0)
-        if is_global is not None and keep is not None:  # nothing cut yet: all kept already
-            keep = keep | is_global(p) | is_global(kv)
+        if keep is not None:  # nothing cut yet: all kept already
+            if row_global is not None:
+                keep = keep | row_global(p)
+            if key_global is not None:
+                keep = keep | key_global(kv)
         if causal_apart:
             keep = _and(keep, rel <= 0)
         if prefix and keep is not None:
@@ -161,10 +171,8 @@ def _layout_mod(spec: MaskSpec, n_q: int, n_k: int, device: str) -> MaskMod:
     more queries than keys, rows before the first key read an extra layout row: every key if
     position 0 is global, else the global key blocks."""
     b, off, runs = spec.block_size, n_k - n_q, spec.global_runs
-    layout = block_layout(spec, n_q, n_k).clone()
-    g_blocks = sorted({x // b for a, e in runs for x in range(a, e, b)})
-    layout[g_blocks] = True
-    layout[:, g_blocks] = True
+    layout = bigbird_blocks.folded_layout(spec, n_q, n_k)
+    g_blocks = bigbird_blocks.global_blocks(spec)
     nb = layout.shape[0]
     negative = torch.zeros(1, nb, dtype=torch.bool)
     negative[0, g_blocks] = True
@@ -172,7 +180,7 @@ def _layout_mod(spec: MaskSpec, n_q: int, n_k: int, device: str) -> MaskMod:
         negative[:] = True
     flat = torch.cat([layout, negative]).flatten().to(device)
     shift = b.bit_length() - 1 if b & (b - 1) == 0 else None
-    causal, prefix = spec.causal, spec.prefix_len
+    causal, prefix = spec.causal, prefix_clause.length(spec)
 
     def mask_mod(bi: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         p = q_idx + off if off else q_idx
@@ -190,19 +198,13 @@ def _layout_mod(spec: MaskSpec, n_q: int, n_k: int, device: str) -> MaskMod:
 
 @lru_cache(maxsize=32)
 def block_counts(spec: MaskSpec, n_q: int, n_k: int) -> tuple[Tensor, Tensor, int]:
-    """Per (128-query block, 128-key block): ``any`` kept pair and ``full`` (all kept, block
-    wholly inside the sequence), each bool (n_qb, n_kb); plus the executed pairs (every block
-    with any kept pair, at its clipped size). O(candidate blocks), not O(n_q · n_k)."""
-    n_qb, n_kb = -(-n_q // BLOCK), -(-n_k // BLOCK)
-    qb, kb, counts = block_pair_counts(spec, n_q, n_k, BLOCK, BLOCK)
-    any_ = torch.zeros(n_qb, n_kb, dtype=torch.bool)
-    full = torch.zeros(n_qb, n_kb, dtype=torch.bool)
-    qb_t, kb_t = torch.from_numpy(qb), torch.from_numpy(kb)
-    any_[qb_t, kb_t] = True
-    full[qb_t, kb_t] = torch.from_numpy(counts == BLOCK * BLOCK)
-    heights = np.minimum(BLOCK, n_q - qb * BLOCK)
-    widths = np.minimum(BLOCK, n_k - kb * BLOCK)
-    return any_, full, int((heights * widths).sum())
+    """Per (128-query block, 128-key block) of the one block plan
+    (:func:`harness.mask_features.block_plan.block_plan`): ``any`` kept pair and ``full`` (all
+    kept, block wholly inside the sequence), each bool (n_qb, n_kb); plus the executed pairs
+    (every block with any kept pair, at its clipped size). O(candidate blocks)."""
+    plan = block_plan(spec, n_q, n_k, BLOCK, BLOCK)
+    states = plan.states()
+    return states != SKIP, states == FULL, plan.executed_pairs
 
 
 def _indices(blocks: Tensor, device: str) -> tuple[Tensor, Tensor]:

@@ -16,7 +16,8 @@ costs ``64 + w - 1`` executed keys per query: time and memory O(n·w), never O(n
   cost O(n·w), not O(n·w·d).
 - ``longformer``: window (optionally dilated) plus global tokens, the first g or at named
   positions: each band tile also takes the global keys (up to its causal bound), and global
-  rows take every key up to theirs: O(n·(w + g)).
+  rows take every key up to theirs: O(n·(w + g)). A plug-in feature of visible runs
+  (:class:`harness.mask_features.RunsFeature`, e.g. attention sinks) runs here the same way.
 
 All three take packed documents: each document is planned as its own sequence (equal
 documents are folded into the batch), so no tile holds a key outside its rows' document and

@@ -19,9 +19,10 @@ from __future__ import annotations
 import types
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 
 from harness.masks import MaskSpec, Side
+from harness.maskspec import column_fields
 from harness.scenarios import packing
 
 # the mask columns of the first point ids: hashed whatever their value
@@ -35,7 +36,7 @@ def _column_hints() -> dict[str, object]:
     """Mask column -> the annotation of the MaskSpec field it holds (a window side: Side)."""
     hints = typing.get_type_hints(MaskSpec)
     out: dict[str, object] = {}
-    for f in fields(MaskSpec):
+    for f in column_fields():
         if f.name == "window":
             out["window_left"] = out["window_right"] = Side
         else:
@@ -108,7 +109,7 @@ class PointMask:
         """The mask columns in order (module docstring); ``complete=False`` leaves out each
         column added after the first point ids while it is at its default (the id form)."""
         out: dict[str, object] = {}
-        for f in fields(MaskSpec):
+        for f in column_fields():
             if f.name == "window":
                 out["window_left"], out["window_right"] = self.spec.left, self.spec.right
                 continue

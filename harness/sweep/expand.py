@@ -10,12 +10,14 @@ implementations that declare it.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 from collections.abc import Iterator
 
 from harness import registry
 from harness.errors import SuiteError
+from harness.mask_features.window import side as window_side
 from harness.masks import MaskError
 from harness.measure.device import resolve_device_name
 from harness.scenarios import interface
@@ -196,9 +198,11 @@ def _shape_fields(values: dict, label: str, err: SuiteReporter) -> dict:
     window = values.pop("window", None)
     if window is not None:
         values["window_left"], values["window_right"] = window
-    for side in ("window_left", "window_right"):
-        if values.get(side) == -1:
-            values[side] = None
+    for name in ("window_left", "window_right"):
+        value = values.get(name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            with contextlib.suppress(ValueError):  # out of range: the validator names it
+                values[name] = window_side(value)  # the one reader of -1
     d_model = values.pop("d_model", None)
     heads = values.get("heads", Point.__dataclass_fields__["heads"].default)
     if d_model is not None:

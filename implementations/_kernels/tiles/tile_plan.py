@@ -31,7 +31,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from harness.masks import MaskSpec, block_layout, keep_pairs
+from harness.mask_features.bigbird_blocks import folded_layout
+from harness.masks import MaskSpec, keep_pairs
 from implementations._kernels.tiles.tile_plan_band import BandTiles, Ranges, band_tiles
 
 BAND_BLOCK = 64  # query rows per band tile: (64, 64 + w) tiles measured fastest on 2-core CPU
@@ -158,7 +159,7 @@ def _bigbird_tiles(spec: MaskSpec, n_q: int, n_k: int, make_bias: _BiasMaker) ->
     """One tile per BigBird query block: the key blocks of its layout row with the global
     blocks folded in (every block for a global query block), causal future blocks dropped;
     rows before the first key (n_q > n_k) see the global keys, or every key if 0 is global."""
-    if spec.prefix_len:
+    if "prefix" in spec.features:
         raise ValueError("the BigBird tile plan has no prefix rule")
     b, off = spec.block_size, n_k - n_q
     cols_of = _bigbird_columns(spec, n_q, n_k)
@@ -194,10 +195,7 @@ def _runs_to_ranges(spec: MaskSpec, n_k: int) -> Ranges:
 @lru_cache(maxsize=32)
 def _bigbird_columns(spec: MaskSpec, n_q: int, n_k: int) -> Tensor:
     """bool (nb, nb): the key blocks each query block's tile holds."""
-    b, layout = spec.block_size, block_layout(spec, n_q, n_k).clone()
-    g_blocks = sorted({x // b for a, e in spec.global_runs for x in range(a, e, b)})
-    layout[g_blocks] = True
-    layout[:, g_blocks] = True
+    layout = folded_layout(spec, n_q, n_k)
     if spec.causal:
         layout &= torch.ones_like(layout).tril()
     return layout

@@ -2,18 +2,21 @@
 window mask over one sequence, which query rows meet which key ranges, as int arrays with one
 entry per tile, and their executed pairs in closed form.
 
-The masks are window + causal + dilation + global tokens + prefix (no ``block_size``, no
-documents: :mod:`.tile_plan` runs one geometry per document). Dilation d is handled by
-residue classes: query position ``p`` only keeps window keys with ``j ≡ p (mod d)``, so in
-*class coordinates* (``p = r + d·a``, ``j = r + d·c``) the window is the plain band
-``a - left <= c <= a + right``. Plan rows are the queries of class 0
+The masks are window + causal + dilation + visible runs (global tokens, plug-in features
+such as attention sinks) + prefix (no ``block_size``, no documents: :mod:`.tile_plan` runs one
+geometry per document), read as the closed-form count reads them
+(:func:`harness.masks.pair_rule`): the tiles and the count share one geometry. Dilation d is
+handled by residue classes: query position ``p`` only keeps window keys with
+``j ≡ p (mod d)``, so in *class coordinates* (``p = r + d·a``, ``j = r + d·c``) the window
+is the plain band ``a - left <= c <= a + right``. Plan rows are the queries of class 0
 (ascending), then class 1, ...; keys likewise (``k_start[c]`` is where class c's keys begin).
 
 A tile is up to ``block`` consecutive rows of one class and one *kind*:
 
-- band rows take the band's key range of their class, plus the global keys up to the causal
-  bound of their last row, plus the prefix keys when they are prefix rows (``p < prefix``);
-- global rows take every key up to that bound (and the prefix keys when in the prefix).
+- band rows take the band's key range of their class, plus the visible key runs up to the
+  causal bound of their last row, plus the prefix keys when they are prefix rows;
+- rows of a visible row run (global rows) take every key up to that bound (and the prefix
+  keys when in the prefix).
 
 Rows that keep no key (only rows before the first key, when n_q > n_k) are in no tile. Kinds
 change only at the ends of global runs, the prefix end and the start of the sequence, so
@@ -29,8 +32,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from harness.masks import MaskSpec
-from harness.paircount import BIG, Runs, expand
+from harness.masks import MaskSpec, pair_rule
+from harness.paircount import BIG, BandRule, Runs, expand
 
 GLOBAL, BAND = 0, 1
 
@@ -61,8 +64,8 @@ class BandTiles:
     n_q: int
     n_k: int
     d: int
-    global_runs: Runs
-    prefix_len: int
+    global_runs: Runs  # keys every row keeps (global keys, plug-in key runs)
+    prefix_keys: int  # the prefix P: prefix rows keep keys [0, P)
     k_start: np.ndarray
     r: np.ndarray
     a0: np.ndarray
@@ -82,7 +85,7 @@ class BandTiles:
     def n_cols(self) -> np.ndarray:
         """Keys per tile (its key ranges' total length), closed form, int64 (tiles,)."""
         top = np.minimum(self.bound, self.n_k - 1)  # last key by causality, inside the sequence
-        p_len = np.where(self.prefix, min(self.prefix_len, self.n_k), 0)
+        p_len = np.where(self.prefix, min(self.prefix_keys, self.n_k), 0)
         everything = np.maximum(np.maximum(top + 1, 0), p_len)  # global rows
         band_pos = (self.r + self.d * self.c_lo, self.r + self.d * (self.c_hi - 1) + 1)
         band = np.maximum(self.c_hi - self.c_lo, 0)
@@ -117,7 +120,7 @@ class BandTiles:
     def keys(self, t: int) -> Ranges:
         """Tile t's key ranges in plan (class-permuted) key order, ascending and merged."""
         r, top = int(self.r[t]), min(int(self.bound[t]), self.n_k - 1)
-        p_len = min(self.prefix_len, self.n_k) if self.prefix[t] else 0
+        p_len = min(self.prefix_keys, self.n_k) if self.prefix[t] else 0
         if self.kind[t] == GLOBAL:
             positions: list[tuple[int, int]] = [(0, max(top + 1, p_len))]
             band: list[tuple[int, int]] = []
@@ -154,48 +157,50 @@ def _merge(ranges: list[tuple[int, int]]) -> Ranges:
 
 @lru_cache(maxsize=64)
 def band_tiles(spec: MaskSpec, n_q: int, n_k: int, block: int) -> BandTiles:
-    """The tiles of ``spec`` (no documents, no block_size) over n_q queries and n_k keys."""
-    d, off = spec.dilation, n_k - n_q
-    left = BIG if spec.left is None else spec.left
-    right = BIG if spec.right is None else spec.right
-    if spec.causal:
-        right = min(right, 0)
+    """The tiles of ``spec`` (no documents, no block_size) over n_q queries and n_k keys, read
+    from the mask's geometry (:func:`harness.masks.pair_rule`: the band, the visible row and
+    key runs of global tokens and plug-in features, the prefix, causality)."""
+    rule = pair_rule(spec, n_q, n_k)
+    assert isinstance(rule, BandRule), "band tiles are for masks without block_size"
+    d, off = rule.d, n_k - n_q
+    left = BIG if rule.lo <= -BIG else -rule.lo // d  # the band in class coordinates
+    right = BIG if rule.hi >= BIG else rule.hi // d  # causality already folded in
     sizes = class_sizes(n_k, d)
     k_start = np.concatenate([[0], np.cumsum(sizes)])
-    rows_g = tuple((-BIG if a == 0 else a, b) for a, b in spec.global_runs)
     parts, row = [], 0
     for r in range(d):
         a_lo, a_hi = _cdiv(off - r, d), (off + n_q - 1 - r) // d  # class r's rows, inclusive
         if a_hi < a_lo:
             continue
-        cuts = {a_lo, a_hi + 1, _cdiv(-r, d), _cdiv(spec.prefix_len - r, d), -right}
-        cuts |= {_cdiv(x - r, d) for run in rows_g for x in run}
+        cuts = {a_lo, a_hi + 1, _cdiv(-r, d), _cdiv(rule.prefix - r, d), -right}
+        cuts |= {_cdiv(x - r, d) for run in rule.rows_g for x in run}
         cuts = sorted(x for x in cuts if a_lo <= x <= a_hi + 1)
         for x, y in itertools.pairwise(cuts):
-            kind, in_prefix, empty = _segment(spec, rows_g, r + d * x, x + right, sizes[r])
+            kind, in_prefix, empty = _segment(rule, r + d * x, x + right, sizes[r])
             if empty:
                 continue
             a0 = np.arange(x, y, block, dtype=np.int64)
             parts.append((r, a0, np.minimum(a0 + block, y), row + a0 - a_lo, kind, in_prefix))
         row += a_hi - a_lo + 1
-    return _assemble(spec, n_q, n_k, d, k_start, parts, left, right)
+    return _assemble(rule, n_q, n_k, k_start, parts, left, right)
 
 
-def _segment(spec: MaskSpec, rows_g: Runs, p: int, band_top: int, n_class_keys: int):
+def _segment(rule: BandRule, p: int, band_top: int, n_class_keys: int):
     """(kind, prefix rows?, empty?) of the rows from position p on, up to the next cut.
     Only rows before the first key (p < 0) can be empty: every other row keeps itself."""
-    is_global = any(a <= p < b for a, b in rows_g)
-    in_prefix = max(p, 0) < spec.prefix_len
+    is_global = any(a <= p < b for a, b in rule.rows_g)
+    in_prefix = max(p, 0) < rule.prefix
     if p >= 0 or in_prefix:
         return (GLOBAL if is_global else BAND), in_prefix, False
-    if spec.causal:  # keys j <= p < 0: none
+    if rule.causal:  # keys j <= p < 0: none
         return BAND, False, True
-    if is_global or spec.global_tokens:
+    if is_global or rule.keys_g:
         return (GLOBAL if is_global else BAND), False, False
     return BAND, False, band_top < 0 or n_class_keys == 0
 
 
-def _assemble(spec, n_q, n_k, d, k_start, parts, left, right) -> BandTiles:
+def _assemble(rule: BandRule, n_q, n_k, k_start, parts, left, right) -> BandTiles:
+    d = rule.d
     if parts:
         r = np.concatenate([np.full(p[1].size, p[0], np.int64) for p in parts])
         a0, a1, row0 = (np.concatenate([p[i] for p in parts]) for i in (1, 2, 3))
@@ -208,8 +213,8 @@ def _assemble(spec, n_q, n_k, d, k_start, parts, left, right) -> BandTiles:
     c_lo = np.clip(a0 - left, 0, n_class)
     c_hi = np.clip(a1 - 1 + right + 1, c_lo, n_class)
     p_last = r + d * (a1 - 1)
-    bound = np.minimum(p_last, n_k - 1) if spec.causal else np.full(r.size, n_k - 1)
+    bound = np.minimum(p_last, n_k - 1) if rule.causal else np.full(r.size, n_k - 1)
     return BandTiles(
-        n_q, n_k, d, spec.global_runs, spec.prefix_len, k_start, r, a0, a1, row0, kind,
+        n_q, n_k, d, rule.keys_g, rule.prefix, k_start, r, a0, a1, row0, kind,
         prefix, bound, c_lo, c_hi, covers_all_rows=int((a1 - a0).sum()) == n_q,
     )

@@ -155,7 +155,8 @@ def band_dq(Q, K, V, DO, DQ, LSE, DELTA, SLOTS, GPOS, GIDX, DS, DE,
             H, GROUP, n_q, n_k, off, hg, P, GB, sc2, scale, n_bucket, q_bucket, MODE_KEY,
             D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
             BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, GLOBAL: tl.constexpr,
-            DILATED: tl.constexpr, DOCS: tl.constexpr, PREFIX: tl.constexpr):
+            DILATED: tl.constexpr, DOCS: tl.constexpr, PREFIX: tl.constexpr,
+            APART: tl.constexpr = False):
     """dQ over the forward's iteration space. Grid (row blocks, B·H, slots)."""
     pid_m, bh = tl.program_id(0), tl.program_id(1)
     SP = SLOTS + tl.program_id(2) * 9
@@ -172,7 +173,7 @@ def band_dq(Q, K, V, DO, DQ, LSE, DELTA, SLOTS, GPOS, GIDX, DS, DE,
                      GIDX, DS, DE, K + bo * skb + hk * skh, V + bo * svb + hk * svh, skn, svn,
                      n_k, hg, P, sc2, BLOCK_N, BLOCK_D, D, GLOBAL, DILATED, DOCS, PREFIX,
                      PRECISION)
-        store = stored_rows(ok, p, flags, GIDX, GLOBAL)
+        store = stored_rows(ok, p, flags, GIDX, GLOBAL, APART)
         dd = tl.arange(0, BLOCK_D)
         tl.store(DQ + bo * sgb + ho * sgh + i[:, None] * sgn + dd[None, :],
                  (dq * scale).to(DQ.dtype.element_ty), mask=ld & store[:, None])
@@ -254,7 +255,8 @@ def band_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA, KSLOTS, GPOS, GIDX, DS, DE,
               H, GROUP, n_q, n_k, off, hg, P, GB, sc2, scale, n_bucket, q_bucket, MODE_KEY,
               D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, GLOBAL: tl.constexpr,
-              DILATED: tl.constexpr, DOCS: tl.constexpr, PREFIX: tl.constexpr):
+              DILATED: tl.constexpr, DOCS: tl.constexpr, PREFIX: tl.constexpr,
+              APART: tl.constexpr = False):
     """dK, dV: each program one key block of a key slot, summed over the GROUP query heads of
     its K/V head. Grid (key blocks, B·H_kv, key slots). DK/DV share the strides sg*."""
     pid_n, bhk = tl.program_id(0), tl.program_id(1)
@@ -275,7 +277,7 @@ def band_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA, KSLOTS, GPOS, GIDX, DS, DE,
                                GIDX, DS, DE, Q + bo * sqb + ho * sqh, DO + bo * sdb + ho * sdh,
                                LSE + bh * n_q, DELTA + bh * n_q, sqn, sdn, n_k, off, hg, P, sc2,
                                BLOCK_M, BLOCK_D, D, GLOBAL, DILATED, DOCS, PREFIX, PRECISION)
-        store = stored_rows(ok, j, flags, GIDX, GLOBAL)
+        store = stored_rows(ok, j, flags, GIDX, GLOBAL, APART)
         dd = tl.arange(0, BLOCK_D)
         g_ptr = bo * sgb + hko * sgh + j[:, None] * sgn + dd[None, :]
         tl.store(DK + g_ptr, (dk * scale).to(DK.dtype.element_ty), mask=ld & store[:, None])

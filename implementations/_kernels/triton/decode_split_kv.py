@@ -57,7 +57,7 @@ def band_fwd_split(Q, K, V, PART_O, PART_ML, SLOTS, GPOS, GIDX, DS, DE,
                    D: tl.constexpr, BLOCK_D: tl.constexpr, ROWS: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
                    GLOBAL: tl.constexpr, DILATED: tl.constexpr, DOCS: tl.constexpr,
-                   PREFIX: tl.constexpr):
+                   PREFIX: tl.constexpr, APART: tl.constexpr = False):
     """Grid (n_split, B·H_kv, slots). PART_O: (n_split, B·H, n_q, D) fp32 unnormalized;
     PART_ML: (n_split, B·H, n_q, 2) fp32 (m·scale·log2e, l)."""
     split, bhk = tl.program_id(0), tl.program_id(1)
@@ -101,7 +101,7 @@ def band_fwd_split(Q, K, V, PART_O, PART_ML, SLOTS, GPOS, GIDX, DS, DE,
         acc, l_i, m_i = fwd_band(acc, l_i, m_i, q, lo, hi, k_base, v_base, skn, svn, r, step,
                                  tl.load(SP + 5), start, mid, post, end, sc2, BLOCK_N, BLOCK_D,
                                  D, DILATED, PRECISION)
-        keep = stored_rows(ok, p, flags, GIDX, GLOBAL)
+        keep = stored_rows(ok, p, flags, GIDX, GLOBAL, APART)
         bh_all = tl.num_programs(1) * GROUP  # B·H
         part = ((split * bh_all + b * H + h) * n_q + i).to(tl.int64)
         tl.store(PART_O + part[:, None] * D + dd[None, :], acc, mask=ld & keep[:, None])

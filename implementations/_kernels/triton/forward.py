@@ -117,11 +117,14 @@ def finish(acc, l_i, m_i, o_ptrs, lse_ptrs, store, ld, sc2):
 
 
 @triton.jit
-def stored_rows(ok, p, flags, GIDX, GLOBAL: tl.constexpr):
-    """Rows this program writes: valid ones, and with global tokens not the global rows of a
-    class slot (the TABLE slot writes those)."""
+def stored_rows(ok, p, flags, GIDX, GLOBAL: tl.constexpr, APART: tl.constexpr):
+    """Rows (keys in dK/dV) this program writes: valid ones, and with global tokens not the
+    global owns of a class slot (the TABLE slot writes those). The owns' counts are GIDX's,
+    or, when global rows and keys differ (APART: a plug-in feature's runs), ``flags >> 2``
+    entries further on (:func:`plan_band.band_plan`)."""
     if GLOBAL:
-        n_global = tl.load(GIDX + p + 1, mask=ok, other=0) - tl.load(GIDX + p, mask=ok, other=0)
+        OWN = GIDX + (flags >> 2) if APART else GIDX
+        n_global = tl.load(OWN + p + 1, mask=ok, other=0) - tl.load(OWN + p, mask=ok, other=0)
         ok = ok & (n_global * (1 - ((flags >> 1) & 1)) == 0)  # a TABLE slot writes every row
     return ok
 
@@ -135,7 +138,7 @@ def band_fwd(Q, K, V, Out, LSE, SLOTS, GPOS, GIDX, DS, DE,
              D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
              BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, GLOBAL: tl.constexpr,
              DILATED: tl.constexpr, DOCS: tl.constexpr, PREFIX: tl.constexpr,
-             TMA: tl.constexpr = False, WS: tl.constexpr = False):
+             TMA: tl.constexpr = False, WS: tl.constexpr = False, APART: tl.constexpr = False):
     """Grid (row blocks, B·H, slots). O: (B, H, n_q, D); LSE: (B·H, n_q) fp32, base 2.
     K/V head ``h // GROUP`` (grouped-query attention). ``TMA`` (a mask without clauses, the
     host checks): tiles through tensor descriptors (:func:`fwd_block_tma`); ``WS``: its
@@ -164,7 +167,7 @@ def band_fwd(Q, K, V, Out, LSE, SLOTS, GPOS, GIDX, DS, DE,
                                  DS, DE, k_base, v_base, skn, svn, n_k, hg, P, sc2, BLOCK_M,
                                  BLOCK_N, BLOCK_D, D, GLOBAL, DILATED, DOCS, PREFIX, PRECISION)
         o_ptrs = Out + b.to(tl.int64) * sob + h.to(tl.int64) * soh + i[:, None] * son + dd[None, :]
-        store = stored_rows(ok, p, flags, GIDX, GLOBAL)
+        store = stored_rows(ok, p, flags, GIDX, GLOBAL, APART)
         finish(acc, l_i, m_i, o_ptrs, LSE + bh.to(tl.int64) * n_q + i, store, ld, sc2)
 
 

@@ -227,7 +227,7 @@ def _band_backward(head: tuple, grads: tuple, lse, delta, mask: MaskSpec, tail: 
     plan, b = tables.plan, q.shape[0]
     grid = lambda m: (ceil_div(plan.max_keys, m["BLOCK_N"]), b * k.shape[1], len(plan.key_slots))
     launch("band_dkdv", backward.band_dkdv, grid,
-           (*head, *grads[1:], lse, delta, tables.key_slots, *tables.pointers,
+           (*head, *grads[1:], lse, delta, tables.key_slots, *tables.key_pointers,
             *_strides(*head, dk), *sizes, *tail), consts)
     grid = lambda m: (ceil_div(plan.max_rows, m["BLOCK_M"]), b * q.shape[1], len(plan.slots))
     launch("band_dq", backward.band_dq, grid,

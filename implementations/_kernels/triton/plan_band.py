@@ -12,10 +12,10 @@ class coordinates: ``p = r + step·x`` for ``x`` in ``[x_start, x_start + n_own)
 *partner* positions of the same class ``r + step·c`` for ``c`` in ``[c_start, c_end)``. Own ``x``
 keeps the partners in one interval (:func:`own_bounds`, mirrored by the kernels'
 ``primitives.own_bounds``): ``[x + lo_rel, x + hi_rel]`` (the window, causality folded
-into ``hi_rel``); a position ``p < prefix_len`` also keeps ``[0, prefix_len)`` (prefix-LM, in
+into ``hi_rel``); a position ``p < P`` also keeps ``[0, P)`` (the prefix P, prefix-LM, in
 slots of step 1, where the two intervals meet); with documents the interval is cut to the
-document ``[s, e)`` of ``p``, and the prefix is the document's own: ``p - s < prefix_len`` keeps
-``[s, s + prefix_len)``. Both ends are nondecreasing in ``x``, so a block of owns walks one partner
+document ``[s, e)`` of ``p``, and the prefix is the document's own: ``p - s < P`` keeps
+``[s, s + P)``. Both ends are nondecreasing in ``x``, so a block of owns walks one partner
 range and the middle that every own keeps runs without a mask. With dilation d, class r
 (``p ≡ j ≡ r mod d``) is a slot with ``step = d``: the dilated window is a plain band there.
 The prefix spans every class, so a dilated class slot walks it apart: each own block visits
@@ -40,11 +40,14 @@ from functools import lru_cache
 import torch
 from torch import Tensor
 
+from harness.mask_features import dilation, prefix, window
+from harness.mask_features import globals as globals_
 from harness.masks import MaskSpec
 
 SLOT_FIELDS = 9  # r, step, x_start, n_own, c_start, c_end, lo_rel, hi_rel, flags
 # owns x in [x_start, x_start + n_own); partners c in [c_start, c_end), both in class coordinates
 CROSS, TABLE = 1, 2  # slot flags: a cross segment over G; owns gathered from the table of G
+OWN_SHIFT = 2  # flags >> OWN_SHIFT: where the owns' counts start in GIDX (0: the partners')
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -54,18 +57,46 @@ def ceil_div(a: int, b: int) -> int:
 
 @dataclass(frozen=True)
 class BandPlan:
-    """Row slots (forward, dQ), key slots (dK/dV) and the mask's tables of a band mask."""
+    """Row slots (forward, dQ), key slots (dK/dV) and the mask's tables of a band mask.
+
+    Global rows (``row_globals``: every key kept) and global keys (``key_globals``: kept by
+    every row) are one list for global tokens and differ for plug-in features (attention
+    sinks: keys only). Then each direction's tables list its *partners* first, then its
+    *owns* (:meth:`gpos`): a TABLE slot's owns start past the partners, and the class slots'
+    flags say where the owns' counts start."""
 
     n_q: int
     n_k: int
     big: int  # stands for an unbounded window side
     hg: int  # how far right of p a global key may be: 0 if causal else ``big``
-    prefix: int  # prefix_len (0: none)
-    globals: tuple[int, ...]  # global positions below n_k, ascending (rows p < 0 may be)
+    prefix: int  # the prefix P (0: none)
+    row_globals: tuple[int, ...]  # global rows (absolute positions, rows p < 0 may be)
+    key_globals: tuple[int, ...]  # global keys below n_k, ascending
     documents: tuple[int, ...] | None
     dilation: int
     slots: tuple[tuple[int, ...], ...]
     key_slots: tuple[tuple[int, ...], ...]
+
+    @property
+    def globals(self) -> tuple[int, ...]:
+        """The global positions when rows and keys agree (global tokens), else the keys."""
+        return self.key_globals
+
+    @property
+    def apart(self) -> bool:
+        """Whether global rows and global keys differ (a plug-in feature's runs)."""
+        return self.row_globals != self.key_globals
+
+    def partner_owns(self, keys: bool) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(partner list, own list) of the row slots, or of the key slots (``keys``)."""
+        if keys:
+            return self.row_globals, self.key_globals
+        return self.key_globals, self.row_globals
+
+    def gpos(self, keys: bool) -> tuple[int, ...]:
+        """A direction's GPOS: its partners, then its owns when they differ."""
+        partners, owns = self.partner_owns(keys)
+        return partners + owns if self.apart else partners
 
     @property
     def max_rows(self) -> int:
@@ -83,65 +114,95 @@ class BandPlan:
     @property
     def flags(self) -> dict[str, bool]:
         """The kernels' compile-time mask clauses: code for a clause exists only when used."""
-        return {"GLOBAL": bool(self.globals), "DILATED": self.dilation > 1,
-                "DOCS": self.documents is not None, "PREFIX": self.prefix > 0}
+        out = {"GLOBAL": bool(self.row_globals or self.key_globals),
+               "DILATED": self.dilation > 1, "DOCS": self.documents is not None,
+               "PREFIX": self.prefix > 0}
+        if self.apart:  # only then: every other launch compiles exactly as without it
+            out["APART"] = True
+        return out
 
 
 def fused_band_reasons(spec: MaskSpec) -> list[str]:
-    """Why the band kernels cannot run ``spec`` (empty: they run every band mask)."""
+    """Why the band kernels cannot run ``spec`` (empty: they run every band mask, plug-in
+    runs features included: their runs are the kernels' global rows and keys)."""
     del spec
     return []
 
 
 @lru_cache(maxsize=64)
 def band_plan(spec: MaskSpec, n_q: int, n_k: int) -> BandPlan:
-    """The slots of a window/causal/dilation/global/prefix/documents mask (no ``block_size``)."""
+    """The slots of a window/causal/dilation/global/prefix/documents mask (no ``block_size``),
+    read from the feature modules (:mod:`harness.mask_features`)."""
     if spec.block_size is not None:
         raise ValueError("band_plan is for masks without block_size")
     if reasons := fused_band_reasons(spec):
         raise ValueError(reasons[0])
-    d, off = spec.dilation, n_k - n_q
+    d, off = dilation.step(spec), n_k - n_q
     big = 2 * (n_q + n_k) + 2
-    right = spec.right
+    lo, right = window.band(spec)
+    lo_rel, right = (-big if lo is None else lo // d), (None if right is None else right // d)
     if spec.causal:
         right = 0 if right is None else min(right, 0)
-    lo_rel = -big if spec.left is None else -spec.left
     hi_rel = big if right is None else right
     hg = 0 if spec.causal else big
     # a count g makes every p < g global, rows before the first key (p < 0) too; class slots
     # then start past them. With documents the globals are each document's own (local
     # positions): the table lists them as absolute positions, and no slot skips rows
-    skip = spec.global_tokens if isinstance(spec.global_tokens, int) and not spec.documents else 0
-    glob = tuple(range(min(off, 0), min(skip, n_k))) if skip else global_table(spec, n_k)
-    cross = CROSS if glob else 0
+    plain = isinstance(spec.global_tokens, int) and not spec.documents and not spec.extra
+    skip = spec.global_tokens if plain else 0
+    if skip:
+        rows_g = keys_g = tuple(range(min(off, 0), min(skip, n_k)))
+    else:
+        rows_g = _table(globals_.row_runs(spec), spec.documents, n_k, min(off, 0))
+        keys_g = _table(globals_.key_runs(spec), spec.documents, n_k, 0)
+    # each direction's GPOS lists its partners, then (when rows and keys differ) its owns;
+    # its GIDX the partners' counts, then the owns', found ``flags >> OWN_SHIFT`` further on
+    apart = rows_g != keys_g
+    skip_counts = (n_k - min(off, 0) + 2) << OWN_SHIFT if apart else 0
     slots, key_slots = [], []
-    if glob:
-        first_row, first_key = sum(x < off for x in glob), sum(x < 0 for x in glob)
-        slots.append((0, 1, first_row, len(glob) - first_row, 0, n_k, -big, hg, TABLE))
-        key_slots.append((0, 1, first_key, len(glob) - first_key, off, n_k, -hg, big, TABLE))
+    if rows_g:  # the TABLE slot of global rows
+        first = sum(x < off for x in rows_g) + (len(keys_g) if apart else 0)
+        slots.append((0, 1, first, len(rows_g) - first + (len(keys_g) if apart else 0), 0, n_k,
+                      -big, hg, TABLE))
+    if keys_g:  # the TABLE slot of global keys
+        first = sum(x < 0 for x in keys_g) + (len(rows_g) if apart else 0)
+        key_slots.append((0, 1, first, len(keys_g) - first + (len(rows_g) if apart else 0),
+                          off, n_k, -hg, big, TABLE))
     for r in range(d):
         x_start = ceil_div((max(off, skip) if skip else off) - r, d)
         n_rows = max(0, (n_k - 1 - r) // d - x_start + 1)
         nk = max(0, ceil_div(n_k - r, d))
         gk = min(max(ceil_div(skip - r, d), 0), nk)  # class keys below g: the table slot's
-        slots.append((r, d, x_start, n_rows, 0, nk, lo_rel, hi_rel, cross))
+        slots.append((r, d, x_start, n_rows, 0, nk, lo_rel, hi_rel,
+                      (CROSS if keys_g else 0) | skip_counts))
         rows = (x_start, x_start + n_rows)
-        key_slots.append((r, d, gk, nk - gk, *rows, -hi_rel, -lo_rel, cross))
-    return BandPlan(n_q, n_k, big, hg, spec.prefix_len, glob, spec.documents, d,
+        key_slots.append((r, d, gk, nk - gk, *rows, -hi_rel, -lo_rel,
+                          (CROSS if rows_g else 0) | skip_counts))
+    return BandPlan(n_q, n_k, big, hg, prefix.length(spec), rows_g, keys_g, spec.documents, d,
                     tuple(slots), tuple(key_slots))
+
+
+def _table(runs, documents: tuple[int, ...] | None, n_k: int, first: int) -> tuple[int, ...]:
+    """The absolute positions of ``runs`` below ``n_k``, ascending. With documents a position
+    is counted from each document's start (:mod:`harness.masks` rule 5). Without them a run
+    at 0 reaches down to ``first`` (rows before the first key count as position 0)."""
+    if documents is None:
+        out = [x for a, e in runs for x in range(a, min(e, n_k))]
+        if runs and runs[0][0] == 0 and first < 0:
+            out = list(range(first, 0)) + out
+        return tuple(out)
+    out, start = [], 0
+    for length in documents:
+        out.extend(start + x for a, e in runs for x in range(a, min(e, length)))
+        start += length
+    return tuple(x for x in out if x < n_k)
 
 
 def global_table(spec: MaskSpec, n_k: int) -> tuple[int, ...]:
     """The absolute global positions below ``n_k``, ascending. With documents a global position
     is counted from each document's start (:mod:`harness.masks` rule 5): document ``[s, s + l)``
     holds ``s + x`` for each global position ``x < l``."""
-    if spec.documents is None:
-        return spec.global_positions(n_k)
-    out, start = [], 0
-    for length in spec.documents:
-        out.extend(start + x for x in spec.global_positions(length))
-        start += length
-    return tuple(x for x in out if x < n_k)
+    return _table(spec.global_runs, spec.documents, n_k, 0)
 
 
 def doc_edges(documents: tuple[int, ...] | None, p: Tensor, n: int) -> tuple[Tensor, Tensor]:
@@ -206,7 +267,7 @@ def _own_blocks(plan: BandPlan, slot: tuple[int, ...], block: int):
     x0 = torch.arange(x_start, x_start + n_own, block, dtype=torch.int64)
     x1 = torch.clamp(x0 + block, max=x_start + n_own) - 1
     if flags & TABLE:
-        table = torch.tensor(plan.globals, dtype=torch.int64)
+        table = torch.tensor(plan.gpos(keys=False), dtype=torch.int64)
         return table[x0], table[x0], table[x1], table[x1]
     return x0, r + step * x0, x1, r + step * x1
 
@@ -216,7 +277,7 @@ def band_executed_pairs(plan: BandPlan, block_m: int, block_n: int) -> int:
     ``block_m`` rows times ``block_n`` keys per key block it visits (masked lanes included),
     band, cross and prefix segments. O(number of row blocks), O(rows) with a dilated prefix."""
     total = 0
-    table = torch.tensor(plan.globals, dtype=torch.int64)
+    table = torch.tensor(plan.key_globals, dtype=torch.int64)  # the rows' partners
     for slot in plan.slots:
         if slot[3] <= 0:
             continue

@@ -106,33 +106,52 @@ def decode_tiles(n_rows: int, group: int) -> tuple[int, int]:
 @dataclass(frozen=True)
 class BandTables:
     """A band plan's tables on one device (int32): slots and key slots (flat rows of
-    ``SLOT_FIELDS``), the global positions ``gpos`` and their prefix count ``gidx``
-    (``gidx[x - gbase]`` = globals below x, for x from ``plan.gbase`` to n_k + 1), the document
-    edges ``ds``/``de`` of each position (one dummy entry without documents)."""
+    ``SLOT_FIELDS``), per direction (row slots; key slots: ``*_t``) the global positions
+    ``gpos`` (:meth:`BandPlan.gpos`: the partners, then the owns where they differ) and their
+    prefix counts ``gidx`` likewise (each ``n_k - gbase + 2`` long: ``gidx[x - gbase]`` =
+    positions below x, for x from ``plan.gbase`` to n_k + 1), the document edges ``ds``/``de``
+    of each position (one dummy entry without documents)."""
 
     plan: BandPlan
     slots: Tensor
     key_slots: Tensor
     gpos: Tensor
     gidx: Tensor
+    gpos_t: Tensor
+    gidx_t: Tensor
     ds: Tensor
     de: Tensor
 
     @property
     def pointers(self) -> tuple[Tensor, ...]:
-        """The mask tables in the kernels' argument order: GPOS, GIDX, DS, DE."""
+        """The row slots' mask tables in the kernels' argument order: GPOS, GIDX, DS, DE."""
         return self.gpos, self.gidx, self.ds, self.de
+
+    @property
+    def key_pointers(self) -> tuple[Tensor, ...]:
+        """The key slots' mask tables (dK/dV), in the same order."""
+        return self.gpos_t, self.gidx_t, self.ds, self.de
+
+
+def _global_tables(plan: BandPlan, keys: bool) -> tuple[Tensor, Tensor]:
+    """(gpos, gidx) of one direction, int64: its partners (then owns, where they differ) and
+    their counts likewise."""
+    partners, owns = plan.partner_owns(keys)
+    counts = []
+    for positions in (partners, owns) if plan.apart else (partners,):
+        marks = torch.zeros(plan.n_k - plan.gbase + 2, dtype=torch.int64)
+        if positions:
+            marks[torch.tensor(positions, dtype=torch.int64) - plan.gbase + 1] = 1
+        counts.append(torch.cumsum(marks, 0))
+    return torch.tensor(plan.gpos(keys) or (0,), dtype=torch.int64), torch.cat(counts)
 
 
 @lru_cache(maxsize=64)
 def _band_tables(mask: MaskSpec, n_q: int, n_k: int, device: str) -> BandTables:
     plan = band_plan(mask, n_q, n_k)
     as_t = lambda x: torch.as_tensor(x, dtype=torch.int32).reshape(-1).to(device)
-    glob = torch.tensor(plan.globals or (0,), dtype=torch.int64)
-    marks = torch.zeros(n_k - plan.gbase + 2, dtype=torch.int64)
-    if plan.globals:
-        marks[glob - plan.gbase + 1] = 1
-    gidx = torch.cumsum(marks, 0)
+    gpos, gidx = _global_tables(plan, keys=False)
+    gpos_t, gidx_t = _global_tables(plan, keys=True)
     if plan.documents is None:
         ds = de = torch.zeros(1, dtype=torch.int64)
     else:
@@ -140,8 +159,8 @@ def _band_tables(mask: MaskSpec, n_q: int, n_k: int, device: str) -> BandTables:
         ends = torch.cumsum(lengths, 0)
         ds = torch.repeat_interleave(ends - lengths, lengths)
         de = torch.repeat_interleave(ends, lengths)
-    return BandTables(plan, as_t(plan.slots), as_t(plan.key_slots), as_t(glob), as_t(gidx),
-                      as_t(ds), as_t(de))
+    return BandTables(plan, as_t(plan.slots), as_t(plan.key_slots), as_t(gpos), as_t(gidx),
+                      as_t(gpos_t), as_t(gidx_t), as_t(ds), as_t(de))
 
 
 def band_tables(mask: MaskSpec, n_q: int, n_k: int, device: torch.device | str) -> BandTables:

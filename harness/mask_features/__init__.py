@@ -1,0 +1,26 @@
+"""The mask's geometry, one module per feature (attention-gym style: a feature is a clause).
+
+The dense rule of :mod:`harness.masks` is these clauses composed in one order::
+
+    keep = pattern                      # window.py and dilation.py, or bigbird_blocks.py
+    keep = keep | visible               # globals.py, and every plug-in feature (RunsFeature)
+    keep = keep & causal                # causal.py
+    keep = keep | prefix                # prefix.py
+    keep = keep & same document         # documents.py (positions counted per document)
+
+Each module states its clause (:func:`harness.masks.keep_pairs` calls it), its part of the
+closed-form pair count (what it puts in :mod:`harness.paircount`'s :class:`BandRule` /
+:class:`LayoutRule`, assembled by :func:`harness.masks.pair_rule`) and so its part of the one
+block plan (:mod:`harness.mask_features.block_plan`: exact per-block counts, so a (query block,
+key block) pair is skipped, full or partial; the element predicate of a partial one is the
+dense rule). Readers of the plan: the CPU tiles (:mod:`implementations._kernels.tiles`),
+Flex's ``BlockMask`` (:mod:`implementations._flex_masks`).
+
+A feature outside MaskSpec's named fields is a :class:`RunsFeature` carried in
+``MaskSpec.extra`` (see :mod:`.runs`): its geometry is runs of visible keys and rows, which
+every reader above already handles for global tokens.
+"""
+
+from harness.mask_features.runs import RunsFeature, merge_runs
+
+__all__ = ["RunsFeature", "merge_runs"]

@@ -1,0 +1,71 @@
+"""Visible runs: the geometry of global tokens and of plug-in features such as attention sinks.
+
+A *runs feature* makes some key positions visible to every query (``key_runs``) and some
+query positions see every key (``row_runs``), before causality cuts the future (rule 2 of
+:mod:`harness.masks`). Global tokens are both (:mod:`.globals`); attention sinks
+(StreamingLLM, Xiao et al. 2023: the first s keys kept on top of a sliding window) are keys
+only. Any such feature is counted in closed form by :mod:`harness.paircount` (runs are its
+``keys_g``/``rows_g``), planned by the block plan, tiled by the CPU tiles and masked by Flex
+with no code of its own beyond this class: a subclass states its runs, and the element
+predicate follows from them (:meth:`RunsFeature.keep`).
+
+A subclass must be a frozen dataclass (a MaskSpec is hashed as a cache key) and name the
+capability its paths need (``needs``): a path runs it when it runs that capability, and
+refuses it by the feature's own ``name`` otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+Runs = tuple[tuple[int, int], ...]  # sorted, disjoint [start, end) intervals
+
+
+def merge_runs(*groups: Runs) -> Runs:
+    """The union of groups of ``[start, end)`` runs, sorted, touching runs joined."""
+    out: list[list[int]] = []
+    for a, b in sorted(r for g in groups for r in g if r[1] > r[0]):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return tuple((a, b) for a, b in out)
+
+
+def in_runs(x: Tensor, runs: Runs) -> Tensor:
+    """``x`` lies in one of ``runs``, elementwise bool (x any integer tensor)."""
+    out = torch.zeros(x.shape, dtype=torch.bool, device=x.device)
+    for a, b in runs:
+        out |= (x >= a) & (x < b)
+    return out
+
+
+@dataclass(frozen=True)
+class RunsFeature:
+    """A plug-in mask feature made of visible runs (rule 2 of :mod:`harness.masks`)."""
+
+    name = "runs"  # the feature's name in refusals and labels (a class attribute)
+    needs = "global_positions"  # the capability a path needs to run it
+
+    def key_runs(self) -> Runs:
+        """Keys every query keeps (before causality), in document-local positions."""
+        return ()
+
+    def row_runs(self) -> Runs:
+        """Query positions that keep every key (before causality); a row before the first
+        key (p < 0) counts as position 0."""
+        return ()
+
+    def check(self) -> None:
+        """Raise ``ValueError`` for fields out of range (called by MaskSpec)."""
+
+    def label(self) -> str:
+        """A short label for :meth:`MaskSpec.describe`."""
+        return self.name
+
+    def keep(self, p: Tensor, j: Tensor) -> Tensor:
+        """The element predicate: (r, 1) query positions, (1, c) keys -> bool (r, c)."""
+        return in_runs(p.clamp_min(0), self.row_runs()) | in_runs(j, self.key_runs())

@@ -1,0 +1,47 @@
+"""Sliding window: ``-left·d <= j - p <= right·d`` (rule 1 of :mod:`harness.masks`).
+
+Where the field uses it: ``window = [left, right]`` in a suite (``-1`` = unbounded side),
+``window_left``/``window_right`` in result rows (``None`` = unbounded); Mistral/HF
+``sliding_window=W`` is ``(W - 1, 0)``, Longformer's window, the band of ``local``/``dilated``.
+
+- Clause: :func:`clause`, on ``rel = j - p``.
+- Count: the band ``[lo, hi]`` of :class:`harness.paircount.BandRule` (:func:`band`).
+- Block plan: a block pair meets the band iff its ``rel`` range does; the count decides.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from harness.mask_features.dilation import step
+
+UNBOUNDED = -1  # how a suite and a CLI spell an unbounded side
+
+
+def side(value: int | None) -> int | None:
+    """One window side as a MaskSpec holds it: ``-1`` or None -> None (unbounded), else an
+    int >= 0. The one place that reads ``-1``; raises ``ValueError`` below -1."""
+    if value is None or value == UNBOUNDED:
+        return None
+    if int(value) < 0:
+        raise ValueError(f"window sides must be >= 0 or -1/None, got {value}")
+    return int(value)
+
+
+def band(spec) -> tuple[int | None, int | None]:
+    """(lo, hi) bounds on ``rel = j - p`` in positions (dilation applied), None = unbounded."""
+    d = step(spec)
+    lo = None if spec.left is None else -spec.left * d
+    hi = None if spec.right is None else spec.right * d
+    return lo, hi
+
+
+def clause(spec, rel: Tensor) -> Tensor | None:
+    """``lo <= rel <= hi``, bool like rel; None when both sides are unbounded."""
+    lo, hi = band(spec)
+    keep = None
+    if lo is not None:
+        keep = rel >= lo
+    if hi is not None:
+        keep = (rel <= hi) if keep is None else keep & (rel <= hi)
+    return keep
