@@ -1,0 +1,111 @@
+"""The judged groups of a suite before it runs: which of its points each claim fits together,
+by the analysis' own row rules, for the coarse-to-fine order of a time-limited run
+(:mod:`harness.sweep.order`).
+
+A claim's rows are chosen as its verdict chooses them (:func:`~harness.analysis.evidence.
+subject_rows`: impl, scenario, ``where``, ``range``), here from the points' identity columns
+instead of measured rows; they split into fits as the verdict splits them
+(:func:`~harness.analysis.frames.group_keys` for an exponent claim; a ratio or crossover claim
+matches its baseline's points field by field as :func:`~harness.analysis.ratios.matched`
+does, and a pair at one x is one unit of the order).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+
+from harness.analysis.claims import Claim
+from harness.analysis.evidence import subject_rows
+from harness.analysis.frames import (
+    IMPL_FIELDS,
+    KEY_FIELDS,
+    column,
+    group_keys,
+    group_label,
+    groupable,
+)
+from harness.scenarios.interface import Point
+from harness.sweep.order import Group
+
+
+def point_frame(points: Sequence[Point]) -> pd.DataFrame:
+    """One row per point: its identity columns (what its result row will carry before any
+    measurement)."""
+    return pd.DataFrame([p.columns() for p in points])
+
+
+def judged_groups(points: Sequence[Point], claims: Sequence[Claim]) -> list[Group]:
+    """Every claim's groups over ``points``, in the claims' order: those with at least two
+    values of the claim's axis (one value is no slope, ratio trend or crossover to order)."""
+    if not points:
+        return []
+    df = point_frame(points)
+    out: list[Group] = []
+    for claim in claims:
+        sub = subject_rows(df, claim)
+        if not len(sub):
+            continue
+        if claim.kind == "exponent":
+            out += _exponent_groups(sub, claim)
+        else:
+            out += _paired_groups(sub, subject_rows(df, claim, baseline=True), claim)
+    return [g for g in out if len(g.units) >= 2]
+
+
+def _units(part: pd.DataFrame, over: str) -> dict[float, list[str]]:
+    x = pd.to_numeric(column(part, over), errors="coerce")
+    units: dict[float, list[str]] = {}
+    for value, pid in zip(x, part["point_id"], strict=True):
+        if pd.notna(value):
+            units.setdefault(float(value), []).append(pid)
+    return units
+
+
+def _group(claim: Claim, values: dict, units: dict[float, list[str]]) -> Group:
+    fixed = group_label(values)
+    who = " vs ".join(str(w) for w in (values.get("impl", claim.impl), claim.baseline) if w)
+    label = f"{claim.id}: {who}" + (f", {fixed}" if fixed != "all rows" else "")
+    return Group(label, claim.over, tuple((x, tuple(ids)) for x, ids in sorted(units.items())))
+
+
+def _exponent_groups(sub: pd.DataFrame, claim: Claim) -> list[Group]:
+    keys = group_keys(sub, claim.over, claim.hold)
+    frame = groupable(sub[keys]) if keys else sub
+    out = []
+    for values, part in (frame.groupby(keys, sort=True) if keys else [((), sub)]):
+        values = values if isinstance(values, tuple) else (values,)
+        rows = sub.loc[part.index]
+        out.append(_group(claim, dict(zip(keys, values, strict=True)), _units(rows, claim.over)))
+    return out
+
+
+def _paired_groups(sub: pd.DataFrame, base: pd.DataFrame, claim: Claim) -> list[Group]:
+    """A ratio or crossover claim: its impl's and its baseline's points that match field by
+    field (as the verdict matches rows), the pair at each x one unit."""
+    if not len(base):
+        return []
+    filters = set(claim.where) | set(claim.baseline_where or {})
+    skip = filters | {"impl", *IMPL_FIELDS, "point_id", claim.over}
+    keys = [c for c in KEY_FIELDS if c in sub.columns and c in base.columns and c not in skip]
+
+    def keyed(rows: pd.DataFrame) -> pd.DataFrame:
+        out = groupable(rows[keys]) if keys else pd.DataFrame(index=rows.index)
+        return out.assign(x=pd.to_numeric(column(rows, claim.over), errors="coerce"),
+                          point_id=rows["point_id"])
+
+    merged = keyed(sub).merge(keyed(base), on=[*keys, "x"], suffixes=("_s", "_b"))
+    if not len(merged):
+        return []
+    varying = [k for k in keys if merged[k].nunique() > 1 or k in claim.hold]
+    parts = merged.groupby(varying, sort=True) if varying else [((), merged)]
+    out = []
+    for values, part in parts:
+        values = values if isinstance(values, tuple) else (values,)
+        units: dict[float, list[str]] = {}
+        for x, a, b in zip(part["x"], part["point_id_s"], part["point_id_b"], strict=True):
+            ids = units.setdefault(float(x), [])
+            ids += [pid for pid in (a, b) if pid not in ids]
+        out.append(_group(claim, dict(zip(varying, values, strict=True)), units))
+    return out
