@@ -1,6 +1,6 @@
 """The judged groups of a suite before it runs: which of its points each claim fits together,
 by the analysis' own row rules, for the coarse-to-fine order of a time-limited run
-(:mod:`harness.sweep.order`).
+(:mod:`harness.sweep.order`, which orders them: the analysis may not be imported there).
 
 A claim's rows are chosen as its verdict chooses them (:func:`~harness.analysis.evidence.
 subject_rows`: impl, scenario, ``where``, ``range``), here from the points' identity columns
@@ -13,6 +13,7 @@ does, and a pair at one x is one unit of the order).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -27,7 +28,17 @@ from harness.analysis.frames import (
     groupable,
 )
 from harness.scenarios.interface import Point
-from harness.sweep.order import Group
+
+
+@dataclass(frozen=True)
+class JudgedGroup:
+    """The points one claim fits together: ``label`` (claim id, implementation(s), the fixed
+    fields), ``axis`` (the claim's ``over``) and ``units``: (x, the point ids at x: one, or a
+    ratio claim's pair), sorted by x. A :class:`harness.sweep.order.Group`."""
+
+    label: str
+    axis: str
+    units: tuple[tuple[float, tuple[str, ...]], ...]
 
 
 def point_frame(points: Sequence[Point]) -> pd.DataFrame:
@@ -36,13 +47,13 @@ def point_frame(points: Sequence[Point]) -> pd.DataFrame:
     return pd.DataFrame([p.columns() for p in points])
 
 
-def judged_groups(points: Sequence[Point], claims: Sequence[Claim]) -> list[Group]:
+def judged_groups(points: Sequence[Point], claims: Sequence[Claim]) -> list[JudgedGroup]:
     """Every claim's groups over ``points``, in the claims' order: those with at least two
     values of the claim's axis (one value is no slope, ratio trend or crossover to order)."""
     if not points:
         return []
     df = point_frame(points)
-    out: list[Group] = []
+    out: list[JudgedGroup] = []
     for claim in claims:
         sub = subject_rows(df, claim)
         if not len(sub):
@@ -63,14 +74,15 @@ def _units(part: pd.DataFrame, over: str) -> dict[float, list[str]]:
     return units
 
 
-def _group(claim: Claim, values: dict, units: dict[float, list[str]]) -> Group:
+def _group(claim: Claim, values: dict, units: dict[float, list[str]]) -> JudgedGroup:
     fixed = group_label(values)
     who = " vs ".join(str(w) for w in (values.get("impl", claim.impl), claim.baseline) if w)
     label = f"{claim.id}: {who}" + (f", {fixed}" if fixed != "all rows" else "")
-    return Group(label, claim.over, tuple((x, tuple(ids)) for x, ids in sorted(units.items())))
+    units_at = tuple((x, tuple(ids)) for x, ids in sorted(units.items()))
+    return JudgedGroup(label, claim.over, units_at)
 
 
-def _exponent_groups(sub: pd.DataFrame, claim: Claim) -> list[Group]:
+def _exponent_groups(sub: pd.DataFrame, claim: Claim) -> list[JudgedGroup]:
     keys = group_keys(sub, claim.over, claim.hold)
     frame = groupable(sub[keys]) if keys else sub
     out = []
@@ -81,7 +93,7 @@ def _exponent_groups(sub: pd.DataFrame, claim: Claim) -> list[Group]:
     return out
 
 
-def _paired_groups(sub: pd.DataFrame, base: pd.DataFrame, claim: Claim) -> list[Group]:
+def _paired_groups(sub: pd.DataFrame, base: pd.DataFrame, claim: Claim) -> list[JudgedGroup]:
     """A ratio or crossover claim: its impl's and its baseline's points that match field by
     field (as the verdict matches rows), the pair at each x one unit."""
     if not len(base):

@@ -4,7 +4,7 @@ run cut anywhere is as decisive as it can be (docs/time_limit.md).
 A *judged group* is the set of points one claim fits together: one implementation's points
 along the claim's swept axis (``over``), the other fields fixed. Which points form which
 group is the analysis' rule (:mod:`harness.analysis.groups` builds them from a suite and a
-claims file); this module only orders them, from plain data:
+claims file, a layer above this one); this module only orders them, from plain data:
 
 1. each group's swept values by *bisection in log space*: level 0 is the two ends of the axis,
    level 1 the value nearest the geometric middle of the ends, level 2 the middles of the two
@@ -24,17 +24,19 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 
-@dataclass(frozen=True)
-class Group:
-    """One judged group: ``label`` (claim id and the fixed fields, for ``--dry-run``),
-    ``axis`` (the swept variable) and ``units``: (x, point ids measured together at x),
-    in any order."""
+class Group(Protocol):
+    """One judged group (:class:`harness.analysis.groups.JudgedGroup` is one): ``label``
+    (claim id and the fixed fields, for ``--dry-run``) and ``units``: (x, point ids measured
+    together at x), in any order."""
 
-    label: str
-    axis: str
-    units: tuple[tuple[float, tuple[str, ...]], ...]
+    @property
+    def label(self) -> str: ...
+
+    @property
+    def units(self) -> tuple[tuple[float, tuple[str, ...]], ...]: ...
 
 
 @dataclass(frozen=True)
