@@ -34,6 +34,7 @@ class Deadline:
     predict: Callable[[Point], float] | None = None  # predicted seconds of one pass
     clock: Callable[[], float] = time.monotonic
     started: float | None = None
+    _pass_start: float = 0.0
     left_out: set[str] = field(default_factory=set)  # points with no pass run
     cut: set[str] = field(default_factory=set)  # points with some passes, cut before the last
     # (first pass?) -> [actual seconds, predicted seconds] of the passes done
@@ -57,13 +58,17 @@ class Deadline:
 
     def fits(self, point: Point, first: bool) -> bool:
         """Whether a pass of ``point`` may start now; starts the clock on the first call."""
+        now = self.clock()
         if self.started is None:
-            self.started = self.clock()
+            self.started = self._pass_start = now
             return True
-        return self.expected(point, first) <= self.limit_s - self.elapsed()
+        self._pass_start = now
+        return self.expected(point, first) <= self.limit_s - (now - self.started)
 
-    def record(self, point: Point, first: bool, seconds: float) -> None:
-        """A pass of ``point`` took ``seconds``."""
+    def record(self, point: Point, first: bool, seconds: float | None = None) -> None:
+        """A pass of ``point`` took ``seconds`` (default: since :meth:`fits` let it start)."""
+        if seconds is None:
+            seconds = self.clock() - self._pass_start
         self._counts[first] += 1
         self._pace[first][0] += seconds
         self._pace[first][1] += self.predict(point) if self.predict is not None else seconds

@@ -301,7 +301,6 @@ def run_points(
         if pending and deadline is not None and not deadline.fits(point, k == 0):
             deadline.leave(point.point_id, k)
             continue
-        started = time.perf_counter()
         ran = None
         if k == 0 and st.first is None:
             ran = st.first = _first_pass(point, config, executor, devices, refs, mem_budget)
@@ -313,7 +312,7 @@ def run_points(
             ran = st.records[k] = {"pass": k, **record}
             log.write(point.point_id, k, st.records[k])
         if ran is not None and deadline is not None:
-            deadline.record(point, k == 0, time.perf_counter() - started)
+            deadline.record(point, k == 0)
         if ran is not None and on_pass is not None:
             on_pass(point, k, ran)
         if ran is not None and executor is None and after_fault and device_fault(ran):

@@ -1,0 +1,102 @@
+"""The whole-run time limit: which passes fit, and what a cut run leaves behind (rows of the
+points that finished every pass, the other finished passes in passes.jsonl, nothing else).
+Time is a fake clock the executor advances: no test here depends on this machine's speed."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.execute import runner
+from harness.execute.deadline import Deadline
+from harness.measure.timing import TimingConfig
+from harness.results import PASSES_FILE, RowWriter, iter_rows, read_run
+from harness.scenarios.interface import Point
+from harness.sweep.suite import MeasureConfig
+
+POINTS = [Point(impl="sdpa", seq_len=n, heads=2, head_dim=8) for n in (16, 24, 32, 48)]
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_first_pass_always_fits_and_then_the_pace_decides():
+    clock = Clock()
+    deadline = Deadline(10.0, predict=lambda p: p.seq_len / 16, clock=clock)
+    big, small = POINTS[3], POINTS[0]  # predicted 3 s and 1 s
+    assert deadline.fits(big, True)  # the first pass, even if it cannot fit
+    clock.now += 6.0
+    deadline.record(big, True, 6.0)  # twice as slow as predicted
+    assert deadline.expected(small, True) == pytest.approx(2.0)
+    assert deadline.expected(small, False) == pytest.approx(2.0)  # no later pass yet: first's
+    assert not deadline.fits(big, True)  # 6 s expected, 4 s left
+    assert deadline.fits(small, True)
+    clock.now += 4.5
+    assert not deadline.fits(small, True)  # time is up: nothing fits
+
+
+def test_without_a_predictor_the_mean_pass_decides():
+    clock = Clock()
+    deadline = Deadline(5.0, clock=clock)
+    assert deadline.fits(POINTS[0], True)
+    clock.now += 2.0
+    deadline.record(POINTS[0], True, 2.0)
+    assert deadline.fits(POINTS[1], True)  # 2 s expected, 3 s left
+    clock.now += 1.5
+    assert not deadline.fits(POINTS[1], True)
+
+
+def _executor(clock: Clock, seconds: dict[int, float], ran: list):
+    """A stand-in for the isolated executor: each pass takes ``seconds[seq_len]`` of the
+    fake clock and returns an ok record."""
+
+    def execute(point, pass_index=0):
+        clock.now += seconds[point.seq_len]
+        ran.append((point.seq_len, pass_index))
+        return {**runner.point_row(point), "status": "ok", "time_samples_s": [1e-3] * 3,
+                "calls_per_sample": 1, "time_median_s": 1e-3}
+
+    return execute
+
+
+def test_a_cut_run_keeps_finished_rows_and_passes_and_leaves_the_rest_out(tmp_path):
+    clock, ran = Clock(), []
+    seconds = {16: 1.0, 24: 1.0, 32: 1.0, 48: 1.0}
+    deadline = Deadline(7.5, clock=clock)
+    config = MeasureConfig(timing=TimingConfig(budget_s=0.01), passes=2)
+    order = [3, 0, 2, 1]  # coarse to fine: n=48, 16, 32, 24
+    counts = runner.run_points(POINTS, RowWriter(tmp_path), config, run_id="r", suite_name="s",
+                               executor=_executor(clock, seconds, ran), first_order=order,
+                               deadline=deadline)
+    assert [n for n, k in ran if k == 0] == [48, 16, 32, 24]  # the first pass in that order
+    assert len(ran) == 7  # 4 first passes, then 3 of the 4 later passes fit in 7.5 s
+    finished = {POINTS[i].point_id for i in range(4)} - deadline.cut
+    rows = list(iter_rows(tmp_path / "rows.jsonl"))
+    assert {r["point_id"] for r in rows} == finished and counts == {"ok": 3}
+    assert len(deadline.cut) == 1 and not deadline.left_out
+    run = read_run(tmp_path)  # the cut point is read back from its finished pass
+    assert run.partial == 1 and len(run.rows) == 4
+
+
+def test_a_pass_that_does_not_fit_leaves_its_point_out_but_smaller_ones_still_run(tmp_path):
+    clock, ran = Clock(), []
+    seconds = {16: 1.0, 24: 1.0, 32: 1.0, 48: 8.0}
+    predicted = {16: 1.0, 24: 1.0, 32: 1.0, 48: 8.0}
+    deadline = Deadline(5.0, predict=lambda p: predicted[p.seq_len], clock=clock)
+    config = MeasureConfig(timing=TimingConfig(budget_s=0.01), passes=1)
+    runner.run_points(POINTS, RowWriter(tmp_path), config, run_id="r", suite_name="s",
+                      executor=_executor(clock, seconds, ran), first_order=[0, 3, 1, 2],
+                      deadline=deadline)
+    assert ran == [(16, 0), (24, 0), (32, 0)]  # n=48 (8 s) did not fit; the rest did
+    assert deadline.left_out == {POINTS[3].point_id}
+    assert (tmp_path / PASSES_FILE).is_file()
+
+
+def test_first_order_must_name_every_point_once(tmp_path):
+    with pytest.raises(ValueError, match="every point index once"):
+        runner.run_points(POINTS, RowWriter(tmp_path), MeasureConfig(), run_id="r",
+                          suite_name="s", executor=lambda *a, **k: {}, first_order=[0, 0, 1])
