@@ -135,8 +135,8 @@ def run_suite(suite: Suite, measure: MeasureConfig, options: RunOptions,
     if deadline is not None:
         print(limit_notice(deadline, points, order, plan), file=sys.stderr)
     try:
-        with (Progress(plan, max(measure.passes, 1)) if options.progress and points
-              else nullcontext()) as bar:
+        with (Progress(plan, max(measure.passes, 1), limit_s=measure.time_limit_s)
+              if options.progress and points else nullcontext()) as bar:
             counts = run_points(points, writer, measure, run_id=run_id, suite_name=suite.name,
                                 mem_budget=options.mem_budget, executor=executor,
                                 on_pass=_stepper(bar),

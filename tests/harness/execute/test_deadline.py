@@ -100,3 +100,21 @@ def test_first_order_must_name_every_point_once(tmp_path):
     with pytest.raises(ValueError, match="every point index once"):
         runner.run_points(POINTS, RowWriter(tmp_path), MeasureConfig(), run_id="r",
                           suite_name="s", executor=lambda *a, **k: {}, first_order=[0, 0, 1])
+
+
+def test_the_eta_of_a_time_limited_run_is_never_past_its_limit():
+    import io
+
+    from harness.terminal import Progress
+
+    clock = Clock()
+    plan = {(p, k): 10.0 for p in ("a", "b", "c") for k in range(3)}
+    with Progress(plan, 3, stream=io.StringIO(), clock=clock, limit_s=30.0) as bar:
+        assert bar.eta_s() == 30.0  # 90 s predicted, 30 s allowed
+        clock.now += 25
+        bar.step("a", 0, "ok")
+        assert bar.eta_s() == pytest.approx(5.0)
+        clock.now += 10
+        assert bar.eta_s() == 0.0
+    with Progress(plan, 3, stream=io.StringIO(), clock=clock) as bar:
+        assert bar.eta_s() == 90.0  # no limit: the prediction
