@@ -27,6 +27,7 @@ from harness.analysis.frames import (
     group_label,
     groupable,
 )
+from harness.analysis.verdicts import evaluate
 from harness.scenarios.interface import Point
 
 
@@ -39,6 +40,10 @@ class JudgedGroup:
     label: str
     axis: str
     units: tuple[tuple[float, tuple[str, ...]], ...]
+    claim: str = ""  # the claim's id
+
+    def point_ids(self) -> set[str]:
+        return {pid for _, ids in self.units for pid in ids}
 
 
 def point_frame(points: Sequence[Point]) -> pd.DataFrame:
@@ -79,7 +84,7 @@ def _group(claim: Claim, values: dict, units: dict[float, list[str]]) -> JudgedG
     who = " vs ".join(str(w) for w in (values.get("impl", claim.impl), claim.baseline) if w)
     label = f"{claim.id}: {who}" + (f", {fixed}" if fixed != "all rows" else "")
     units_at = tuple((x, tuple(ids)) for x, ids in sorted(units.items()))
-    return JudgedGroup(label, claim.over, units_at)
+    return JudgedGroup(label, claim.over, units_at, claim.id)
 
 
 def _exponent_groups(sub: pd.DataFrame, claim: Claim) -> list[JudgedGroup]:
@@ -121,3 +126,45 @@ def _paired_groups(sub: pd.DataFrame, base: pd.DataFrame, claim: Claim) -> list[
             ids += [pid for pid in (a, b) if pid not in ids]
         out.append(_group(claim, dict(zip(varying, values, strict=True)), units))
     return out
+
+
+DECISIVE = ("confirmed", "refuted")
+
+
+class StoppingRule:
+    """The order's stopping rule: after each measured point, which judged groups are decided
+    already, so that their points still to come may wait at the back of the queue. A group is
+    decided when the verdict of its claim over the group's rows so far (ok first-pass rows,
+    at least three values of the axis) is ``confirmed`` or ``refuted`` by the analysis' own
+    rules (:func:`~harness.analysis.verdicts.evaluate`: for a time claim its interval wholly
+    inside or outside the band over the plateau, contended and host-bound rows left out).
+    Verdicts stay the analysis' job; this only says which points may wait.
+
+    ``rule(rows, env)`` -> the point ids of decided groups (``env``: the run's env.json, for
+    the calibration utilization needs). Only groups whose rows changed are judged again."""
+
+    def __init__(self, groups: Sequence[JudgedGroup], claims: Sequence[Claim]):
+        by_id = {c.id: c for c in claims}
+        self.groups = [(g, by_id[g.claim], g.point_ids()) for g in groups if g.claim in by_id]
+        self._seen: dict[str, int] = {}
+        self.decided: dict[str, str] = {}  # group label -> its verdict, once decisive
+
+    def __call__(self, rows: Sequence[dict], env: dict | None = None) -> set[str]:
+        frame = pd.DataFrame([r for r in rows if r.get("status") == "ok"])
+        out: set[str] = set()
+        if not len(frame) or "point_id" not in frame.columns:
+            return out
+        run_id = (env or {}).get("run_id") or "run"
+        frame = frame.assign(run_id=run_id)
+        for group, claim, ids in self.groups:
+            part = frame[frame["point_id"].isin(ids)]
+            if group.label not in self.decided and len(part) != self._seen.get(group.label):
+                self._seen[group.label] = len(part)
+                xs = pd.to_numeric(column(part, claim.over), errors="coerce").nunique()
+                if xs >= 3:
+                    verdict = evaluate(claim, part, {run_id: env or {}}).verdict
+                    if verdict in DECISIVE:
+                        self.decided[group.label] = verdict
+            if group.label in self.decided:
+                out |= ids
+        return out

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from harness import bundled, fmt
 from harness.analysis.claims import DEFAULT_CLAIMS, load_claims
-from harness.analysis.groups import judged_groups
+from harness.analysis.groups import StoppingRule, judged_groups
 from harness.cli import output_dir, parse_size
 from harness.cli.table import print_table
 from harness.distributed.launch import launch
@@ -126,10 +126,13 @@ def cmd_run(args) -> int:
     suite = load_suite(args.suite or default_suite())
     measure = configure(suite, options)
     if args.dry_run or measure.time_limit_s:
-        order = point_order(suite, args.claims)
+        claims = load_claims(args.claims or DEFAULT_CLAIMS)
+        groups = judged_groups(suite.points, claims)
+        order = coarse_to_fine([p.point_id for p in suite.points], groups)
         if args.dry_run:
             return print_order(suite, order, measure.passes, measure.time_limit_s)
-        options = replace(options, first_order=tuple(slot.point_id for slot in order))
+        options = replace(options, first_order=tuple(slot.point_id for slot in order),
+                          stopping_rule=StoppingRule(groups, claims))
     if args.launcher != "local":  # every shard on Ray / Slurm, merged into --out
         if args.shard is not None:
             raise CliError("--shard K/N runs one shard here; --launcher runs them all (use one)")
@@ -159,13 +162,6 @@ def parse_duration(text: str) -> float:
     if not 0 < seconds < math.inf:
         raise argparse.ArgumentTypeError(f"must be a positive duration: {text!r}")
     return seconds
-
-
-def point_order(suite: Suite, claims: Path | None) -> list[Slot]:
-    """The suite's points in coarse-to-fine order over the judged groups of ``claims``
-    (default: the bundled claims file)."""
-    groups = judged_groups(suite.points, load_claims(claims or DEFAULT_CLAIMS))
-    return coarse_to_fine([p.point_id for p in suite.points], groups)
 
 
 def print_order(suite: Suite, order: list[Slot], passes: int, limit_s: float | None) -> int:

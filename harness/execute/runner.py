@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import gc
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -258,6 +259,7 @@ def run_points(
     after_fault: Callable[[Point, dict], Callable[..., dict]] | None = None,
     first_order: list[int] | None = None,
     deadline: Deadline | None = None,
+    defer: Callable[[list[dict]], set[str]] | None = None,
 ) -> dict[str, int]:
     """Run ``points`` in ``config.passes`` shuffled passes, writing each point's row when its
     last pass finishes; returns status counts. Passes already in ``passes.jsonl`` (a resumed
@@ -273,7 +275,11 @@ def run_points(
     run's coarse-to-fine order, :mod:`harness.sweep.order`) instead of its shuffled one; the
     later passes keep theirs. ``deadline``: a pass that does not fit in the time left is not
     started; its point runs no further pass and gets no row (its finished passes stay in
-    ``passes.jsonl``; :class:`~harness.execute.deadline.Deadline` keeps the tally)."""
+    ``passes.jsonl``; :class:`~harness.execute.deadline.Deadline` keeps the tally).
+    ``defer(first-pass rows so far)``: after each ok first pass, the point ids whose first
+    passes still to come go to the back of the first pass (the order's stopping rule: their
+    group is decided already); the runner only reorders, every pass still runs if time
+    allows."""
     devices = _devices(points, config.flush_l2) if executor is None else {}
     refs: dict[str, ReferenceKernel] = {}
     log = PassLog(writer.path.parent)
@@ -291,7 +297,11 @@ def run_points(
         if on_row is not None:
             on_row(row)
 
-    for k, index in _tasks(len(points), total, config.order_seed, first_order):
+    queue = deque(_tasks(len(points), total, config.order_seed, first_order))
+    measured = [st.first for st in state.values() if (st.first or {}).get("status") == "ok"]
+    deferred: set[str] = set()
+    while queue:
+        k, index = queue.popleft()
         point, st = points[index], state[points[index].point_id]
         if k > 0 and (st.first or {}).get("status") != "ok":
             continue  # skipped or failed in its first pass: its row is written already
@@ -319,6 +329,12 @@ def run_points(
             executor = after_fault(point, ran)  # this process's context may be poisoned
         if k == total - 1 or st.first.get("status") != "ok":
             finish(point)
+        if ran is not None and k == 0 and defer is not None and ran.get("status") == "ok":
+            measured.append(ran)
+            decided = defer(measured) - deferred
+            if decided:
+                deferred |= decided
+                queue = _to_back(queue, points, deferred)
     return counts
 
 
@@ -332,6 +348,15 @@ def _tasks(count: int, total: int, seed: int,
             raise ValueError("first_order must list every point index once")
         orders[0] = list(first_order)
     return [(k, index) for k, order in enumerate(orders) for index in order]
+
+
+def _to_back(queue: deque, points: list[Point], deferred: set[str]) -> deque:
+    """``queue`` with the first passes of ``deferred`` points after every other first pass
+    (in their order), the later passes as they were."""
+    first = [t for t in queue if t[0] == 0]
+    waiting = [t for t in first if points[t[1]].point_id in deferred]
+    return deque([t for t in first if points[t[1]].point_id not in deferred] + waiting
+                 + [t for t in queue if t[0] > 0])
 
 
 def _ref(point: Point, device: Device, refs: dict[str, ReferenceKernel]) -> ReferenceKernel:

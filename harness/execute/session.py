@@ -52,6 +52,9 @@ class RunOptions:
     # point ids in the first pass's order (a time-limited run's coarse-to-fine order,
     # harness.sweep.order); None: the shuffled order. Ids not in the suite are ignored.
     first_order: tuple[str, ...] | None = None
+    # with a time limit: (first-pass rows so far, env.json) -> point ids that may wait at the
+    # back of the first pass (harness.analysis.groups.StoppingRule)
+    stopping_rule: Callable[[list[dict], dict], set[str]] | None = None
 
 
 @dataclass(frozen=True)
@@ -141,7 +144,8 @@ def run_suite(suite: Suite, measure: MeasureConfig, options: RunOptions,
                                 mem_budget=options.mem_budget, executor=executor,
                                 on_pass=_stepper(bar),
                                 after_fault=_isolate_after_fault(measure, options),
-                                first_order=order, deadline=deadline)
+                                first_order=order, deadline=deadline,
+                                defer=_defer(options.stopping_rule, run_dir, deadline))
     except KeyboardInterrupt:
         raise Interrupted(interrupted_message(suite, run_dir)) from None
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or (
@@ -150,6 +154,14 @@ def run_suite(suite: Suite, measure: MeasureConfig, options: RunOptions,
     if deadline is not None and (deadline.left_out or deadline.cut):
         print(cut_message(deadline, suite, run_dir, max(measure.passes, 1)), file=sys.stderr)
     return RunResult(run_dir, counts)
+
+
+def _defer(rule, run_dir: Path, deadline: Deadline | None):
+    """The runner's ``defer`` for a time-limited run with a stopping rule (None otherwise)."""
+    if rule is None or deadline is None:
+        return None
+    env = load_env(run_dir)
+    return lambda rows: rule(rows, env)
 
 
 def first_order(points: list[Point], ids: tuple[str, ...] | None) -> list[int]:

@@ -13,7 +13,7 @@ import pytest
 from harness.analysis.claims import DEFAULT_CLAIMS, load_claims, parse_claims
 from harness.analysis.groups import judged_groups
 from harness.sweep.order import bisection_levels, coarse_to_fine, describe
-from harness.sweep.suite import parse_suite
+from harness.sweep.suite import MeasureConfig, parse_suite
 
 
 @dataclass(frozen=True)
@@ -115,3 +115,54 @@ def test_every_bundled_claims_group_of_claims_cpu_gets_its_ends_first():
     ends = {pid for g in groups for x, ids in g.units
             if x in (g.units[0][0], g.units[-1][0]) for pid in ids}
     assert {s.point_id for s in slots[:first_fine]} == ends
+
+
+def test_the_stopping_rule_lets_a_decided_group_wait_and_not_an_open_one():
+    """Memory exactly linear in n for sdpa-flash (its claim: exponent 1 ± 0.3): decided once
+    three lengths are in; full's quadratic memory claim with two lengths is still open."""
+    from harness.analysis.groups import StoppingRule
+
+    suite = parse_suite(SUITE)
+    claims = parse_claims({"claim": [
+        {"id": "mem", "impl": "sdpa-flash", "metric": "peak_mem_bytes", "over": "seq_len",
+         "expect_exponent": 1, "tolerance": 0.3},
+        {"id": "full-mem", "impl": "full", "metric": "peak_mem_bytes", "over": "seq_len",
+         "expect_exponent": 2, "tolerance": 0.3},
+    ]})
+    rule = StoppingRule(judged_groups(suite.points, claims), claims)
+    flash = [p for p in suite.points if p.impl == "sdpa-flash"]
+    full = [p for p in suite.points if p.impl == "full"]
+
+    def row(p, peak):
+        return {**p.columns(), "status": "ok", "peak_mem_bytes": peak}
+
+    rows = [row(p, 1000 * p.seq_len) for p in flash[:2]] + [row(p, p.seq_len**2) for p in full[:2]]
+    assert rule(rows) == set()  # two lengths each: no group is judged yet
+    rows.append(row(flash[2], 1000 * flash[2].seq_len))
+    assert rule(rows) == {p.point_id for p in flash}
+    assert rule.decided == {"mem: sdpa-flash": "confirmed"}
+
+
+def test_the_runner_moves_a_deferred_group_to_the_back_of_the_first_pass(tmp_path):
+    from harness.execute import runner
+    from harness.results import RowWriter
+
+    suite = parse_suite(SUITE)
+    points = [p for p in suite.points if p.impl != "sdpa"]
+    ran: list[str] = []
+
+    def execute(point, pass_index=0):
+        ran.append(point.point_id)
+        return {**runner.point_row(point), "status": "ok", "time_samples_s": [1e-3],
+                "calls_per_sample": 1, "time_median_s": 1e-3}
+
+    late = {p.point_id for p in points if p.impl == "full"}
+    order = list(range(len(points)))  # full's 6 points first, then sdpa-flash's
+
+    def defer(rows):
+        return late if len(rows) >= 2 else set()  # full's group decided after two points
+
+    runner.run_points(points, RowWriter(tmp_path), MeasureConfig(passes=1), run_id="r",
+                      suite_name="s", executor=execute, first_order=order, defer=defer)
+    assert ran[:2] == [points[0].point_id, points[1].point_id]
+    assert [pid in late for pid in ran[2:]] == [False] * 6 + [True] * 4
