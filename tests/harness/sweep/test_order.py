@@ -129,7 +129,8 @@ def test_the_stopping_rule_lets_a_decided_group_wait_and_not_an_open_one():
         {"id": "full-mem", "impl": "full", "metric": "peak_mem_bytes", "over": "seq_len",
          "expect_exponent": 2, "tolerance": 0.3},
     ]})
-    rule = StoppingRule(judged_groups(suite.points, claims), claims)
+    groups = judged_groups(suite.points, claims)
+    rule = StoppingRule(groups, claims, clock=lambda: 0.0)  # no time spent: always judges
     flash = [p for p in suite.points if p.impl == "sdpa-flash"]
     full = [p for p in suite.points if p.impl == "full"]
 
@@ -141,6 +142,10 @@ def test_the_stopping_rule_lets_a_decided_group_wait_and_not_an_open_one():
     rows.append(row(flash[2], 1000 * flash[2].seq_len))
     assert rule(rows) == {p.point_id for p in flash}
     assert rule.decided == {"mem: sdpa-flash": "confirmed"}
+    ticks = iter([0.0, 10.0, 11.0])  # the first call takes 10 s of an 11 s run: over 5 %
+    slow = StoppingRule(groups, claims, clock=lambda: next(ticks))
+    assert slow(rows[:2]) == set()
+    assert slow(rows) == set() and slow.decided == {}  # judged nothing: over its share
 
 
 def test_the_runner_moves_a_deferred_group_to_the_back_of_the_first_pass(tmp_path):
