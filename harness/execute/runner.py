@@ -322,7 +322,7 @@ def run_points(
             ran = st.records[k] = {"pass": k, **record}
             log.write(point.point_id, k, st.records[k])
         if ran is not None and deadline is not None:
-            deadline.record(point, k == 0)
+            deadline.record(point, k == 0, record=ran)
         if ran is not None and on_pass is not None:
             on_pass(point, k, ran)
         if ran is not None and executor is None and after_fault and device_fault(ran):

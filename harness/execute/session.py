@@ -128,8 +128,10 @@ def run_suite(suite: Suite, measure: MeasureConfig, options: RunOptions,
         predict = _over_budget_is_instant(predict, options.mem_budget)
     plan = pass_plan(points, PassLog(run_dir), max(measure.passes, 1), predict)
     order = first_order(points, options.first_order) if measure.time_limit_s else None
-    deadline = (Deadline(measure.time_limit_s, predict) if measure.time_limit_s and points
-                else None)
+    timing = measure.timing  # the calls a pass cannot skip (first: first call, check, memory)
+    calls = (3 + timing.warmup_calls + timing.min_samples, timing.warmup_calls + timing.min_samples)
+    deadline = (Deadline(measure.time_limit_s, predict, calls=calls)
+                if measure.time_limit_s and points else None)
     print(f"attnbench: {plural(len(points), 'point')} of suite {suite.name!r} -> {run_dir}"
           + (f" ({len(done)} already done)" if done else "")
           + (f"; expected about {duration(sum(plan.values()))} "

@@ -118,3 +118,22 @@ def test_the_eta_of_a_time_limited_run_is_never_past_its_limit():
         assert bar.eta_s() == 0.0
     with Progress(plan, 3, stream=io.StringIO(), clock=clock) as bar:
         assert bar.eta_s() == 90.0  # no limit: the prediction
+
+
+def test_a_large_point_is_expected_to_take_its_calls_at_the_measured_call_time():
+    """Small points are overhead: their pace says little about a large point's calls. The
+    measured call time of the same implementation, scaled by FLOPs, bounds it from below."""
+    clock = Clock()
+    deadline = Deadline(60.0, predict=lambda p: 1.0, clock=clock, calls=(10, 5),
+                        flops=lambda p: float(p.seq_len**2))
+    small, large = POINTS[0], POINTS[3]  # n=16, n=48: 9x the FLOPs
+    assert deadline.fits(small, True)
+    clock.now += 1.0
+    deadline.record(small, True, record={"status": "ok", "time_median_s": 0.5})
+    assert deadline.expected(large, True) == pytest.approx(10 * 0.5 * 9)  # not the pace's 1 s
+    assert deadline.expected(large, False) == pytest.approx(5 * 0.5 * 9)
+    assert deadline.fits(large, True)  # 45 s expected, 59 s left
+    clock.now += 20.0
+    assert not deadline.fits(large, True)  # 39 s left
+    other = Point(impl="full", seq_len=48, heads=2, head_dim=8)
+    assert deadline.expected(other, True) == pytest.approx(1.0)  # no call time known for full
