@@ -7,8 +7,8 @@ row of the run directory, so a resumed run is judged whole:
 
 - 0: every point ran ``ok`` or was left out for a stated reason: ``skipped`` (capability,
   memory budget), ``oom`` (the device ran out of memory: a capacity, not a wrong result; the
-  memory columns and ``compare`` judge memory), or a ``--time-limit`` cut. The last line counts
-  each of them.
+  memory columns and ``compare`` judge memory), ``timeout`` (``--point-timeout``: a limit the
+  user set), or a ``--time-limit`` cut. The last line counts each of them.
 - 1: a point failed: ``error`` (the implementation raised or crashed) or ``mismatch`` (its result
   disagrees with the float64 reference); one line per failing implementation says which.
 - 2: a usage or suite error (nothing ran).
@@ -45,7 +45,7 @@ from harness.terminal import duration
 
 DEFAULT_SUITE = "smoke.toml"  # bundled: the checkout's suites/, or the installed package's copy
 EXIT_CODES = """exit codes: 0 every point ok or left out for a stated reason (skipped: capability or
-memory budget; oom; a --time-limit cut), each counted in the last line; 1 a point failed
+memory budget; oom; timeout; a --time-limit cut), each counted in the last line; 1 a point failed
 (error or mismatch: one line per failing implementation); 2 usage or suite error; 3 nothing
 was measured (no ok row); 130 interrupted (finished rows kept; --resume continues)"""
 FAILED = ("error", "mismatch")  # statuses that fail a run (exit 1)
