@@ -150,10 +150,20 @@ class StoppingRule:
                  share: float = 0.05, clock: Callable[[], float] = time.perf_counter):
         by_id = {c.id: c for c in claims}
         self.groups = [(g, by_id[g.claim], g.point_ids()) for g in groups if g.claim in by_id]
+        self._ends = [(g.point_ids(), set(g.units[0][1]) | set(g.units[-1][1]))
+                      for g in groups if g.units]
         self.share, self.clock = share, clock
         self.spent, self._start = 0.0, None
         self._seen: dict[str, int] = {}
         self.decided: dict[str, str] = {}  # group label -> its verdict, once decisive
+
+    def wanted(self, point_id: str, left_out: set[str]) -> bool:
+        """Whether a point is still worth its time once the points ``left_out`` did not fit
+        in a time-limited run: it is read by no group, or by one that still has both ends of
+        its axis (a group without an end is no fit over its range: its middles are spent in
+        vain)."""
+        mine = [ends for ids, ends in self._ends if point_id in ids]
+        return not mine or any(not ends & left_out for ends in mine)
 
     def __call__(self, rows: Sequence[dict], env: dict | None = None) -> set[str]:
         now = self.clock()

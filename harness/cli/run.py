@@ -131,8 +131,9 @@ def cmd_run(args) -> int:
         order = coarse_to_fine([p.point_id for p in suite.points], groups)
         if args.dry_run:
             return print_order(suite, order, measure.passes, measure.time_limit_s)
+        rule = StoppingRule(groups, claims)
         options = replace(options, first_order=tuple(slot.point_id for slot in order),
-                          stopping_rule=StoppingRule(groups, claims))
+                          stopping_rule=rule, wanted=rule.wanted)
     if args.launcher != "local":  # every shard on Ray / Slurm, merged into --out
         if args.shard is not None:
             raise CliError("--shard K/N runs one shard here; --launcher runs them all (use one)")

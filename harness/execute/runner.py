@@ -260,6 +260,7 @@ def run_points(
     first_order: list[int] | None = None,
     deadline: Deadline | None = None,
     defer: Callable[[list[dict]], set[str]] | None = None,
+    wanted: Callable[[str, set[str]], bool] | None = None,
 ) -> dict[str, int]:
     """Run ``points`` in ``config.passes`` shuffled passes, writing each point's row when its
     last pass finishes; returns status counts. Passes already in ``passes.jsonl`` (a resumed
@@ -279,7 +280,8 @@ def run_points(
     ``defer(first-pass rows so far)``: after each ok first pass, the point ids whose first
     passes still to come go to the back of the first pass (the order's stopping rule: their
     group is decided already); the runner only reorders, every pass still runs if time
-    allows."""
+    allows. ``wanted(point id, ids left out so far)``: with a deadline, whether a first pass
+    is still worth its time once some points did not fit (False: it is left out too)."""
     devices = _devices(points, config.flush_l2) if executor is None else {}
     refs: dict[str, ReferenceKernel] = {}
     log = PassLog(writer.path.parent)
@@ -308,6 +310,10 @@ def run_points(
         if deadline is not None and deadline.dropped(point.point_id):
             continue  # an earlier pass of it did not fit: no later one runs
         pending = st.first is None if k == 0 else k not in st.records
+        if (pending and deadline is not None and k == 0 and wanted is not None
+                and not wanted(point.point_id, deadline.left_out)):
+            deadline.leave(point.point_id, k)  # its groups lost an end: no fit to serve
+            continue
         if pending and deadline is not None and not deadline.fits(point, k == 0):
             deadline.leave(point.point_id, k)
             continue

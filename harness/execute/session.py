@@ -55,6 +55,8 @@ class RunOptions:
     # with a time limit: (first-pass rows so far, env.json) -> point ids that may wait at the
     # back of the first pass (harness.analysis.groups.StoppingRule)
     stopping_rule: Callable[[list[dict], dict], set[str]] | None = None
+    # with a time limit: (point id, ids left out) -> still worth running (StoppingRule.wanted)
+    wanted: Callable[[str, set[str]], bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -147,7 +149,8 @@ def run_suite(suite: Suite, measure: MeasureConfig, options: RunOptions,
                                 on_pass=_stepper(bar),
                                 after_fault=_isolate_after_fault(measure, options),
                                 first_order=order, deadline=deadline,
-                                defer=_defer(options.stopping_rule, run_dir, deadline))
+                                defer=_defer(options.stopping_rule, run_dir, deadline),
+                                wanted=options.wanted)
     except KeyboardInterrupt:
         raise Interrupted(interrupted_message(suite, run_dir)) from None
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or (

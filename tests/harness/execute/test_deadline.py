@@ -137,3 +137,19 @@ def test_a_large_point_is_expected_to_take_its_calls_at_the_measured_call_time()
     assert not deadline.fits(large, True)  # 39 s left
     other = Point(impl="full", seq_len=48, heads=2, head_dim=8)
     assert deadline.expected(other, True) == pytest.approx(1.0)  # no call time known for full
+
+
+def test_points_that_lose_their_purpose_when_an_end_is_left_out_are_left_out_too(tmp_path):
+    clock, ran = Clock(), []
+    seconds = {16: 1.0, 24: 1.0, 32: 1.0, 48: 8.0}
+    deadline = Deadline(5.0, predict=lambda p: seconds[p.seq_len], clock=clock)
+    middle = POINTS[2].point_id  # n=32: its group's end n=48 will not fit
+
+    def wanted(point_id, left_out):
+        return not (point_id == middle and POINTS[3].point_id in left_out)
+
+    runner.run_points(POINTS, RowWriter(tmp_path), MeasureConfig(passes=1), run_id="r",
+                      suite_name="s", executor=_executor(clock, seconds, ran),
+                      first_order=[0, 3, 2, 1], deadline=deadline, wanted=wanted)
+    assert ran == [(16, 0), (24, 0)]
+    assert deadline.left_out == {POINTS[3].point_id, middle}

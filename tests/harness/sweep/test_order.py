@@ -171,3 +171,24 @@ def test_the_runner_moves_a_deferred_group_to_the_back_of_the_first_pass(tmp_pat
                       suite_name="s", executor=execute, first_order=order, defer=defer)
     assert ran[:2] == [points[0].point_id, points[1].point_id]
     assert [pid in late for pid in ran[2:]] == [False] * 6 + [True] * 4
+
+
+def test_a_group_that_lost_an_end_to_the_time_limit_spends_nothing_on_its_middles():
+    from harness.analysis.groups import StoppingRule
+
+    suite = parse_suite(SUITE)
+    claims = parse_claims({"claim": [
+        {"id": "a", "impl": "full", "metric": "peak_mem_bytes", "over": "seq_len",
+         "expect_exponent": 2},
+        {"id": "b", "impl": "full", "metric": "peak_mem_bytes", "over": "seq_len",
+         "range": [64, 256], "expect_exponent": 2},
+        {"id": "c", "impl": "sdpa-flash", "metric": "peak_mem_bytes", "over": "seq_len",
+         "expect_exponent": 1},
+    ]})
+    rule = StoppingRule(judged_groups(suite.points, claims), claims)
+    pid = {(p.impl, p.seq_len): p.point_id for p in suite.points}
+    out = {pid["full", 512], pid["sdpa-flash", 512]}  # the large ends did not fit
+    assert rule.wanted(pid["full", 128], out)  # group b (64..256) still has both ends
+    assert not rule.wanted(pid["sdpa-flash", 128], out)  # c lost its end: no fit to serve
+    assert rule.wanted(pid["sdpa", 128], out)  # read by no claim: as time allows
+    assert rule.wanted(pid["sdpa-flash", 128], set())
