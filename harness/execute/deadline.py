@@ -12,7 +12,11 @@ large point's calls may be far slower than the predictor's nominal FLOP rate say
 CPU ran eager attention at n=4096 20x under it); so the expected seconds are also at least the
 calls a pass cannot skip (``calls``: first call, agreement check, memory, warm-up and the
 minimum samples of a first pass; warm-up and minimum samples of a later one) at the call time
-measured on the same implementation's nearest point, scaled by planned FLOPs.
+measured on the same implementation's nearest point, scaled by planned FLOPs (to the power
+:data:`UPWARD` for a larger point: its calls leave the caches the small one fitted in).
+In-process, a point that has started cannot be stopped: these are estimates, and a pass that
+takes longer than expected makes the run end after its limit (docs/time_limit.md says by how
+much on a loaded CPU).
 The first pass of the run always runs, whatever the limit (the session says so when
 it is expected to overrun). A pass that does not fit is left out together with every later
 pass of its point, so a point never gets a row from passes with a gap; smaller passes later
@@ -31,6 +35,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from harness.scenarios.interface import Point, scenario_of
+
+UPWARD = 1.5  # call time ~ FLOPs^UPWARD when extrapolating to a larger point
 
 
 def planned_flops(point: Point) -> float | None:
@@ -86,7 +92,10 @@ class Deadline:
         if not known or not flops:
             return 0.0
         ref_flops, ref_s = min(known, key=lambda k: abs(math.log(k[0] / flops)))
-        return self.calls[0 if first else 1] * ref_s * flops / ref_flops
+        ratio = flops / ref_flops
+        # upwards, faster than the FLOPs: a larger call leaves the caches (eager attention's
+        # n x n scores: n=512 -> 4096 took 392x the time for 64x the FLOPs on a loaded CPU)
+        return self.calls[0 if first else 1] * ref_s * ratio ** (UPWARD if ratio > 1 else 1)
 
     def fits(self, point: Point, first: bool) -> bool:
         """Whether a pass of ``point`` may start now; starts the clock on the first call."""

@@ -130,13 +130,17 @@ def test_a_large_point_is_expected_to_take_its_calls_at_the_measured_call_time()
     assert deadline.fits(small, True)
     clock.now += 1.0
     deadline.record(small, True, record={"status": "ok", "time_median_s": 0.5})
-    assert deadline.expected(large, True) == pytest.approx(10 * 0.5 * 9)  # not the pace's 1 s
-    assert deadline.expected(large, False) == pytest.approx(5 * 0.5 * 9)
-    assert deadline.fits(large, True)  # 45 s expected, 59 s left
+    # 9x the FLOPs upwards: 9^1.5 = 27x the call time, not the pace's 1 s
+    assert deadline.expected(large, True) == pytest.approx(10 * 0.5 * 27)
+    assert deadline.expected(large, False) == pytest.approx(5 * 0.5 * 27)
     clock.now += 20.0
-    assert not deadline.fits(large, True)  # 39 s left
+    deadline.record(large, True, 0.0, record={"status": "ok", "time_median_s": 4.5})
+    assert deadline.expected(small, True) == pytest.approx(10 * 0.5)  # its own time, linear
+    assert deadline.expected(POINTS[2], True) == pytest.approx(10 * 4.5 * (32 / 48) ** 2)
+    assert deadline.fits(small, True)  # 5 s expected, 39 s left
+    assert not deadline.fits(large, True)  # 45 s expected
     other = Point(impl="full", seq_len=48, heads=2, head_dim=8)
-    assert deadline.expected(other, True) == pytest.approx(1.0)  # no call time known for full
+    assert deadline.expected(other, True) == pytest.approx(0.5)  # no call time: the pace (1 s, 0.5x)
 
 
 def test_points_that_lose_their_purpose_when_an_end_is_left_out_are_left_out_too(tmp_path):
