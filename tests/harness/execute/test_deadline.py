@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from harness.execute import runner
-from harness.execute.deadline import Deadline
+from harness.execute.deadline import UPWARD, Deadline
 from harness.measure.timing import TimingConfig
 from harness.results import PASSES_FILE, RowWriter, iter_rows, read_run
 from harness.scenarios.interface import Point
@@ -130,9 +130,9 @@ def test_a_large_point_is_expected_to_take_its_calls_at_the_measured_call_time()
     assert deadline.fits(small, True)
     clock.now += 1.0
     deadline.record(small, True, record={"status": "ok", "time_median_s": 0.5})
-    # 9x the FLOPs upwards: 9^1.5 = 27x the call time, not the pace's 1 s
-    assert deadline.expected(large, True) == pytest.approx(10 * 0.5 * 27)
-    assert deadline.expected(large, False) == pytest.approx(5 * 0.5 * 27)
+    # 9x the FLOPs upwards: 9^UPWARD x the call time, not the pace's 1 s
+    assert deadline.expected(large, True) == pytest.approx(10 * 0.5 * 9**UPWARD)
+    assert deadline.expected(large, False) == pytest.approx(5 * 0.5 * 9**UPWARD)
     clock.now += 20.0
     deadline.record(large, True, 0.0, record={"status": "ok", "time_median_s": 4.5})
     assert deadline.expected(small, True) == pytest.approx(10 * 0.5)  # its own time, linear
