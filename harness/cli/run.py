@@ -13,6 +13,7 @@ row of the run directory, so a resumed run is judged whole:
   disagrees with the float64 reference); one line per failing implementation says which.
 - 2: a usage or suite error (nothing ran).
 - 3: nothing was measured: the run holds no ``ok`` row (every point skipped or out of memory).
+  A shard that holds no point (``--shard 9/9`` of 8 points) has nothing to measure: exit 0.
 - 130: interrupted (the finished rows are kept, and the message says how to resume).
 """
 
@@ -34,7 +35,7 @@ from harness.cli.table import print_table
 from harness.distributed.launch import launch
 from harness.distributed.merge import merge_runs, print_report
 from harness.distributed.plan import LaunchOptions
-from harness.distributed.shard import parse_shard, run_here
+from harness.distributed.shard import parse_shard, restrict, run_here
 from harness.errors import CliError
 from harness.execute.session import RunOptions, configure
 from harness.results import ResultsError, read_run
@@ -141,6 +142,10 @@ def cmd_run(args) -> int:
     if args.shards is not None:
         raise CliError("--shards N needs --launcher ray|slurm (one shard here: --shard K/N)")
     result = run_here(suite, measure, options, args.shard)
+    if args.shard is not None and not restrict(suite, args.shard).points:
+        print(f"attnbench: shard {args.shard} holds no point of this suite: nothing to run: "
+              "exit 0", file=sys.stderr)  # more shards than points: a merge expects it
+        return 0
     if not args.no_table:
         print_table(result.run_dir)
     return run_verdict(result.run_dir)
