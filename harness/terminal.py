@@ -144,11 +144,14 @@ class Progress:
     ``plan`` maps (point id, pass index) to the predicted seconds of every pass still to run.
     The expected time left is the prediction of the remaining steps scaled by how the run's
     pace so far compares with the prediction of the steps done (a machine twice as slow as
-    predicted doubles it)."""
+    predicted doubles it). With ``limit_s`` (a run's time limit) it is never more than the
+    time left."""
 
     def __init__(self, plan: Mapping[tuple[str, int], float], passes: int,
-                 stream: TextIO | None = None, clock: Callable[[], float] = time.monotonic):
+                 stream: TextIO | None = None, clock: Callable[[], float] = time.monotonic,
+                 limit_s: float | None = None):
         self.plan = dict(plan)
+        self.limit_s = limit_s
         self.passes = passes
         self.per_pass = Counter(k for _, k in self.plan)  # steps still planned per pass
         self.left_s = float(sum(self.plan.values()))
@@ -182,9 +185,12 @@ class Progress:
 
     def eta_s(self) -> float:
         """Expected seconds left."""
+        left = self.left_s
         if self.done_s > 0:
-            return self.left_s * (self.clock() - self.start) / self.done_s
-        return self.left_s
+            left = self.left_s * (self.clock() - self.start) / self.done_s
+        if self.limit_s is not None:
+            left = min(left, max(self.limit_s - (self.clock() - self.start), 0.0))
+        return left
 
     def forget(self, point_id: str) -> None:
         """A point failed its first pass: its later passes will not run."""

@@ -6,8 +6,9 @@ arguments are parsed): ``attnbench --help`` lists the subcommands from :data:`CO
 
 Exit codes: 0 done, or the reader of the output left early (``| head``: quietly, whether the
 output was long or short; ``compare`` exits with its verdict instead); 1 a regression
-(``compare``), a wrong result (``run`` with a ``mismatch`` row) or an internal error; 2 a usage
-error or unusable input; 130 interrupted (Ctrl-C).
+(``compare``), a failed point (``run`` with an ``error`` or ``mismatch`` row) or an internal
+error; 2 a usage error or unusable input; 3 nothing to show (``run``: no point measured;
+``claims``/``report``: a run directory without usable rows); 130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations

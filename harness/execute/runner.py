@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import gc
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -40,6 +41,7 @@ import torch
 
 from harness import fmt
 from harness.errors import first_line
+from harness.execute.deadline import Deadline
 from harness.execute.passlog import PassLog, final_row, pass_record
 from harness.measure import graphs, passes
 from harness.measure.contention import Interval
@@ -255,6 +257,10 @@ def run_points(
     on_row: Callable[[dict], None] | None = None,
     on_pass: Callable[[Point, int, dict], None] | None = None,
     after_fault: Callable[[Point, dict], Callable[..., dict]] | None = None,
+    first_order: list[int] | None = None,
+    deadline: Deadline | None = None,
+    defer: Callable[[list[dict]], set[str]] | None = None,
+    wanted: Callable[[str, set[str]], bool] | None = None,
 ) -> dict[str, int]:
     """Run ``points`` in ``config.passes`` shuffled passes, writing each point's row when its
     last pass finishes; returns status counts. Passes already in ``passes.jsonl`` (a resumed
@@ -264,7 +270,18 @@ def run_points(
     :func:`time_pass` (e.g. to run each in a child process). ``on_pass(point, k, record)``
     follows every pass that ran (progress). ``after_fault(point, record)``: the executor the
     rest of an in-process run goes on with once a pass of ``point`` met a device fault
-    (:func:`device_fault`), since this process's CUDA context may be poisoned."""
+    (:func:`device_fault`), since this process's CUDA context may be poisoned.
+
+    ``first_order``: the indices of ``points`` in the order of the first pass (a time-limited
+    run's coarse-to-fine order, :mod:`harness.sweep.order`) instead of its shuffled one; the
+    later passes keep theirs. ``deadline``: a pass that does not fit in the time left is not
+    started; its point runs no further pass and gets no row (its finished passes stay in
+    ``passes.jsonl``; :class:`~harness.execute.deadline.Deadline` keeps the tally).
+    ``defer(first-pass rows so far)``: after each ok first pass, the point ids whose first
+    passes still to come go to the back of the first pass (the order's stopping rule: their
+    group is decided already); the runner only reorders, every pass still runs if time
+    allows. ``wanted(point id, ids left out so far)``: with a deadline, whether a first pass
+    is still worth its time once some points did not fit (False: it is left out too)."""
     devices = _devices(points, config.flush_l2) if executor is None else {}
     refs: dict[str, ReferenceKernel] = {}
     log = PassLog(writer.path.parent)
@@ -282,28 +299,70 @@ def run_points(
         if on_row is not None:
             on_row(row)
 
-    for k, order in enumerate(passes.pass_orders(len(points), total, config.order_seed)):
-        for index in order:
-            point, st = points[index], state[points[index].point_id]
-            if k > 0 and (st.first or {}).get("status") != "ok":
-                continue  # skipped or failed in its first pass: its row is written already
-            ran = None
-            if k == 0 and st.first is None:
-                ran = st.first = _first_pass(point, config, executor, devices, refs, mem_budget)
-                st.first["point_id"] = st.first.get("point_id") or point.point_id
-                st.records[0] = pass_record(st.first)
-                log.write(point.point_id, 0, st.records[0], st.first)
-            elif k not in st.records:
-                record = _later_pass(point, config, executor, devices, refs, k)
-                ran = st.records[k] = {"pass": k, **record}
-                log.write(point.point_id, k, st.records[k])
-            if ran is not None and on_pass is not None:
-                on_pass(point, k, ran)
-            if ran is not None and executor is None and after_fault and device_fault(ran):
-                executor = after_fault(point, ran)  # this process's context may be poisoned
-            if k == total - 1 or st.first.get("status") != "ok":
-                finish(point)
+    queue = deque(_tasks(len(points), total, config.order_seed, first_order))
+    measured = [st.first for st in state.values() if (st.first or {}).get("status") == "ok"]
+    deferred: set[str] = set()
+    while queue:
+        k, index = queue.popleft()
+        point, st = points[index], state[points[index].point_id]
+        if k > 0 and (st.first or {}).get("status") != "ok":
+            continue  # skipped or failed in its first pass: its row is written already
+        if deadline is not None and deadline.dropped(point.point_id):
+            continue  # an earlier pass of it did not fit: no later one runs
+        pending = st.first is None if k == 0 else k not in st.records
+        if (pending and deadline is not None and k == 0 and wanted is not None
+                and not wanted(point.point_id, deadline.left_out)):
+            deadline.leave(point.point_id, k)  # its groups lost an end: no fit to serve
+            continue
+        if pending and deadline is not None and not deadline.fits(point, k == 0):
+            deadline.leave(point.point_id, k)
+            continue
+        ran = None
+        if k == 0 and st.first is None:
+            ran = st.first = _first_pass(point, config, executor, devices, refs, mem_budget)
+            st.first["point_id"] = st.first.get("point_id") or point.point_id
+            st.records[0] = pass_record(st.first)
+            log.write(point.point_id, 0, st.records[0], st.first)
+        elif k not in st.records:
+            record = _later_pass(point, config, executor, devices, refs, k)
+            ran = st.records[k] = {"pass": k, **record}
+            log.write(point.point_id, k, st.records[k])
+        if ran is not None and deadline is not None:
+            deadline.record(point, k == 0, record=ran)
+        if ran is not None and on_pass is not None:
+            on_pass(point, k, ran)
+        if ran is not None and executor is None and after_fault and device_fault(ran):
+            executor = after_fault(point, ran)  # this process's context may be poisoned
+        if k == total - 1 or st.first.get("status") != "ok":
+            finish(point)
+        if ran is not None and k == 0 and defer is not None and ran.get("status") == "ok":
+            measured.append(ran)
+            decided = defer(measured) - deferred
+            if decided:
+                deferred |= decided
+                queue = _to_back(queue, points, deferred)
     return counts
+
+
+def _tasks(count: int, total: int, seed: int,
+           first_order: list[int] | None) -> list[tuple[int, int]]:
+    """(pass index, point index) in the order they run: pass by pass, each pass in its
+    shuffled order (the first in ``first_order`` when given)."""
+    orders = passes.pass_orders(count, total, seed)
+    if first_order is not None:
+        if sorted(first_order) != list(range(count)):
+            raise ValueError("first_order must list every point index once")
+        orders[0] = list(first_order)
+    return [(k, index) for k, order in enumerate(orders) for index in order]
+
+
+def _to_back(queue: deque, points: list[Point], deferred: set[str]) -> deque:
+    """``queue`` with the first passes of ``deferred`` points after every other first pass
+    (in their order), the later passes as they were."""
+    first = [t for t in queue if t[0] == 0]
+    waiting = [t for t in first if points[t[1]].point_id in deferred]
+    return deque([t for t in first if points[t[1]].point_id not in deferred] + waiting
+                 + [t for t in queue if t[0] > 0])
 
 
 def _ref(point: Point, device: Device, refs: dict[str, ReferenceKernel]) -> ReferenceKernel:

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from harness.errors import CliError, Interrupted
+from harness.execute.deadline import Deadline
 from harness.execute.isolate import isolated_executor, run_environment
 from harness.execute.passlog import PassLog
 from harness.execute.runner import default_budget, run_points
@@ -47,6 +48,15 @@ class RunOptions:
     isolate: bool = False  # each point in its own child process
     point_timeout: float | None = None  # seconds; with isolation, give up on a point after this
     progress: bool = True  # a progress bar while points run
+    time_limit: float | None = None  # seconds for the whole run ([measure] time_limit_s)
+    # point ids in the first pass's order (a time-limited run's coarse-to-fine order,
+    # harness.sweep.order); None: the shuffled order. Ids not in the suite are ignored.
+    first_order: tuple[str, ...] | None = None
+    # with a time limit: (first-pass rows so far, env.json) -> point ids that may wait at the
+    # back of the first pass (harness.analysis.groups.StoppingRule)
+    stopping_rule: Callable[[list[dict], dict], set[str]] | None = None
+    # with a time limit: (point id, ids left out) -> still worth running (StoppingRule.wanted)
+    wanted: Callable[[str, set[str]], bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -62,11 +72,14 @@ def configure(suite: Suite, options: RunOptions) -> MeasureConfig:
     timeout that is not a positive number of seconds, and a timeout without isolation."""
     measure = suite.measure
     for flag, value in (("--budget-s", options.budget_s),
-                        ("--point-timeout", options.point_timeout)):
+                        ("--point-timeout", options.point_timeout),
+                        ("--time-limit", options.time_limit)):
         if value is not None and not 0 < value < float("inf"):
             raise CliError(f"{flag} {value}: must be a positive number of seconds")
     if options.check:
         measure = replace(measure, check=options.check)
+    if options.time_limit is not None:
+        measure = replace(measure, time_limit_s=options.time_limit)
     if options.budget_s:
         measure = replace(measure, timing=replace(measure.timing, budget_s=options.budget_s))
     if options.passes is not None:
@@ -116,23 +129,80 @@ def run_suite(suite: Suite, measure: MeasureConfig, options: RunOptions,
     if predict is not None:
         predict = _over_budget_is_instant(predict, options.mem_budget)
     plan = pass_plan(points, PassLog(run_dir), max(measure.passes, 1), predict)
+    order = first_order(points, options.first_order) if measure.time_limit_s else None
+    timing = measure.timing  # the calls a pass cannot skip (first: first call, check, memory)
+    calls = (3 + timing.warmup_calls + timing.min_samples, timing.warmup_calls + timing.min_samples)
+    deadline = (Deadline(measure.time_limit_s, predict, calls=calls)
+                if measure.time_limit_s and points else None)
     print(f"attnbench: {plural(len(points), 'point')} of suite {suite.name!r} -> {run_dir}"
           + (f" ({len(done)} already done)" if done else "")
           + (f"; expected about {duration(sum(plan.values()))} "
              "(predicted; the ETA follows the run's pace)" if predict and points else ""),
           file=sys.stderr)
+    if deadline is not None:
+        print(limit_notice(deadline, points, order, plan), file=sys.stderr)
     try:
-        with (Progress(plan, max(measure.passes, 1)) if options.progress and points
-              else nullcontext()) as bar:
+        with (Progress(plan, max(measure.passes, 1), limit_s=measure.time_limit_s)
+              if options.progress and points else nullcontext()) as bar:
             counts = run_points(points, writer, measure, run_id=run_id, suite_name=suite.name,
                                 mem_budget=options.mem_budget, executor=executor,
                                 on_pass=_stepper(bar),
-                                after_fault=_isolate_after_fault(measure, options))
+                                after_fault=_isolate_after_fault(measure, options),
+                                first_order=order, deadline=deadline,
+                                defer=_defer(options.stopping_rule, run_dir, deadline),
+                                wanted=options.wanted)
     except KeyboardInterrupt:
         raise Interrupted(interrupted_message(suite, run_dir)) from None
-    summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "nothing to run"
+    summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or (
+        "no point finished all its passes" if deadline and deadline.started else "nothing to run")
     print(f"attnbench: {summary}; rows in {run_dir / ROWS_FILE}", file=sys.stderr)
+    if deadline is not None and (deadline.left_out or deadline.cut):
+        print(cut_message(deadline, suite, run_dir, max(measure.passes, 1)), file=sys.stderr)
     return RunResult(run_dir, counts)
+
+
+def _defer(rule, run_dir: Path, deadline: Deadline | None):
+    """The runner's ``defer`` for a time-limited run with a stopping rule (None otherwise)."""
+    if rule is None or deadline is None:
+        return None
+    env = load_env(run_dir)
+    return lambda rows: rule(rows, env)
+
+
+def first_order(points: list[Point], ids: tuple[str, ...] | None) -> list[int]:
+    """Indices of ``points`` in the order of ``ids`` (a coarse-to-fine order); points it does
+    not name follow in the suite's order."""
+    where = {p.point_id: i for i, p in enumerate(points)}
+    named = [where[pid] for pid in dict.fromkeys(ids or ()) if pid in where]
+    seen = set(named)
+    return named + [i for i in range(len(points)) if i not in seen]
+
+
+def limit_notice(deadline: Deadline, points: list[Point], order: list[int] | None,
+                 plan: dict[tuple[str, int], float]) -> str:
+    """The line a time-limited run starts with: the limit, the order, and whether the first
+    point alone is expected to take longer (it runs anyway)."""
+    text = (f"attnbench: time limit {duration(deadline.limit_s)}: points in coarse-to-fine "
+            "order (--dry-run lists it); a cut run keeps every finished row")
+    pending = [i for i in (order or range(len(points))) if (points[i].point_id, 0) in plan]
+    if pending:
+        first = points[pending[0]]
+        expected = plan[(first.point_id, 0)]
+        if expected > deadline.limit_s:
+            text += (f"; the first point ({first.impl} n={first.seq_len}) is expected to take "
+                     f"about {duration(expected)}, longer than the limit: that one point runs")
+    return text
+
+
+def cut_message(deadline: Deadline, suite: Suite, run_dir: Path, passes: int) -> str:
+    """The line a run cut by its time limit ends with: how many points it left out."""
+    text = (f"attnbench: time limit {duration(deadline.limit_s)} reached after "
+            f"{duration(deadline.elapsed())}: {plural(len(deadline.left_out), 'point')} "
+            "left out")
+    if deadline.cut:
+        text += (f", {plural(len(deadline.cut), 'point')} with fewer than {passes} timing "
+                 "passes (read as partial rows)")
+    return text + f"; continue with: attnbench run {suite.path} --out {run_dir} --resume"
 
 
 def _isolate_after_fault(measure: MeasureConfig, options: RunOptions):

@@ -17,6 +17,7 @@ window = [[127, 0], [255, 0]]     # [left, right]; -1 = unbounded side
 budget_s = 1.0                    # per point and pass
 passes = 3                        # timing passes, each in an order shuffled by order_seed
 cuda_graph = true                 # replay the timed call from a CUDA graph (CUDA only)
+time_limit_s = 240                # whole run: stop cleanly, coarse-to-fine (docs/time_limit.md)
 ```
 ``[measure]`` also takes the options the suite's scenario declares for itself
 (``Scenario.measure_options``: decode's ``decode_graph``); they reach its cases through
@@ -66,12 +67,13 @@ MEASURE_KEYS: dict[str, type | tuple[type, ...]] = {
     "target_rel_ci": (int, float), "warmup_calls": int, "min_sample_s": (int, float),
     "check": str, "threads": int, "flush_l2": bool, "isolate": bool,
     "point_timeout_s": (int, float), "passes": int, "order_seed": int, "cuda_graph": bool,
+    "time_limit_s": (int, float),
 }
 # Lower bounds of [measure] numbers: (bound, inclusive). Floats must also be finite.
 _MEASURE_MIN = {"budget_s": (0, False), "min_samples": (1, True), "max_samples": (1, True),
                 "target_rel_ci": (0, True), "warmup_calls": (0, True), "min_sample_s": (0, True),
                 "threads": (1, True), "point_timeout_s": (0, False), "passes": (1, True),
-                "order_seed": (0, True)}
+                "order_seed": (0, True), "time_limit_s": (0, False)}
 MAX_PASSES = 100
 MAX_THREADS = 4096
 # fmt: on
@@ -93,6 +95,8 @@ class MeasureConfig:
     # by default (None: decode graphs its step on CUDA, the others run eagerly)
     cuda_graph: bool | None = None
     options: tuple[tuple[str, str], ...] = ()  # the scenario's own [measure] options, by name
+    # seconds for the whole run: a cut run keeps its finished rows (docs/time_limit.md)
+    time_limit_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -211,6 +215,7 @@ def _measure(settings: dict, err: SuiteReporter, scenario: str) -> MeasureConfig
         point_timeout_s=settings.get("point_timeout_s"),
         cuda_graph=settings.get("cuda_graph"),
         options=tuple(sorted(own.items())),
+        time_limit_s=settings.get("time_limit_s"),
     )
 
 

@@ -478,7 +478,9 @@ def test_a_mismatching_plugin_gets_a_column_its_marks_and_exit_1(tmp_path, capsy
                                              '["sdpa", "half-attn"]').replace("causal = true", ""))
     code, out, err = cli(capsys, "run", suite, "--out", tmp_path / "r", "--no-progress")
     assert code == 1
-    assert "2 points disagree with the float64 reference (status mismatch): exit 1" in err
+    assert ("attnbench: half-attn: 2 of 2 points disagree with the float64 reference (status "
+            "mismatch); first: max_abs_err") in err
+    assert err.strip().splitlines()[-1] == "attnbench: 2 mismatch, 2 ok: a point failed: exit 1"
     header = out.splitlines()[1].split()
     assert header[0] == "seq_len" and sorted(header[1:]) == ["half-attn", "sdpa"]
     column = header.index("half-attn")

@@ -285,7 +285,9 @@ def test_a_device_fault_costs_one_point_and_the_run_goes_on_in_fresh_processes(t
     out = tmp_path / "run"
     result = cli("run", str(suite), "--out", str(out), "--no-progress", "--no-table",
                  env=plugin_env)
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 1, result.stderr  # a point failed: CI must see it
+    assert ("attnbench: test-poison: 1 of 2 points ended in error; first: AcceleratorError: "
+            "CUDA error: device-side assert triggered") in result.stderr
     frame = load_rows(out)
     fault = (frame["impl"] == "test-poison") & (frame["seq_len"] == 48)
     assert frame.loc[fault, "status"].tolist() == ["error"]
@@ -299,7 +301,7 @@ def test_a_device_fault_costs_one_point_and_the_run_goes_on_in_fresh_processes(t
 
     again = cli("run", str(suite), "--out", str(out), "--resume", "--no-progress",
                 "--no-table", env=plugin_env)
-    assert again.returncode == 0, again.stderr
+    assert again.returncode == 1, again.stderr  # judged on every row of the run, resumed too
     assert "0 points" in again.stderr and "(6 already done)" in again.stderr
     assert len(load_rows(out)) == 6
 
@@ -437,7 +439,10 @@ def test_isolated_sweep_survives_segfault_abort_and_hang(tmp_path, plugin_env):
         "--no-progress",
         env=plugin_env,
     )
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 1, result.stderr  # the crashes fail the run; it went on
+    for impl, signal_name in (("test-segfault", "SIGSEGV"), ("test-abort", "SIGABRT")):
+        assert re.search(rf"^attnbench: {impl}: 1 of 1 point ended in error; first: child "
+                         rf"process killed by {signal_name}", result.stderr, re.M), result.stderr
     frame = load_rows(out).set_index("impl")
     # rows come in pass order (shuffled), not suite order
     expected = ["test-segfault", "sdpa", "test-abort", "test-hang", "full"]
