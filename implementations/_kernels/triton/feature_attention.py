@@ -27,10 +27,10 @@ from torch import Tensor
 from harness.spec import FLOAT_DTYPES, Param, Problem
 
 try:  # the kernels import Triton, an optional dependency
-    from implementations._kernels.triton import feature_kernels
+    from implementations._kernels.triton import feature_kernels, linear_chunk
     from implementations._kernels.triton.launch_modes import launch
 except Exception as exc:  # absent or broken: the PyTorch path still runs, the reason says why
-    feature_kernels = None
+    feature_kernels = linear_chunk = None
     _IMPORT_ERROR = f"the Triton kernels failed to import: {type(exc).__name__}: {exc}"
 
 FUSED = Param(
@@ -41,6 +41,10 @@ FUSED = Param(
     minimum=-1,
     maximum=1,
 )
+AUTO_CAUSAL = False
+"""Whether ``fused`` = -1 takes the causal chunk kernel (:func:`chunk_attention`) on CUDA. No:
+it is a candidate until a GPU lease measures it beside fla-linear and the PyTorch path
+(``benchmarks/linear_targets.py``); a default changes only on a lease's numbers."""
 DTYPES = FLOAT_DTYPES - {torch.float64}
 MAX_HEAD_DIM = 256
 PROGRAMS = 1024
@@ -62,15 +66,18 @@ def unavailable_reason() -> str | None:
 
 
 def call_reasons(device_type: str, causal: bool, backward: bool, dtype: torch.dtype,
-                 head_dim: int) -> list[str]:
+                 head_dim: int, chunked: bool = False, n_q: int = 0, n_k: int = 0) -> list[str]:
     """Why the fused kernels cannot run such a call (empty: they can): CUDA (or CPU tensors
-    under ``TRITON_INTERPRET=1``), not causal, no autograd, fp32/fp16/bf16, D <= 256, Triton.
+    under ``TRITON_INTERPRET=1``), no autograd, fp32/fp16/bf16, D <= 256, Triton; causal only
+    where the map has the chunk kernel (``chunked``: ``linear``) and n_q = n_k.
     The one rule: a Problem's (:func:`fused_reasons`) and a direct call's (:func:`takes_fused`)."""
     out = []
     if device_type != "cuda" and not (device_type == "cpu" and _interpreted()):
         out.append(f"the fused kernels run on CUDA, not {device_type}")
-    if causal:
+    if causal and not chunked:
         out.append("the fused kernels cover non-causal calls")
+    if causal and chunked and n_q != n_k:
+        out.append(f"the causal chunk kernel covers n_q = n_k, not {n_q} != {n_k}")
     if backward:
         out.append("the fused kernels are forward-only (no autograd)")
     if dtype not in DTYPES:
@@ -83,25 +90,28 @@ def call_reasons(device_type: str, causal: bool, backward: bool, dtype: torch.dt
     return out
 
 
-def fused_reasons(p: Problem) -> list[str]:
+def fused_reasons(p: Problem, chunked: bool = False) -> list[str]:
     """:func:`call_reasons` of a Problem."""
-    return call_reasons(p.device_type, p.mask.causal, p.backward, p.dtype, p.head_dim)
+    return call_reasons(p.device_type, p.mask.causal, p.backward, p.dtype, p.head_dim, chunked,
+                        p.n_q, p.n_k)
 
 
-def path_reasons(p: Problem) -> list[str]:
+def path_reasons(p: Problem, chunked: bool = False) -> list[str]:
     """The registry's extra reasons for ``fused``: a forced fused path that cannot run."""
     if int(p.param("fused", FUSED.default)) != 1:
         return []
-    return [f"fused = 1: {r}" for r in fused_reasons(p)]
+    return [f"fused = 1: {r}" for r in fused_reasons(p, chunked)]
 
 
-def runs_fused(p: Problem) -> bool:
+def runs_fused(p: Problem, chunked: bool = False) -> bool:
     """Whether a call of ``p`` takes the fused path: ``fused`` = 1, or -1 on CUDA where the
-    kernels can run it."""
+    kernels can run it and the call is not causal (the causal chunk kernel is a candidate,
+    forced with ``fused`` = 1, until a GPU's numbers choose it: :data:`AUTO_CAUSAL`)."""
     fused = int(p.param("fused", FUSED.default))
     if fused == 1:
         return True
-    return fused == -1 and p.device_type == "cuda" and not fused_reasons(p)
+    return (fused == -1 and p.device_type == "cuda" and (AUTO_CAUSAL or not p.mask.causal)
+            and not fused_reasons(p, chunked))
 
 
 def tiles(head_dim: int, favor: bool) -> dict[str, int]:
@@ -207,15 +217,86 @@ def feature_attention(q: Tensor, k: Tensor, v: Tensor, w: Tensor | None = None,
     return out
 
 
-def takes_fused(fused: int, q: Tensor, k: Tensor, v: Tensor, causal: bool) -> bool:
-    """Whether this call runs the fused kernels (``fused`` as :data:`FUSED`); ``fused`` = 1
-    where they cannot run is refused in one line (ValueError)."""
+def chunk_tiles(head_dim: int) -> dict[str, int]:
+    """The causal chunk kernel's pinned tiles (:mod:`.linear_chunk`): BLOCK_D (D to a power of
+    two >= 16), BLOCK_C (positions per chunk: the chunk size C), BLOCK_V (value columns per
+    program) and warps; the key pass (``feature_state``) keeps :func:`tiles`.
+
+    Registers: a program holds its BLOCK_D × BLOCK_V state, the chunk's φ(Q) and φ(K) (BLOCK_C ×
+    BLOCK_D), V and the output (BLOCK_C × BLOCK_V) and the C × C products, all fp32. At D <= 64,
+    64 positions and every value column; wider heads halve the chunk and the value block."""
+    block_d = max(16, 1 << max(head_dim - 1, 0).bit_length())
+    if block_d <= 64:
+        return dict(BLOCK_D=block_d, BLOCK_C=64, BLOCK_V=block_d, num_warps=4)
+    if block_d == 128:
+        return dict(BLOCK_D=128, BLOCK_C=32, BLOCK_V=64, num_warps=4)
+    return dict(BLOCK_D=block_d, BLOCK_C=16, BLOCK_V=32, num_warps=8)
+
+
+def chunk_workspace_bytes(p: Problem) -> int:
+    """Peak bytes of a fused causal call beyond its inputs and output, exact: the states before
+    each split (B·H_kv, n_split, D, D) and their sums (B·H_kv, n_split, D), fp32 (the prefix
+    is made in place)."""
+    kv = p.batch * p.n_kv_heads
+    if kv == 0 or p.n_k == 0 or p.n_q == 0:
+        return 0
+    n_split, _ = split_plan(kv, p.n_k, p.head_dim, tiles(p.head_dim, False))
+    return 4 * kv * n_split * p.head_dim * (p.head_dim + 1)
+
+
+def chunk_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """Causal ``linear`` attention (φ = elu + 1) in three launches (:mod:`.linear_chunk`): the
+    splits' key states, their exclusive prefix, the chunkwise outputs. q: (B, H, n, D), k/v:
+    (B, H_kv, n, D), H a multiple of H_kv -> (B, H, n, D) in q's dtype; n_q = n_k (the causal
+    diagonal is the main one). CUDA tensors, or CPU tensors under ``TRITON_INTERPRET=1``."""
+    if feature_kernels is None:
+        raise RuntimeError(_IMPORT_ERROR)
+    q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
+    b, h, n, d = q.shape
+    h_kv = k.shape[1]
+    if k.shape[2] != n:
+        raise ValueError(f"the causal chunk kernel covers n_q = n_k, not {n} != {k.shape[2]}")
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    if b * h * n == 0:
+        return out
+    t, c = tiles(d, False), chunk_tiles(d)
+    n_split, per = split_plan(b * h_kv, n, d, t)
+    f32 = dict(dtype=torch.float32, device=q.device)
+    part_s = torch.empty(b * h_kv, n_split, d, d, **f32)
+    part_z = torch.empty(b * h_kv, n_split, d, **f32)
+    f_blocks = -(-d // t["BLOCK_F"])
+    precision = "ieee" if q.device.type == "cpu" else (
+        "tf32x3" if q.dtype == torch.float32 else "tf32")
+    common = dict(D=d, BLOCK_D=t["BLOCK_D"], num_warps=t["num_warps"])
+    with _on_device(q):
+        launch("feature_state", feature_kernels.feature_state, (n_split, b * h_kv, f_blocks),
+               (k, v, part_z, part_s, part_z, part_z, *k.stride()[:3], *v.stride()[:3], h_kv, n,
+                per, d, 0.0),
+               dict(common, BLOCK_F=t["BLOCK_F"], MAP=0, BLOCK_N=t["BLOCK_N"],
+                    PRECISION=precision, num_stages=2))
+        launch("feature_prefix", linear_chunk.feature_prefix, (b * h_kv, f_blocks),
+               (part_s, part_z, n_split, d), dict(common, BLOCK_F=t["BLOCK_F"], num_stages=1))
+        launch("feature_chunk", linear_chunk.feature_chunk,
+               (n_split, b * h, -(-d // c["BLOCK_V"])),
+               (q, k, v, part_s, part_z, out, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
+                *out.stride()[:3], h, h // h_kv, n, per),
+               dict(D=d, BLOCK_D=c["BLOCK_D"], BLOCK_V=c["BLOCK_V"], BLOCK_C=c["BLOCK_C"],
+                    PRECISION=precision, num_warps=c["num_warps"], num_stages=2))
+    return out
+
+
+def takes_fused(fused: int, q: Tensor, k: Tensor, v: Tensor, causal: bool,
+                chunked: bool = False) -> bool:
+    """Whether this call runs the fused kernels (``fused`` as :data:`FUSED`; ``chunked``: the
+    map has the causal chunk kernel); ``fused`` = 1 where they cannot run is refused in one
+    line (ValueError)."""
     if fused == 0:
         return False
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-    reasons = call_reasons(q.device.type, causal, grad, q.dtype, q.shape[-1])
+    reasons = call_reasons(q.device.type, causal, grad, q.dtype, q.shape[-1], chunked,
+                           q.shape[-2], k.shape[-2])
     if fused == -1:
-        return q.is_cuda and not reasons
+        return q.is_cuda and (AUTO_CAUSAL or not causal) and not reasons
     if reasons:
         raise ValueError(f"fused = 1: {'; '.join(reasons)}")
     return True
