@@ -223,14 +223,22 @@ def chunk_tiles(head_dim: int) -> dict[str, int]:
     program) and warps; the key pass (``feature_state``) keeps :func:`tiles`.
 
     Registers: a program holds its BLOCK_D × BLOCK_V state, the chunk's φ(Q) and φ(K) (BLOCK_C ×
-    BLOCK_D), V and the output (BLOCK_C × BLOCK_V) and the C × C products, all fp32. At D <= 64,
-    64 positions and every value column; wider heads halve the chunk and the value block."""
+    BLOCK_D), V and the output (BLOCK_C × BLOCK_V) and the C × C products, all fp32, and the
+    compiled kernel needs ~150 registers a thread beyond them (the 32 × 32 tiles of D = 32 took
+    166-180). Chosen from ``benchmarks/aot_kernels.py --workloads feature-linear-causal``'s
+    registers and spills on sm_80 and sm_90 (bf16), the largest tiles without a spill: D <= 32:
+    32 positions, 4 warps (166-180 registers); D = 64: 32 positions, 8 warps (198 sm_90, 248
+    sm_80; 64 positions spilled at 4 and 8 warps); D = 128: 16 positions, 64 value columns, 8
+    warps (198/240; 32 positions spilled); D = 256: 16 positions, 16 value columns, 8 warps
+    (254/255; 32 value columns spilled, 16 warps too). One stage: two spilled more."""
     block_d = max(16, 1 << max(head_dim - 1, 0).bit_length())
-    if block_d <= 64:
-        return dict(BLOCK_D=block_d, BLOCK_C=64, BLOCK_V=block_d, num_warps=4)
+    if block_d <= 32:
+        return dict(BLOCK_D=block_d, BLOCK_C=32, BLOCK_V=block_d, num_warps=4)
+    if block_d == 64:
+        return dict(BLOCK_D=64, BLOCK_C=32, BLOCK_V=64, num_warps=8)
     if block_d == 128:
-        return dict(BLOCK_D=128, BLOCK_C=32, BLOCK_V=64, num_warps=4)
-    return dict(BLOCK_D=block_d, BLOCK_C=16, BLOCK_V=32, num_warps=8)
+        return dict(BLOCK_D=128, BLOCK_C=16, BLOCK_V=64, num_warps=8)
+    return dict(BLOCK_D=block_d, BLOCK_C=16, BLOCK_V=16, num_warps=8)
 
 
 def chunk_workspace_bytes(p: Problem) -> int:
@@ -281,7 +289,7 @@ def chunk_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
                (q, k, v, part_s, part_z, out, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
                 *out.stride()[:3], h, h // h_kv, n, per),
                dict(D=d, BLOCK_D=c["BLOCK_D"], BLOCK_V=c["BLOCK_V"], BLOCK_C=c["BLOCK_C"],
-                    PRECISION=precision, num_warps=c["num_warps"], num_stages=2))
+                    PRECISION=precision, num_warps=c["num_warps"], num_stages=1))
     return out
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from implementations._kernels.triton.feature_kernels import elu_features, load_tile
+from implementations._kernels.triton.feature_kernels import elu_features
 
 
 @triton.jit
@@ -80,21 +80,29 @@ def feature_chunk(Q, K, V, PART_S, PART_Z, Out, sqb, sqh, sqn, skb, skh, skn, sv
     state = tl.load(PART_S + (part + dk)[:, None] * D + dv[None, :],
                     mask=k_ok[:, None] & v_ok[None, :], other=0.0)
     z = tl.load(PART_Z + part + dk, mask=k_ok, other=0.0)
-    q_base = Q + b.to(tl.int64) * sqb + h.to(tl.int64) * sqh
-    k_base = K + b.to(tl.int64) * skb + (h // GROUP).to(tl.int64) * skh
-    v_base = V + b.to(tl.int64) * svb + (h // GROUP).to(tl.int64) * svh
-    o_base = Out + b.to(tl.int64) * sob + h.to(tl.int64) * soh
     start = split * per_split
+    row0 = start.to(tl.int64)
+    q_ptr = Q + b.to(tl.int64) * sqb + h.to(tl.int64) * sqh + row0 * sqn
+    k_ptr = K + b.to(tl.int64) * skb + (h // GROUP).to(tl.int64) * skh + row0 * skn
+    v_ptr = V + b.to(tl.int64) * svb + (h // GROUP).to(tl.int64) * svh + row0 * svn
+    o_ptr = Out + b.to(tl.int64) * sob + h.to(tl.int64) * soh + row0 * son
     end = tl.minimum(start + per_split, n)
     pos = tl.arange(0, BLOCK_C)
     keep = pos[:, None] >= pos[None, :]  # inside a chunk: key position <= query position
+    # the tiles' offsets from the chunk's first row, int32 and loop-invariant: the loop moves
+    # one scalar base per tensor (a tile of 64-bit pointers per tensor held the registers)
+    q_off = pos[:, None] * sqn + dk[None, :]
+    k_off = pos[:, None] * skn + dk[None, :]
+    v_off = pos[:, None] * svn + dv[None, :]
+    o_off = pos[:, None] * son + dv[None, :]
     for c0 in range(start, end, BLOCK_C):
-        rows = c0 + pos
-        ok = rows < end
+        ok = c0 + pos < end
         cols_ok = ok[:, None] & k_ok[None, :]
-        fq = tl.where(cols_ok, elu_features(load_tile(q_base, rows, ok, dk, sqn, D)), 0.0)
-        fk = tl.where(cols_ok, elu_features(load_tile(k_base, rows, ok, dk, skn, D)), 0.0)
-        v = load_tile(v_base, rows, ok, dv, svn, D)
+        q = tl.load(q_ptr + q_off, mask=cols_ok, other=0.0).to(tl.float32)
+        k = tl.load(k_ptr + k_off, mask=cols_ok, other=0.0).to(tl.float32)
+        v = tl.load(v_ptr + v_off, mask=ok[:, None] & v_ok[None, :], other=0.0).to(tl.float32)
+        fq = tl.where(cols_ok, elu_features(q), 0.0)  # elu(0) + 1 = 1: padding masked again
+        fk = tl.where(cols_ok, elu_features(k), 0.0)
         scores = tl.dot(fq, tl.trans(fk), input_precision=PRECISION)
         scores = tl.where(keep, scores, 0.0)
         num = tl.dot(fq, state, input_precision=PRECISION)
@@ -102,7 +110,10 @@ def feature_chunk(Q, K, V, PART_S, PART_Z, Out, sqb, sqh, sqn, skb, skh, skn, sv
         den = tl.sum(fq * z[None, :], 1) + tl.sum(scores, 1)
         has = den > 0.0  # padded rows only: a kept query always has its own key
         out = tl.where(has[:, None], num / tl.where(has, den, 1.0)[:, None], 0.0)
-        tl.store(o_base + rows[:, None].to(tl.int64) * son + dv[None, :],
-                 out.to(Out.dtype.element_ty), mask=ok[:, None] & v_ok[None, :])
+        tl.store(o_ptr + o_off, out.to(Out.dtype.element_ty), mask=ok[:, None] & v_ok[None, :])
+        q_ptr += BLOCK_C * sqn
+        k_ptr += BLOCK_C * skn
+        v_ptr += BLOCK_C * svn
+        o_ptr += BLOCK_C * son
         state = tl.dot(tl.trans(fk), v, state, input_precision=PRECISION)
         z += tl.sum(fk, 0)
