@@ -269,6 +269,13 @@ def test_causal_chunk_refusals_and_the_default():
         out = impl(q, k, v, MaskSpec(causal=True))
     ref = impl.reference(q.double(), k.double(), v.double(), MaskSpec(causal=True))
     assert launches == [] and (out.double() - ref).abs().max() < 1e-5
+    for bad, why in (((1, 2, 2, 40, 40, 257), "D <= 256, not 257"),):
+        q, k, v = _inputs(bad, torch.float32, seed=4)
+        with pytest.raises(NotSupportedError, match=why):
+            impl(q, k, v, MaskSpec(causal=True), fused=1)
+    q, k, v = (x.double() for x in _inputs((1, 2, 2, 40, 40, 16), torch.float32, seed=4))
+    with pytest.raises(NotSupportedError, match="not float64"):
+        impl(q, k, v, MaskSpec(causal=True), fused=1)
     cuda = Problem(1, 2, 64, 64, 64, dtype=torch.bfloat16, device="cuda",
                    mask=MaskSpec(causal=True))
     assert not fa.runs_fused(cuda, chunked=True) and not fa.AUTO_CAUSAL
