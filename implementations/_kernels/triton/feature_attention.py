@@ -8,10 +8,13 @@ the method parameter ``fused`` (:data:`FUSED`): -1 (the default) decides by that
 forces the kernels (refused, with the reason, where they cannot run), 0 forces PyTorch.
 
 A call is three launches, whatever n: the keys' partial states, their combine, the outputs
-(:func:`feature_attention`); no host synchronization. Block sizes are pinned
-(:func:`tiles`), chosen so no tile spills (``benchmarks/aot_kernels.py --workloads
-feature-linear feature-performer`` compiles them for sm_80 and sm_90 and reads registers,
-spills and shared memory). Triton is optional: without it this module imports and
+(:func:`feature_attention`); no host synchronization. ``linear``'s causal calls with n_q = n_k
+have the chunkwise kernel (:func:`chunk_attention`, :mod:`.linear_chunk`: the partial states,
+their prefix, the chunks), a candidate that ``fused`` = 1 forces (:data:`AUTO_CAUSAL`).
+Block sizes are pinned (:func:`tiles`, :func:`chunk_tiles`), chosen so no tile spills
+(``benchmarks/aot_kernels.py --workloads feature-linear feature-performer
+feature-linear-causal`` compiles them for sm_80 and sm_90 and reads registers, spills and
+shared memory). Triton is optional: without it this module imports and
 :func:`fused_reasons` says why the kernels cannot run.
 """
 
@@ -36,7 +39,8 @@ except Exception as exc:  # absent or broken: the PyTorch path still runs, the r
 FUSED = Param(
     -1,
     "the path: -1 the fused Triton kernels for non-causal forward calls on CUDA without "
-    "autograd, PyTorch otherwise; 1 the fused kernels (refused where they cannot run); "
+    "autograd, PyTorch otherwise; 1 the fused kernels (linear's causal chunk kernel too; "
+    "refused where they cannot run); "
     "0 PyTorch",
     minimum=-1,
     maximum=1,
