@@ -234,7 +234,9 @@ def chunk_tiles(head_dim: int) -> dict[str, int]:
     32 positions, 4 warps (166-180 registers); D = 64: 32 positions, 8 warps (198 sm_90, 248
     sm_80; 64 positions spilled at 4 and 8 warps); D = 128: 16 positions, 64 value columns, 8
     warps (198/240; 32 positions spilled); D = 256: 16 positions, 16 value columns, 8 warps
-    (254/255; 32 value columns spilled, 16 warps too). One stage: two spilled more."""
+    (254/255; 32 value columns spilled, 16 warps too). One stage: two took about as many
+    registers in the sweep and buffer the next tiles in shared memory; their speed is
+    unmeasured."""
     block_d = max(16, 1 << max(head_dim - 1, 0).bit_length())
     if block_d <= 32:
         return dict(BLOCK_D=block_d, BLOCK_C=32, BLOCK_V=block_d, num_warps=4)

@@ -90,7 +90,7 @@ def feature_chunk(Q, K, V, PART_S, PART_Z, Out, sqb, sqh, sqn, skb, skh, skn, sv
     pos = tl.arange(0, BLOCK_C)
     keep = pos[:, None] >= pos[None, :]  # inside a chunk: key position <= query position
     # the tiles' offsets from the chunk's first row, int32 and loop-invariant: the loop moves
-    # one scalar base per tensor (a tile of 64-bit pointers per tensor held the registers)
+    # one scalar base per tensor, not a tile of 64-bit pointers (a few registers fewer)
     q_off = pos[:, None] * sqn + dk[None, :]
     k_off = pos[:, None] * skn + dk[None, :]
     v_off = pos[:, None] * svn + dv[None, :]
