@@ -154,6 +154,8 @@ def measure_row(name: str, impl_name: str, causal: bool, params: dict, qkv: tupl
                       device=device.type, mask=MaskSpec(causal=causal),
                       params=tuple(sorted(params.items())))
     reasons = impl.not_supported(problem)
+    if device.type == "cpu" and params.get("fused") == 1:  # TRITON_INTERPRET=1: it would run
+        reasons = reasons or ["fused = 1 on the CPU runs Triton's interpreter: not timed"]
     if reasons:
         row["skipped"] = "; ".join(reasons)
         return row
