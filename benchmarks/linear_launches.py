@@ -226,7 +226,7 @@ def markdown(count_rows: list[dict], time_rows: list[dict], lengths: list[int],
         ops = " | ".join(str(r["ops"][n]) for n in lengths)
         lines.append(f"| {label(r['impl'], r['causal'])} | {r['variant']} | {ops} |")
     if fused_rows:
-        lines += ["", "The fused path (``fused = 1``): Triton launches + host ATen ops per call, "
+        lines += ["", "The fused path (`fused = 1`): Triton launches + host ATen ops per call, "
                   "or why a member has none:", "",
                   "| implementation | " + " | ".join(f"n = {n}" for n in lengths) + " |",
                   "|---|" + "---|" * len(lengths)]
