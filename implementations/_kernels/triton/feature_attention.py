@@ -129,13 +129,16 @@ def tiles(head_dim: int, favor: bool) -> dict[str, int]:
     heads halve the rows and the feature block, so each tile stays at or under 64 (FAVOR+'s
     output at D = 128 spilled on sm_80 with 64 rows: 32). D = 256: 32-row tiles of 256
     columns are 64 registers each at 4 warps and spilled: 8 warps; FAVOR+ there still spilled
-    with 32 rows (K, V and logits tiles beside the accumulator): 16."""
+    with 32 rows (K, V and logits tiles beside the accumulator): 16. ``state_stages``: the key
+    pass's pipeline stages; φ = elu + 1 at D = 32 spilled 16 bytes on sm_90 with two (80
+    registers), none with one (88)."""
     block_d = max(16, 1 << max(head_dim - 1, 0).bit_length())
     wide, rows = block_d > 64, 16 if favor and block_d > 128 else 32
     return dict(BLOCK_D=block_d, BLOCK_F=32 if wide else 64 if favor else block_d,
                 BLOCK_N=rows if wide else 64,
                 BLOCK_M=rows if block_d > 128 or (wide and favor) else 64,
-                num_warps=8 if block_d > 128 else 4)
+                num_warps=8 if block_d > 128 else 4,
+                state_stages=1 if block_d == 32 and not favor else 2)
 
 
 def split_plan(kv_rows: int, n_k: int, features: int, t: dict[str, int]) -> tuple[int, int]:
@@ -210,7 +213,8 @@ def feature_attention(q: Tensor, k: Tensor, v: Tensor, w: Tensor | None = None,
         launch("feature_state", kern.feature_state, (n_split, b * h_kv, f_blocks),
                (k, v, w, part_s, part_z, part_m, *k.stride()[:3], *v.stride()[:3], h_kv, n_k,
                 per, features, scale / 2),
-               dict(common, BLOCK_N=t["BLOCK_N"], PRECISION=precision, num_stages=2))
+               dict(common, BLOCK_N=t["BLOCK_N"], PRECISION=precision,
+                    num_stages=t["state_stages"]))
         launch("feature_combine", kern.feature_combine, (b * h_kv, f_blocks),
                (part_s, part_z, part_m, state, sums, n_split, features),
                dict(common, num_stages=1))
@@ -287,7 +291,7 @@ def chunk_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
                (k, v, part_z, part_s, part_z, part_z, *k.stride()[:3], *v.stride()[:3], h_kv, n,
                 per, d, 0.0),
                dict(common, BLOCK_F=t["BLOCK_F"], MAP=0, BLOCK_N=t["BLOCK_N"],
-                    PRECISION=precision, num_stages=2))
+                    PRECISION=precision, num_stages=t["state_stages"]))
         launch("feature_prefix", linear_chunk.feature_prefix, (b * h_kv, f_blocks),
                (part_s, part_z, n_split, d), dict(common, BLOCK_F=t["BLOCK_F"], num_stages=1))
         launch("feature_chunk", linear_chunk.feature_chunk,
