@@ -13,7 +13,7 @@ decides (``segment_bytes``). Its recurrent form
 
 On CUDA, non-causal forward calls run three fused Triton launches instead (``fused``,
 :mod:`implementations._kernels.triton.feature_attention`): q, k, v read once, no fp32 copies.
-Causal forward calls with n_q = n_k have the fused chunkwise kernel too
+Causal forward calls have the fused chunkwise kernel too
 (:mod:`implementations._kernels.triton.linear_chunk`, three launches, the state in fp32
 registers); ``fused`` = 1 forces it, the default keeps PyTorch until a GPU measures it.
 
@@ -176,7 +176,7 @@ def linear_attention(
 ) -> Tensor:
     """q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D) -> (B, H, n_q, D). Non-causal forward calls
     on CUDA run the fused Triton kernels (``fused``: :data:`FUSED`; ``fused`` = 1 also causal
-    ones with n_q = n_k, the chunk kernel), the rest the PyTorch path."""
+    ones, the chunk kernel), the rest the PyTorch path."""
     no_scale(scale)
     check_inputs(q, k, v)
     if takes_fused(int(fused), q, k, v, mask.causal, chunked=True):

@@ -8,8 +8,8 @@ the method parameter ``fused`` (:data:`FUSED`): -1 (the default) decides by that
 forces the kernels (refused, with the reason, where they cannot run), 0 forces PyTorch.
 
 A call is three launches, whatever n: the keys' partial states, their combine, the outputs
-(:func:`feature_attention`); no host synchronization. ``linear``'s causal calls with n_q = n_k
-have the chunkwise kernel (:func:`chunk_attention`, :mod:`.linear_chunk`: the partial states,
+(:func:`feature_attention`); no host synchronization. ``linear``'s causal calls have the
+chunkwise kernel (:func:`chunk_attention`, :mod:`.linear_chunk`: the partial states,
 their prefix, the chunks), a candidate that ``fused`` = 1 forces (:data:`AUTO_CAUSAL`).
 Block sizes are pinned (:func:`tiles`, :func:`chunk_tiles`), chosen so no tile spills
 (``benchmarks/aot_kernels.py --workloads feature-linear feature-performer
@@ -70,18 +70,16 @@ def unavailable_reason() -> str | None:
 
 
 def call_reasons(device_type: str, causal: bool, backward: bool, dtype: torch.dtype,
-                 head_dim: int, chunked: bool = False, n_q: int = 0, n_k: int = 0) -> list[str]:
+                 head_dim: int, chunked: bool = False) -> list[str]:
     """Why the fused kernels cannot run such a call (empty: they can): CUDA (or CPU tensors
     under ``TRITON_INTERPRET=1``), no autograd, fp32/fp16/bf16, D <= 256, Triton; causal only
-    where the map has the chunk kernel (``chunked``: ``linear``) and n_q = n_k.
+    only where the map has the chunk kernel (``chunked``: ``linear``).
     The one rule: a Problem's (:func:`fused_reasons`) and a direct call's (:func:`takes_fused`)."""
     out = []
     if device_type != "cuda" and not (device_type == "cpu" and _interpreted()):
         out.append(f"the fused kernels run on CUDA, not {device_type}")
     if causal and not chunked:
         out.append("the fused kernels cover non-causal calls")
-    if causal and chunked and n_q != n_k:
-        out.append(f"the causal chunk kernel covers n_q = n_k, not {n_q} != {n_k}")
     if backward:
         out.append("the fused kernels are forward-only (no autograd)")
     if dtype not in DTYPES:
@@ -96,8 +94,7 @@ def call_reasons(device_type: str, causal: bool, backward: bool, dtype: torch.dt
 
 def fused_reasons(p: Problem, chunked: bool = False) -> list[str]:
     """:func:`call_reasons` of a Problem."""
-    return call_reasons(p.device_type, p.mask.causal, p.backward, p.dtype, p.head_dim, chunked,
-                        p.n_q, p.n_k)
+    return call_reasons(p.device_type, p.mask.causal, p.backward, p.dtype, p.head_dim, chunked)
 
 
 def path_reasons(p: Problem, chunked: bool = False) -> list[str]:
@@ -264,19 +261,23 @@ def chunk_workspace_bytes(p: Problem) -> int:
 
 def chunk_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     """Causal ``linear`` attention (φ = elu + 1) in three launches (:mod:`.linear_chunk`): the
-    splits' key states, their exclusive prefix, the chunkwise outputs. q: (B, H, n, D), k/v:
-    (B, H_kv, n, D), H a multiple of H_kv -> (B, H, n, D) in q's dtype; n_q = n_k (the causal
-    diagonal is the main one). CUDA tensors, or CPU tensors under ``TRITON_INTERPRET=1``."""
+    splits' key states, their exclusive prefix, the chunkwise outputs. q: (B, H, n_q, D),
+    k/v: (B, H_kv, n_k, D), H a multiple of H_kv -> (B, H, n_q, D) in q's dtype, bottom-right
+    (query i keeps keys j <= i + n_k - n_q; one that keeps none: zeros). CUDA tensors, or CPU
+    tensors under ``TRITON_INTERPRET=1``."""
     if feature_kernels is None:
         raise RuntimeError(_IMPORT_ERROR)
     q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
-    b, h, n, d = q.shape
-    h_kv = k.shape[1]
-    if k.shape[2] != n:
-        raise ValueError(f"the causal chunk kernel covers n_q = n_k, not {n} != {k.shape[2]}")
+    b, h, n_q, d = q.shape
+    h_kv, n = k.shape[1], k.shape[2]
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    if b * h * n == 0:
+    if b * h * n_q == 0:
         return out
+    off = n - n_q  # bottom-right: query i keeps keys j <= i + off
+    if off < 0:  # the first -off queries keep no key: zeros, as the reference
+        out[:, :, :-off].zero_()
+        if n == 0:
+            return out
     t, c = tiles(d, False), chunk_tiles(d)
     n_split, per = split_plan(b * h_kv, n, d, t)
     f32 = dict(dtype=torch.float32, device=q.device)
@@ -297,7 +298,7 @@ def chunk_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         launch("feature_chunk", linear_chunk.feature_chunk,
                (n_split, b * h, -(-d // c["BLOCK_V"])),
                (q, k, v, part_s, part_z, out, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
-                *out.stride()[:3], h, h // h_kv, n, per),
+                *out.stride()[:3], h, h // h_kv, n, off, per),
                dict(D=d, BLOCK_D=c["BLOCK_D"], BLOCK_V=c["BLOCK_V"], BLOCK_C=c["BLOCK_C"],
                     PRECISION=precision, num_warps=c["num_warps"], num_stages=1))
     return out
@@ -311,8 +312,7 @@ def takes_fused(fused: int, q: Tensor, k: Tensor, v: Tensor, causal: bool,
     if fused == 0:
         return False
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-    reasons = call_reasons(q.device.type, causal, grad, q.dtype, q.shape[-1], chunked,
-                           q.shape[-2], k.shape[-2])
+    reasons = call_reasons(q.device.type, causal, grad, q.dtype, q.shape[-1], chunked)
     if fused == -1:
         return q.is_cuda and (AUTO_CAUSAL or not causal) and not reasons
     if reasons:

@@ -62,12 +62,14 @@ def feature_prefix(PART_S, PART_Z, n_split, F,
 
 @triton.jit
 def feature_chunk(Q, K, V, PART_S, PART_Z, Out, sqb, sqh, sqn, skb, skh, skn, svb, svh, svn,
-                  sob, soh, son, H, GROUP, n, per_split,
+                  sob, soh, son, H, GROUP, n, off, per_split,
                   D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_V: tl.constexpr,
                   BLOCK_C: tl.constexpr, PRECISION: tl.constexpr):
     """Grid (n_split, B·H, cdiv(D, BLOCK_V)): the causal outputs of one split of one query head,
     value columns ``vb·BLOCK_V ..``, stored in Out's dtype. PART_S, PART_Z: the states before
-    each split (:func:`feature_prefix`), F = D features. q, k, v: (n, D) per head, n_q = n_k."""
+    each split (:func:`feature_prefix`), F = D features. k, v: (n, D) per head, q and Out:
+    (n - off, D); key position p holds query row p - off (bottom-right: ``off`` = n_k - n_q),
+    so a program walks key positions and a position before ``off`` has no query."""
     split, bh, vb = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     n_split = tl.num_programs(0)
     b, h = bh // H, bh % H
@@ -82,10 +84,10 @@ def feature_chunk(Q, K, V, PART_S, PART_Z, Out, sqb, sqh, sqn, skb, skh, skn, sv
     z = tl.load(PART_Z + part + dk, mask=k_ok, other=0.0)
     start = split * per_split
     row0 = start.to(tl.int64)
-    q_ptr = Q + b.to(tl.int64) * sqb + h.to(tl.int64) * sqh + row0 * sqn
+    q_ptr = Q + b.to(tl.int64) * sqb + h.to(tl.int64) * sqh + (row0 - off) * sqn
     k_ptr = K + b.to(tl.int64) * skb + (h // GROUP).to(tl.int64) * skh + row0 * skn
     v_ptr = V + b.to(tl.int64) * svb + (h // GROUP).to(tl.int64) * svh + row0 * svn
-    o_ptr = Out + b.to(tl.int64) * sob + h.to(tl.int64) * soh + row0 * son
+    o_ptr = Out + b.to(tl.int64) * sob + h.to(tl.int64) * soh + (row0 - off) * son
     end = tl.minimum(start + per_split, n)
     pos = tl.arange(0, BLOCK_C)
     keep = pos[:, None] >= pos[None, :]  # inside a chunk: key position <= query position
@@ -97,20 +99,23 @@ def feature_chunk(Q, K, V, PART_S, PART_Z, Out, sqb, sqh, sqn, skb, skh, skn, sv
     o_off = pos[:, None] * son + dv[None, :]
     for c0 in range(start, end, BLOCK_C):
         ok = c0 + pos < end
+        q_ok = ok & (c0 + pos >= off)  # a query at this key position
         cols_ok = ok[:, None] & k_ok[None, :]
-        q = tl.load(q_ptr + q_off, mask=cols_ok, other=0.0).to(tl.float32)
+        q_cols = q_ok[:, None] & k_ok[None, :]
+        q = tl.load(q_ptr + q_off, mask=q_cols, other=0.0).to(tl.float32)
         k = tl.load(k_ptr + k_off, mask=cols_ok, other=0.0).to(tl.float32)
         v = tl.load(v_ptr + v_off, mask=ok[:, None] & v_ok[None, :], other=0.0).to(tl.float32)
-        fq = tl.where(cols_ok, elu_features(q), 0.0)  # elu(0) + 1 = 1: padding masked again
+        fq = tl.where(q_cols, elu_features(q), 0.0)  # elu(0) + 1 = 1: padding masked again
         fk = tl.where(cols_ok, elu_features(k), 0.0)
         scores = tl.dot(fq, tl.trans(fk), input_precision=PRECISION)
         scores = tl.where(keep, scores, 0.0)
         num = tl.dot(fq, state, input_precision=PRECISION)
         num = tl.dot(scores, v, num, input_precision=PRECISION)
         den = tl.sum(fq * z[None, :], 1) + tl.sum(scores, 1)
-        has = den > 0.0  # padded rows only: a kept query always has its own key
+        has = den > 0.0  # rows without a query only: a query always keeps its own key
         out = tl.where(has[:, None], num / tl.where(has, den, 1.0)[:, None], 0.0)
-        tl.store(o_ptr + o_off, out.to(Out.dtype.element_ty), mask=ok[:, None] & v_ok[None, :])
+        tl.store(o_ptr + o_off, out.to(Out.dtype.element_ty),
+                 mask=q_ok[:, None] & v_ok[None, :])
         q_ptr += BLOCK_C * sqn
         k_ptr += BLOCK_C * skn
         v_ptr += BLOCK_C * svn

@@ -224,6 +224,27 @@ def test_causal_chunk_kernel_matches_the_float64_definition(shape, dtype):
     assert out.dtype == dtype and result["agree"], result
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("shape", [(1, 2, 2, 33, 50, 16), (2, 4, 2, 50, 33, 59),
+                                   (1, 2, 1, 97, 200, 64), (1, 1, 1, 1, 70, 16)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_causal_chunk_kernel_with_unequal_lengths(shape, dtype):
+    """n_q != n_k, bottom-right: n_q < n_k (every query keeps a prefix of keys before its own
+    position; one query, a decode step), n_q > n_k (the first n_q - n_k queries keep no key:
+    zeros, as the definition)."""
+    q, k, v = _inputs(shape, dtype, seed=shape[3] + shape[4])
+    mask, impl = MaskSpec(causal=True), registry.get("linear")
+    launches = []
+    with torch.no_grad(), launch_modes.watching(launches.append):
+        out = impl(q, k, v, mask, fused=1)
+    assert [x.name for x in launches] == ["feature_state", "feature_prefix", "feature_chunk"]
+    ref = impl.reference(q.double(), k.double(), v.double(), mask)
+    result = output_agreement(out, ref, dtype, naive=impl.reference(q, k, v, mask))
+    assert result["agree"], result
+    if shape[3] > shape[4]:
+        assert (out[:, :, : shape[3] - shape[4]] == 0).all()
+
+
 def test_causal_chunk_kernel_is_causal():
     """Its output is off the non-causal definition and off a definition with the diagonal
     shifted by one key (the check can fail on a wrong mask)."""
@@ -258,12 +279,10 @@ def test_causal_chunk_launches_do_not_grow_with_n():
 
 
 def test_causal_chunk_refusals_and_the_default():
-    """n_q != n_k: fused = 1 is refused with the reason, auto takes PyTorch; auto keeps
-    PyTorch for causal calls on CUDA too (a candidate until a GPU measures it)."""
+    """D > 256 and float64 with fused = 1: refused with the reason; auto takes PyTorch for
+    causal calls, on CUDA too (a candidate until a GPU measures it)."""
     impl = registry.get("linear")
     q, k, v = _inputs((1, 2, 2, 33, 50, 16), torch.float32, seed=3)
-    with pytest.raises(NotSupportedError, match="covers n_q = n_k, not 33 != 50"):
-        impl(q, k, v, MaskSpec(causal=True), fused=1)
     launches = []
     with torch.no_grad(), launch_modes.watching(launches.append):
         out = impl(q, k, v, MaskSpec(causal=True))
