@@ -19,7 +19,8 @@ Each autotuned kernel compiles the configs of the target's class (``autotune.SHA
 ``*-dilated-prefix`` workloads compile); exit 1 when any of them spills, so the lists stay
 spill-free. ``--workloads band-dilated-prefix decode-dilated-prefix`` checks those lists alone;
 ``--workloads feature-linear feature-performer`` the fused feature-map attention's three
-kernels (pinned block sizes, ``feature_attention.tiles``).
+kernels (pinned block sizes, ``feature_attention.tiles``); ``feature-linear-causal`` the causal
+chunk kernel's three (``feature_attention.chunk_tiles``).
 Needs Triton with its NVIDIA backend; run without ``TRITON_INTERPRET`` (exit 2 otherwise).
 Exit 1 when a compile fails, a kernel exceeds its target's shared memory, a config spills, a
 default's masked loop is over 1.5x the unmasked one, or the forward's default on sm_90 is over

@@ -6,6 +6,9 @@ Two measurements, B1 H8 D64 float32 on the CPU:
    GPU each is at most one kernel launch), at n = 1k, 4k, 16k, 64k, for ``linear`` and
    ``performer`` (not causal and causal), ``linformer`` and ``nystrom``: this tree with one
    segment (a GPU's default), this tree with the CPU's segments, and the old code.
+   Beside them, the fused Triton path (``fused = 1``: kernel launches and host ATen ops, the
+   launches recorded, not run, so a CPU counts them at any n under ``TRITON_INTERPRET=1``),
+   or the reason a member has no fused path.
 2. **CPU time** at n = 16k, one thread and two threads: the old code against this tree (the
    CPU policy, and one segment, the choice a CPU does not make), interleaved in one process
    (every round calls each variant once, in a rotated order), median over the rounds.
@@ -142,6 +145,40 @@ def launches(makers: dict, lengths: list[int]) -> list[dict]:
     return rows
 
 
+def fused_launches(lengths: list[int]) -> list[dict]:
+    """Per member of ``CALLS`` with ``fused = 1``: the Triton launches and host ATen ops of one
+    call at each n (recorded, not run), or the registry's reason it has no fused path."""
+    from harness.registry import problem_of
+    from implementations._kernels.triton import launch_modes
+
+    rows = []
+    for name, causal, _, _ in CALLS:
+        impl, mask = harness.registry.get(name), MaskSpec(causal=causal)
+        if "fused" not in impl.params:
+            rows.append({"impl": name, "causal": causal, "why": "no fused path (PyTorch only)"})
+            continue
+        counts: dict[int, tuple[int, int]] = {}
+        why = None
+        for n in lengths:
+            q, k, v = inputs(n)
+            reasons = impl.not_supported(problem_of(q, k, v, mask, (("fused", 1),)))
+            if reasons:
+                why = "; ".join(reasons)
+                break
+            seen: list = []
+            with torch.no_grad():
+                with launch_modes.watching(seen.append, execute=False):
+                    impl(q, k, v, mask, fused=1)  # caches (FAVOR+'s W) outside the count
+                seen.clear()
+                with launch_modes.watching(seen.append, execute=False), OpCount() as ops:
+                    impl(q, k, v, mask, fused=1)
+            counts[n] = (len(seen), ops.ops)
+        rows.append({"impl": name, "causal": causal, "why": why, "launches": counts})
+        print(f"  fused {name:9s} {'causal' if causal else 'full':6s} {why or counts}",
+              file=sys.stderr, flush=True)
+    return rows
+
+
 def cpu_times(makers: dict, n: int, rounds: int, threads: list[int]) -> list[dict]:
     """Seconds per call of every (impl, variant), interleaved round by round: wall clock, and
     the calling thread's CPU time (with one thread the whole work, and not inflated by waiting
@@ -177,7 +214,8 @@ def cpu_times(makers: dict, n: int, rounds: int, threads: list[int]) -> list[dic
     return rows
 
 
-def markdown(count_rows: list[dict], time_rows: list[dict], lengths: list[int]) -> str:
+def markdown(count_rows: list[dict], time_rows: list[dict], lengths: list[int],
+             fused_rows: list[dict] | None = None) -> str:
     def label(impl: str, causal: bool) -> str:
         return f"`{impl}`{' causal' if causal else ''}"
 
@@ -187,6 +225,15 @@ def markdown(count_rows: list[dict], time_rows: list[dict], lengths: list[int]) 
     for r in count_rows:
         ops = " | ".join(str(r["ops"][n]) for n in lengths)
         lines.append(f"| {label(r['impl'], r['causal'])} | {r['variant']} | {ops} |")
+    if fused_rows:
+        lines += ["", "The fused path (`fused = 1`): Triton launches + host ATen ops per call, "
+                  "or why a member has none:", "",
+                  "| implementation | " + " | ".join(f"n = {n}" for n in lengths) + " |",
+                  "|---|" + "---|" * len(lengths)]
+        for r in fused_rows:
+            cells = ([r["why"]] + [""] * (len(lengths) - 1) if r["why"] else
+                     [f"{r['launches'][n][0]} + {r['launches'][n][1]}" for n in lengths])
+            lines.append(f"| {label(r['impl'], r['causal'])} | " + " | ".join(cells) + " |")
     if not time_rows:
         return "\n".join(lines)
     names = list(dict.fromkeys(r["variant"] for r in time_rows))
@@ -216,6 +263,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--old-ref", default=OLD_REF, help='git ref of the old code ("": none)')
     parser.add_argument("--no-time", action="store_true", help="launch counts only")
+    parser.add_argument("--no-fused", action="store_true", help="leave the fused path out")
     parser.add_argument("--json", type=Path, help="write every figure here")
     args = parser.parse_args()
     load_before = os.getloadavg()
@@ -226,6 +274,9 @@ def main() -> int:
                   file=sys.stderr)
         makers = variants(old)
         count_rows = launches(makers, args.lengths)
+        if not args.no_fused and not torch.cuda.is_available():
+            os.environ["TRITON_INTERPRET"] = "1"  # CPU tensors: launches recorded, not run
+        fused_rows = [] if args.no_fused else fused_launches(args.lengths)
         time_rows = [] if args.no_time else cpu_times(makers, args.time_n, args.rounds,
                                                       args.threads)
     load_after = os.getloadavg()
@@ -233,10 +284,10 @@ def main() -> int:
             f"{os.cpu_count()} CPUs; load average (1/5/15 min) before "
             f"{'/'.join(f'{x:.2f}' for x in load_before)}, after "
             f"{'/'.join(f'{x:.2f}' for x in load_after)}")
-    print(head + "\n\n" + markdown(count_rows, time_rows, args.lengths))
+    print(head + "\n\n" + markdown(count_rows, time_rows, args.lengths, fused_rows))
     if args.json:
         args.json.write_text(json.dumps({"machine": head, "launches": count_rows,
-                                         "times": time_rows}, indent=1))
+                                         "fused": fused_rows, "times": time_rows}, indent=1))
     return 0
 
 

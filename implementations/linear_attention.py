@@ -13,6 +13,9 @@ decides (``segment_bytes``). Its recurrent form
 
 On CUDA, non-causal forward calls run three fused Triton launches instead (``fused``,
 :mod:`implementations._kernels.triton.feature_attention`): q, k, v read once, no fp32 copies.
+Causal forward calls have the fused chunkwise kernel too
+(:mod:`implementations._kernels.triton.linear_chunk`, three launches, the state in fp32
+registers); ``fused`` = 1 forces it, the default keeps PyTorch until a GPU measures it.
 
 Not an approximation of softmax attention but a different attention: the agreement check holds
 it to its own float64 definition (:func:`linear_reference`); its distance from softmax attention
@@ -44,6 +47,8 @@ from implementations._feature_maps_spec import (
 )
 from implementations._kernels.triton.feature_attention import (
     FUSED,
+    chunk_attention,
+    chunk_workspace_bytes,
     feature_attention,
     fused_workspace_bytes,
     path_reasons,
@@ -129,7 +134,9 @@ def _chunk(p: Problem) -> int:
 
 
 def _workspace(p: Problem) -> int:
-    if runs_fused(p):
+    if runs_fused(p, chunked=True):
+        if p.mask.causal:
+            return chunk_workspace_bytes(p)
         return fused_workspace_bytes(p, p.head_dim, favor=False)
     cap = int(p.param("segment_bytes", SEGMENT.default))
     return kernel_workspace(p, p.head_dim, _chunk(p), _map_temps(p), cap)
@@ -138,7 +145,7 @@ def _workspace(p: Problem) -> int:
 def _reasons(p: Problem) -> list[str]:
     need = kernel_chunk_bytes(p, p.head_dim, _chunk(p), _map_temps(p))
     reason = cap_reason(int(p.param("segment_bytes", SEGMENT.default)), need, _chunk(p))
-    return ([reason] if reason else []) + path_reasons(p)
+    return ([reason] if reason else []) + path_reasons(p, chunked=True)
 
 
 @register(
@@ -168,10 +175,11 @@ def linear_attention(
     fused: int = -1,
 ) -> Tensor:
     """q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D) -> (B, H, n_q, D). Non-causal forward calls
-    on CUDA run the fused Triton kernels (``fused``: :data:`FUSED`), the rest the PyTorch path."""
+    on CUDA run the fused Triton kernels (``fused``: :data:`FUSED`; ``fused`` = 1 also causal
+    ones, the chunk kernel), the rest the PyTorch path."""
     no_scale(scale)
     check_inputs(q, k, v)
-    if takes_fused(int(fused), q, k, v, mask.causal):
-        return feature_attention(q, k, v)
+    if takes_fused(int(fused), q, k, v, mask.causal, chunked=True):
+        return chunk_attention(q, k, v) if mask.causal else feature_attention(q, k, v)
     state = LinearState(problem_of(q, k, v, mask), chunk_size, segment_bytes)
     return kernel_attention(state, q, k, v, mask.causal)

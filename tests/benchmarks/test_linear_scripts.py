@@ -46,7 +46,9 @@ def test_the_targets_dry_run_measures_every_row(tmp_path):
     fla = rows[("fla-linear", 1024)]
     assert "ms" in fla or "skipped" in fla or "error" in fla
     targets = {t["target"]: t for t in payload["targets"]}
-    assert len(targets) == 5 and all(t["met"] is None for t in targets.values())
+    assert len(targets) == 7 and all(t["met"] is None for t in targets.values())
+    chunk = rows[("linear-causal-chunk", 1024)]  # the candidate: the interpreter's, or why not
+    assert chunk["fused"] == 1 and ("ms" in chunk or "fused = 1" in chunk["skipped"]), chunk
     assert "| linear-causal | 1024 |" in result.stdout
 
 
@@ -71,3 +73,10 @@ def test_the_launch_counts_do_not_grow_with_n_for_one_segment(tmp_path):
     for r in one:
         assert r["ops"]["512"] == r["ops"]["1024"] > 0, r
     assert "Launches per call" in result.stdout
+    fused = {(r["impl"], r["causal"]): r for r in json.loads(out.read_text())["fused"]}
+    for key in (("linear", False), ("linear", True), ("performer", False)):
+        counts = fused[key]["launches"]
+        assert fused[key]["why"] is None and counts["512"] == counts["1024"], fused[key]
+        assert counts["512"][0] == 3, fused[key]  # three Triton launches
+    assert "non-causal" in fused[("performer", True)]["why"]
+    assert fused[("nystrom", False)]["why"].startswith("no fused path")

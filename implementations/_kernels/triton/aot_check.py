@@ -46,6 +46,7 @@ from implementations._kernels.triton import (
     feature_kernels,
     forward,
     launches,
+    linear_chunk,
 )
 from implementations._kernels.triton.autotune import (
     candidate_configs,
@@ -71,6 +72,7 @@ KERNELS = (  # (module, name): every kernel the launches use
     (backward, "band_dkdv"), (backward_blocks, "blocks_dq"),
     (backward_blocks, "blocks_dkdv"), (feature_kernels, "feature_state"),
     (feature_kernels, "feature_combine"), (feature_kernels, "feature_output"),
+    (linear_chunk, "feature_prefix"), (linear_chunk, "feature_chunk"),
 )
 BIGBIRD = MaskSpec(causal=True, window=(3, 0), block_size=64, random_blocks=2, global_tokens=64)
 # workload -> (mask, n_q, n_k, H, H_kv, backward); the first mask of each family is the CI one
@@ -90,10 +92,12 @@ WORKLOADS: dict[str, tuple[MaskSpec, int, int, int, int, bool]] = {
     "blocks": (BIGBIRD, 4096, 4096, 16, 16, True),
 }
 # workload -> (random features m, or 0 for φ = elu + 1; n; H; H_kv): the fused non-causal
-# feature-map attention (``feature_attention``), B1 as the GPU targets
+# feature-map attention (``feature_attention``; ``-causal``: ``linear``'s causal chunk kernel,
+# ``chunk_attention``), B1 as the GPU targets
 FEATURE_WORKLOADS: dict[str, tuple[int, int, int, int]] = {
     "feature-linear": (0, 65536, 16, 16),
     "feature-performer": (256, 65536, 16, 16),
+    "feature-linear-causal": (0, 65536, 16, 16),
 }
 ALL_WORKLOADS = (*WORKLOADS, *FEATURE_WORKLOADS)
 CI_WORKLOADS = ("band", "decode", "blocks")
@@ -219,6 +223,9 @@ def record(workload: str, head_dim: int, batch: int = 2, shape: tuple | None = N
             stack.callback(setattr, module, name, original)
             setattr(module, name, Recorder(name, original))
         if mask is None:  # the feature-map attention: three launches
+            if workload.endswith("-causal"):
+                feature_attention.chunk_attention(q, k, v)
+                return seen
             w = torch.empty(2, features, head_dim, device="meta") if features else None
             feature_attention.feature_attention(q, k, v, w, head_dim**-0.5)
             return seen

@@ -8,10 +8,13 @@ the method parameter ``fused`` (:data:`FUSED`): -1 (the default) decides by that
 forces the kernels (refused, with the reason, where they cannot run), 0 forces PyTorch.
 
 A call is three launches, whatever n: the keys' partial states, their combine, the outputs
-(:func:`feature_attention`); no host synchronization. Block sizes are pinned
-(:func:`tiles`), chosen so no tile spills (``benchmarks/aot_kernels.py --workloads
-feature-linear feature-performer`` compiles them for sm_80 and sm_90 and reads registers,
-spills and shared memory). Triton is optional: without it this module imports and
+(:func:`feature_attention`); no host synchronization. ``linear``'s causal calls have the
+chunkwise kernel (:func:`chunk_attention`, :mod:`.linear_chunk`: the partial states,
+their prefix, the chunks), a candidate that ``fused`` = 1 forces (:data:`AUTO_CAUSAL`).
+Block sizes are pinned (:func:`tiles`, :func:`chunk_tiles`), chosen so no tile spills
+(``benchmarks/aot_kernels.py --workloads feature-linear feature-performer
+feature-linear-causal`` compiles them for sm_80 and sm_90 and reads registers, spills and
+shared memory). Triton is optional: without it this module imports and
 :func:`fused_reasons` says why the kernels cannot run.
 """
 
@@ -27,20 +30,25 @@ from torch import Tensor
 from harness.spec import FLOAT_DTYPES, Param, Problem
 
 try:  # the kernels import Triton, an optional dependency
-    from implementations._kernels.triton import feature_kernels
+    from implementations._kernels.triton import feature_kernels, linear_chunk
     from implementations._kernels.triton.launch_modes import launch
 except Exception as exc:  # absent or broken: the PyTorch path still runs, the reason says why
-    feature_kernels = None
+    feature_kernels = linear_chunk = None
     _IMPORT_ERROR = f"the Triton kernels failed to import: {type(exc).__name__}: {exc}"
 
 FUSED = Param(
     -1,
     "the path: -1 the fused Triton kernels for non-causal forward calls on CUDA without "
-    "autograd, PyTorch otherwise; 1 the fused kernels (refused where they cannot run); "
+    "autograd, PyTorch otherwise; 1 the fused kernels (linear's causal chunk kernel too; "
+    "refused where they cannot run); "
     "0 PyTorch",
     minimum=-1,
     maximum=1,
 )
+AUTO_CAUSAL = False
+"""Whether ``fused`` = -1 takes the causal chunk kernel (:func:`chunk_attention`) on CUDA. No:
+it is a candidate until a GPU lease measures it beside fla-linear and the PyTorch path
+(``benchmarks/linear_targets.py``); a default changes only on a lease's numbers."""
 DTYPES = FLOAT_DTYPES - {torch.float64}
 MAX_HEAD_DIM = 256
 PROGRAMS = 1024
@@ -62,14 +70,15 @@ def unavailable_reason() -> str | None:
 
 
 def call_reasons(device_type: str, causal: bool, backward: bool, dtype: torch.dtype,
-                 head_dim: int) -> list[str]:
+                 head_dim: int, chunked: bool = False) -> list[str]:
     """Why the fused kernels cannot run such a call (empty: they can): CUDA (or CPU tensors
-    under ``TRITON_INTERPRET=1``), not causal, no autograd, fp32/fp16/bf16, D <= 256, Triton.
+    under ``TRITON_INTERPRET=1``), no autograd, fp32/fp16/bf16, D <= 256, Triton; causal only
+    only where the map has the chunk kernel (``chunked``: ``linear``).
     The one rule: a Problem's (:func:`fused_reasons`) and a direct call's (:func:`takes_fused`)."""
     out = []
     if device_type != "cuda" and not (device_type == "cpu" and _interpreted()):
         out.append(f"the fused kernels run on CUDA, not {device_type}")
-    if causal:
+    if causal and not chunked:
         out.append("the fused kernels cover non-causal calls")
     if backward:
         out.append("the fused kernels are forward-only (no autograd)")
@@ -83,25 +92,27 @@ def call_reasons(device_type: str, causal: bool, backward: bool, dtype: torch.dt
     return out
 
 
-def fused_reasons(p: Problem) -> list[str]:
+def fused_reasons(p: Problem, chunked: bool = False) -> list[str]:
     """:func:`call_reasons` of a Problem."""
-    return call_reasons(p.device_type, p.mask.causal, p.backward, p.dtype, p.head_dim)
+    return call_reasons(p.device_type, p.mask.causal, p.backward, p.dtype, p.head_dim, chunked)
 
 
-def path_reasons(p: Problem) -> list[str]:
+def path_reasons(p: Problem, chunked: bool = False) -> list[str]:
     """The registry's extra reasons for ``fused``: a forced fused path that cannot run."""
     if int(p.param("fused", FUSED.default)) != 1:
         return []
-    return [f"fused = 1: {r}" for r in fused_reasons(p)]
+    return [f"fused = 1: {r}" for r in fused_reasons(p, chunked)]
 
 
-def runs_fused(p: Problem) -> bool:
+def runs_fused(p: Problem, chunked: bool = False) -> bool:
     """Whether a call of ``p`` takes the fused path: ``fused`` = 1, or -1 on CUDA where the
-    kernels can run it."""
+    kernels can run it and the call is not causal (the causal chunk kernel is a candidate,
+    forced with ``fused`` = 1, until a GPU's numbers choose it: :data:`AUTO_CAUSAL`)."""
     fused = int(p.param("fused", FUSED.default))
     if fused == 1:
         return True
-    return fused == -1 and p.device_type == "cuda" and not fused_reasons(p)
+    return (fused == -1 and p.device_type == "cuda" and (AUTO_CAUSAL or not p.mask.causal)
+            and not fused_reasons(p, chunked))
 
 
 def tiles(head_dim: int, favor: bool) -> dict[str, int]:
@@ -115,13 +126,16 @@ def tiles(head_dim: int, favor: bool) -> dict[str, int]:
     heads halve the rows and the feature block, so each tile stays at or under 64 (FAVOR+'s
     output at D = 128 spilled on sm_80 with 64 rows: 32). D = 256: 32-row tiles of 256
     columns are 64 registers each at 4 warps and spilled: 8 warps; FAVOR+ there still spilled
-    with 32 rows (K, V and logits tiles beside the accumulator): 16."""
+    with 32 rows (K, V and logits tiles beside the accumulator): 16. ``state_stages``: the key
+    pass's pipeline stages; φ = elu + 1 at D = 32 spilled 16 bytes on sm_90 with two (80
+    registers), none with one (88)."""
     block_d = max(16, 1 << max(head_dim - 1, 0).bit_length())
     wide, rows = block_d > 64, 16 if favor and block_d > 128 else 32
     return dict(BLOCK_D=block_d, BLOCK_F=32 if wide else 64 if favor else block_d,
                 BLOCK_N=rows if wide else 64,
                 BLOCK_M=rows if block_d > 128 or (wide and favor) else 64,
-                num_warps=8 if block_d > 128 else 4)
+                num_warps=8 if block_d > 128 else 4,
+                state_stages=1 if block_d == 32 and not favor else 2)
 
 
 def split_plan(kv_rows: int, n_k: int, features: int, t: dict[str, int]) -> tuple[int, int]:
@@ -196,7 +210,8 @@ def feature_attention(q: Tensor, k: Tensor, v: Tensor, w: Tensor | None = None,
         launch("feature_state", kern.feature_state, (n_split, b * h_kv, f_blocks),
                (k, v, w, part_s, part_z, part_m, *k.stride()[:3], *v.stride()[:3], h_kv, n_k,
                 per, features, scale / 2),
-               dict(common, BLOCK_N=t["BLOCK_N"], PRECISION=precision, num_stages=2))
+               dict(common, BLOCK_N=t["BLOCK_N"], PRECISION=precision,
+                    num_stages=t["state_stages"]))
         launch("feature_combine", kern.feature_combine, (b * h_kv, f_blocks),
                (part_s, part_z, part_m, state, sums, n_split, features),
                dict(common, num_stages=1))
@@ -207,15 +222,99 @@ def feature_attention(q: Tensor, k: Tensor, v: Tensor, w: Tensor | None = None,
     return out
 
 
-def takes_fused(fused: int, q: Tensor, k: Tensor, v: Tensor, causal: bool) -> bool:
-    """Whether this call runs the fused kernels (``fused`` as :data:`FUSED`); ``fused`` = 1
-    where they cannot run is refused in one line (ValueError)."""
+def chunk_tiles(head_dim: int) -> dict[str, int]:
+    """The causal chunk kernel's pinned tiles (:mod:`.linear_chunk`): BLOCK_D (D to a power of
+    two >= 16), BLOCK_C (positions per chunk: the chunk size C), BLOCK_V (value columns per
+    program) and warps; the key pass (``feature_state``) keeps :func:`tiles`.
+
+    Registers: a program holds its BLOCK_D × BLOCK_V state, the chunk's φ(Q) and φ(K) (BLOCK_C ×
+    BLOCK_D), V and the output (BLOCK_C × BLOCK_V) and the C × C products, all fp32, and the
+    compiled kernel needs ~150 registers a thread beyond them (the 32 × 32 tiles of D = 32 took
+    166-180). Chosen from ``benchmarks/aot_kernels.py --workloads feature-linear-causal``'s
+    registers and spills on sm_80 and sm_90 (bf16), the largest tiles without a spill: D <= 32:
+    32 positions, 4 warps (166-180 registers); D = 64: 32 positions, 8 warps (198 sm_90, 248
+    sm_80; 64 positions spilled at 4 and 8 warps); D = 128: 16 positions, 64 value columns, 8
+    warps (198/240; 32 positions spilled); D = 256: 16 positions, 16 value columns, 8 warps
+    (254/255; 32 value columns spilled, 16 warps too). One stage: two took about as many
+    registers in the sweep and buffer the next tiles in shared memory; their speed is
+    unmeasured."""
+    block_d = max(16, 1 << max(head_dim - 1, 0).bit_length())
+    if block_d <= 32:
+        return dict(BLOCK_D=block_d, BLOCK_C=32, BLOCK_V=block_d, num_warps=4)
+    if block_d == 64:
+        return dict(BLOCK_D=64, BLOCK_C=32, BLOCK_V=64, num_warps=8)
+    if block_d == 128:
+        return dict(BLOCK_D=128, BLOCK_C=16, BLOCK_V=64, num_warps=8)
+    return dict(BLOCK_D=block_d, BLOCK_C=16, BLOCK_V=16, num_warps=8)
+
+
+def chunk_workspace_bytes(p: Problem) -> int:
+    """Peak bytes of a fused causal call beyond its inputs and output, exact: the states before
+    each split (B·H_kv, n_split, D, D) and their sums (B·H_kv, n_split, D), fp32 (the prefix
+    is made in place)."""
+    kv = p.batch * p.n_kv_heads
+    if kv == 0 or p.n_k == 0 or p.n_q == 0:
+        return 0
+    n_split, _ = split_plan(kv, p.n_k, p.head_dim, tiles(p.head_dim, False))
+    return 4 * kv * n_split * p.head_dim * (p.head_dim + 1)
+
+
+def chunk_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """Causal ``linear`` attention (φ = elu + 1) in three launches (:mod:`.linear_chunk`): the
+    splits' key states, their exclusive prefix, the chunkwise outputs. q: (B, H, n_q, D),
+    k/v: (B, H_kv, n_k, D), H a multiple of H_kv -> (B, H, n_q, D) in q's dtype, bottom-right
+    (query i keeps keys j <= i + n_k - n_q; one that keeps none: zeros). CUDA tensors, or CPU
+    tensors under ``TRITON_INTERPRET=1``."""
+    if feature_kernels is None:
+        raise RuntimeError(_IMPORT_ERROR)
+    q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
+    b, h, n_q, d = q.shape
+    h_kv, n = k.shape[1], k.shape[2]
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    if b * h * n_q == 0:
+        return out
+    off = n - n_q  # bottom-right: query i keeps keys j <= i + off
+    if off < 0:  # the first -off queries keep no key: zeros, as the reference
+        out[:, :, :-off].zero_()
+        if n == 0:
+            return out
+    t, c = tiles(d, False), chunk_tiles(d)
+    n_split, per = split_plan(b * h_kv, n, d, t)
+    f32 = dict(dtype=torch.float32, device=q.device)
+    part_s = torch.empty(b * h_kv, n_split, d, d, **f32)
+    part_z = torch.empty(b * h_kv, n_split, d, **f32)
+    f_blocks = -(-d // t["BLOCK_F"])
+    precision = "ieee" if q.device.type == "cpu" else (
+        "tf32x3" if q.dtype == torch.float32 else "tf32")
+    common = dict(D=d, BLOCK_D=t["BLOCK_D"], num_warps=t["num_warps"])
+    with _on_device(q):
+        launch("feature_state", feature_kernels.feature_state, (n_split, b * h_kv, f_blocks),
+               (k, v, part_z, part_s, part_z, part_z, *k.stride()[:3], *v.stride()[:3], h_kv, n,
+                per, d, 0.0),
+               dict(common, BLOCK_F=t["BLOCK_F"], MAP=0, BLOCK_N=t["BLOCK_N"],
+                    PRECISION=precision, num_stages=t["state_stages"]))
+        launch("feature_prefix", linear_chunk.feature_prefix, (b * h_kv, f_blocks),
+               (part_s, part_z, n_split, d), dict(common, BLOCK_F=t["BLOCK_F"], num_stages=1))
+        launch("feature_chunk", linear_chunk.feature_chunk,
+               (n_split, b * h, -(-d // c["BLOCK_V"])),
+               (q, k, v, part_s, part_z, out, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
+                *out.stride()[:3], h, h // h_kv, n, off, per),
+               dict(D=d, BLOCK_D=c["BLOCK_D"], BLOCK_V=c["BLOCK_V"], BLOCK_C=c["BLOCK_C"],
+                    PRECISION=precision, num_warps=c["num_warps"], num_stages=1))
+    return out
+
+
+def takes_fused(fused: int, q: Tensor, k: Tensor, v: Tensor, causal: bool,
+                chunked: bool = False) -> bool:
+    """Whether this call runs the fused kernels (``fused`` as :data:`FUSED`; ``chunked``: the
+    map has the causal chunk kernel); ``fused`` = 1 where they cannot run is refused in one
+    line (ValueError)."""
     if fused == 0:
         return False
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-    reasons = call_reasons(q.device.type, causal, grad, q.dtype, q.shape[-1])
+    reasons = call_reasons(q.device.type, causal, grad, q.dtype, q.shape[-1], chunked)
     if fused == -1:
-        return q.is_cuda and not reasons
+        return q.is_cuda and (AUTO_CAUSAL or not causal) and not reasons
     if reasons:
         raise ValueError(f"fused = 1: {'; '.join(reasons)}")
     return True

@@ -20,11 +20,13 @@ output once, and per (batch, K/V head) ``n_split`` partial states of F·(Dv + 2)
    ``Σ_j exp(l_jf − M) [v_j | 1]``: the reference's stabiliser (the global key maximum)
    exactly, in exact arithmetic. Nothing overflows: every exponent is <= 0.
 3. :func:`feature_output`, grid (n_q / BLOCK_M, B·H): a program makes φ(Q) of its rows in
-   registers (FAVOR+: shifted by the row's largest logit, which cancels between numerator and
-   normaliser, as does the query's −s|q|²/2, left unformed), then ``φ(Q)·S`` and ``φ(Q)·z``
-   feature block by feature block, and stores their ratio in the output's dtype. Query head h
-   reads K/V head ``h // (H / H_kv)``'s state (grouped K/V). A row whose normaliser is 0
-   (every feature underflowed, as in the reference) stores zeros.
+   registers, then ``φ(Q)·S`` and ``φ(Q)·z`` feature block by feature block, and stores their
+   ratio in the output's dtype. FAVOR+: one pass over the feature blocks, each row shifted by
+   its running largest logit (online: a block that raises it scales the row's numerator and
+   normaliser by exp(old − new) <= 1), so at the end both carry the row's largest logit, which
+   cancels between them, as does the query's −s|q|²/2, left unformed; the logits are made
+   once. Query head h reads K/V head ``h // (H / H_kv)``'s state (grouped K/V). A row whose
+   normaliser is 0 (every feature underflowed, as in the reference) stores zeros.
 
 Matrix products take fp32 operands (16-bit inputs are upcast in registers, exactly: bf16 and
 fp16 fit TF32) on TF32 tensor cores for 16-bit inputs (the features and the state then carry
@@ -180,12 +182,14 @@ def feature_output(Q, W, S, Z, Out, sqb, sqh, sqn, sob, soh, son, H, GROUP, n_q,
     if MAP == FAVOR:
         q = load_tile(q_base, rows, ok, dd, sqn, D)
         top = tl.zeros([BLOCK_M], dtype=tl.float32) + NEG
-        for f0 in range(0, F, BLOCK_F):  # the row's stabiliser: its largest logit
-            top = tl.maximum(top, tl.max(favor_logits(q, W, f0, F, D, BLOCK_F, BLOCK_D,
-                                                      PRECISION), 1))
-        for f0 in range(0, F, BLOCK_F):
+        for f0 in range(0, F, BLOCK_F):  # one pass: the row's running largest logit (online)
             ff = f0 + tl.arange(0, BLOCK_F)
             logits = favor_logits(q, W, f0, F, D, BLOCK_F, BLOCK_D, PRECISION)
+            new_top = tl.maximum(top, tl.max(logits, 1))
+            alpha = tl.exp(top - new_top)  # <= 1; 0 on the first block (NEG - a logit)
+            acc = acc * alpha[:, None]
+            den = den * alpha
+            top = new_top
             phi = tl.where((ff < F)[None, :], tl.exp(logits - top[:, None]), 0.0)
             state = tl.load(s_base + ff[:, None] * D + dd[None, :],
                             mask=(ff[:, None] < F) & (dd[None, :] < D), other=0.0)

@@ -40,7 +40,7 @@ pytestmark = pytest.mark.skipif(
 )
 KERNELS = {"band_fwd", "band_dq", "band_dkdv", "delta_kernel", "band_fwd_split",
            "split_combine", "blocks_fwd", "blocks_dq", "blocks_dkdv", "feature_state",
-           "feature_combine", "feature_output"}
+           "feature_combine", "feature_output", "feature_prefix", "feature_chunk"}
 PREFILL = {"band_fwd", "band_dq", "band_dkdv", "blocks_fwd", "blocks_dq", "blocks_dkdv"}
 
 

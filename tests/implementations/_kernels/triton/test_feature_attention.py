@@ -156,13 +156,13 @@ def test_path_rule_and_refusals():
     assert not fa.runs_fused(Problem(1, 2, 64, 64, 64, device="cuda", backward=True))
     assert not fa.runs_fused(Problem(1, 2, 64, 64, 64, device="cuda", params=(("fused", 0),)))
     q, k, v = _inputs((1, 2, 2, 33, 33, 16), torch.float32, seed=2)
-    impl = registry.get("linear")
+    impl, performer = registry.get("linear"), registry.get("performer")
     with pytest.raises(NotSupportedError, match="fused = 1: the fused kernels cover non-causal"):
-        impl(q, k, v, MaskSpec(causal=True), fused=1)
+        performer(q, k, v, MaskSpec(causal=True), fused=1)
     with pytest.raises(NotSupportedError, match="forward-only"):
         impl(q.requires_grad_(), k, v, MaskSpec(), fused=1)
     with pytest.raises(ValueError, match="fused = 1: the fused kernels cover non-causal"):
-        impl.fn(q.detach(), k, v, MaskSpec(causal=True), fused=1)
+        performer.fn(q.detach(), k, v, MaskSpec(causal=True), fused=1)
     q64 = q.detach().double()
     reasons = impl.not_supported(problem_of(q64, k.double(), v.double(), MaskSpec(),
                                             (("fused", 1),)))
@@ -197,3 +197,130 @@ def test_auto_takes_the_fused_path_on_cuda_and_agrees(name):
     naive = impl.reference(q, k, v, mask, rows=rows)
     result = output_agreement(out[:, :, rows.to(out.device)], ref, torch.bfloat16, naive=naive)
     assert result["agree"], result
+
+
+# the causal chunk kernel (``linear``, fused = 1): (batch, heads, kv_heads, n, head_dim), odd
+# sizes (n = 97 is 4 chunks of 32 with a tail of 1; 200 at D = 128 is 7 key splits) and GPU tile
+# sizes (n = 256 at D = 64: whole chunks, whole splits)
+CAUSAL_SHAPES = [(2, 4, 2, 97, 59), (1, 2, 2, 161, 16), (1, 1, 1, 200, 128), (1, 2, 1, 256, 64)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("shape", CAUSAL_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_causal_chunk_kernel_matches_the_float64_definition(shape, dtype):
+    """The chunkwise kernel (key states per split, their prefix, chunk by chunk outputs) within
+    the agreement rule of the float64 definition; more than one split, so the prefix counts."""
+    b, h, hk, n, d = shape
+    q, k, v = _inputs((b, h, hk, n, n, d), dtype, seed=n + d)
+    mask, impl = MaskSpec(causal=True), registry.get("linear")
+    assert fa.split_plan(b * hk, n, d, fa.tiles(d, False))[0] >= 2
+    assert fa.runs_fused(problem_of(q, k, v, mask, (("fused", 1),)), chunked=True)
+    launches = []
+    with torch.no_grad(), launch_modes.watching(launches.append):
+        out = impl(q, k, v, mask, fused=1)
+    assert [x.name for x in launches] == ["feature_state", "feature_prefix", "feature_chunk"]
+    ref = impl.reference(q.double(), k.double(), v.double(), mask)
+    result = output_agreement(out, ref, dtype, naive=impl.reference(q, k, v, mask))
+    assert out.dtype == dtype and result["agree"], result
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("shape", [(1, 2, 2, 33, 50, 16), (2, 4, 2, 50, 33, 59),
+                                   (1, 2, 1, 97, 200, 64), (1, 1, 1, 1, 70, 16)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_causal_chunk_kernel_with_unequal_lengths(shape, dtype):
+    """n_q != n_k, bottom-right: n_q < n_k (every query keeps a prefix of keys before its own
+    position; one query, a decode step), n_q > n_k (the first n_q - n_k queries keep no key:
+    zeros, as the definition)."""
+    q, k, v = _inputs(shape, dtype, seed=shape[3] + shape[4])
+    mask, impl = MaskSpec(causal=True), registry.get("linear")
+    launches = []
+    with torch.no_grad(), launch_modes.watching(launches.append):
+        out = impl(q, k, v, mask, fused=1)
+    assert [x.name for x in launches] == ["feature_state", "feature_prefix", "feature_chunk"]
+    ref = impl.reference(q.double(), k.double(), v.double(), mask)
+    result = output_agreement(out, ref, dtype, naive=impl.reference(q, k, v, mask))
+    assert result["agree"], result
+    if shape[3] > shape[4]:
+        assert (out[:, :, : shape[3] - shape[4]] == 0).all()
+
+
+def test_causal_chunk_kernel_is_causal():
+    """Its output is off the non-causal definition and off a definition with the diagonal
+    shifted by one key (the check can fail on a wrong mask)."""
+    q, k, v = _inputs((1, 2, 2, 97, 97, 32), torch.float32, seed=8)
+    impl = registry.get("linear")
+    with torch.no_grad():
+        out = impl(q, k, v, MaskSpec(causal=True), fused=1)
+    ref = impl.reference(q.double(), k.double(), v.double(), MaskSpec())
+    naive = impl.reference(q, k, v, MaskSpec())
+    assert not output_agreement(out, ref, torch.float32, naive=naive)["agree"]
+    fq, fk = (torch.nn.functional.elu(x.double()) + 1 for x in (q, k))
+    fk = fk.repeat_interleave(2 // k.shape[1], 1)
+    weights = (fq @ fk.transpose(-1, -2)).tril(1)  # one key past the diagonal
+    shifted = weights @ v.double().repeat_interleave(2 // k.shape[1], 1)
+    shifted = shifted / weights.sum(-1, keepdim=True)
+    assert (out.double() - shifted).abs().max() > 1e-3 > (out.double() - impl.reference(
+        q.double(), k.double(), v.double(), MaskSpec(causal=True))).abs().max()
+
+
+def test_causal_chunk_launches_do_not_grow_with_n():
+    """Three launches and the same host ops at n = 64 and n = 4096 (recorded, not run)."""
+    counts = []
+    for n in (64, 4096):
+        q, k, v = _inputs((1, 4, 2, n, n, 32), torch.float32, seed=n)
+        launches = []
+        with torch.no_grad(), launch_modes.watching(launches.append, execute=False), \
+                OpCount() as ops:
+            registry.get("linear")(q, k, v, MaskSpec(causal=True), fused=1)
+        counts.append(([x.name for x in launches], ops.ops))
+    assert counts[0] == counts[1]
+    assert counts[0][0] == ["feature_state", "feature_prefix", "feature_chunk"]
+
+
+def test_causal_chunk_refusals_and_the_default():
+    """D > 256 and float64 with fused = 1: refused with the reason; auto takes PyTorch for
+    causal calls, on CUDA too (a candidate until a GPU measures it)."""
+    impl = registry.get("linear")
+    q, k, v = _inputs((1, 2, 2, 33, 50, 16), torch.float32, seed=3)
+    launches = []
+    with torch.no_grad(), launch_modes.watching(launches.append):
+        out = impl(q, k, v, MaskSpec(causal=True))
+    ref = impl.reference(q.double(), k.double(), v.double(), MaskSpec(causal=True))
+    assert launches == [] and (out.double() - ref).abs().max() < 1e-5
+    for bad, why in (((1, 2, 2, 40, 40, 257), "D <= 256, not 257"),):
+        q, k, v = _inputs(bad, torch.float32, seed=4)
+        with pytest.raises(NotSupportedError, match=why):
+            impl(q, k, v, MaskSpec(causal=True), fused=1)
+    q, k, v = (x.double() for x in _inputs((1, 2, 2, 40, 40, 16), torch.float32, seed=4))
+    with pytest.raises(NotSupportedError, match="not float64"):
+        impl(q, k, v, MaskSpec(causal=True), fused=1)
+    cuda = Problem(1, 2, 64, 64, 64, dtype=torch.bfloat16, device="cuda",
+                   mask=MaskSpec(causal=True))
+    assert not fa.runs_fused(cuda, chunked=True) and not fa.AUTO_CAUSAL
+    assert fa.fused_reasons(cuda, chunked=True) == (
+        [r for r in [fa.unavailable_reason()] if r])
+
+
+def test_causal_chunk_workspace_formula_is_the_measured_peak():
+    """Peak bytes above the inputs and output = the causal workspace formula, the registered
+    memory model of a causal call with fused = 1 (the prefix is made in place)."""
+    q, k, v = _inputs((2, 4, 2, 97, 97, 59), torch.float32, seed=1)
+    impl, mask = registry.get("linear"), MaskSpec(causal=True)
+    problem = problem_of(q, k, v, mask, (("fused", 1),))
+    formula = fa.chunk_workspace_bytes(problem)
+    n_split = fa.split_plan(4, 97, 59, fa.tiles(59, False))[0]
+    assert impl.cost.memory_model(problem) == formula == 4 * 4 * n_split * 59 * 60
+    attn = impl.prepare(problem)
+    with torch.no_grad():
+        attn(q, k, v)
+        if DEVICE == "cuda":
+            torch.cuda.synchronize()
+            base = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+            attn(q, k, v)
+            measured = torch.cuda.max_memory_allocated() - base
+        else:
+            measured = profiler_peak_bytes(lambda: attn(q, k, v))
+    extra = measured - q.numel() * q.element_size() - formula
+    assert extra == 0 or (DEVICE == "cuda" and 0 <= extra < 3 * 512), (measured, formula)
