@@ -8,16 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 
-from harness.mask_features.runs import RunsFeature
+from harness.mask_features import MaskError
+from harness.mask_features.visible_runs import RunsFeature
 from harness.mask_features.window import side
 from harness.paircount import Runs, positions_to_runs
 
 Side = int | None
 Globals = int | tuple[int, ...]
-
-
-class MaskError(ValueError):
-    """A MaskSpec whose fields contradict each other, or that does not fit the lengths."""
 
 
 @dataclass(frozen=True)
@@ -33,7 +30,7 @@ class MaskSpec:
     seed: int = 0
     documents: tuple[int, ...] | None = None
     prefix_len: int = 0
-    # plug-in features (harness.mask_features.runs.RunsFeature), not a result column
+    # plug-in features (harness.mask_features.visible_runs.RunsFeature), not a result column
     extra: tuple[RunsFeature, ...] = field(default=(), metadata={"column": False})
 
     def __post_init__(self) -> None:

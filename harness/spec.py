@@ -143,7 +143,7 @@ class Capabilities:
             names = sorted(str(d).removeprefix("torch.") for d in self.dtypes)
             out.append(f"dtype {str(problem.dtype).removeprefix('torch.')} not in {names}")
         missing = problem.mask.features - self.mask_features
-        # a plug-in feature runs where the capability it rides on does (mask_features.runs)
+        # a plug-in feature runs where the capability it rides on does (mask_features.visible_runs)
         needs = problem.mask.plugin_needs
         missing -= {name for name, need in needs.items() if need in self.mask_features}
         if missing:

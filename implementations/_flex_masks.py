@@ -16,7 +16,7 @@ mod that read its numbers from a captured int64 tensor and always evaluated ever
   captured bool table.
 - BigBird: one lookup in the flattened block layout, global blocks folded in.
 
-:func:`block_counts` reads the one block plan (:mod:`harness.mask_features.block_plan`:
+:func:`block_counts` reads the one block plan (:mod:`harness.block_plan`:
 exact counts of the candidate blocks, never the n_q x n_k grid), so blocks across documents,
 outside the window or past causality are never listed. The numbers each clause specializes
 on come from the feature modules of :mod:`harness.mask_features` (plug-in features such as
@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from harness.block_plan import FULL, SKIP, block_plan
 from harness.mask_features import bigbird_blocks, dilation, window
 from harness.mask_features import globals as globals_
 from harness.mask_features import prefix as prefix_clause
-from harness.mask_features.block_plan import FULL, SKIP, block_plan
 from harness.masks import MaskSpec, document_starts
 
 if TYPE_CHECKING:  # the module pulls in torch._dynamo: imported where a mask is built
@@ -199,7 +199,7 @@ def _layout_mod(spec: MaskSpec, n_q: int, n_k: int, device: str) -> MaskMod:
 @lru_cache(maxsize=32)
 def block_counts(spec: MaskSpec, n_q: int, n_k: int) -> tuple[Tensor, Tensor, int]:
     """Per (128-query block, 128-key block) of the one block plan
-    (:func:`harness.mask_features.block_plan.block_plan`): ``any`` kept pair and ``full`` (all
+    (:func:`harness.block_plan.block_plan`): ``any`` kept pair and ``full`` (all
     kept, block wholly inside the sequence), each bool (n_qb, n_kb); plus the executed pairs
     (every block with any kept pair, at its clipped size). O(candidate blocks)."""
     plan = block_plan(spec, n_q, n_k, BLOCK, BLOCK)

@@ -11,16 +11,23 @@ The dense rule of :mod:`harness.masks` is these clauses composed in one order::
 Each module states its clause (:func:`harness.masks.keep_pairs` calls it), its part of the
 closed-form pair count (what it puts in :mod:`harness.paircount`'s :class:`BandRule` /
 :class:`LayoutRule`, assembled by :func:`harness.masks.pair_rule`) and so its part of the one
-block plan (:mod:`harness.mask_features.block_plan`: exact per-block counts, so a (query block,
+block plan (:mod:`harness.block_plan`: exact per-block counts, so a (query block,
 key block) pair is skipped, full or partial; the element predicate of a partial one is the
 dense rule). Readers of the plan: the CPU tiles (:mod:`implementations._kernels.tiles`),
 Flex's ``BlockMask`` (:mod:`implementations._flex_masks`).
 
 A feature outside MaskSpec's named fields is a :class:`RunsFeature` carried in
-``MaskSpec.extra`` (see :mod:`.runs`): its geometry is runs of visible keys and rows, which
+``MaskSpec.extra`` (see :mod:`.visible_runs`): its geometry is runs of visible keys and rows, which
 every reader above already handles for global tokens.
 """
 
-from harness.mask_features.runs import RunsFeature, merge_runs
 
-__all__ = ["RunsFeature", "merge_runs"]
+
+class MaskError(ValueError):
+    """A MaskSpec whose fields contradict each other, or that does not fit the lengths."""
+
+
+# after MaskError: the feature modules raise it
+from harness.mask_features.visible_runs import RunsFeature, merge_runs  # noqa: E402
+
+__all__ = ["MaskError", "RunsFeature", "merge_runs"]

@@ -19,7 +19,7 @@ from functools import lru_cache
 import torch
 from torch import Tensor
 
-from harness.maskspec import MaskError
+from harness.mask_features import MaskError
 
 
 @lru_cache(maxsize=64)

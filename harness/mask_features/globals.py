@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from harness.mask_features.runs import Runs, in_runs, merge_runs
+from harness.mask_features.visible_runs import Runs, in_runs, merge_runs
 
 
 def key_runs(spec) -> Runs:

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from harness import registry
+from harness.block_plan import FULL, PARTIAL, SKIP, block_plan
 from harness.mask_features import RunsFeature
-from harness.mask_features.block_plan import FULL, PARTIAL, SKIP, block_plan
 from harness.masks import MaskError, MaskSpec, block_pair_counts, dense_mask, kept_pairs
 from harness.oracle.reference import reference_attention
 from harness.spec import Problem

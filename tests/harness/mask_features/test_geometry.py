@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import pytest
 import torch
 
+from harness import block_plan as plan_mod
 from harness.mask_features import RunsFeature, window
-from harness.mask_features import block_plan as plan_mod
 from harness.masks import MaskError, MaskSpec, dense_mask, kept_pairs
 from harness.sweep.expand import _shape_fields
 from harness.sweep.validate import SuiteReporter

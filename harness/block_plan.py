@@ -20,6 +20,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from harness.masks import block_pair_counts
+
 SKIP, PARTIAL, FULL = 0, 1, 2
 
 
@@ -65,7 +67,5 @@ class BlockPlan:
 @lru_cache(maxsize=64)
 def block_plan(spec, n_q: int, n_k: int, block_q: int, block_k: int) -> BlockPlan:
     """The block plan of ``spec`` over n_q queries and n_k keys. O(candidate blocks)."""
-    from harness.masks import block_pair_counts  # the masks module reads the features
-
     qb, kb, count = block_pair_counts(spec, n_q, n_k, block_q, block_k)
     return BlockPlan(n_q, n_k, block_q, block_k, qb, kb, count)
