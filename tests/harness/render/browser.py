@@ -34,7 +34,7 @@ PROBE = """<script>
   window.addEventListener("error", function (ev) {
     var t = ev.target;
     if (t && t !== window && (t.src || t.href)) {
-      errors.push("failed to load " + (t.src || t.href).slice(0, 80));
+      errors.push("failed to load " + (t.src || t.href).slice(-120));  // the end names the file
     } else {
       errors.push("uncaught: " + ev.message);
     }
