@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from harness import bundled
+from harness import bundled, registry
 from harness.cli import output_dir, parse_size
 from harness.cli.table import print_table
 from harness.distributed.launch import launch
@@ -22,6 +22,7 @@ from harness.distributed.plan import LaunchOptions
 from harness.distributed.shard import parse_shard, run_here
 from harness.errors import CliError
 from harness.execute.session import RunOptions, configure
+from harness.plugins import add_plugin_option
 from harness.scenarios.case import CHECK_MODES
 from harness.sweep.suite import load_suite
 
@@ -59,6 +60,7 @@ def _add_run(sub) -> None:
                    help="with --isolate: give up on a point after this long")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--no-table", action="store_true", help="do not print the comparison table")
+    add_plugin_option(p)
     _add_shard_options(p)
     p.set_defaults(func=cmd_run)
 
@@ -84,6 +86,7 @@ def cmd_run(args) -> int:
         raise CliError("--resume needs --out DIR (the run directory to continue)")
     if args.out is not None:
         output_dir(args.out)
+    registry.load_plugins(args.plugin)  # --plugin FILE (and ATTNBENCH_PLUGINS): one line if bad
     options = RunOptions(
         out=args.out, resume=args.resume, force=args.force, mem_budget=args.mem_budget,
         check=args.check, budget_s=args.budget_s, passes=args.passes, isolate=args.isolate,
