@@ -40,7 +40,7 @@ def test_schedstat_is_summed_over_this_process_threads() -> None:
     assert contention.parse_schedstat("123 4500000000 7\n") == pytest.approx(4.5)
     assert contention.parse_schedstat("") is None
     texts = {"1": "10 2000000000 3", "2": "10 500000000 1", "3": None}  # 3: exited
-    read = lambda path: texts[path.split("/")[-2]]  # noqa: E731
+    read = lambda path: texts[path.split("/")[-2]]
     assert contention.own_wait_s(read, ["1", "2", "3"]) == pytest.approx(2.5)
     assert contention.own_wait_s(lambda path: None, ["1"]) is None
 
