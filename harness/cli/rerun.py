@@ -31,6 +31,10 @@ from harness.execute.runner import run_points
 from harness.results import ResultsError, RowWriter, load_env, write_env
 from harness.sweep.suite import Suite, load_suite
 
+# at least this many passes: a median over 5 passes shrugs off two disturbed ones, and the
+# suspects are few, so the rerun stays a matter of seconds
+RERUN_PASSES = 5
+
 
 def suite_of(run_dir: Path) -> tuple[Suite | None, str]:
     """The suite ``run_dir`` was a run of (from its env.json), or None and why not."""
@@ -53,7 +57,8 @@ def suite_of(run_dir: Path) -> tuple[Suite | None, str]:
 
 def make_rerun(current_dir: Path, out: Path | None = None) -> Rerun:
     """The ``rerun(point_ids)`` :func:`harness.compare.runs.compare_runs` calls: measures those
-    points of ``current_dir``'s suite again, in as many passes as the current rows had."""
+    points of ``current_dir``'s suite again, in as many passes as the current rows had and at
+    least :data:`RERUN_PASSES`."""
     current_env: dict = {}
     with contextlib.suppress(ResultsError):
         current_env = load_env(current_dir)
@@ -69,7 +74,7 @@ def make_rerun(current_dir: Path, out: Path | None = None) -> Rerun:
             return None, f"{where} no longer has these points"
         tries[0] += 1
         target = _target(out, tries[0])
-        passes = _passes_of(current_dir, wanted) or suite.measure.passes
+        passes = max(_passes_of(current_dir, wanted) or suite.measure.passes, RERUN_PASSES)
         measure = replace(suite.measure, passes=passes)
         if measure.threads:
             torch.set_num_threads(measure.threads)

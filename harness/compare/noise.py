@@ -132,22 +132,28 @@ def confirm_failures(
     (a rerun of the suspects only) keep their verdict."""
     scale, out = time_scale(base, run, opts), []
     for f in findings:
-        if f.metric == "time" and f.level == "fail" and f.point_id in run.rows:
+        if _is_suspect(f) and f.point_id in run.rows:
             pid, rows = f.point_id, run.rows
             again = rows[pid].get("status") == "ok" and time_finding(
                 pid, "", base.rows[pid], rows[pid], opts, scale, scatter
             )
             if not again or again.level != "fail":
-                f = replace(f, level="warn", verdict=f"{f.verdict}, not in {name}")
-            else:
-                f = replace(f, verdict=f"{f.verdict}, again in {name}")
+                f = replace(f, level="warn", suspect=False, verdict=f"{f.verdict}, not in {name}")
+            else:  # a suspect warning the rerun shows beyond the margin fails too
+                f = replace(f, level="fail", suspect=False,
+                            verdict=f"{f.verdict}, again in {name}")
         out.append(f)
     return out
 
 
+def _is_suspect(f: Finding) -> bool:
+    return f.metric == "time" and (f.level == "fail" or (f.level == "warn" and f.suspect))
+
+
 def time_failures(findings: Sequence[Finding]) -> list[str]:
-    """Point ids of the time regressions that fail (the suspects a rerun confirms)."""
-    return sorted({f.point_id for f in findings if f.metric == "time" and f.level == "fail"})
+    """Point ids of the time regressions that fail, and of the suspect warnings (estimate
+    beyond the margin, interval not wholly): what a rerun measures again."""
+    return sorted({f.point_id for f in findings if _is_suspect(f)})
 
 
 # rerun(point ids) -> (the rerun of those points, its directory), or (None, why it could not)

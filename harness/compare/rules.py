@@ -377,8 +377,10 @@ def time_finding(
         hard = opts.time_gate == "hard" or wide
         rule = f"{check.describe()} beyond noise"
         why = "" if hard else _why_not_failed(tc.low > (opts.time_fail or math.inf))
+        rel = tc.change if check.relative else tc.change / tc.base
+        suspect = not hard and opts.time_fail is not None and rel > opts.time_fail
         return Finding(*args[:3], "fail" if hard else "warn",
-                       f"slower in {basis} time ({rule}){why}", *args[3:])
+                       f"slower in {basis} time ({rule}){why}", *args[3:], suspect=suspect)
     if tc.change > check.threshold:
         return Finding(*args[:3], "info", "slower within noise", *args[3:])
     if tc.high < -check.threshold:

@@ -134,10 +134,29 @@ def test_plain_compare_reruns_the_suspects_from_the_runs_suite(tmp_path: Path, c
     out = tmp_path / "rerun"
     assert main(["compare", str(base), str(cur), "--rerun-out", str(out)]) == 1
     captured = capsys.readouterr()
-    assert "measuring them again (2 passes) to confirm" in captured.err
+    assert "measuring them again (5 passes) to confirm" in captured.err
     # both points, again in the rerun (and in a second one where this machine's load flagged
     # the first as contended)
     assert captured.out.count("again in the rerun (") in (2, 4)
     assert len(read_rows(out)) == 2 and (out / ENV_FILE).is_file()
     assert main(["compare", str(base), str(cur), "--no-rerun"]) == 1
     assert "measuring them again" not in capsys.readouterr().err
+
+
+def test_a_wide_slowdown_beyond_the_margin_is_a_suspect_the_rerun_decides(
+    base: Path, tmp_path: Path
+) -> None:
+    """+76% with an interval [+20%, +176%] (not wholly above +50%): a warning, but measured
+    again; failed when the rerun shows it beyond the margin, a plain warning when not."""
+    rows = read_rows(base)
+    rows[5] = scale_time(make_row(POINTS[5], np.random.default_rng(2), cv=0.3, n=8), 1.8)
+    cur = write_run(tmp_path / "cur", rows)
+    (first,) = [f for f in compare_runs(base, cur, REPORT).findings if f.level == "warn"]
+    assert first.suspect and "not wholly above the --time-fail margin" in first.verdict
+    confirmed = compare_runs(base, cur, REPORT, rerun=FakeRerun(_slow(base, tmp_path, "s", 1.8)))
+    (failed,) = [f for f in confirmed.findings if f.level == "fail"]
+    assert failed.point_id == first.point_id and "again in the rerun" in failed.verdict
+    honest = write_run(tmp_path / "again", [make_row(p, np.random.default_rng(9)) for p in POINTS])
+    cleared = compare_runs(base, cur, REPORT, rerun=FakeRerun(honest))
+    (warned,) = [f for f in cleared.findings if f.level == "warn"]
+    assert cleared.exit_code == 0 and not warned.suspect and "not in the rerun" in warned.verdict
