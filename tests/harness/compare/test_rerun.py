@@ -68,12 +68,29 @@ def test_a_regression_that_shows_again_in_a_clean_rerun_fails(base: Path, tmp_pa
     assert len(rerun.calls) == 1
 
 
+class Busy(FakeRerun):
+    """The first rerun contended; the second as ``second_contended`` says."""
+
+    def __init__(self, *dirs: Path, second_contended: bool):
+        super().__init__(*dirs, contended=True)
+        self.second = second_contended
+
+    def __call__(self, point_ids: list[str]) -> tuple[Run | None, str]:
+        if len(self.calls) == 1:
+            self.contended = self.second
+        return super().__call__(point_ids)
+
+
 def test_a_contended_rerun_is_measured_once_more(base: Path, tmp_path: Path) -> None:
     slow = _slow(base, tmp_path, "slow")
     honest = write_run(tmp_path / "again", [make_row(p, np.random.default_rng(9)) for p in POINTS])
-    twice = FakeRerun(_slow(base, tmp_path, "busy"), honest, contended=True)
-    assert compare_runs(base, slow, REPORT, rerun=twice).exit_code == 0
-    assert len(twice.calls) == 2  # reproduced only under contention: measured again, gone
+    clean = Busy(_slow(base, tmp_path, "busy"), honest, second_contended=False)
+    assert compare_runs(base, slow, REPORT, rerun=clean).exit_code == 0
+    assert len(clean.calls) == 2  # reproduced only under contention; a clean rerun: gone
+    busy = Busy(_slow(base, tmp_path, "busy2"), honest, second_contended=True)
+    result = compare_runs(base, slow, REPORT, rerun=busy)
+    (failed,) = [f for f in result.findings if f.level == "fail"]
+    assert result.exit_code == 1 and "contended too" in failed.verdict  # busy cannot clear busy
     still = FakeRerun(_slow(base, tmp_path, "b1"), _slow(base, tmp_path, "b2"), contended=True)
     assert compare_runs(base, slow, REPORT, rerun=still).exit_code == 1
     assert len(still.calls) == 2
