@@ -27,14 +27,17 @@ from harness.plugins import add_plugin_option
 from harness.render.comparison import print_table, write_markdown
 
 GATE_HELP = """\
-the gate: status, memory and numerics regressions fail (exit 1). A time regression fails only
-when (1) its confidence interval is above --time-fail (+50%) in normalized time (time per
-reference matmul), and (2) it shows again in a rerun: compare measures the suspect points once
-more itself (from CURRENT_DIR's suite, with this installation's code; a few seconds each), or
-reads --confirm DIR; a rerun row measured under contention (other processes took the cores, or
-this process waited for a CPU) is measured once more. Smaller or unconfirmed slowdowns are
-warnings. --strict: every slowdown beyond median:10% and its noise fails, no rerun (quiet,
-dedicated machines). CI: attnbench run --out run1; attnbench compare BASELINE run1"""
+the gate: status, memory and numerics regressions fail (exit 1). Times are compared per
+reference matmul (normalized) with an interval over the passes. A slowdown whose interval is
+above +10% is a warning; it becomes a suspect when its estimate is above --time-fail (+50%),
+and a suspect fails only when it shows again, interval above +50%, in a rerun: compare
+measures the suspect points once more itself (from CURRENT_DIR's suite, with this
+installation's code and --plugin files, at least 5 passes, a few seconds each) or reads
+--confirm DIR. A rerun row measured under contention (other processes took the cores, or this
+process waited for a CPU) is measured once more; only a clean rerun can clear a suspect.
+--strict: every slowdown beyond median:10% and its noise fails, no rerun (quiet, dedicated
+machines). CI: attnbench run --out run1; attnbench compare "$(attnbench baseline find run1)"
+run1"""
 
 
 def options_from_args(args: argparse.Namespace) -> CompareOptions:
