@@ -16,6 +16,19 @@ attention with a fixed-size recurrent state (linear attention) also declares ``r
 ``advance(q, k, v)`` decodes without a KV cache.
 
 An entry point names a module (registration happens at import) or a zero-argument callable.
+A single file needs neither: ``attnbench run --plugin FILE.py`` or ``ATTNBENCH_PLUGINS``
+(:mod:`harness.plugins`, :func:`load_plugins`).
+
+The ``reference=`` contract (what the oracle calls, :mod:`harness.oracle.definition`):
+``reference(q, k, v, mask, rows=None, **params)`` with q (B, H, n_q, D), k/v (B, H_kv, n_k, D),
+``rows`` None or a 1-D long tensor of query rows, returning (B, H, len(rows) or n_q, D) **in the
+dtype of its inputs** -- no cast to float64 inside: the harness calls it with float64 inputs for
+the oracle and with the call's dtype for the naive error that scales the tolerance
+(``k x naive + eps``, :mod:`harness.oracle.agreement`); a reference that always computes in
+float64 makes that naive error zero, and every point fails. ``register`` refuses a reference
+without ``rows=``; :func:`reference_contract` checks the dtype and rows on tiny inputs, once,
+when a plug-in file is loaded and at probe time (an implementation that breaks it is
+unavailable, with the reason).
 
 Calling an :class:`Implementation` directly checks the same capabilities the runner checks and
 raises :class:`NotSupportedError` instead of silently computing another mask. Optional backends
@@ -37,7 +50,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from harness import probecache
+from harness import plugins, probecache
 from harness.errors import first_line
 from harness.masks import MaskSpec
 from harness.spec import (
@@ -214,6 +227,8 @@ class Implementation:
                 return Availability(f"runs on {', '.join(sorted(self.caps.devices))} only; "
                                     f"this machine has {' and '.join(machine_device_types())}")
             device_type = usable[0]
+        if self.reference is not None and (broken := _contract_reason(self)):
+            return Availability(broken, device_type)
         if self.probe is None or device_type not in self.caps.devices:
             return Availability(None, device_type)  # an undeclared device: a capability reason
         known, reason = probecache.outcome(
@@ -254,6 +269,8 @@ class Implementation:
 
 _REGISTRY: dict[str, Implementation] = {}
 _LOAD_ERRORS: dict[str, str] = {}
+_ORIGINS: dict[str, str] = {}  # name -> the file that registered it (for the twice message)
+_CONTRACT: dict[tuple[str, CoreFn], str | None] = {}  # (name, reference) -> breach, once
 _loaded = False
 
 
@@ -283,7 +300,12 @@ def register(
 
     def decorate(fn: CoreFn) -> CoreFn:
         if name in _REGISTRY and _REGISTRY[name].fn is not fn:
-            raise ValueError(f"implementation {name!r} registered twice")
+            raise plugins.ContractError(
+                f"implementation {name!r} registered twice: by {_ORIGINS.get(name, '?')} and "
+                f"by {plugins.origin(fn)}")
+        if reference is not None and (problem := plugins.reference_signature_problem(reference)):
+            raise plugins.ContractError(f"{name}: {problem}")
+        _ORIGINS[name] = plugins.origin(fn)
         doc = description or (fn.__doc__ or "").strip().splitlines()[0:1]
         _REGISTRY[name] = Implementation(
             name=name,
@@ -321,6 +343,78 @@ def _load() -> None:
                 target()
         except Exception as exc:  # a broken third-party plug-in must not break the harness
             _LOAD_ERRORS[ep.name] = f"entry point {ep.value} failed to load: {exc}"
+    files = plugins.env_files()
+    if files:  # a bad file is one line and exit 2 (PluginError), whichever command loads it
+        _check_contracts(plugins.load_files(files, lambda: set(_REGISTRY)), files)
+
+
+def load_plugins(paths: list) -> list[str]:
+    """Load plug-in files (``--plugin``): the names they registered. Raises
+    :class:`harness.plugins.PluginError` (one line, exit 2) for a file that cannot be used or
+    an implementation that breaks the ``reference=`` contract. The files are also put in
+    ``ATTNBENCH_PLUGINS`` so child processes load them."""
+    _load()
+    names = plugins.load_files(paths, lambda: set(_REGISTRY))
+    _check_contracts(names, paths)
+    plugins.remember_for_children(paths)
+    return names
+
+
+def _check_contracts(names: list[str], files: list) -> None:
+    for name in names:
+        impl = _REGISTRY[name]
+        if impl.reference is not None and (broken := _contract_reason(impl)):
+            raise plugins.PluginError(f"plug-in {_ORIGINS.get(name, files)}: {name}: {broken}")
+
+
+def _contract_reason(impl: Implementation) -> str | None:
+    """:func:`reference_contract` of ``impl``, run once per process and reference."""
+    key = (impl.name, impl.reference)
+    if key not in _CONTRACT:
+        _CONTRACT[key] = reference_contract(impl)
+    return _CONTRACT[key]
+
+
+def reference_contract(impl: Implementation) -> str | None:
+    """Why ``impl.reference`` breaks the contract (module docstring), or None: called on small
+    seeded CPU inputs (1, 2, n, 16), n = 16 or else 128, in float32 and float64, all rows and
+    rows (0, 7, n - 1), at the declared parameter defaults and the first mask of none / causal
+    that ``impl`` declares it supports at that size."""
+    fit = None
+    for n in (16, 128):
+        gen = torch.Generator().manual_seed(0)
+        q, k, v = (torch.randn(1, 2, n, 16, generator=gen) for _ in range(3))
+        for causal in (False, True):
+            problem = problem_of(q, k, v, MaskSpec(causal=causal))
+            extra = impl.extra_reasons(problem) if impl.extra_reasons else []
+            if not (impl.caps.reasons(problem) or impl.param_reasons(problem) or extra):
+                fit = fit or (q, k, v, problem.mask)
+    if fit is None:
+        return None  # no small CPU call fits its capabilities: the points themselves will tell
+    q, k, v, mask = fit
+    n, params = q.shape[-2], impl.param_values()
+    rows = torch.tensor([0, 7, n - 1])
+    try:
+        full = impl.reference(q, k, v, mask, rows=None, **params)
+        part = impl.reference(q, k, v, mask, rows=rows, **params)
+        wide = impl.reference(q.double(), k.double(), v.double(), mask, rows=None, **params)
+    except Exception as exc:  # whatever the plug-in raised: its first line says it
+        return f"reference= failed on a small call: {first_line(exc, 300)}"
+    if not all(isinstance(t, Tensor) for t in (full, part, wide)):
+        return "reference= must return a tensor"
+    if full.dtype != torch.float32 or wide.dtype != torch.float64:
+        return (f"reference= returned {full.dtype} for float32 inputs and {wide.dtype} for "
+                "float64 ones: it must compute in its inputs' dtype (no .double() inside; the "
+                "harness passes float64 inputs for the oracle, and the same-dtype result sets "
+                "the tolerance)")
+    if tuple(full.shape) != (1, 2, n, 16) or tuple(part.shape) != (1, 2, 3, 16):
+        return (f"reference= returned {tuple(full.shape)} (all rows) and {tuple(part.shape)} "
+                f"(rows=[0, 7, {n - 1}]); want (B, H, n_q, D) and (B, H, len(rows), D)")
+    if not (torch.isfinite(full).all() and torch.isfinite(part).all()):
+        return "reference= returned NaN or inf on a small call"
+    if not torch.allclose(part, full[:, :, rows], rtol=1e-3, atol=1e-4):
+        return "reference= with rows= does not return those rows of its full output"
+    return None
 
 
 def get(name: str) -> Implementation:

@@ -28,7 +28,7 @@ from harness.cli import main as compare_main
 from harness.compare.runs import compare_runs
 
 DEFAULT_GATES = (
-    "strict=",
+    "strict=--strict",
     "ci=--time-gate report",
     "ci+confirm=--time-gate report --confirm NEXT",
 )

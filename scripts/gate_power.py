@@ -73,8 +73,8 @@ GATE_MEASURE = MeasureConfig(timing=TimingConfig(budget_s=0.25, min_samples=5, w
 RECORDED = ("time_samples_s", "calls_per_sample", "ref_kernel_s", "contended", "contention",
             "status")
 
-CI_GATE = "--time-gate report"  # keep in step with .ci/run
-DEFAULT_GATES = (f"ci={CI_GATE}", "strict=")
+CI_GATE = "--time-gate report --no-rerun"  # .ci/run: plain compare (its rerun: the ci confirm)
+DEFAULT_GATES = (f"ci={CI_GATE}", "strict=--strict")
 
 
 def neighbour() -> subprocess.Popen:

@@ -101,3 +101,29 @@ def test_the_readme_gives_a_newcomer_two_commands_and_ci_runs_the_second() -> No
     assert f"\n{install.replace(' torch', ' -q torch', 1)}\n" in ci
     assert f"\n{pytest_command.replace(' pytest', ' pytest -q', 1)}\n" in ci
     assert "ETA" in section and "minutes on 2 cores" in section
+
+
+def test_the_readme_gate_recipe_is_what_ci_runs() -> None:
+    """README's three-line CI recipe and .ci/run gate alike: plain ``compare`` (no --time-gate,
+    no --confirm), the same arguments after ``compare`` and after ``run --out``."""
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("**Regression gate.**")
+    recipe = re.search(r"```sh\n(.*?)\n```", readme[start:], re.S).group(1).splitlines()
+    assert len(recipe) == 3
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    for word in ("run --out", "compare"):
+        (ours,) = [line for line in recipe if f"attnbench {word}" in line]
+        theirs = [line for line in ci if f'"$AB" {word}' in line and "run2" not in line]
+        tail = ours.split(f"attnbench {word}", 1)[1].split("#")[0].strip()
+        assert theirs and all(tail in line for line in theirs), (ours, theirs)
+    gate = " ".join(line for line in ci if '"$AB" compare' in line)
+    assert "--time-gate" not in gate and "--confirm" not in gate and "--strict" not in gate
+
+
+def test_the_readme_examples_run_as_typed_without_an_activated_venv() -> None:
+    """The 30-second example names the venv's attnbench: typed after the set-up command (which
+    does not activate the venv), every line finds it."""
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("## 30-second example")
+    block = re.search(r"```sh\n(.*?)\n```", readme[start:], re.S).group(1)
+    assert all(line.startswith(".venv/bin/attnbench ") for line in block.splitlines())

@@ -3,6 +3,13 @@
 regression, 2 on unusable input (runs of two different suites included). The exit status is
 the verdict even when the reader of the output leaves early (``| head``): a CI job that pipes
 the gate's output gets the gate's answer, never a false regression.
+
+Plain ``compare`` is the gate that holds on a shared machine (:data:`GATE_HELP`): status,
+memory and numerics regressions fail at once; a time regression fails only when its whole
+interval is above ``--time-fail`` (+50 %) and it shows again when measured once more
+(``--confirm DIR``, or the rerun compare makes itself: :mod:`harness.cli.rerun`). ``--strict``
+is the old hard rule (any slowdown beyond ``median:10%`` and noise fails, no rerun), for quiet,
+dedicated machines.
 """
 
 from __future__ import annotations
@@ -10,11 +17,27 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from harness.cli import output_file, silence_stdout
+from harness import registry
+from harness.cli import output_dir, output_file, silence_stdout
+from harness.cli.rerun import make_rerun
 from harness.compare.findings import CompareError
 from harness.compare.rules import BASES, CompareOptions, parse_amount, parse_thresholds
 from harness.compare.runs import check_same_suite, compare_runs
+from harness.plugins import add_plugin_option
 from harness.render.comparison import print_table, write_markdown
+
+GATE_HELP = """\
+the gate: status, memory and numerics regressions fail (exit 1). Times are compared per
+reference matmul (normalized) with an interval over the passes. A slowdown whose interval is
+above +10% is a warning; it becomes a suspect when its estimate is above --time-fail (+50%),
+and a suspect fails only when it shows again, interval above +50%, in a rerun: compare
+measures the suspect points once more itself (from CURRENT_DIR's suite, with this
+installation's code and --plugin files, at least 5 passes, a few seconds each) or reads
+--confirm DIR. A rerun row measured under contention (other processes took the cores, or this
+process waited for a CPU) is measured once more; only a clean rerun can clear a suspect.
+--strict: every slowdown beyond median:10% and its noise fails, no rerun (quiet, dedicated
+machines). CI: attnbench run --out run1; attnbench compare "$(attnbench baseline find run1)"
+run1"""
 
 
 def options_from_args(args: argparse.Namespace) -> CompareOptions:
@@ -33,7 +56,7 @@ def options_from_args(args: argparse.Namespace) -> CompareOptions:
     return CompareOptions(
         checks,
         args.normalize_peak,
-        args.time_gate,
+        "hard" if args.strict else args.time_gate,
         fail,
         args.confidence,
         time_basis=getattr(args, "time_basis", "auto"),
@@ -44,9 +67,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
     """Compare, print the findings, write the markdown summary; the exit code."""
     if args.markdown:
         output_file(args.markdown, "--markdown")
+    if args.rerun_out:
+        output_dir(args.rerun_out, "--rerun-out")
     check_same_suite(args.baseline_dir, args.current_dir)
     opts = options_from_args(args)
-    result = compare_runs(args.baseline_dir, args.current_dir, opts, args.confirm or ())
+    rerun = None
+    if opts.time_gate == "report" and not args.confirm and not args.no_rerun:
+        registry.load_plugins(args.plugin)  # the rerun measures with the run's plug-ins
+        rerun = make_rerun(args.current_dir, args.rerun_out)
+    result = compare_runs(args.baseline_dir, args.current_dir, opts, args.confirm or (), rerun)
     if args.markdown:  # first: the summary is written whatever happens to stdout
         write_markdown(result, args.markdown, show_all=args.all)
     try:
@@ -58,7 +87,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def add_cli(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``compare`` subcommand; it sets ``func(args) -> exit code``."""
-    p = subparsers.add_parser("compare", help="regression check: baseline run vs current run")
+    p = subparsers.add_parser(
+        "compare",
+        help="regression check: baseline run vs current run",
+        description=GATE_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("baseline_dir", type=Path, metavar="BASELINE_DIR")
     p.add_argument("current_dir", type=Path, metavar="CURRENT_DIR")
     p.add_argument(
@@ -73,24 +107,45 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
         help="scale times by each run's measured matmul peak (different machines)",
     )
     p.add_argument(
+        "--strict",
+        action="store_true",
+        help="fail every time regression beyond the threshold and its noise, without a rerun "
+        "(= --time-gate hard; for quiet, dedicated machines)",
+    )
+    p.add_argument(
         "--time-gate",
         choices=("hard", "report"),
-        default="hard",
-        help="report: time regressions warn; fail only beyond --time-fail and the runs' scatter",
+        default="report",
+        help="report (default): time regressions fail only beyond --time-fail and the runs' "
+        "scatter, and confirmed by a rerun; hard: --strict",
     )
     p.add_argument(
         "--time-fail",
         default="50%",
         metavar="AMOUNT",
-        help="with --time-gate report: fail when the slowdown's CI is above this",
+        help="the margin a time regression's whole CI must exceed to fail (default 50%%)",
     )
     p.add_argument(
         "--confirm",
         type=Path,
         action="append",
         metavar="RUN_DIR",
-        help="another run of the current code: time regressions must reproduce in it",
+        help="another run of the current code: time regressions must reproduce in it "
+        "(instead of compare's own rerun)",
     )
+    p.add_argument(
+        "--no-rerun",
+        action="store_true",
+        help="do not measure suspect points again: time regressions beyond --time-fail fail "
+        "unconfirmed (runs made by other code than this installation's)",
+    )
+    p.add_argument(
+        "--rerun-out",
+        type=Path,
+        metavar="DIR",
+        help="where the confirm rerun's rows go (default: a new temporary folder, kept)",
+    )
+    add_plugin_option(p)
     p.add_argument(
         "--time-basis",
         choices=BASES,

@@ -27,7 +27,7 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
-from harness import bundled, fmt
+from harness import bundled, fmt, registry
 from harness.analysis.claims import DEFAULT_CLAIMS, load_claims
 from harness.analysis.groups import StoppingRule, judged_groups
 from harness.cli import output_dir, parse_size
@@ -38,6 +38,7 @@ from harness.distributed.plan import LaunchOptions
 from harness.distributed.shard import parse_shard, restrict, run_here
 from harness.errors import CliError
 from harness.execute.session import RunOptions, configure
+from harness.plugins import add_plugin_option
 from harness.results import ResultsError, read_run
 from harness.scenarios.case import CHECK_MODES
 from harness.sweep.order import Slot, coarse_to_fine, describe
@@ -93,6 +94,7 @@ def _add_run(sub) -> None:
                    help="list the points in their coarse-to-fine order and exit; run nothing")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--no-table", action="store_true", help="do not print the comparison table")
+    add_plugin_option(p)
     _add_shard_options(p)
     p.set_defaults(func=cmd_run)
 
@@ -118,6 +120,7 @@ def cmd_run(args) -> int:
         raise CliError("--resume needs --out DIR (the run directory to continue)")
     if args.out is not None and not args.dry_run:
         output_dir(args.out)
+    registry.load_plugins(args.plugin)  # --plugin FILE (and ATTNBENCH_PLUGINS): one line if bad
     options = RunOptions(
         out=args.out, resume=args.resume, force=args.force, mem_budget=args.mem_budget,
         check=args.check, budget_s=args.budget_s, passes=args.passes, isolate=args.isolate,

@@ -38,6 +38,9 @@ class Finding:
     baseline: str = ""
     current: str = ""
     change: str = ""
+    # a time warning a rerun may still turn into a failure: the slowdown's point estimate is
+    # beyond the report gate's margin though its interval is not wholly above it
+    suspect: bool = False
 
 
 @dataclass(frozen=True)

@@ -376,13 +376,23 @@ def time_finding(
         wide = wide and (scatter is None or math.log1p(rel_low) > opts.scatter_k * scatter)
         hard = opts.time_gate == "hard" or wide
         rule = f"{check.describe()} beyond noise"
-        return Finding(*args[:3], "fail" if hard else "warn", f"slower in {basis} time ({rule})",
-                       *args[3:])
+        why = "" if hard else _why_not_failed(tc.low > (opts.time_fail or math.inf))
+        rel = tc.change if check.relative else tc.change / tc.base
+        suspect = not hard and opts.time_fail is not None and rel > opts.time_fail
+        return Finding(*args[:3], "fail" if hard else "warn",
+                       f"slower in {basis} time ({rule}){why}", *args[3:], suspect=suspect)
     if tc.change > check.threshold:
         return Finding(*args[:3], "info", "slower within noise", *args[3:])
     if tc.high < -check.threshold:
         return Finding(*args[:3], "info", "faster", *args[3:])
     return Finding(*args[:3], "ok", "same", *args[3:])
+
+
+def _why_not_failed(beyond_margin: bool) -> str:
+    """Why the report gate warns on a slowdown beyond noise instead of failing it."""
+    if beyond_margin:
+        return "; within the runs' scatter"
+    return "; not wholly above the --time-fail margin"
 
 
 def memory_finding(

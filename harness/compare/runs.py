@@ -27,6 +27,8 @@ from pathlib import Path
 from harness.compare.baseline import machine_key
 from harness.compare.findings import LEVELS, CompareError, Comparison, Finding, load_run
 from harness.compare.noise import (
+    Rerun,
+    confirm_by_rerun,
     confirm_failures,
     contention_notes,
     resolve_basis,
@@ -96,11 +98,14 @@ def compare_runs(
     current: Path | str,
     opts: CompareOptions,
     confirm: Sequence[Path | str] = (),
+    rerun: Rerun | None = None,
 ) -> Comparison:
     """Compare two run directories; raises :class:`CompareError` on unusable input.
 
     ``confirm``: more runs of the current code; a time regression fails only when it also
-    fails against each of them (a burst of load on a shared machine rarely hits twice)."""
+    fails against each of them (a burst of load on a shared machine rarely hits twice).
+    ``rerun(point_ids)``: measures the suspects again now (:func:`confirm_by_rerun`), after
+    the ``confirm`` runs; what plain ``attnbench compare`` does."""
     notes: list[str] = []
     base, cur = load_run(Path(baseline), notes), load_run(Path(current), notes)
     if base.env and cur.env:
@@ -126,6 +131,8 @@ def compare_runs(
         findings = confirm_failures(findings, base, run, name, opts, scatter)
     if opts.time_gate == "report" and machine_key(base.env) != machine_key(cur.env):
         findings = _other_machine_time(findings, notes)
+    if rerun is not None:
+        findings = confirm_by_rerun(findings, base, rerun, opts, scatter, notes)
     findings.sort(key=lambda f: (LEVELS.index(f.level), f.label, f.metric))
     return Comparison(
         str(baseline),

@@ -126,7 +126,7 @@ def test_independent_noisy_rerun_exits_0(base: Path, tmp_path: Path) -> None:
 
 def test_times_1_5x_exit_1(base: Path, tmp_path: Path, capsys) -> None:
     cur = variant(base, tmp_path, lambda i, r: scale_time(r, 1.5))
-    assert run_cli(base, cur) == 1
+    assert run_cli(base, cur, "--strict") == 1
     assert "slower" in capsys.readouterr().out
 
 
@@ -146,7 +146,7 @@ def test_small_slowdown_fails_only_beyond_noise(
     base = write_run(tmp_path / "base", [make_row(p, base_rng, cv, n) for p in POINTS])
     cur_rows = [scale_time(make_row(p, cur_rng, cv, n), 1.15) for p in POINTS]
     cur = write_run(tmp_path / "cur", cur_rows)
-    assert run_cli(base, cur) == code
+    assert run_cli(base, cur, "--strict") == code
 
 
 def test_time_change_interval_brackets_the_truth() -> None:
@@ -163,7 +163,9 @@ def test_time_gate_report_warns_unless_wide_margin(base: Path, tmp_path: Path) -
     slow = variant(base, tmp_path, lambda i, r: scale_time(r, 1.3), "slow")
     very_slow = variant(base, tmp_path, lambda i, r: scale_time(r, 2.5), "very_slow")
     assert run_cli(base, slow, "--time-gate", "report") == 0
-    assert run_cli(base, slow) == 1
+    assert run_cli(base, slow) == 0  # plain compare is the report gate
+    assert run_cli(base, slow, "--strict") == 1
+    assert run_cli(base, slow, "--time-gate", "hard") == 1
     assert run_cli(base, very_slow, "--time-gate", "report", "--time-fail", "50%") == 1
     result = compare_runs(base, slow, CompareOptions(time_gate="report"))
     assert result.count("warn") > 0 and result.count("fail") == 0
@@ -187,7 +189,8 @@ def test_report_gate_warns_on_time_against_another_machines_baseline(
     result = compare_runs(base, cur, CompareOptions(time_gate="report"))
     assert result.exit_code == 0 and result.count("warn") >= 1
     assert any("another machine's baseline" in note for note in result.warnings)
-    assert run_cli(base, cur) == 1  # the hard gate
+    assert run_cli(base, cur, "--strict") == 1  # the hard gate
+    assert run_cli(base, cur) == 0  # plain compare: the report gate
     same = variant(base, tmp_path, slow, name="same")
     assert run_cli(base, same, "--time-gate", "report") == 1
 
@@ -206,7 +209,8 @@ def test_report_gate_tolerates_a_busy_machine(base: Path, tmp_path: Path) -> Non
     factors = np.random.default_rng(6).lognormal(0.0, 0.8, len(POINTS))
     assert factors.max() > 2.0  # some points look more than 2x slower
     cur = variant(base, tmp_path, lambda i, r: scale_time(r, factors[i]))
-    assert run_cli(base, cur) == 1
+    assert run_cli(base, cur, "--strict") == 1
+    assert run_cli(base, cur) == 0
     result = compare_runs(base, cur, CompareOptions(time_gate="report"))
     assert result.exit_code == 0 and result.count("warn") > 0
     assert any("scatter" in note for note in result.warnings)
@@ -245,8 +249,8 @@ def test_time_scatter() -> None:
 
 def test_threshold_is_configurable(base: Path, tmp_path: Path) -> None:
     cur = variant(base, tmp_path, lambda i, r: scale_time(r, 1.5))
-    assert run_cli(base, cur, "--threshold", "time=median:100%") == 0
-    assert run_cli(base, cur, "--threshold", "mean:20%") == 1
+    assert run_cli(base, cur, "--strict", "--threshold", "time=median:100%") == 0
+    assert run_cli(base, cur, "--strict", "--threshold", "mean:20%") == 1
 
 
 def test_normalize_peak_forgives_a_slower_machine(base: Path, tmp_path: Path) -> None:
@@ -256,8 +260,8 @@ def test_normalize_peak_forgives_a_slower_machine(base: Path, tmp_path: Path) ->
         "calibration": {"matmul_flops_per_s": 1.7e11 / 1.5},
     }
     cur = variant(base, tmp_path, lambda i, r: scale_time(r, 1.5), env=env)
-    assert run_cli(base, cur) == 1
-    assert run_cli(base, cur, "--normalize-peak") == 0
+    assert run_cli(base, cur, "--strict") == 1
+    assert run_cli(base, cur, "--strict", "--normalize-peak") == 0
 
 
 def test_normalize_peak_without_calibration_exits_2(base: Path, tmp_path: Path) -> None:
