@@ -89,10 +89,11 @@ def _fused_shape(impl: str, p) -> tuple | None:
     """``p``'s workload as ``aot_check.record`` takes it, or None when ``impl`` runs it
     without the fused kernels."""
     from harness.spec import torch_dtype
-    from implementations._kernels.triton import feature_attention
-    from implementations._kernels.triton.fused_attention import fused_reasons, supports_shape
+    from implementations._kernels.triton import feature_attention, fused_path
+    from implementations._kernels.triton.masked_attention import masked_reasons
 
-    if impl in BAND and supports_shape(torch_dtype(p.dtype), p.head_dim) and not fused_reasons(p):
+    if (impl in BAND and fused_path.covers(torch_dtype(p.dtype), p.head_dim)
+            and not masked_reasons(p)):
         return (p.mask, p.n_q, p.n_k, p.heads, p.n_kv_heads, p.backward)
     if impl in FEATURE and feature_attention.runs_fused(p):
         m = int(p.param("features", 256)) if FEATURE[impl] else 0

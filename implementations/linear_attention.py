@@ -32,11 +32,11 @@ from harness.registry import problem_of, register
 from harness.spec import FLOAT_DTYPES, Capabilities, Cost, Param, Problem, Recurrence
 from implementations._feature_maps import (
     SEGMENT,
-    KernelState,
+    FeatureState,
     cap_reason,
     check_inputs,
     compute_dtype,
-    kernel_attention,
+    feature_state_attention,
 )
 from implementations._feature_maps_spec import (
     feature_definition,
@@ -50,7 +50,7 @@ from implementations._kernels.triton.feature_attention import (
     chunk_attention,
     chunk_workspace_bytes,
     feature_attention,
-    fused_workspace_bytes,
+    feature_workspace_bytes,
     path_reasons,
     runs_fused,
     takes_fused,
@@ -69,7 +69,7 @@ def elu_features(x: Tensor) -> Tensor:
     return F.elu(x.to(compute_dtype(x.dtype))).add_(1.0)
 
 
-class LinearState(KernelState):
+class LinearState(FeatureState):
     """The linear transformer's recurrent state: ``[S | z]`` (B·H_kv, D, Dv + 1)."""
 
     def __init__(
@@ -137,7 +137,7 @@ def _workspace(p: Problem) -> int:
     if runs_fused(p, chunked=True):
         if p.mask.causal:
             return chunk_workspace_bytes(p)
-        return fused_workspace_bytes(p, p.head_dim, favor=False)
+        return feature_workspace_bytes(p, p.head_dim, favor=False)
     cap = int(p.param("segment_bytes", SEGMENT.default))
     return kernel_workspace(p, p.head_dim, _chunk(p), _map_temps(p), cap)
 
@@ -182,4 +182,4 @@ def linear_attention(
     if takes_fused(int(fused), q, k, v, mask.causal, chunked=True):
         return chunk_attention(q, k, v) if mask.causal else feature_attention(q, k, v)
     state = LinearState(problem_of(q, k, v, mask), chunk_size, segment_bytes)
-    return kernel_attention(state, q, k, v, mask.causal)
+    return feature_state_attention(state, q, k, v, mask.causal)

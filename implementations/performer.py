@@ -53,11 +53,11 @@ from harness.registry import problem_of, register
 from harness.spec import FLOAT_DTYPES, Capabilities, Cost, Param, Problem, Recurrence
 from implementations._feature_maps import (
     SEGMENT,
-    KernelState,
+    FeatureState,
     cap_reason,
     check_inputs,
     compute_dtype,
-    kernel_attention,
+    feature_state_attention,
 )
 from implementations._feature_maps_spec import (
     feature_definition,
@@ -69,7 +69,7 @@ from implementations._feature_maps_spec import (
 from implementations._kernels.triton.feature_attention import (
     FUSED,
     feature_attention,
-    fused_workspace_bytes,
+    feature_workspace_bytes,
     path_reasons,
     runs_fused,
     split_weights,
@@ -124,7 +124,7 @@ def _scale(scale: float | None, head_dim: int) -> float:
     return 1.0 / math.sqrt(head_dim) if scale is None else scale
 
 
-class PerformerState(KernelState):
+class PerformerState(FeatureState):
     """FAVOR+'s recurrent state: ``[S | z]`` (B·H_kv, m, Dv + 1) and the running key-logit
     maximum (B·H_kv, 1, 1) the key features are scaled by."""
 
@@ -228,7 +228,7 @@ def _chunk(p: Problem) -> int:
 
 def _workspace(p: Problem) -> int:
     if runs_fused(p):
-        return fused_workspace_bytes(p, _m(p), favor=True)
+        return feature_workspace_bytes(p, _m(p), favor=True)
     cap = int(p.param("segment_bytes", SEGMENT.default))
     return kernel_workspace(p, _m(p), _chunk(p), _map_temps(p), cap)
 
@@ -289,4 +289,4 @@ def performer_attention(
         return feature_attention(q, k, v, fused_features(features, q.shape[-1], mask.seed, s,
                                                          q.device), s)
     state = PerformerState(problem_of(q, k, v, mask), features, chunk_size, scale, segment_bytes)
-    return kernel_attention(state, q, k, v, mask.causal)
+    return feature_state_attention(state, q, k, v, mask.causal)
