@@ -13,6 +13,20 @@ from __future__ import annotations
 
 import importlib
 from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # what a type checker sees of the lazy attributes below
+    from implementations._kernels.triton import (  # noqa: F401 (served by __getattr__)
+        aot_check,
+        autotune,
+        feature_attention,
+        fused_path,
+        launch_modes,
+        launches,
+        masked_attention,
+        plan_band,
+        plan_tables,
+    )
 
 MODULES = ("aot_check", "autotune", "feature_attention", "fused_path", "launch_modes",
            "launches", "masked_attention", "plan_band", "plan_tables")
@@ -31,6 +45,11 @@ def __getattr__(name: str) -> ModuleType:
     if name in MODULES:
         return importlib.import_module(f"{_PACKAGE}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The lazy modules too, for ``dir()`` and completion."""
+    return sorted({*globals(), *MODULES})
 
 
 def import_jit_modules(names: tuple[str, ...] = JIT_MODULES) -> list[ModuleType]:
