@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from harness.spec import HALF_DTYPES, Param
+from harness.spec import HALF_DTYPES, Param, Problem
 
 CPU_SEGMENT_BYTES = 8 * 2**20
 """A CPU's segment, not causal: 8 MiB of workspace. Buffers this size are reused from the heap
@@ -318,6 +318,13 @@ def piece_lengths(length: int, segment: int | None, chunk: int) -> set[int]:
     seg = min(segment or length, length)
     ends = {seg} | ({length % seg} if length % seg else set())
     return {b - a for end in ends for a, b in split_tail(0, end, chunk)}
+
+
+def state_dims(p: Problem, features: int) -> tuple:
+    """``p``'s (batch, heads, kv_heads, features, value_dim, dtype, device): the first
+    arguments of :class:`FeatureState` for a map of ``features`` features, values as wide as
+    the head dim."""
+    return p.batch, p.heads, p.n_kv_heads, features, p.head_dim, p.dtype, p.device
 
 
 class FeatureState:

@@ -37,6 +37,7 @@ from implementations._feature_maps import (
     check_inputs,
     compute_dtype,
     feature_state_attention,
+    state_dims,
 )
 from implementations._feature_maps_spec import (
     feature_definition,
@@ -77,17 +78,7 @@ class LinearState(FeatureState):
     ):
         """``fused`` is accepted with the call's parameters: a recurrent state runs PyTorch."""
         p = problem
-        super().__init__(
-            p.batch,
-            p.heads,
-            p.n_kv_heads,
-            p.head_dim,
-            p.head_dim,
-            p.dtype,
-            p.device,
-            chunk_size,
-            segment_bytes,
-        )
+        super().__init__(*state_dims(p, p.head_dim), chunk_size, segment_bytes)
         # elu runs on a float32 copy of half inputs
         self.map_temps = 0 if p.dtype == self.dtype else p.head_dim
 
@@ -129,7 +120,8 @@ def _map_temps(p: Problem) -> int:
     return p.head_dim if p.dtype != compute_dtype(p.dtype) else 0
 
 
-def _chunk(p: Problem) -> int:
+def chunk_of(p: Problem) -> int:
+    """``p``'s ``chunk_size`` (the default where the point names none)."""
     return int(p.param("chunk_size", CHUNK.default))
 
 
@@ -139,12 +131,12 @@ def _workspace(p: Problem) -> int:
             return chunk_workspace_bytes(p)
         return feature_workspace_bytes(p, p.head_dim, favor=False)
     cap = int(p.param("segment_bytes", SEGMENT.default))
-    return kernel_workspace(p, p.head_dim, _chunk(p), _map_temps(p), cap)
+    return kernel_workspace(p, p.head_dim, chunk_of(p), _map_temps(p), cap)
 
 
 def _reasons(p: Problem) -> list[str]:
-    need = kernel_chunk_bytes(p, p.head_dim, _chunk(p), _map_temps(p))
-    reason = cap_reason(int(p.param("segment_bytes", SEGMENT.default)), need, _chunk(p))
+    need = kernel_chunk_bytes(p, p.head_dim, chunk_of(p), _map_temps(p))
+    reason = cap_reason(int(p.param("segment_bytes", SEGMENT.default)), need, chunk_of(p))
     return ([reason] if reason else []) + path_reasons(p, chunked=True)
 
 

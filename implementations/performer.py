@@ -58,6 +58,7 @@ from implementations._feature_maps import (
     check_inputs,
     compute_dtype,
     feature_state_attention,
+    state_dims,
 )
 from implementations._feature_maps_spec import (
     feature_definition,
@@ -75,7 +76,7 @@ from implementations._kernels.triton.feature_attention import (
     split_weights,
     takes_fused,
 )
-from implementations.linear_attention import CHUNK
+from implementations.linear_attention import CHUNK, chunk_of
 
 FEATURES = Param(256, "random features m of the FAVOR+ estimator (error ~ m^-1/2)", minimum=1)
 
@@ -139,17 +140,7 @@ class PerformerState(FeatureState):
     ):
         """``fused`` is accepted with the call's parameters: a recurrent state runs PyTorch."""
         p = problem
-        super().__init__(
-            p.batch,
-            p.heads,
-            p.n_kv_heads,
-            features,
-            p.head_dim,
-            p.dtype,
-            p.device,
-            chunk_size,
-            segment_bytes,
-        )
+        super().__init__(*state_dims(p, features), chunk_size, segment_bytes)
         self.scale = _scale(scale, p.head_dim)
         self.w = device_features(
             features, p.head_dim, p.mask.seed, self.scale, self.device, self.dtype
@@ -222,20 +213,16 @@ def _m(p: Problem) -> int:
     return int(p.param("features", FEATURES.default))
 
 
-def _chunk(p: Problem) -> int:
-    return int(p.param("chunk_size", CHUNK.default))
-
-
 def _workspace(p: Problem) -> int:
     if runs_fused(p):
         return feature_workspace_bytes(p, _m(p), favor=True)
     cap = int(p.param("segment_bytes", SEGMENT.default))
-    return kernel_workspace(p, _m(p), _chunk(p), _map_temps(p), cap)
+    return kernel_workspace(p, _m(p), chunk_of(p), _map_temps(p), cap)
 
 
 def _reasons(p: Problem) -> list[str]:
-    need = kernel_chunk_bytes(p, _m(p), _chunk(p), _map_temps(p))
-    reason = cap_reason(int(p.param("segment_bytes", SEGMENT.default)), need, _chunk(p))
+    need = kernel_chunk_bytes(p, _m(p), chunk_of(p), _map_temps(p))
+    reason = cap_reason(int(p.param("segment_bytes", SEGMENT.default)), need, chunk_of(p))
     return ([reason] if reason else []) + path_reasons(p)
 
 
