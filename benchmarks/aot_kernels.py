@@ -44,7 +44,7 @@ if os.environ.get("TRITON_INTERPRET") == "1":
           file=sys.stderr)
     sys.exit(2)
 try:
-    from implementations._kernels.triton import aot_check
+    from implementations.triton_kernels import aot_check
 except Exception as exc:  # no Triton, or no NVIDIA backend in it
     print(f"aot_kernels: needs Triton's NVIDIA backend ({type(exc).__name__}: {exc})",
           file=sys.stderr)

@@ -32,7 +32,7 @@ from harness.measure.timing import TimingConfig, measure
 from harness.registry import NotSupportedError
 from harness.scenarios.attention.attention_case import make_inputs
 from harness.scenarios.attention.checking import check_attention
-from harness.scenarios.interface import Point, check_plan
+from harness.scenarios.interface import Point, check_choice
 
 
 def _qkv(n: int, dtype=torch.bfloat16, heads: int = 16, d: int = 64):
@@ -110,7 +110,7 @@ def agreement_gate() -> bool:
                   head_dim=32, seed=3)
     q, k, v = make_inputs(point, "cuda")
     attn = registry.get("sdpa-flash").prepare(point.problem())
-    plan = check_plan(point)
+    plan = check_choice(point)
     good = check_attention(attn, q, k, v, None, point, plan)
     bad = check_attention(lambda *a: attn(*a) * 0.5, q, k, v, None, point, plan)
     for label, r in (("sdpa-flash", good), ("sdpa-flash x0.5", bad)):

@@ -70,16 +70,13 @@ try:
     import triton
     from triton.testing import do_bench
 
-    from implementations._kernels.triton import launch_modes, launches, plan_tables
-    from implementations._kernels.triton.autotune import (
-        TUNING_ENV,
-        candidate_configs,
-        class_configs,
-        config_label,
-        interpreted,
+    from implementations.triton_kernels import (
+        autotune,
+        launch_modes,
+        launches,
+        plan_band,
+        plan_tables,
     )
-    from implementations._kernels.triton.plan_band import band_plan
-    from implementations._kernels.triton.plan_tables import block_d
 except Exception as exc:  # no Triton, or kernels that do not import: nothing to sweep
     print(f"kernel_sweep: needs Triton and the fused kernels ({type(exc).__name__}: {exc})",
           file=sys.stderr)
@@ -171,11 +168,11 @@ OUTPUTS = {"band_fwd": (3,), "band_dq": (4,), "band_dkdv": (4, 5)}  # launch arg
 def sweep_configs(kernel: str, case: Case, capability: tuple[int, int]) -> list[tuple]:
     """(config, is the class default, is a candidate) of ``kernel`` on ``case``: the class's
     list (its default first), then the candidates."""
-    flags = band_plan(case.mask, case.n_q, case.n_k).flags
-    d = block_d(case.head_dim)
-    listed = class_configs(kernel, d, capability, flags)
+    flags = plan_band.band_plan(case.mask, case.n_q, case.n_k).flags
+    d = plan_tables.block_d(case.head_dim)
+    listed = autotune.class_configs(kernel, d, capability, flags)
     return ([(c, i == 0, False) for i, c in enumerate(listed)]
-            + [(c, False, True) for c in candidate_configs(kernel, d, capability)])
+            + [(c, False, True) for c in autotune.candidate_configs(kernel, d, capability)])
 
 
 def plan(groups: list[str], capability: tuple[int, int]) -> list[dict]:
@@ -188,7 +185,7 @@ def plan(groups: list[str], capability: tuple[int, int]) -> list[dict]:
             for config, default, candidate in sweep_configs(kernel, case, capability):
                 rows.append({"group": group, "case": name, "shape": case.label,
                              "impl": "flash-tiled", "kernel": kernel,
-                             "config": config_label(config), "default": default,
+                             "config": autotune.config_label(config), "default": default,
                              "candidate": candidate})
     for group, name, kernel, peers in peer_items(groups):
         case = CASES[name]
@@ -466,7 +463,7 @@ def compile_all(jobs: list[tuple], workers: int, budget: Budget) -> tuple[int, f
     run); (jobs compiled, seconds). A compile that fails raises again when its config first
     runs (its row's error)."""
     start = time.perf_counter()
-    if interpreted():  # nothing compiles
+    if autotune.interpreted():  # nothing compiles
         return 0, 0.0
     stop = start + COMPILE_SHARE * (budget.end - budget.start)
     done = 0
@@ -500,7 +497,8 @@ def sweep_case(group: str, p: Prepared, capability, args, budget: Budget, bandwi
                  if waves != plan_tables.DECODE_WAVES]
     if not todo or not budget.fits(EST_CONFIG_S):
         for config, is_default, _ in todo:
-            writer.add({**row_of(group, p.name, "flash-tiled", kernel, config_label(config),
+            label = autotune.config_label(config)
+            writer.add({**row_of(group, p.name, "flash-tiled", kernel, label,
                                  default=is_default, candidate=candidates),
                         "status": budget.skip(EST_CONFIG_S)})
         return 0
@@ -510,7 +508,7 @@ def sweep_case(group: str, p: Prepared, capability, args, budget: Budget, bandwi
         call()
         reference = tuple(t.clone() for t in outputs)
     for config, is_default, waves in todo:
-        ran, label, cost = p, config_label(config), EST_CONFIG_S
+        ran, label, cost = p, autotune.config_label(config), EST_CONFIG_S
         if waves is not None:  # another split count's rule: the call recorded again
             label, cost = f"{label} waves={waves}", EST_CONFIG_S + EST_COMPILE_S
         row = row_of(group, p.name, "flash-tiled", kernel, label, default=is_default,
@@ -741,17 +739,17 @@ def main() -> int:
               f"{EST_COMPILE_S:.0f} s of CPU each), "
               f"{len(rows) - compiles} peer timings, for sm_{capability[0]}{capability[1]}")
         return 0
-    if not has_cuda and not (args.smoke and interpreted()):
+    if not has_cuda and not (args.smoke and autotune.interpreted()):
         print(f"kernel_sweep: no CUDA GPU here (torch {torch.__version__}: "
               "torch.cuda.is_available() is False); nothing to time (--list shows the plan)",
               file=sys.stderr)
         return 2
-    if interpreted() and not args.smoke:
+    if autotune.interpreted() and not args.smoke:
         print("kernel_sweep: unset TRITON_INTERPRET (interpreted kernels time nothing)",
               file=sys.stderr)
         return 2
     DEVICE[0] = "cuda" if has_cuda else "cpu"
-    os.environ[TUNING_ENV] = "off"  # the recorded launches run their class defaults
+    os.environ[autotune.TUNING_ENV] = "off"  # the recorded launches run their class defaults
     return run(args, capability)
 
 

@@ -149,7 +149,7 @@ def fused_launches(lengths: list[int]) -> list[dict]:
     """Per member of ``CALLS`` with ``fused = 1``: the Triton launches and host ATen ops of one
     call at each n (recorded, not run), or the registry's reason it has no fused path."""
     from harness.registry import problem_of
-    from implementations._kernels.triton import launch_modes
+    from implementations.triton_kernels import launch_modes
 
     rows = []
     for name, causal, _, _ in CALLS:

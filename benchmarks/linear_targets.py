@@ -60,7 +60,7 @@ from harness.measure.dispatch import OpCount  # noqa: E402
 from harness.spec import Problem  # noqa: E402
 
 try:  # which path ran: the fused kernels' launches are watched (no Triton: none can run)
-    from implementations._kernels.triton import launch_modes
+    from implementations.triton_kernels import launch_modes
 except Exception:
     launch_modes = None
 

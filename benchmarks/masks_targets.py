@@ -28,7 +28,7 @@ from harness import registry
 from harness.cli import main as cli_main
 from harness.masks import MaskSpec, kept_pairs
 from harness.spec import Problem
-from implementations._flex_masks import BLOCK, block_counts
+from implementations.flex import BLOCK, block_counts
 
 B, H, D, N, DOC = 1, 8, 64, 16384, 256
 

@@ -68,9 +68,9 @@ def _import_kernels():
         stub = types.ModuleType("torch")
         stub.Tensor = type("Tensor", (), {})
         sys.modules["torch"] = stub
-        for name in ("forward", "backward", "backward_blocks", "decode_split_kv",
-                     "feature_kernels"):
-            __import__(f"implementations._kernels.triton.{name}")
+        from implementations.triton_kernels import import_jit_modules
+
+        import_jit_modules()
         del sys.modules["torch"]  # Triton's own optional imports must not find the stand-in
 
 

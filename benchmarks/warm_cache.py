@@ -89,10 +89,10 @@ def _fused_shape(impl: str, p) -> tuple | None:
     """``p``'s workload as ``aot_check.record`` takes it, or None when ``impl`` runs it
     without the fused kernels."""
     from harness.spec import torch_dtype
-    from implementations._kernels.triton import feature_attention
-    from implementations._kernels.triton.fused_attention import fused_reasons, supports_shape
+    from implementations.triton_kernels import feature_attention, fused_path, masked_attention
 
-    if impl in BAND and supports_shape(torch_dtype(p.dtype), p.head_dim) and not fused_reasons(p):
+    if (impl in BAND and fused_path.covers(torch_dtype(p.dtype), p.head_dim)
+            and not masked_attention.masked_reasons(p)):
         return (p.mask, p.n_q, p.n_k, p.heads, p.n_kv_heads, p.backward)
     if impl in FEATURE and feature_attention.runs_fused(p):
         m = int(p.param("features", 256)) if FEATURE[impl] else 0
@@ -115,26 +115,25 @@ def _encode(value):
 
 def compile_jobs(arch: str, suites: tuple[str, ...] = SUITES) -> list[dict]:
     """One job per distinct (kernel, config, constexprs, specialization) the suites launch:
-    the specialization as Triton's key takes it (``launch_modes._specialization`` for the
+    the specialization as Triton's key takes it (``launch_modes.specialization`` for the
     scalars; a tensor's dtype and alignment)."""
-    from implementations._kernels.triton import aot_check
-    from implementations._kernels.triton.autotune import config_label
-    from implementations._kernels.triton.launch_modes import _specialization
+    from implementations.triton_kernels import aot_check, autotune, launch_modes
 
     modules = {name: module.__name__ for module, name in aot_check.KERNELS}
     jobs, seen = [], set()
     for batch, d, dtype, shape in suite_shapes(suites):
         for launch in aot_check.record(f"suite-D{d}", d, batch, shape, dtype):
             args = [_encode(a) for a in launch.args]
-            spec = tuple(tuple(a.values()) if isinstance(a, dict) else _specialization(a)
-                         for a in args)
+            spec = tuple(tuple(a.values()) if isinstance(a, dict)
+                         else launch_modes.specialization(a) for a in args)
             for cfg in aot_check.listed(launch, arch) or aot_check.configs(launch, arch):
                 extra = cfg.all_kwargs() if hasattr(launch.kernel, "configs") else {}
-                key = (launch.name, config_label(cfg), tuple(sorted(launch.kwargs.items())), spec)
+                label = autotune.config_label(cfg)
+                key = (launch.name, label, tuple(sorted(launch.kwargs.items())), spec)
                 if key not in seen:
                     seen.add(key)
                     jobs.append({"module": modules[launch.name], "kernel": launch.name,
-                                 "config": config_label(cfg), "head_dim": d, "args": args,
+                                 "config": label, "head_dim": d, "args": args,
                                  "kwargs": {**launch.kwargs, **extra}})
     return jobs
 

@@ -27,7 +27,7 @@ K(i) is every key, or, when causal, the keys ``j <= i + n_k - n_q`` (bottom-righ
   (B·H_kv, n·G, F), row ``t·G + g`` at position t, so one state serves the whole group.
 - Half-precision inputs run in float32: the state is a sum over the whole sequence.
 
-:class:`KernelState` is that state as an object: ``absorb`` (keys only), ``read`` (queries that
+:class:`FeatureState` is that state as an object: ``absorb`` (keys only), ``read`` (queries that
 see exactly the absorbed keys) and ``advance`` (causal continuation) give every mask case, and the
 recurrent decode step (``cache = "state"``) is ``advance`` with one token: one state update,
 O(1) in the context.
@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from harness.spec import HALF_DTYPES, Param
+from harness.spec import HALF_DTYPES, Param, Problem
 
 CPU_SEGMENT_BYTES = 8 * 2**20
 """A CPU's segment, not causal: 8 MiB of workspace. Buffers this size are reused from the heap
@@ -110,7 +110,7 @@ def chunk_bytes(
 
     Not causal: its query and key feature rows (F + ``map_temps`` elements each) and its
     ``[V | 1]`` rows, summed (the 8 MiB CPU segment was measured with this count). Causal: the
-    largest phase of a chunk in :meth:`KernelState.advance` — φ(K) and ``[V | 1]`` with the
+    largest phase of a chunk in :meth:`FeatureState.advance` — φ(K) and ``[V | 1]`` with the
     chunk's (F, Dv + 1) state per K/V head, beside its query rows (the feature map, the
     regrouped copy under grouped K/V, or φ(Q) with its products), or later φ(Q), products and
     C×C scores without the state.
@@ -320,7 +320,14 @@ def piece_lengths(length: int, segment: int | None, chunk: int) -> set[int]:
     return {b - a for end in ends for a, b in split_tail(0, end, chunk)}
 
 
-class KernelState:
+def state_dims(p: Problem, features: int) -> tuple:
+    """``p``'s (batch, heads, kv_heads, features, value_dim, dtype, device): the first
+    arguments of :class:`FeatureState` for a map of ``features`` features, values as wide as
+    the head dim."""
+    return p.batch, p.heads, p.n_kv_heads, features, p.head_dim, p.dtype, p.device
+
+
+class FeatureState:
     """``[S | z]`` after the tokens absorbed so far: (B·H_kv, F, Dv + 1) in the compute dtype.
 
     Subclasses define the feature map: :meth:`query_features` and :meth:`key_features`
@@ -485,7 +492,8 @@ class KernelState:
         return unfold_heads(out, self.batch, self.heads).to(dtype)
 
 
-def kernel_attention(state: KernelState, q: Tensor, k: Tensor, v: Tensor, causal: bool) -> Tensor:
+def feature_state_attention(state: FeatureState, q: Tensor, k: Tensor, v: Tensor,
+                            causal: bool) -> Tensor:
     """q: (B, H, n_q, D), k/v: (B, H_kv, n_k, Dv) -> (B, H, n_q, Dv) through a fresh ``state``.
 
     Not causal: absorb every key, read every query. Causal (bottom-right): the first

@@ -57,7 +57,7 @@ def kernel_workspace(
     p: Problem, features: int, chunk: int, map_temps: int = 0, segment_bytes: int = 0
 ) -> int:
     """Predicted peak bytes of one forward call beyond its inputs and output (closed form):
-    the largest of the phases of :class:`KernelState`'s code, in allocation order.
+    the largest of the phases of :class:`FeatureState`'s code, in allocation order.
 
     The call runs in segments of positions (:func:`segment_positions`, the same rule as the
     code: ``segment_bytes`` or the device's policy), a causal segment in the pieces of

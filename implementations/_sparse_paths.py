@@ -1,5 +1,5 @@
 """The two paths of the sparse families (``local``, ``dilated``, ``longformer``, ``bigbird``):
-the fused Triton kernels (:mod:`implementations._kernels.triton.fused_attention`) on CUDA
+the fused Triton kernels (:mod:`implementations._kernels.triton.masked_attention`) on CUDA
 (fp32/fp16/bf16, D <= 256), the CPU tile path
 (:mod:`implementations._kernels.tiles.tile_attention`) elsewhere.
 
@@ -20,9 +20,9 @@ from implementations._kernels.tiles.tile_attention import (
     plan_workspace_bytes,
     tile_attention,
 )
-from implementations._kernels.triton.fused_attention import (
+from implementations._kernels.triton.masked_attention import (
     executed_pairs,
-    fused_workspace_bytes,
+    masked_workspace_bytes,
     prepare_tables,
     triton_attention,
     use_triton,
@@ -52,7 +52,7 @@ def prepare(problem: Problem) -> AttnFn:
 
 def _workspace(p: Problem) -> int:
     if use_triton(p.device, p.dtype, p.head_dim):
-        return fused_workspace_bytes(p)
+        return masked_workspace_bytes(p)
     return plan_workspace_bytes(plan_shape(p.mask, p.n_q, p.n_k, p.device), p)
 
 

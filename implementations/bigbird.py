@@ -9,7 +9,7 @@ blocks stay views, others are gathered), so the executed pairs are exactly the l
 blocks: O(n·b·(2w + 1 + r + g/b)). Causal drops future blocks and masks the diagonal.
 
 On CUDA (fp32/fp16/bf16) the fused Triton kernels
-(:mod:`implementations._kernels.triton.fused_attention`) run the same layout as CSR lists of
+(:mod:`implementations._kernels.triton.masked_attention`) run the same layout as CSR lists of
 key blocks per query block (one launch; the transposed lists for dK/dV); CPU and float64 keep
 the tile path (both: :mod:`implementations._sparse_paths`).
 """
@@ -21,12 +21,12 @@ from torch import Tensor
 from harness.masks import MaskSpec
 from harness.registry import register
 from harness.spec import FLOAT_DTYPES, Capabilities, Problem
-from implementations._kernels.triton.fused_attention import fused_reasons
+from implementations._kernels.triton.masked_attention import masked_reasons
 from implementations._sparse_paths import COST, prepare, sparse_attention
 
 
 def _reasons(p: Problem) -> list[str]:
-    return fused_reasons(p) if p.mask.block_size is not None else ["bigbird needs block_size"]
+    return masked_reasons(p) if p.mask.block_size is not None else ["bigbird needs block_size"]
 
 
 @register(

@@ -15,10 +15,10 @@ query blocks against its own key blocks), so the work is Σ lᵢ², never n²; e
 folded into the batch.
 
 That is the CPU path. On CUDA (fp32/fp16/bf16, D <= 256) the same algorithm runs as fused
-Triton kernels (:mod:`implementations._kernels.triton.fused_attention`): one launch for the
+Triton kernels (:mod:`implementations._kernels.triton.masked_attention`): one launch for the
 forward, the causal triangle's interior blocks without mask arithmetic, FlashAttention-2's
 backward;
-``fused_reasons`` refuses the mask features those kernels lack.
+``masked_reasons`` refuses the mask features those kernels lack.
 """
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ from torch import Tensor
 from harness.masks import MaskSpec
 from harness.registry import register
 from harness.spec import Capabilities, Cost, Problem, itemsize
-from implementations._kernels.triton.fused_attention import (
+from implementations._kernels.triton.masked_attention import (
     executed_pairs,
-    fused_reasons,
-    fused_workspace_bytes,
+    masked_reasons,
+    masked_workspace_bytes,
     triton_attention,
     use_triton,
 )
@@ -185,7 +185,7 @@ def _workspace_bytes(p: Problem) -> int:
     """A few (BLOCK_Q, BLOCK_K) tiles in the accumulation dtype, per folded document slice,
     plus O(n) row state and the gradients."""
     if use_triton(p.device, p.dtype, p.head_dim):
-        return fused_workspace_bytes(p)
+        return masked_workspace_bytes(p)
     acc = itemsize(_acc(p.dtype))
     fold = _fold(p.mask.documents)
     rows, cols = min(BLOCK_Q, p.n_q // fold), min(BLOCK_K, p.n_k // fold)  # per slice
@@ -222,7 +222,7 @@ def _segment_pairs(n_q: int, n_k: int, causal: bool) -> int:
         memory_model=_workspace_bytes,
         executed_pairs=_executed,
     ),
-    extra_reasons=fused_reasons,
+    extra_reasons=masked_reasons,
     description="tiled online-softmax FlashAttention in plain PyTorch (exact, O(n) memory)",
 )
 def flash_tiled(

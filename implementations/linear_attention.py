@@ -32,11 +32,12 @@ from harness.registry import problem_of, register
 from harness.spec import FLOAT_DTYPES, Capabilities, Cost, Param, Problem, Recurrence
 from implementations._feature_maps import (
     SEGMENT,
-    KernelState,
+    FeatureState,
     cap_reason,
     check_inputs,
     compute_dtype,
-    kernel_attention,
+    feature_state_attention,
+    state_dims,
 )
 from implementations._feature_maps_spec import (
     feature_definition,
@@ -50,7 +51,7 @@ from implementations._kernels.triton.feature_attention import (
     chunk_attention,
     chunk_workspace_bytes,
     feature_attention,
-    fused_workspace_bytes,
+    feature_workspace_bytes,
     path_reasons,
     runs_fused,
     takes_fused,
@@ -69,7 +70,7 @@ def elu_features(x: Tensor) -> Tensor:
     return F.elu(x.to(compute_dtype(x.dtype))).add_(1.0)
 
 
-class LinearState(KernelState):
+class LinearState(FeatureState):
     """The linear transformer's recurrent state: ``[S | z]`` (B·H_kv, D, Dv + 1)."""
 
     def __init__(
@@ -77,17 +78,7 @@ class LinearState(KernelState):
     ):
         """``fused`` is accepted with the call's parameters: a recurrent state runs PyTorch."""
         p = problem
-        super().__init__(
-            p.batch,
-            p.heads,
-            p.n_kv_heads,
-            p.head_dim,
-            p.head_dim,
-            p.dtype,
-            p.device,
-            chunk_size,
-            segment_bytes,
-        )
+        super().__init__(*state_dims(p, p.head_dim), chunk_size, segment_bytes)
         # elu runs on a float32 copy of half inputs
         self.map_temps = 0 if p.dtype == self.dtype else p.head_dim
 
@@ -129,7 +120,8 @@ def _map_temps(p: Problem) -> int:
     return p.head_dim if p.dtype != compute_dtype(p.dtype) else 0
 
 
-def _chunk(p: Problem) -> int:
+def chunk_of(p: Problem) -> int:
+    """``p``'s ``chunk_size`` (the default where the point names none)."""
     return int(p.param("chunk_size", CHUNK.default))
 
 
@@ -137,14 +129,14 @@ def _workspace(p: Problem) -> int:
     if runs_fused(p, chunked=True):
         if p.mask.causal:
             return chunk_workspace_bytes(p)
-        return fused_workspace_bytes(p, p.head_dim, favor=False)
+        return feature_workspace_bytes(p, p.head_dim, favor=False)
     cap = int(p.param("segment_bytes", SEGMENT.default))
-    return kernel_workspace(p, p.head_dim, _chunk(p), _map_temps(p), cap)
+    return kernel_workspace(p, p.head_dim, chunk_of(p), _map_temps(p), cap)
 
 
 def _reasons(p: Problem) -> list[str]:
-    need = kernel_chunk_bytes(p, p.head_dim, _chunk(p), _map_temps(p))
-    reason = cap_reason(int(p.param("segment_bytes", SEGMENT.default)), need, _chunk(p))
+    need = kernel_chunk_bytes(p, p.head_dim, chunk_of(p), _map_temps(p))
+    reason = cap_reason(int(p.param("segment_bytes", SEGMENT.default)), need, chunk_of(p))
     return ([reason] if reason else []) + path_reasons(p, chunked=True)
 
 
@@ -182,4 +174,4 @@ def linear_attention(
     if takes_fused(int(fused), q, k, v, mask.causal, chunked=True):
         return chunk_attention(q, k, v) if mask.causal else feature_attention(q, k, v)
     state = LinearState(problem_of(q, k, v, mask), chunk_size, segment_bytes)
-    return kernel_attention(state, q, k, v, mask.causal)
+    return feature_state_attention(state, q, k, v, mask.causal)

@@ -1,9 +1,9 @@
 """``local``, ``dilated``, ``longformer``: sliding-window attention that computes only the band.
 
 Both paths are :mod:`implementations._sparse_paths`. On CUDA (fp32/fp16/bf16, D <= 256) all
-three run the fused Triton kernels of :mod:`implementations._kernels.triton.fused_attention`:
+three run the fused Triton kernels of :mod:`implementations._kernels.triton.masked_attention`:
 one launch per call, the band computed
-arithmetically per query block, forward and backward fused (``fused_reasons`` refuses the mask
+arithmetically per query block, forward and backward fused (``masked_reasons`` refuses the mask
 features those kernels lack, rather than computing another mask). On CPU, and for float64,
 they run the CPU tile path (:mod:`implementations._kernels.tiles.tile_attention`) over its
 plan's band tiles: query blocks of 64 rows each attend to the key span
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from harness.registry import register
 from harness.spec import FLOAT_DTYPES, Capabilities
-from implementations._kernels.triton.fused_attention import fused_reasons
+from implementations._kernels.triton.masked_attention import masked_reasons
 from implementations._sparse_paths import COST, prepare, sparse_attention
 
 _PACKED = {"causal", "window", "documents", "prefix"}
@@ -51,6 +51,6 @@ for _name, (_features, _description) in _VARIANTS.items():
         caps=Capabilities(dtypes=FLOAT_DTYPES, mask_features=_features),
         cost=COST,
         description=_description,
-        extra_reasons=fused_reasons,
+        extra_reasons=masked_reasons,
         prepare=prepare,
     )(sparse_attention)

@@ -53,11 +53,12 @@ from harness.registry import problem_of, register
 from harness.spec import FLOAT_DTYPES, Capabilities, Cost, Param, Problem, Recurrence
 from implementations._feature_maps import (
     SEGMENT,
-    KernelState,
+    FeatureState,
     cap_reason,
     check_inputs,
     compute_dtype,
-    kernel_attention,
+    feature_state_attention,
+    state_dims,
 )
 from implementations._feature_maps_spec import (
     feature_definition,
@@ -69,13 +70,13 @@ from implementations._feature_maps_spec import (
 from implementations._kernels.triton.feature_attention import (
     FUSED,
     feature_attention,
-    fused_workspace_bytes,
+    feature_workspace_bytes,
     path_reasons,
     runs_fused,
     split_weights,
     takes_fused,
 )
-from implementations.linear_attention import CHUNK
+from implementations.linear_attention import CHUNK, chunk_of
 
 FEATURES = Param(256, "random features m of the FAVOR+ estimator (error ~ m^-1/2)", minimum=1)
 
@@ -124,7 +125,7 @@ def _scale(scale: float | None, head_dim: int) -> float:
     return 1.0 / math.sqrt(head_dim) if scale is None else scale
 
 
-class PerformerState(KernelState):
+class PerformerState(FeatureState):
     """FAVOR+'s recurrent state: ``[S | z]`` (B·H_kv, m, Dv + 1) and the running key-logit
     maximum (B·H_kv, 1, 1) the key features are scaled by."""
 
@@ -139,17 +140,7 @@ class PerformerState(KernelState):
     ):
         """``fused`` is accepted with the call's parameters: a recurrent state runs PyTorch."""
         p = problem
-        super().__init__(
-            p.batch,
-            p.heads,
-            p.n_kv_heads,
-            features,
-            p.head_dim,
-            p.dtype,
-            p.device,
-            chunk_size,
-            segment_bytes,
-        )
+        super().__init__(*state_dims(p, features), chunk_size, segment_bytes)
         self.scale = _scale(scale, p.head_dim)
         self.w = device_features(
             features, p.head_dim, p.mask.seed, self.scale, self.device, self.dtype
@@ -222,20 +213,16 @@ def _m(p: Problem) -> int:
     return int(p.param("features", FEATURES.default))
 
 
-def _chunk(p: Problem) -> int:
-    return int(p.param("chunk_size", CHUNK.default))
-
-
 def _workspace(p: Problem) -> int:
     if runs_fused(p):
-        return fused_workspace_bytes(p, _m(p), favor=True)
+        return feature_workspace_bytes(p, _m(p), favor=True)
     cap = int(p.param("segment_bytes", SEGMENT.default))
-    return kernel_workspace(p, _m(p), _chunk(p), _map_temps(p), cap)
+    return kernel_workspace(p, _m(p), chunk_of(p), _map_temps(p), cap)
 
 
 def _reasons(p: Problem) -> list[str]:
-    need = kernel_chunk_bytes(p, _m(p), _chunk(p), _map_temps(p))
-    reason = cap_reason(int(p.param("segment_bytes", SEGMENT.default)), need, _chunk(p))
+    need = kernel_chunk_bytes(p, _m(p), chunk_of(p), _map_temps(p))
+    reason = cap_reason(int(p.param("segment_bytes", SEGMENT.default)), need, chunk_of(p))
     return ([reason] if reason else []) + path_reasons(p)
 
 
@@ -289,4 +276,4 @@ def performer_attention(
         return feature_attention(q, k, v, fused_features(features, q.shape[-1], mask.seed, s,
                                                          q.device), s)
     state = PerformerState(problem_of(q, k, v, mask), features, chunk_size, scale, segment_bytes)
-    return kernel_attention(state, q, k, v, mask.causal)
+    return feature_state_attention(state, q, k, v, mask.causal)

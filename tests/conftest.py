@@ -25,7 +25,7 @@ from harness import registry
 from harness.measure.device import profiler_peak_bytes
 from harness.spec import Problem
 
-COMPILE_HEAVY = ("_kernels/triton/test_fused_attention.py", "gradients")
+COMPILE_HEAVY = ("_kernels/triton/test_masked_attention.py", "gradients")
 """Tests whose node id holds both strings compile a forward and two backward kernels for their
 mask mode: 40-85 s each on the H100's 16 busy cores (the proof of 2026-11-26, lease 3)."""
 

@@ -53,7 +53,7 @@ def test_the_wheel_ships_every_module_of_the_code(wheel: Path) -> None:
         for package in ("harness", "implementations")
         for path in (ROOT / package).rglob("*.py")
     }
-    assert "implementations/_kernels/triton/fused_attention.py" in code
+    assert "implementations/_kernels/triton/masked_attention.py" in code
     assert sorted(code - names) == []
 
 

@@ -34,8 +34,8 @@ from harness.cli import output_dir, parse_size
 from harness.cli.table import print_table
 from harness.distributed.launch import launch
 from harness.distributed.merge import merge_runs, print_report
-from harness.distributed.plan import LaunchOptions
 from harness.distributed.shard import parse_shard, restrict, run_here
+from harness.distributed.shard_setup import LaunchOptions
 from harness.errors import CliError
 from harness.execute.session import RunOptions, configure
 from harness.plugins import add_plugin_option

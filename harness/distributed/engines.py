@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import shutil
 
-from harness.distributed.plan import ShardPlan
 from harness.distributed.shard import ShardSpec
+from harness.distributed.shard_setup import ShardSetup
 from harness.distributed.worker import pack_shard, run_packed_shard, run_shard, unpack_shard
 from harness.errors import CliError
 
@@ -22,8 +22,9 @@ def _one_line(exc: BaseException) -> str:
     return text.split("ShardFailed: ", 1)[-1][:300]
 
 
-def run_on_ray(plan: ShardPlan, todo: list[ShardSpec], address: str | None) -> dict[ShardSpec, str]:
-    """One Ray task per shard (``num_cpus``/``num_gpus`` from the plan; Ray retries a failed
+def run_on_ray(setup: ShardSetup, todo: list[ShardSpec],
+               address: str | None) -> dict[ShardSpec, str]:
+    """One Ray task per shard (``num_cpus``/``num_gpus`` from the setup; Ray retries a failed
     task ``max_retries`` times); shards are written as they finish. Returns the failures."""
     try:
         import ray
@@ -33,22 +34,22 @@ def run_on_ray(plan: ShardPlan, todo: list[ShardSpec], address: str | None) -> d
     if started:
         ray.init(address=address, include_dashboard=False, log_to_driver=False)
     try:
-        _check_feasible(ray.cluster_resources(), plan)
+        _check_feasible(ray.cluster_resources(), setup)
         task = ray.remote(run_packed_shard).options(
-            num_cpus=plan.cpus,
-            num_gpus=plan.gpus,
-            max_retries=plan.max_retries,
+            num_cpus=setup.cpus,
+            num_gpus=setup.gpus,
+            max_retries=setup.max_retries,
             retry_exceptions=True,
             name="attnbench-shard",
         )
-        suite_bytes = plan.suite_path.read_bytes()
+        suite_bytes = setup.suite_path.read_bytes()
         pending = {
             task.remote(
-                plan.suite_path.name,
+                setup.suite_path.name,
                 suite_bytes,
                 spec,
-                pack_shard(plan.shard_dir(spec)),
-                plan.options,
+                pack_shard(setup.shard_dir(spec)),
+                setup.options,
             ): spec
             for spec in todo
         }
@@ -61,17 +62,17 @@ def run_on_ray(plan: ShardPlan, todo: list[ShardSpec], address: str | None) -> d
             except Exception as exc:  # a task error or a lost worker: report, keep the others
                 failures[spec] = _one_line(exc)
                 continue
-            unpack_shard(plan.shard_dir(spec), files, plan.suite_path)
-            print(f"attnbench: shard {spec} finished -> {plan.shard_dir(spec)}")
+            unpack_shard(setup.shard_dir(spec), files, setup.suite_path)
+            print(f"attnbench: shard {spec} finished -> {setup.shard_dir(spec)}")
         return failures
     finally:
         if started:
             ray.shutdown()
 
 
-def _check_feasible(resources: dict, plan: ShardPlan) -> None:
+def _check_feasible(resources: dict, setup: ShardSetup) -> None:
     """Refuse a request no node of the cluster can meet (Ray would wait for it forever)."""
-    for name, want in (("CPU", plan.cpus), ("GPU", plan.gpus)):
+    for name, want in (("CPU", setup.cpus), ("GPU", setup.gpus)):
         if want and resources.get(name, 0) < want:
             raise CliError(
                 f"each shard asks for {want} {name}(s) but the Ray cluster has "
@@ -80,7 +81,7 @@ def _check_feasible(resources: dict, plan: ShardPlan) -> None:
 
 
 def run_on_slurm(
-    plan: ShardPlan, todo: list[ShardSpec], partition: str | None, timeout_min: int, local: bool
+    setup: ShardSetup, todo: list[ShardSpec], partition: str | None, timeout_min: int, local: bool
 ) -> dict[ShardSpec, str]:
     """One Slurm array task per shard via submitit (``local``: submitit's LocalExecutor, one
     process per shard). Failed shards are resubmitted up to ``max_retries`` times."""
@@ -94,21 +95,21 @@ def run_on_slurm(
             "local processes through submitit"
         )
     executor = submitit.AutoExecutor(
-        folder=plan.out / "submitit", cluster="local" if local else "slurm"
+        folder=setup.out / "submitit", cluster="local" if local else "slurm"
     )
     executor.update_parameters(
-        name=f"attnbench-{plan.suite_name}",
+        name=f"attnbench-{setup.suite_name}",
         timeout_min=timeout_min,
-        cpus_per_task=plan.cpus,
-        gpus_per_node=plan.gpus,
+        cpus_per_task=setup.cpus,
+        gpus_per_node=setup.gpus,
         slurm_partition=partition,
         slurm_array_parallelism=max(len(todo), 1),
     )
     failures: dict[ShardSpec, str] = {}
-    for _attempt in range(plan.max_retries + 1):
+    for _attempt in range(setup.max_retries + 1):
         if not todo:
             break
-        jobs = executor.map_array(run_shard, [plan.job(s) for s in todo])
+        jobs = executor.map_array(run_shard, [setup.job(s) for s in todo])
         by_job = {job.job_id: spec for job, spec in zip(jobs, todo, strict=True)}
         print(f"attnbench: submitted {len(jobs)} shard job(s): {', '.join(by_job)}")
         failures = {}
@@ -116,7 +117,7 @@ def run_on_slurm(
             spec = by_job[job.job_id]
             error = job.exception()
             if error is None:
-                print(f"attnbench: shard {spec} finished -> {plan.shard_dir(spec)}")
+                print(f"attnbench: shard {spec} finished -> {setup.shard_dir(spec)}")
             else:
                 failures[spec] = _one_line(error)
         todo = sorted(failures, key=lambda s: s.k)

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from harness.distributed.engines import run_on_ray, run_on_slurm
 from harness.distributed.merge import merge_runs, print_report
-from harness.distributed.plan import SHARDS_DIR, LaunchOptions, make_plan
 from harness.distributed.shard import ShardSpec, shard_done
+from harness.distributed.shard_setup import SHARDS_DIR, LaunchOptions, shard_setup
 from harness.execute.session import RunOptions
 from harness.measure.env import new_run_id
 from harness.sweep.suite import Suite
@@ -27,34 +27,34 @@ def launch(suite: Suite, options: RunOptions, launcher: LaunchOptions) -> int:
     """Run every unfinished shard of ``suite`` on the chosen engine, then merge them into
     ``options.out``; returns the exit status (1: a shard failed or the merge is incomplete)."""
     out = options.out or Path("runs") / f"{suite.name}-{new_run_id()}"
-    plan = make_plan(suite, options, launcher, out)
-    todo = [s for s in plan.specs if not shard_done(plan.shard_dir(s), suite.sha256)]
-    done = plan.n - len(todo)
+    setup = shard_setup(suite, options, launcher, out)
+    todo = [s for s in setup.specs if not shard_done(setup.shard_dir(s), suite.sha256)]
+    done = setup.n - len(todo)
     print(
-        f"attnbench: suite {suite.name!r} in {plan.n} shards via {launcher.launcher}"
+        f"attnbench: suite {suite.name!r} in {setup.n} shards via {launcher.launcher}"
         + (f" ({done} already done)" if done else "")
         + f" -> {out}"
     )
     if not todo:
         failures: dict[ShardSpec, str] = {}
     elif launcher.launcher == "ray":
-        failures = run_on_ray(plan, todo, address=launcher.ray_address)
+        failures = run_on_ray(setup, todo, address=launcher.ray_address)
     else:
         failures = run_on_slurm(
-            plan,
+            setup,
             todo,
             partition=launcher.slurm_partition,
             timeout_min=launcher.slurm_timeout_min,
             local=launcher.slurm_local,
         )
     for spec, reason in sorted(failures.items(), key=lambda item: item[0].k):
-        print(f"attnbench: shard {spec} failed after {plan.max_retries} retries: {reason}")
+        print(f"attnbench: shard {spec} failed after {setup.max_retries} retries: {reason}")
     if failures:
         print(
-            f"attnbench: {len(failures)} of {plan.n} shards failed; the others are kept in "
+            f"attnbench: {len(failures)} of {setup.n} shards failed; the others are kept in "
             f"{out / SHARDS_DIR}. Rerun the same command to retry only what is missing."
         )
         return 1
-    report = merge_runs([plan.shard_dir(s) for s in plan.specs], out, overwrite=True)
+    report = merge_runs([setup.shard_dir(s) for s in setup.specs], out, overwrite=True)
     print_report(report)
     return 0 if report.complete else 1

@@ -10,8 +10,8 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from harness.distributed.plan import ShardJob
 from harness.distributed.shard import ShardSpec, run_here
+from harness.distributed.shard_setup import ShardJob
 from harness.errors import CliError
 from harness.execute.session import RunOptions, configure
 from harness.results import ENV_FILE, ROWS_FILE, load_env, write_env

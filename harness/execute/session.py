@@ -128,7 +128,7 @@ def run_suite(suite: Suite, measure: MeasureConfig, options: RunOptions,
     writer = RowWriter(run_dir)
     if predict is not None:
         predict = _over_budget_is_instant(predict, options.mem_budget)
-    plan = pass_plan(points, PassLog(run_dir), max(measure.passes, 1), predict)
+    plan = passes_to_run(points, PassLog(run_dir), max(measure.passes, 1), predict)
     order = first_order(points, options.first_order) if measure.time_limit_s else None
     timing = measure.timing  # the calls a pass cannot skip (first: first call, check, memory)
     calls = (3 + timing.warmup_calls + timing.min_samples, timing.warmup_calls + timing.min_samples)
@@ -247,7 +247,7 @@ def _over_budget_is_instant(predict: Callable[[Point], float],
     return seconds
 
 
-def pass_plan(points: list[Point], log: PassLog, passes: int,
+def passes_to_run(points: list[Point], log: PassLog, passes: int,
               predict: Callable[[Point], float] | None) -> dict[tuple[str, int], float]:
     """(point id, pass) -> predicted seconds, for every pass still to run (passes logged in
     ``passes.jsonl`` by an interrupted run are left out); 1 s each without a predictor."""

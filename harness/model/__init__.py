@@ -9,8 +9,8 @@ NORMS = ("pre", "post")
 FFNS = ("relu", "gelu", "swiglu")
 POSITIONS = ("sinusoidal", "learned", "rope")
 
-# the layout's settings as row columns (the block and decode scenarios share them)
-LAYOUT = (
+# the block's settings (norm, ffn, pos) as row columns; the block and decode scenarios share them
+BLOCK_SETTING_COLUMNS = (
     point_column("norm", "", "text", "block and decode scenarios: `pre` or `post` layer norm"),
     point_column(
         "ffn", "", "text",

@@ -34,7 +34,7 @@ def full_check_fits(n_q: int, n_k: int) -> bool:
 
 
 @dataclass(frozen=True)
-class CheckPlan:
+class CheckChoice:
     """What agreement check a point gets: ``full``, ``rows`` (sampled query rows) or ``none``."""
 
     mode: str
@@ -44,14 +44,14 @@ class CheckPlan:
         return f"{self.mode}{'+grads' if self.grads else ''}"
 
 
-def plan_check(requested: str, n_q: int, n_k: int, backward: bool) -> CheckPlan:
+def choose_check(requested: str, n_q: int, n_k: int, backward: bool) -> CheckChoice:
     """The check of n_q queries over n_k keys: ``auto`` = full (grads too for backward) up to
     FULL_CHECK_MAX_PAIRS, else rows."""
     if requested not in CHECK_MODES:
         raise ValueError(f"check must be {'|'.join(CHECK_MODES)}, got {requested!r}")
     if requested == "auto":
         requested = "full" if full_check_fits(n_q, n_k) else "rows"
-    return CheckPlan(requested, grads=backward and requested == "full")
+    return CheckChoice(requested, grads=backward and requested == "full")
 
 
 @dataclass(frozen=True)

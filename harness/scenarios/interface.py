@@ -41,7 +41,7 @@ from harness import registry, scenarios
 from harness.masks import MaskSpec
 from harness.measure.device import Device
 from harness.scenarios import packing, pointmask
-from harness.scenarios.case import Case, CaseOptions, CheckPlan, MeasureOption, plan_check
+from harness.scenarios.case import Case, CaseOptions, CheckChoice, MeasureOption, choose_check
 from harness.scenarios.figures import ReportPanel
 from harness.scenarios.pointmask import PointMask
 from harness.spec import DTYPES, ParamValue, Problem
@@ -447,10 +447,10 @@ def scenario_of(point: Point) -> Scenario:
     return get(point.scenario)
 
 
-def check_plan(point: Point, requested: str = "auto") -> CheckPlan:
+def check_choice(point: Point, requested: str = "auto") -> CheckChoice:
     """The agreement check ``point`` gets when ``requested`` (``auto``: full up to
     FULL_CHECK_MAX_PAIRS query-key pairs, sampled rows beyond)."""
-    return plan_check(requested, point.n_q, point.seq_len, point.backward)
+    return choose_check(requested, point.n_q, point.seq_len, point.backward)
 
 
 def cost_of(point: Point) -> PointCost:

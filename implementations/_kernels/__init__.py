@@ -3,7 +3,7 @@
 - :mod:`.tiles`: the CPU tile path (way in: :mod:`.tiles.tile_attention`), exact masked
   attention as batched GEMMs over the tiles of a plan; ``local``, ``dilated``, ``longformer``
   and ``bigbird`` on CPU and in float64;
-- :mod:`.triton`: the fused Triton kernels for CUDA (way in: :mod:`.triton.fused_attention`),
+- :mod:`.triton`: the fused Triton kernels for CUDA (way in: :mod:`.triton.masked_attention`),
   FlashAttention-2 forward, backward and split-KV decode with the masks computed in the
   kernels; ``flash-tiled``, ``local``, ``dilated``, ``longformer`` and ``bigbird`` on CUDA.
 """

@@ -71,7 +71,7 @@ def test_the_proof_dry_run_lists_every_cuda_test_even_without_pytest_benchmark(t
     listed = [line.split(": ", 1) for line in result.stdout.splitlines()]
     cuda = {test for selection, test in listed if selection in ("cuda", "cuda-alone")}
     assert any(t.startswith("tests/cuda/test_cuda.py::") for t in cuda)
-    kernel_tests = "tests/implementations/_kernels/triton/test_fused_attention.py::"
+    kernel_tests = "tests/implementations/_kernels/triton/test_masked_attention.py::"
     kernels = {t for t in cuda if t.startswith(kernel_tests)}
     assert any("test_gradients_fp32" in t for t in kernels)  # the Triton backward
     assert any("test_forward_fp32" in t for t in kernels)

@@ -19,7 +19,7 @@ import torch
 
 pytest.importorskip("triton")
 
-from implementations._kernels.triton.autotune import class_configs, config_label
+from implementations.triton_kernels import autotune
 
 ROOT = Path(__file__).resolve().parents[2]
 SWEEP = ROOT / "benchmarks" / "kernel_sweep.py"
@@ -54,7 +54,7 @@ def test_list_enumerates_every_config_of_each_group_on_three_shapes():
         for case in cases:
             listed = [r[4] for r in mine if r[1] == case]
             d = 64 if case in ("d64", "w256-16k", "w256-64k") else 128
-            want = [config_label(c) for c in class_configs(kernel, d, (9, 0))]
+            want = [autotune.config_label(c) for c in autotune.class_configs(kernel, d, (9, 0))]
             assert listed[: len(want)] == want  # the class's list, then any candidates
             assert next(r[5] for r in mine if r[1] == case) == "True"  # the default first
     peers = {(r[0], r[2], r[3]) for r in rows if r[2] != "flash-tiled" or r[3] == "backward"}
@@ -140,7 +140,7 @@ def test_compiles_ahead_stop_at_their_share_of_the_budget(monkeypatch):
     sweep = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "kernel_sweep", sweep)  # its dataclasses look it up
     spec.loader.exec_module(sweep)
-    monkeypatch.setattr(sweep, "interpreted", lambda: False)
+    monkeypatch.setattr(sweep.autotune, "interpreted", lambda: False)
     compiled = []
 
     class Job:

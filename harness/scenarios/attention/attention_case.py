@@ -32,7 +32,7 @@ from harness.measure.timing import Measurement
 from harness.oracle.definition import Definition
 from harness.scenarios.attention.checking import check_attention
 from harness.scenarios.case import Case, CaseOptions
-from harness.scenarios.interface import Point, PointCost, Scenario, check_plan, register
+from harness.scenarios.interface import Point, PointCost, Scenario, check_choice, register
 from harness.spec import AttnFn, Problem
 
 
@@ -115,7 +115,7 @@ class Attention(Scenario):
     def build_case(self, point: Point, device: Device, options: CaseOptions) -> Case:
         """Time the core on fresh inputs; forward under no_grad, or forward+backward via
         autograd. The check runs the same prepared call."""
-        plan = check_plan(point, options.check)
+        plan = check_choice(point, options.check)
         core = self.core(point)
         attn: AttnFn = core.prepare(self.problem(point))
         definition = Definition.of(core, point.params)

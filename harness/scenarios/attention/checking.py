@@ -17,7 +17,7 @@ from torch import Tensor
 from harness.oracle.agreement import grad_agreement, output_agreement
 from harness.oracle.definition import Definition, approximation_error
 from harness.oracle.reference import reference_grads
-from harness.scenarios.case import CheckPlan
+from harness.scenarios.case import CheckChoice
 from harness.scenarios.interface import Point
 from harness.spec import AttnFn
 
@@ -63,7 +63,7 @@ def check_attention(
     v: Tensor,
     grad_out: Tensor | None,
     point: Point,
-    plan: CheckPlan,
+    plan: CheckChoice,
     definition: Definition | None = None,
 ) -> dict:
     """Agreement columns of one prepared call of ``point`` against the float64 reference (same
@@ -97,7 +97,7 @@ def checked_rows(
     k: Tensor,
     v: Tensor,
     point: Point,
-    plan: CheckPlan,
+    plan: CheckChoice,
     definition: Definition | None = None,
 ) -> tuple[Tensor | None, Tensor, Tensor]:
     """(rows, reference, naive) for the rows ``plan`` checks: rows is None for a full check,

@@ -5,11 +5,11 @@ block's time.
 """
 
 from harness.columns import Column, point_column
-from harness.model import LAYOUT
+from harness.model import BLOCK_SETTING_COLUMNS
 
 BASELINES = {"lstm": "recurrent", "conv": "convolution"}  # implementation -> family
 COLUMNS = (
-    *LAYOUT,
+    *BLOCK_SETTING_COLUMNS,
     point_column(
         "mixer", "", "text", "block scenario: `attention`, or the `lstm` / `conv` baseline",
         follows_impl=True,

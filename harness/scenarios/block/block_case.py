@@ -49,14 +49,14 @@ from harness.scenarios.block.mixers import (
     lstm_params,
     mixer_factory,
 )
-from harness.scenarios.case import Case, CaseOptions, CheckPlan
+from harness.scenarios.case import Case, CaseOptions, CheckChoice
 from harness.scenarios.figures import CrossoverPanel
 from harness.scenarios.interface import (
     Point,
     PointCost,
     Scenario,
     SettingsError,
-    check_plan,
+    check_choice,
     register,
 )
 from harness.spec import Problem, itemsize
@@ -227,7 +227,7 @@ class Block(Scenario):
 
     def build_case(self, point: Point, device: Device, options: CaseOptions) -> Case:
         """x: (B, N, d_model) through one block; the baselines have no registry core."""
-        plan = check_plan(point, options.check)
+        plan = check_choice(point, options.check)
         cfg = BlockConfig.of(point, causal=point.mask.causal, max_len=point.seq_len)
         mixer = mixer_factory(point.settings.mixer, point.settings.conv_kernel)
         block = build_block(cfg, point.seed, point.device, point.torch_dtype, mixer)
@@ -305,7 +305,7 @@ def check_block(
     x: Tensor,
     grad_out: Tensor,
     point: Point,
-    plan: CheckPlan,
+    plan: CheckChoice,
     definition: Definition | None = None,
 ) -> dict:
     """Block output (and dx) against a float64 copy with the float64 reference core (an

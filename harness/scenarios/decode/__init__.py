@@ -7,10 +7,10 @@ analytic costs :mod:`.decode_cost`, the scenario :mod:`.decode_case`.
 """
 
 from harness.columns import BANDWIDTH, Column, point_column
-from harness.model import LAYOUT
+from harness.model import BLOCK_SETTING_COLUMNS
 
 COLUMNS = (
-    *LAYOUT,
+    *BLOCK_SETTING_COLUMNS,
     point_column("layers", "", "int", "decode scenario: decoder layers"),
     point_column(
         "cache", "", "text",

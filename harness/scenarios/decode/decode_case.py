@@ -41,7 +41,7 @@ from harness.model.transformer import BlockConfig, build_block
 from harness.oracle.agreement import output_agreement, tolerance
 from harness.oracle.definition import Definition
 from harness.registry import Implementation
-from harness.scenarios.case import Case, CaseOptions, CheckPlan, MeasureOption
+from harness.scenarios.case import Case, CaseOptions, CheckChoice, MeasureOption
 from harness.scenarios.decode import step_launch
 from harness.scenarios.decode.caches import CACHES, cache_nbytes
 from harness.scenarios.decode.decode_cost import (
@@ -51,7 +51,7 @@ from harness.scenarios.decode.decode_cost import (
     step_problem,
 )
 from harness.scenarios.decode.stack import DecoderStack
-from harness.scenarios.interface import Point, Scenario, SettingsError, check_plan, register
+from harness.scenarios.interface import Point, Scenario, SettingsError, check_choice, register
 from harness.spec import Problem, RecurrentState
 
 MODEL_MASK_FEATURES = frozenset({"causal", "window"})
@@ -179,7 +179,7 @@ class Decode(Scenario):
         reasons = self.support(point)
         if reasons:
             raise ValueError("decode: " + "; ".join(reasons))
-        plan = check_plan(point, options.check)
+        plan = check_choice(point, options.check)
         stack = make_stack(point, self.core(point))
         x = make_tokens(point)
         n = point.seq_len
@@ -239,7 +239,7 @@ def _bandwidth_columns(step_bytes: int, measurement, device: Device) -> dict:
     return {"bw_fraction": step_bytes / measurement.median / bandwidth, "bw_source": source}
 
 
-def check_decode(stack: DecoderStack, run, x: Tensor, point: Point, plan: CheckPlan) -> dict:
+def check_decode(stack: DecoderStack, run, x: Tensor, point: Point, plan: CheckChoice) -> dict:
     """``gen_tokens`` cached steps (fresh caches) against full recomputation of the sequence.
 
     ``full`` plan: against a float64 copy of the stack with the float64 reference core; the

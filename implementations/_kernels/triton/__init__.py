@@ -1,7 +1,7 @@
 """The fused Triton attention kernels for CUDA, one module per part, named by what it holds.
 
-The way in is :mod:`.fused_attention`: ``triton_attention`` (autograd), the dispatch rule
-``use_triton``, ``fused_reasons``, executed pairs and workspace; ``flash-tiled``, ``local``,
+The way in is :mod:`.masked_attention`: ``triton_attention`` (autograd), the dispatch rule
+``use_triton``, ``masked_reasons``, executed pairs and workspace; ``flash-tiled``, ``local``,
 ``dilated``, ``longformer`` and ``bigbird`` call it on CUDA. Below it, in the order a call runs:
 
 - :mod:`.launches`: one forward or backward call as kernel launches (grids, arguments, the

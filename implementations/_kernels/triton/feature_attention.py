@@ -15,26 +15,30 @@ Block sizes are pinned (:func:`tiles`, :func:`chunk_tiles`), chosen so no tile s
 (``benchmarks/aot_kernels.py --workloads feature-linear feature-performer
 feature-linear-causal`` compiles them for sm_80 and sm_90 and reads registers, spills and
 shared memory). Triton is optional: without it this module imports and
-:func:`fused_reasons` says why the kernels cannot run.
+:func:`feature_reasons` says why the kernels cannot run (the limits both fused
+families share are in :mod:`.fused_path`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 
 import torch
 from torch import Tensor
 
-from harness.spec import FLOAT_DTYPES, Param, Problem
+from harness.spec import Param, Problem
+from implementations._kernels.triton import fused_path
 
+IMPORT_ERROR: str | None = None
+"""Why the kernels failed to import (None: they imported); :func:`.fused_path.unavailable_reason`
+reads it."""
 try:  # the kernels import Triton, an optional dependency
     from implementations._kernels.triton import feature_kernels, linear_chunk
     from implementations._kernels.triton.launch_modes import launch
 except Exception as exc:  # absent or broken: the PyTorch path still runs, the reason says why
     feature_kernels = linear_chunk = None
-    _IMPORT_ERROR = f"the Triton kernels failed to import: {type(exc).__name__}: {exc}"
+    IMPORT_ERROR = fused_path.import_error(exc)
 
 FUSED = Param(
     -1,
@@ -49,8 +53,6 @@ AUTO_CAUSAL = False
 """Whether ``fused`` = -1 takes the causal chunk kernel (:func:`chunk_attention`) on CUDA. No:
 it is a candidate until a GPU lease measures it beside fla-linear and the PyTorch path
 (``benchmarks/linear_targets.py``); a default changes only on a lease's numbers."""
-DTYPES = FLOAT_DTYPES - {torch.float64}
-MAX_HEAD_DIM = 256
 PROGRAMS = 1024
 """Programs the key pass aims at (splits × K/V heads × feature blocks): enough to fill a GPU
 of ~130 SMs several times over, few enough that the partial states (F·(D + 2) floats per
@@ -62,19 +64,13 @@ def _interpreted() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
-def unavailable_reason() -> str | None:
-    """Why the kernels cannot run on this machine (None when Triton and they import)."""
-    if feature_kernels is not None:
-        return None
-    return "triton not installed" if importlib.util.find_spec("triton") is None else _IMPORT_ERROR
-
-
 def call_reasons(device_type: str, causal: bool, backward: bool, dtype: torch.dtype,
                  head_dim: int, chunked: bool = False) -> list[str]:
     """Why the fused kernels cannot run such a call (empty: they can): CUDA (or CPU tensors
     under ``TRITON_INTERPRET=1``), no autograd, fp32/fp16/bf16, D <= 256, Triton; causal only
     only where the map has the chunk kernel (``chunked``: ``linear``).
-    The one rule: a Problem's (:func:`fused_reasons`) and a direct call's (:func:`takes_fused`)."""
+    The one rule: a Problem's (:func:`feature_reasons`) and a direct call's
+    (:func:`takes_fused`)."""
     out = []
     if device_type != "cuda" and not (device_type == "cpu" and _interpreted()):
         out.append(f"the fused kernels run on CUDA, not {device_type}")
@@ -82,17 +78,14 @@ def call_reasons(device_type: str, causal: bool, backward: bool, dtype: torch.dt
         out.append("the fused kernels cover non-causal calls")
     if backward:
         out.append("the fused kernels are forward-only (no autograd)")
-    if dtype not in DTYPES:
-        out.append(f"the fused kernels cover fp32/fp16/bf16, not {str(dtype)[6:]}")
-    if head_dim > MAX_HEAD_DIM:
-        out.append(f"the fused kernels cover D <= {MAX_HEAD_DIM}, not {head_dim}")
-    reason = unavailable_reason()
+    out += fused_path.shape_reasons(dtype, head_dim)
+    reason = fused_path.unavailable_reason(IMPORT_ERROR)
     if reason:
         out.append(reason)
     return out
 
 
-def fused_reasons(p: Problem, chunked: bool = False) -> list[str]:
+def feature_reasons(p: Problem, chunked: bool = False) -> list[str]:
     """:func:`call_reasons` of a Problem."""
     return call_reasons(p.device_type, p.mask.causal, p.backward, p.dtype, p.head_dim, chunked)
 
@@ -101,7 +94,7 @@ def path_reasons(p: Problem, chunked: bool = False) -> list[str]:
     """The registry's extra reasons for ``fused``: a forced fused path that cannot run."""
     if int(p.param("fused", FUSED.default)) != 1:
         return []
-    return [f"fused = 1: {r}" for r in fused_reasons(p, chunked)]
+    return [f"fused = 1: {r}" for r in feature_reasons(p, chunked)]
 
 
 def runs_fused(p: Problem, chunked: bool = False) -> bool:
@@ -112,7 +105,7 @@ def runs_fused(p: Problem, chunked: bool = False) -> bool:
     if fused == 1:
         return True
     return (fused == -1 and p.device_type == "cuda" and (AUTO_CAUSAL or not p.mask.causal)
-            and not fused_reasons(p, chunked))
+            and not feature_reasons(p, chunked))
 
 
 def tiles(head_dim: int, favor: bool) -> dict[str, int]:
@@ -138,7 +131,7 @@ def tiles(head_dim: int, favor: bool) -> dict[str, int]:
                 state_stages=1 if block_d == 32 and not favor else 2)
 
 
-def split_plan(kv_rows: int, n_k: int, features: int, t: dict[str, int]) -> tuple[int, int]:
+def key_splits(kv_rows: int, n_k: int, features: int, t: dict[str, int]) -> tuple[int, int]:
     """(n_split, keys per split) of the key pass for B·H_kv = ``kv_rows``: about
     :data:`PROGRAMS` programs, each over whole BLOCK_N tiles, no split empty."""
     blocks = -(-n_k // t["BLOCK_N"])
@@ -148,14 +141,14 @@ def split_plan(kv_rows: int, n_k: int, features: int, t: dict[str, int]) -> tupl
     return -(-n_k // per), per
 
 
-def fused_workspace_bytes(p: Problem, features: int, favor: bool) -> int:
+def feature_workspace_bytes(p: Problem, features: int, favor: bool) -> int:
     """Peak bytes of a fused call beyond its inputs and output, exact (fp32 buffers, all live
     together at the combine): the partial states (B·H_kv, n_split, F, D) and sums (B·H_kv,
     n_split, F), FAVOR+'s partial maxima (as many), and the combined state and sums."""
     kv = p.batch * p.n_kv_heads
     if kv == 0 or p.n_k == 0:
         return 0
-    n_split, _ = split_plan(kv, p.n_k, features, tiles(p.head_dim, favor))
+    n_split, _ = key_splits(kv, p.n_k, features, tiles(p.head_dim, favor))
     per_split = features * (p.head_dim + 1 + int(favor))
     return 4 * kv * (n_split * per_split + features * (p.head_dim + 1))
 
@@ -180,7 +173,7 @@ def feature_attention(q: Tensor, k: Tensor, v: Tensor, w: Tensor | None = None,
     ``scale`` (the keys' −scale·|k|²/2). CUDA tensors, or CPU tensors under
     ``TRITON_INTERPRET=1``."""
     if feature_kernels is None:
-        raise RuntimeError(_IMPORT_ERROR)
+        raise RuntimeError(fused_path.unavailable_reason(IMPORT_ERROR))
     q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
     b, h, n_q, d = q.shape
     h_kv, n_k = k.shape[1], k.shape[2]
@@ -192,7 +185,7 @@ def feature_attention(q: Tensor, k: Tensor, v: Tensor, w: Tensor | None = None,
         return out.zero_()  # no key: zeros, as the reference
     features = w.shape[1] if favor else d
     t = tiles(d, favor)
-    n_split, per = split_plan(b * h_kv, n_k, features, t)
+    n_split, per = key_splits(b * h_kv, n_k, features, t)
     f32 = dict(dtype=torch.float32, device=q.device)
     part_s = torch.empty(b * h_kv, n_split, features, d, **f32)
     part_z = torch.empty(b * h_kv, n_split, features, **f32)
@@ -255,7 +248,7 @@ def chunk_workspace_bytes(p: Problem) -> int:
     kv = p.batch * p.n_kv_heads
     if kv == 0 or p.n_k == 0 or p.n_q == 0:
         return 0
-    n_split, _ = split_plan(kv, p.n_k, p.head_dim, tiles(p.head_dim, False))
+    n_split, _ = key_splits(kv, p.n_k, p.head_dim, tiles(p.head_dim, False))
     return 4 * kv * n_split * p.head_dim * (p.head_dim + 1)
 
 
@@ -266,7 +259,7 @@ def chunk_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     (query i keeps keys j <= i + n_k - n_q; one that keeps none: zeros). CUDA tensors, or CPU
     tensors under ``TRITON_INTERPRET=1``."""
     if feature_kernels is None:
-        raise RuntimeError(_IMPORT_ERROR)
+        raise RuntimeError(fused_path.unavailable_reason(IMPORT_ERROR))
     q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
     b, h, n_q, d = q.shape
     h_kv, n = k.shape[1], k.shape[2]
@@ -279,7 +272,7 @@ def chunk_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         if n == 0:
             return out
     t, c = tiles(d, False), chunk_tiles(d)
-    n_split, per = split_plan(b * h_kv, n, d, t)
+    n_split, per = key_splits(b * h_kv, n, d, t)
     f32 = dict(dtype=torch.float32, device=q.device)
     part_s = torch.empty(b * h_kv, n_split, d, d, **f32)
     part_z = torch.empty(b * h_kv, n_split, d, **f32)

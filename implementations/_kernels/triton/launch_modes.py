@@ -181,11 +181,13 @@ def compile_keys(record: Launch, capability: tuple[int, int] = (9, 0)) -> set[tu
         configs = [triton.Config({}, num_warps=record.kwargs.get("num_warps", 4),
                                  num_stages=record.kwargs.get("num_stages", 3))]
     consts = tuple(sorted(record.kwargs.items()))  # the launches pass these by keyword
-    spec = tuple(_specialization(a) for a in record.args)
+    spec = tuple(specialization(a) for a in record.args)
     return {(record.name, config_label(c), consts, spec) for c in configs}
 
 
-def _specialization(value) -> object:
+def specialization(value) -> object:
+    """How Triton's cache key specializes a launch argument: a tensor by dtype and 16-byte
+    alignment, an int by 1, a multiple of 16 or its width, a bool as itself."""
     if isinstance(value, torch.Tensor):
         return str(value.dtype), value.device.type == "meta" or value.data_ptr() % 16 == 0
     if isinstance(value, bool):

@@ -3,7 +3,7 @@ backward (delta, dK/dV, dQ: three launches), and the block sizes the autotuner c
 launch goes through :func:`.launch_modes.launch` (autotuned, pinned or forced config; watchers).
 
 Importing this module imports Triton (the kernel modules define their kernels at import):
-:mod:`.fused_attention` (the way in) imports it only where Triton imports. A call does no host
+:mod:`.masked_attention` (the way in) imports it only where Triton imports. A call does no host
 synchronization (no ``.item()``, no loop over tiles), and launches with the tensors' CUDA device
 current (Triton launches on the current device). K/V may have fewer heads than Q
 (grouped-query attention): query head h reads K/V head ``h // (H / H_kv)``.

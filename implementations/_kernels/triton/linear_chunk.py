@@ -4,7 +4,7 @@
 
 flash-linear-attention's ``chunk`` algorithm, split along the sequence so that a long sequence
 of few heads still fills the GPU: the n positions of each K/V head are cut into ``n_split``
-contiguous splits (whole tiles, :func:`feature_attention.split_plan`), and
+contiguous splits (whole tiles, :func:`feature_attention.key_splits`), and
 
 1. ``feature_state`` (:mod:`.feature_kernels`, the non-causal key pass) writes each split's own
    state ``U_s = Σ_{j ∈ s} φ(k_j) [v_j | 1]ᵀ`` (F × (Dv + 1), fp32);

@@ -2,7 +2,7 @@
 cached, and the autotuner's key of a problem.
 
 The tables are the plans of :mod:`.plan_band` and :mod:`.plan_blocks` as int32 tensors on the
-device; building them is the part of a first call that :func:`.fused_attention.prepare_tables`
+device; building them is the part of a first call that :func:`.masked_attention.prepare_tables`
 moves out of the timed region. The cache is keyed by :func:`device_key`, so that preparing on
 ``"cuda"`` and calling with tensors on ``cuda:0`` find the same tables.
 """

@@ -159,11 +159,11 @@ def test_triton_kernels_in_the_interpreter(spec, n_q, n_k):
     pytest.importorskip("triton")
     from harness.oracle.agreement import grad_agreement, output_agreement
     from harness.oracle.reference import reference_grads
-    from implementations._kernels.triton import fused_attention
+    from implementations._kernels.triton import masked_attention
     from implementations._kernels.triton.plan_band import band_executed_pairs, band_plan
 
     q, k, v = (t.requires_grad_(True) for t in make_qkv(1, 2, n_q, n_k, 16, seed=5))
-    out = fused_attention.triton_attention(q, k, v, spec)
+    out = masked_attention.triton_attention(q, k, v, spec)
     ref = reference_attention(q.detach(), k.detach(), v.detach(), spec)
     result = output_agreement(out.detach(), ref, torch.float32)
     assert result["agree"], result
@@ -205,10 +205,10 @@ def test_with_documents_each_document_has_its_own_sinks():
     out = tile_attention(q, k, v, tile_plan(spec, n, n, torch.float64, "cpu"))
     torch.testing.assert_close(out, reference_attention(q, k, v, spec), atol=1e-10, rtol=1e-10)
     try:
-        from implementations._kernels.triton import fused_attention
+        from implementations._kernels.triton import masked_attention
     except ImportError:
         return
     q32, k32, v32 = (t.float() for t in (q, k, v))
-    out = fused_attention.triton_attention(q32, k32, v32, spec)
+    out = masked_attention.triton_attention(q32, k32, v32, spec)
     torch.testing.assert_close(out.double(), reference_attention(q32, k32, v32, spec),
                                atol=2e-5, rtol=1e-4)

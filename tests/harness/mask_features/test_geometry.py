@@ -97,10 +97,10 @@ def test_fused_rows_before_the_first_key_with_global_position_zero(spec):
     pytest.importorskip("triton")
     from harness.oracle.agreement import output_agreement
     from harness.oracle.reference import reference_attention
-    from implementations._kernels.triton import fused_attention
+    from implementations._kernels.triton import masked_attention
     from tests.conftest import make_qkv
 
     q, k, v = make_qkv(1, 1, 60, 40, 16, seed=1)
-    out = fused_attention.triton_attention(q, k, v, spec)
+    out = masked_attention.triton_attention(q, k, v, spec)
     result = output_agreement(out, reference_attention(q, k, v, spec), torch.float32)
     assert result["agree"], result

@@ -23,7 +23,7 @@ from harness.scenarios.attention.checking import (
     judge_rows,
     sample_rows,
 )
-from harness.scenarios.interface import Point, check_plan
+from harness.scenarios.interface import Point, check_choice
 
 N, D = 16384, 32
 WINDOW = (255, 0)  # a causal sliding window of 256 keys
@@ -76,7 +76,7 @@ def _case(dtype: str, causal: bool):
     (computed once per module: the float64 rows are the slow part)."""
     if (dtype, causal) not in _CASES:
         point = _point(dtype, causal)
-        plan = check_plan(point)
+        plan = check_choice(point)
         assert plan.mode == "rows"  # the runner's path at this size
         q, k, v = make_inputs(point, "cpu")
         with torch.no_grad():
@@ -102,7 +102,7 @@ def test_planted_bug_is_caught(dtype, bug):
 def test_correct_sdpa_agrees_and_x05_does_not_through_check_attention(dtype):
     point, (q, k, v, _), _ = _case(dtype, causal=False)
     attn = registry.get("sdpa").prepare(point.problem())
-    plan = check_plan(point)
+    plan = check_choice(point)
     good = check_attention(attn, q, k, v, None, point, plan)
     assert good["agree"] is True, good
     assert good["naive_err"] > 0 and good["naive_rel_err"] > 0
@@ -114,7 +114,7 @@ def test_correct_sdpa_agrees_and_x05_does_not_through_check_attention(dtype):
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_window_off_by_one_is_caught_and_the_right_window_agrees(dtype):
     point = _point(dtype, causal=True, window=WINDOW)
-    plan = check_plan(point)
+    plan = check_choice(point)
     q, k, v = make_inputs(point, "cpu")
     rows, ref, naive = checked_rows(q, k, v, point, plan)
     with torch.no_grad():

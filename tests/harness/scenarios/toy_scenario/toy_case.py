@@ -19,7 +19,7 @@ from harness.oracle.agreement import output_agreement
 from harness.oracle.reference import reference_attention
 from harness.scenarios.case import Case, CaseOptions, MeasureOption
 from harness.scenarios.figures import MetricPanel
-from harness.scenarios.interface import Point, PointCost, Scenario, check_plan, register
+from harness.scenarios.interface import Point, PointCost, Scenario, check_choice, register
 from harness.spec import Problem
 
 
@@ -71,7 +71,7 @@ class Toy(Scenario):
         return ToyCost(point)
 
     def build_case(self, point: Point, device: Device, options: CaseOptions) -> Case:
-        plan = check_plan(point, options.check)
+        plan = check_choice(point, options.check)
         attn = self.core(point).prepare(self.problem(point))
         gen = torch.Generator().manual_seed(point.seed + 1)
         shape = (point.batch, point.heads, point.seq_len, point.head_dim)

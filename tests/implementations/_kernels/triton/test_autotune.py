@@ -17,7 +17,7 @@ pytest.importorskip("triton")
 
 from harness.masks import MaskSpec
 from implementations._kernels.triton import autotune as tune
-from implementations._kernels.triton import fused_attention, launch_modes
+from implementations._kernels.triton import launch_modes, masked_attention
 from tests.conftest import make_qkv
 
 ROOT = Path(__file__).resolve().parents[4]
@@ -111,7 +111,7 @@ def test_a_launch_a_descriptor_cannot_address_tunes_apart():
         launched: list[launch_modes.Launch] = []
         q, k, v = make_qkv(1, 2, 97, 97, d, dtype=torch.bfloat16, seed=71)
         with launch_modes.watching(launched.append, execute=False):
-            fused_attention.triton_attention(q, k, v, mask)
+            masked_attention.triton_attention(q, k, v, mask)
         fwd = next(r for r in launched if r.name == "band_fwd")
         modes[d] = dict(zip(fwd.kernel.arg_names, fwd.args, strict=False))["MODE_KEY"]
     assert modes[59] == modes[64] + tune.UNADDRESSABLE

@@ -22,7 +22,7 @@ from harness.oracle.agreement import output_agreement
 from harness.registry import NotSupportedError, problem_of
 from harness.spec import Problem
 from implementations._kernels.triton import feature_attention as fa
-from implementations._kernels.triton import launch_modes
+from implementations._kernels.triton import fused_path, launch_modes
 from implementations.performer import orthogonal_features
 from tests.conftest import make_qkv
 
@@ -97,7 +97,7 @@ def test_favor_stabiliser_is_exact_when_key_logits_differ_by_over_100():
     logits = k[0, 0].double().cpu() @ w.T - s * (k[0, 0].double().cpu() ** 2).sum(-1)[:, None] / 2
     per_key = logits.amax(-1)
     assert per_key.max() > 88.8 and per_key.max() - per_key[:32].max() > 100  # split 0: 32 keys
-    assert fa.split_plan(1, n_k, m, fa.tiles(d, True))[0] >= 3
+    assert fa.key_splits(1, n_k, m, fa.tiles(d, True))[0] >= 3
     impl = registry.get("performer")
     with torch.no_grad():
         out = impl(q, k, v, mask, features=m, scale=s, fused=1)
@@ -119,9 +119,9 @@ def test_workspace_formula_is_the_measured_peak(name, favor):
     impl = registry.get(name)
     problem = problem_of(q, k, v, MaskSpec(), tuple(sorted(params.items())))
     features = params.get("features", 59)
-    formula = fa.fused_workspace_bytes(problem, features, favor)
+    formula = fa.feature_workspace_bytes(problem, features, favor)
     assert impl.cost.memory_model(problem) == formula
-    n_split = fa.split_plan(4, 130, features, fa.tiles(59, favor))[0]
+    n_split = fa.key_splits(4, 130, features, fa.tiles(59, favor))[0]
     assert formula == 4 * 4 * (n_split * features * (60 + favor) + features * 60)
     attn = impl.prepare(problem)
     with torch.no_grad():
@@ -143,14 +143,14 @@ def test_the_workspace_does_not_grow_past_the_split_cap():
     of q, k and v at n = 64k (B1 H16 D64 bf16, m = 256)."""
     for favor, f in ((False, 64), (True, 256)):
         p = Problem(1, 16, 65536, 65536, 64, dtype=torch.bfloat16, device="cuda")
-        assert fa.fused_workspace_bytes(p, f, favor) < 0.05 * 3 * 65536 * 16 * 64 * 2
+        assert fa.feature_workspace_bytes(p, f, favor) < 0.05 * 3 * 65536 * 16 * 64 * 2
 
 
 def test_path_rule_and_refusals():
     """auto: the fused path on CUDA for non-causal calls without autograd only; fused = 1
     where it cannot run: one line naming why (registry reason and direct call)."""
     cuda = Problem(1, 2, 64, 64, 64, dtype=torch.bfloat16, device="cuda")
-    assert fa.runs_fused(cuda) == (fa.unavailable_reason() is None)
+    assert fa.runs_fused(cuda) == (fused_path.unavailable_reason(fa.IMPORT_ERROR) is None)
     assert not fa.runs_fused(Problem(1, 2, 64, 64, 64, device="cpu"))
     assert not fa.runs_fused(Problem(1, 2, 64, 64, 64, device="cuda", mask=MaskSpec(causal=True)))
     assert not fa.runs_fused(Problem(1, 2, 64, 64, 64, device="cuda", backward=True))
@@ -213,7 +213,7 @@ def test_causal_chunk_kernel_matches_the_float64_definition(shape, dtype):
     b, h, hk, n, d = shape
     q, k, v = _inputs((b, h, hk, n, n, d), dtype, seed=n + d)
     mask, impl = MaskSpec(causal=True), registry.get("linear")
-    assert fa.split_plan(b * hk, n, d, fa.tiles(d, False))[0] >= 2
+    assert fa.key_splits(b * hk, n, d, fa.tiles(d, False))[0] >= 2
     assert fa.runs_fused(problem_of(q, k, v, mask, (("fused", 1),)), chunked=True)
     launches = []
     with torch.no_grad(), launch_modes.watching(launches.append):
@@ -298,8 +298,8 @@ def test_causal_chunk_refusals_and_the_default():
     cuda = Problem(1, 2, 64, 64, 64, dtype=torch.bfloat16, device="cuda",
                    mask=MaskSpec(causal=True))
     assert not fa.runs_fused(cuda, chunked=True) and not fa.AUTO_CAUSAL
-    assert fa.fused_reasons(cuda, chunked=True) == (
-        [r for r in [fa.unavailable_reason()] if r])
+    assert fa.feature_reasons(cuda, chunked=True) == (
+        [r for r in [fused_path.unavailable_reason(fa.IMPORT_ERROR)] if r])
 
 
 def test_causal_chunk_workspace_formula_is_the_measured_peak():
@@ -309,7 +309,7 @@ def test_causal_chunk_workspace_formula_is_the_measured_peak():
     impl, mask = registry.get("linear"), MaskSpec(causal=True)
     problem = problem_of(q, k, v, mask, (("fused", 1),))
     formula = fa.chunk_workspace_bytes(problem)
-    n_split = fa.split_plan(4, 97, 59, fa.tiles(59, False))[0]
+    n_split = fa.key_splits(4, 97, 59, fa.tiles(59, False))[0]
     assert impl.cost.memory_model(problem) == formula == 4 * 4 * n_split * 59 * 60
     attn = impl.prepare(problem)
     with torch.no_grad():

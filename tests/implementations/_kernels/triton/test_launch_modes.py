@@ -23,9 +23,9 @@ from harness.oracle.reference import reference_attention, reference_grads
 from implementations._kernels.triton import (
     aot_check,
     autotune,
-    fused_attention,
     launch_modes,
     launches,
+    masked_attention,
 )
 from implementations._kernels.triton.autotune import (
     TUNING_ENV,
@@ -53,7 +53,7 @@ def _forward_backward(mask: MaskSpec, shape=(1, 2, 97, 97, 64), seed: int = 51):
     q, k, v = (t.to(DEVICE).requires_grad_(True) for t in make_qkv(*shape, seed=seed))
     g = torch.randn(q.shape, generator=torch.Generator().manual_seed(seed + 1)).to(DEVICE)
     with launch_modes.watching(launched.append):
-        out = fused_attention.triton_attention(q, k, v, mask)
+        out = masked_attention.triton_attention(q, k, v, mask)
         grads = torch.autograd.grad(out, (q, k, v), g)
     return launched, out.detach(), grads, (q, k, v, g)
 
@@ -149,7 +149,7 @@ def test_a_recorded_launch_replays_with_another_config():
     launched: list[launch_modes.Launch] = []
     q, k, v = (t.to(DEVICE) for t in make_qkv(1, 2, 70, 70, 59, seed=55))
     with launch_modes.watching(launched.append):
-        out = fused_attention.triton_attention(q, k, v, mask)
+        out = masked_attention.triton_attention(q, k, v, mask)
     fwd = next(r for r in launched if r.name == "band_fwd")
     written = fwd.args[3]
     assert written.data_ptr() == out.data_ptr()
@@ -169,7 +169,7 @@ def test_autotuning_on_times_every_config_of_the_class(monkeypatch):
     q, k, v = q.to(DEVICE), k.to(DEVICE), v.to(DEVICE)
     launched: list[launch_modes.Launch] = []
     with launch_modes.watching(launched.append):
-        out = fused_attention.triton_attention(q, k, v, mask)
+        out = masked_attention.triton_attention(q, k, v, mask)
     assert output_agreement(out, reference_attention(q, k, v, mask), torch.bfloat16)["agree"]
     fwd = next(r for r in launched if r.name == "band_fwd")
     assert fwd.how == "autotuned"

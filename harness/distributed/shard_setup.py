@@ -1,4 +1,4 @@
-"""What a launcher needs to run the shards of a sweep: the launcher options, the plan (the
+"""What a launcher needs to run the shards of a sweep: the launcher options, the setup (the
 suite, where each shard goes, resources and retries per shard) and the job one shard is."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class ShardJob:
 
 
 @dataclass(frozen=True)
-class ShardPlan:
+class ShardSetup:
     """What every shard task needs: the suite, where shards go, and resources per shard."""
 
     suite_path: Path
@@ -64,7 +64,7 @@ class ShardPlan:
         return ShardJob(self.suite_path, spec, replace(self.options, out=self.shard_dir(spec)))
 
 
-def make_plan(suite: Suite, options: RunOptions, launch: LaunchOptions, out: Path) -> ShardPlan:
+def shard_setup(suite: Suite, options: RunOptions, launch: LaunchOptions, out: Path) -> ShardSetup:
     """Validate the launcher options against ``suite``; every shard resumes what it holds."""
     if not launch.shards or launch.shards < 1:
         raise CliError(f"--launcher {launch.launcher} needs --shards N (N >= 1)")
@@ -74,7 +74,7 @@ def make_plan(suite: Suite, options: RunOptions, launch: LaunchOptions, out: Pat
         raise CliError(f"--out {out} holds a run that is not a sharded sweep; choose another")
     on_gpu = any(p.device.startswith("cuda") for p in suite.points)
     gpus = launch.gpus_per_shard if launch.gpus_per_shard is not None else int(on_gpu)
-    return ShardPlan(
+    return ShardSetup(
         suite_path=Path(suite.path).resolve(),
         suite_name=suite.name,
         out=out.resolve(),

@@ -8,7 +8,8 @@ K/V heads shared by groups of query heads (grouped-query attention). The
 implementations (``local``, ``dilated``, ``longformer``, ``bigbird``, ``flash-tiled``) call it on
 CUDA; on CPU they keep the tile path, and tests call it on CPU tensors under
 ``TRITON_INTERPRET=1``. Triton is optional: without it (or with a Triton that fails to import)
-this module still imports, the launches are absent and :func:`unavailable_reason` says why.
+this module still imports, the launches are absent and :func:`.fused_path.unavailable_reason`
+says why (the limits both fused families share are in :mod:`.fused_path`).
 
 Below it (this folder): the launches in :mod:`.launches`, the kernels in :mod:`.forward`,
 :mod:`.backward`, :mod:`.backward_blocks` and :mod:`.decode_split_kv` (building blocks in
@@ -18,14 +19,14 @@ Below it (this folder): the launches in :mod:`.launches`, the kernels in :mod:`.
 
 from __future__ import annotations
 
-import importlib.util
 import math
 
 import torch
 from torch import Tensor
 
 from harness.masks import MaskSpec
-from harness.spec import FLOAT_DTYPES, Problem
+from harness.spec import Problem
+from implementations._kernels.triton import fused_path
 from implementations._kernels.triton.plan_band import (
     band_executed_pairs,
     band_plan,
@@ -42,32 +43,20 @@ from implementations._kernels.triton.plan_tables import (
     tune_key,
 )
 
+IMPORT_ERROR: str | None = None
+"""Why the launches failed to import (None: they imported); :func:`.fused_path.unavailable_reason`
+reads it."""
 try:  # the launches import Triton, an optional dependency
     from implementations._kernels.triton import launches
 except Exception as exc:  # absent or broken: the tile paths still run, the reason says why
     launches = None
-    _LAUNCH_ERROR = f"the Triton kernels failed to import: {type(exc).__name__}: {exc}"
-
-DTYPES = FLOAT_DTYPES - {torch.float64}  # the kernels have no float64 path
-MAX_HEAD_DIM = 256
-
-
-def unavailable_reason() -> str | None:
-    """Why the fused kernels cannot run on this machine (None when Triton and the kernels
-    import)."""
-    if importlib.util.find_spec("triton") is None:
-        return "triton not installed"
-    return None if launches is not None else _LAUNCH_ERROR
-
-
-def supports_shape(dtype: torch.dtype, head_dim: int) -> bool:
-    """Whether the kernels cover this dtype and head dim (float64 and D > 256 do not)."""
-    return dtype in DTYPES and head_dim <= MAX_HEAD_DIM
+    IMPORT_ERROR = fused_path.import_error(exc)
 
 
 def supports(dtype: torch.dtype, head_dim: int) -> bool:
-    """Covered and Triton importable."""
-    return supports_shape(dtype, head_dim) and unavailable_reason() is None
+    """Covered (:func:`.fused_path.covers`) and Triton importable."""
+    available = fused_path.unavailable_reason(IMPORT_ERROR) is None
+    return fused_path.covers(dtype, head_dim) and available
 
 
 def use_triton(device: str | torch.device, dtype: torch.dtype, head_dim: int) -> bool:
@@ -95,22 +84,22 @@ def prepare_tables(problem: Problem) -> None:
     tables(mask, n_q, n_k, device_key(problem.device))
 
 
-# every mask feature the fused kernels run; block_size with a prefix they refuse (fused_reasons)
+# every mask feature the fused kernels run; block_size with a prefix they refuse (masked_reasons)
 FUSED_FEATURES = frozenset(
     {"causal", "window", "dilation", "global", "global_positions", "block_sparse", "documents",
      "prefix"}
 )
 
 
-def fused_reasons(problem: Problem) -> list[str]:
+def masked_reasons(problem: Problem) -> list[str]:
     """Extra reasons of a family with a fused CUDA path: none on CPU (tile path); on CUDA a
     missing Triton, and the feature combination the kernels do not cover (a prefix with
     block_size; documents with block_size is no valid mask). float64 and
     D > 256 keep the tile path
     there. K/V heads must divide the query heads."""
-    if problem.device_type != "cuda" or not supports_shape(problem.dtype, problem.head_dim):
+    if problem.device_type != "cuda" or not fused_path.covers(problem.dtype, problem.head_dim):
         return []
-    reason = unavailable_reason()
+    reason = fused_path.unavailable_reason(IMPORT_ERROR)
     if reason:
         return [f"unavailable: {reason}"]
     mask = problem.mask
@@ -120,7 +109,7 @@ def fused_reasons(problem: Problem) -> list[str]:
     return out
 
 
-def fused_workspace_bytes(problem: Problem) -> int:
+def masked_workspace_bytes(problem: Problem) -> int:
     """Extra memory of a fused call: the fp32 row log-sum-exp (and in backward the fp32 row
     delta; grads are written in place, grouped K/V heads summed in the kernel); a decode call
     (n_q <= 16, band masks) adds its chunks' partial states, fp32 (splits, B·H, n_q, D + 2).
@@ -162,8 +151,8 @@ def triton_attention(
     q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D) with H a multiple of H_kv and D <= 256, dtype
     fp32/fp16/bf16 -> (B, H, n_q, D).
     CUDA tensors, or CPU tensors under ``TRITON_INTERPRET=1``."""
-    if q.dtype not in DTYPES or q.shape[-1] > MAX_HEAD_DIM:
-        raise ValueError(f"triton kernels cover fp32/fp16/bf16 and D <= {MAX_HEAD_DIM}")
+    if not fused_path.covers(q.dtype, q.shape[-1]):
+        raise ValueError(f"triton kernels cover fp32/fp16/bf16 and D <= {fused_path.MAX_HEAD_DIM}")
     if k.shape[1] == 0 or q.shape[1] % k.shape[1]:
         raise ValueError(f"query heads ({q.shape[1]}) must be a multiple of K/V heads "
                          f"({k.shape[1]})")

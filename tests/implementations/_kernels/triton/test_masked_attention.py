@@ -19,7 +19,7 @@ from harness.masks import MaskSpec, kept_pairs
 from harness.oracle.agreement import grad_agreement, output_agreement
 from harness.oracle.reference import reference_attention, reference_grads
 from harness.spec import Problem
-from implementations._kernels.triton import forward, fused_attention, launch_modes, launches
+from implementations._kernels.triton import forward, launch_modes, launches, masked_attention
 from implementations._kernels.triton.autotune import (
     WRONG_ON_H100,
     candidate_configs,
@@ -80,7 +80,7 @@ def test_runs_in_the_interpreter_without_cuda():
 def test_forward_fp32(spec_id, shape_id):
     mask, shape = SPECS[spec_id], SHAPES[shape_id]
     q, k, v = (t.to(DEVICE) for t in make_qkv(*shape, seed=7))
-    out = fused_attention.triton_attention(q, k, v, mask)
+    out = masked_attention.triton_attention(q, k, v, mask)
     assert out.shape == q.shape and out.dtype == q.dtype
     _check(out, q, k, v, mask, torch.float32)
 
@@ -91,7 +91,7 @@ def test_forward_fp32(spec_id, shape_id):
 def test_forward_bf16(spec_id):
     mask = SPECS[spec_id]
     q, k, v = (t.to(DEVICE) for t in make_qkv(2, 3, 97, 97, 64, dtype=torch.bfloat16, seed=8))
-    _check(fused_attention.triton_attention(q, k, v, mask), q, k, v, mask, torch.bfloat16)
+    _check(masked_attention.triton_attention(q, k, v, mask), q, k, v, mask, torch.bfloat16)
 
 
 GRAD_CASES = [  # (spec id, shape): each backward iteration space, uneven lengths both ways
@@ -114,7 +114,7 @@ def test_gradients_fp32(spec_id, shape):
     mask = SPECS[spec_id]
     q, k, v = (t.to(DEVICE).requires_grad_(True) for t in make_qkv(*shape, seed=10))
     g = torch.randn(q.shape, generator=torch.Generator().manual_seed(11)).to(DEVICE)
-    grads = torch.autograd.grad(fused_attention.triton_attention(q, k, v, mask), (q, k, v), g)
+    grads = torch.autograd.grad(masked_attention.triton_attention(q, k, v, mask), (q, k, v), g)
     result = grad_agreement(grads, reference_grads(q, k, v, g, mask), torch.float32)
     assert result["grad_agree"], result
 
@@ -126,7 +126,7 @@ def test_gradients_bf16_dilated_longformer():
         for t in make_qkv(1, 2, 64, 64, 64, dtype=torch.bfloat16, seed=12)
     )
     g = torch.randn(q.shape, generator=torch.Generator().manual_seed(13)).to(DEVICE, q.dtype)
-    grads = torch.autograd.grad(fused_attention.triton_attention(q, k, v, mask), (q, k, v), g)
+    grads = torch.autograd.grad(masked_attention.triton_attention(q, k, v, mask), (q, k, v), g)
     result = grad_agreement(grads, reference_grads(q, k, v, g, mask), torch.bfloat16)
     assert result["grad_agree"], result
 
@@ -139,7 +139,7 @@ def test_strided_inputs_and_empty_rows():
         t.to(DEVICE).transpose(1, 2).contiguous().transpose(1, 2)
         for t in make_qkv(1, 2, 70, 30, 59, seed=9)
     )
-    out = fused_attention.triton_attention(q, k, v, mask)
+    out = masked_attention.triton_attention(q, k, v, mask)
     assert torch.equal(out[..., :40, :], torch.zeros_like(out[..., :40, :]))
     _check(out, q, k, v, mask, torch.float32)
 
@@ -160,8 +160,8 @@ def test_executed_pairs_are_block_granular_and_o_n_w():
 
 
 def test_dispatch_cpu_keeps_the_tile_path():
-    assert not fused_attention.use_triton("cpu", torch.float32, 64)
-    assert not fused_attention.use_triton("cuda", torch.float64, 64)
+    assert not masked_attention.use_triton("cpu", torch.float32, 64)
+    assert not masked_attention.use_triton("cuda", torch.float64, 64)
     problem = Problem(1, 2, 64, 64, 16, mask=MaskSpec(causal=True, window=(3, 0)))
     assert registry.get("local").not_supported(problem) == []
 
@@ -240,7 +240,7 @@ FEATURES = {  # id -> (mask, shape): every new clause alone and mixed, odd lengt
 def test_new_mask_features_forward_and_gradients(case):
     mask, shape = FEATURES[case]
     q, k, v = (t.to(DEVICE).requires_grad_(True) for t in make_qkv(*shape, seed=21))
-    out = fused_attention.triton_attention(q, k, v, mask)
+    out = masked_attention.triton_attention(q, k, v, mask)
     _check(out.detach(), q.detach(), k.detach(), v.detach(), mask, torch.float32)
     g = torch.randn(q.shape, generator=torch.Generator().manual_seed(22)).to(DEVICE)
     grads = torch.autograd.grad(out, (q, k, v), g)
@@ -258,7 +258,7 @@ def test_grouped_kv_heads_forward_and_gradients(mask):
     """6 query heads over 2 K/V heads: each K/V head's dK/dV sums its 3 query heads."""
     q, k, v = (t.to(DEVICE).requires_grad_(True)
                for t in make_qkv(1, 6, 70, 70, 59, kv_heads=2, seed=23))
-    out = fused_attention.triton_attention(q, k, v, mask)
+    out = masked_attention.triton_attention(q, k, v, mask)
     _check(out.detach(), q.detach(), k.detach(), v.detach(), mask, torch.float32)
     g = torch.randn(q.shape, generator=torch.Generator().manual_seed(24)).to(DEVICE)
     grads = torch.autograd.grad(out, (q, k, v), g)
@@ -322,7 +322,7 @@ def test_a_launch_sets_only_the_clauses_its_mask_uses():
     q, k, v = (t.to(DEVICE) for t in make_qkv(1, 1, 32, 32, 16, seed=5))
     with launch_modes.watching(launched.append):
         for mask in masks:
-            fused_attention.triton_attention(q, k, v, mask)
+            masked_attention.triton_attention(q, k, v, mask)
     launched = [{c: r.kwargs[c] for c in CLAUSES} for r in launched if r.name == "band_fwd"]
     want = [{c: f in m.features for c, f in CLAUSES.items()} for m in masks]
     assert launched == want and not any(want[0].values())
@@ -341,7 +341,7 @@ def test_document_globals_are_each_documents_own():
 def test_fused_reasons_refuse_what_the_kernels_do_not_cover():
     def reasons(mask, **kw):
         problem = Problem(1, 4, 64, 64, 64, device="cuda", mask=mask, **kw)
-        return fused_attention.fused_reasons(problem)
+        return masked_attention.masked_reasons(problem)
 
     assert reasons(MaskSpec(causal=True, documents=(30, 34), prefix_len=5)) == []
     assert reasons(MaskSpec(causal=True, global_tokens=(3, 9), window=(4, 0))) == []
@@ -394,7 +394,7 @@ def test_split_kv_decode_matches_float64(case, monkeypatch):
     launched = []
     q, k, v = (t.to(DEVICE) for t in make_qkv(b, h, n_q, n_k, d, kv_heads=h_kv, seed=31))
     with launch_modes.watching(launched.append):
-        out = fused_attention.triton_attention(q, k, v, mask)
+        out = masked_attention.triton_attention(q, k, v, mask)
     _check(out, q, k, v, mask, torch.float32)
     grids = [r.grid for r in launched if r.name == "band_fwd_split"]
     assert len(grids) == 1 and grids[0][1] == b * h_kv  # one program per K/V head, not B·H
@@ -412,7 +412,7 @@ def test_decode_rows_backward_and_tuning_key():
     q, k, v = (t.to(DEVICE).requires_grad_(True)
                for t in make_qkv(1, 4, 3, 301, 64, kv_heads=2, seed=32))
     g = torch.randn(q.shape, generator=torch.Generator().manual_seed(33)).to(DEVICE)
-    grads = torch.autograd.grad(fused_attention.triton_attention(q, k, v, mask), (q, k, v), g)
+    grads = torch.autograd.grad(masked_attention.triton_attention(q, k, v, mask), (q, k, v), g)
     result = grad_agreement(grads, reference_grads(q, k, v, g, mask), torch.float32)
     assert result["grad_agree"], result
     assert tune_key(mask, 1, 4096, 64, torch.bfloat16) != tune_key(mask, 4096, 4096, 64,
@@ -468,7 +468,7 @@ def test_gpu_tile_sizes_forward_and_gradients(case, tiles):
     backward = TILES.index(tiles) == list(BIG).index(case) % len(TILES)
     q, k, v = (t.requires_grad_(backward) for t in make_qkv(b, h, n_q, n_k, d, seed=41))
     with launches.interpreter_tiles(*tiles):
-        out = fused_attention.triton_attention(q, k, v, mask)
+        out = masked_attention.triton_attention(q, k, v, mask)
         if backward:
             g = torch.randn(q.shape, generator=torch.Generator().manual_seed(42))
             grads = torch.autograd.grad(out, (q, k, v), g)
@@ -487,7 +487,7 @@ def test_tables_prepared_on_cuda_are_the_ones_a_cuda0_call_finds(monkeypatch):
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(plan_tables, "_band_tables", lambda *args: keys.append(args[-1]))
     mask = MaskSpec(causal=True, window=(7, 0))
-    fused_attention.prepare_tables(Problem(1, 2, 64, 64, 16, device="cuda", mask=mask))
+    masked_attention.prepare_tables(Problem(1, 2, 64, 64, 16, device="cuda", mask=mask))
     plan_tables.band_tables(mask, 64, 64, torch.device("cuda", 0))  # what a launch asks
     assert keys == ["cuda:0", "cuda:0"]
 
@@ -552,7 +552,7 @@ def test_hopper_candidates_agree_with_float64(d, label, request):
         q, k, v = (t.to(DEVICE) for t in make_qkv(*shape, seed=61))
         launched = []
         with launch_modes.forced({"band_fwd": config}), launch_modes.watching(launched.append):
-            out = fused_attention.triton_attention(q, k, v, mask)
+            out = masked_attention.triton_attention(q, k, v, mask)
         _check(out, q, k, v, mask, torch.float32)
         used = next(r for r in launched if r.name == "band_fwd").config.kwargs
         assert bool(used.get("TMA")) == (shape[-1] != 59)
