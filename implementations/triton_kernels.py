@@ -53,5 +53,8 @@ def __dir__() -> list[str]:
 
 
 def import_jit_modules(names: tuple[str, ...] = JIT_MODULES) -> list[ModuleType]:
-    """Import the kernel modules ``names`` (default :data:`JIT_MODULES`)."""
+    """Import the kernel modules ``names`` (default :data:`JIT_MODULES`; no other name)."""
+    unknown = sorted(set(names) - set(JIT_MODULES))
+    if unknown:
+        raise ValueError(f"not kernel modules: {unknown} (one of {JIT_MODULES})")
     return [importlib.import_module(f"{_PACKAGE}.{name}") for name in names]
