@@ -73,9 +73,9 @@ def make_qkv(
 
 
 def prepared_peak_beyond_output(name: str, problem: Problem, q, k, v) -> int:
-    """Peak bytes (profiler allocation events) of one no-grad call of ``name`` prepared for
-    ``problem``, as the runner calls it, after a first call that fills its caches, less its
-    output (the size of q)."""
+    """Peak bytes of one no-grad call of ``name`` prepared for ``problem``, as the runner calls
+    it, after a first call that fills its caches, less its output (the size of q): profiler
+    allocation events on the CPU, the allocator's peak above the live bytes on CUDA."""
     attn = registry.get(name).prepare(problem)
 
     def call():
@@ -83,7 +83,15 @@ def prepared_peak_beyond_output(name: str, problem: Problem, q, k, v) -> int:
             return attn(q, k, v)
 
     call()
-    return profiler_peak_bytes(call) - q.numel() * q.element_size()
+    if q.device.type == "cuda":
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        call()
+        measured = torch.cuda.max_memory_allocated() - base
+    else:
+        measured = profiler_peak_bytes(call)
+    return measured - q.numel() * q.element_size()
 
 
 @pytest.fixture(autouse=True)

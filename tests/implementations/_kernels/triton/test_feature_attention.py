@@ -16,7 +16,6 @@ pytest.importorskip("triton")
 
 from harness import registry
 from harness.masks import MaskSpec
-from harness.measure.device import profiler_peak_bytes
 from harness.measure.dispatch import OpCount
 from harness.oracle.agreement import output_agreement
 from harness.registry import NotSupportedError, problem_of
@@ -24,7 +23,7 @@ from harness.spec import Problem
 from implementations._kernels.triton import feature_attention as fa
 from implementations._kernels.triton import fused_path, launch_modes
 from implementations.performer import orthogonal_features
-from tests.conftest import make_qkv
+from tests.conftest import make_qkv, prepared_peak_beyond_output
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 PARAMS = {"linear": {"fused": 1}, "performer": {"features": 48, "fused": 1}}
@@ -123,19 +122,8 @@ def test_workspace_formula_is_the_measured_peak(name, favor):
     assert impl.cost.memory_model(problem) == formula
     n_split = fa.key_splits(4, 130, features, fa.tiles(59, favor))[0]
     assert formula == 4 * 4 * (n_split * features * (60 + favor) + features * 60)
-    attn = impl.prepare(problem)
-    with torch.no_grad():
-        attn(q, k, v)
-        if DEVICE == "cuda":
-            torch.cuda.synchronize()
-            base = torch.cuda.memory_allocated()
-            torch.cuda.reset_peak_memory_stats()
-            attn(q, k, v)
-            measured = torch.cuda.max_memory_allocated() - base
-        else:
-            measured = profiler_peak_bytes(lambda: attn(q, k, v))
-    extra = measured - q.numel() * q.element_size() - formula
-    assert extra == 0 or (DEVICE == "cuda" and 0 <= extra < 5 * 512), (measured, formula)
+    extra = prepared_peak_beyond_output(impl.name, problem, q, k, v) - formula
+    assert extra == 0 or (DEVICE == "cuda" and 0 <= extra < 5 * 512), (extra, formula)
 
 
 def test_the_workspace_does_not_grow_past_the_split_cap():
@@ -311,16 +299,5 @@ def test_causal_chunk_workspace_formula_is_the_measured_peak():
     formula = fa.chunk_workspace_bytes(problem)
     n_split = fa.key_splits(4, 97, 59, fa.tiles(59, False))[0]
     assert impl.cost.memory_model(problem) == formula == 4 * 4 * n_split * 59 * 60
-    attn = impl.prepare(problem)
-    with torch.no_grad():
-        attn(q, k, v)
-        if DEVICE == "cuda":
-            torch.cuda.synchronize()
-            base = torch.cuda.memory_allocated()
-            torch.cuda.reset_peak_memory_stats()
-            attn(q, k, v)
-            measured = torch.cuda.max_memory_allocated() - base
-        else:
-            measured = profiler_peak_bytes(lambda: attn(q, k, v))
-    extra = measured - q.numel() * q.element_size() - formula
-    assert extra == 0 or (DEVICE == "cuda" and 0 <= extra < 3 * 512), (measured, formula)
+    extra = prepared_peak_beyond_output(impl.name, problem, q, k, v) - formula
+    assert extra == 0 or (DEVICE == "cuda" and 0 <= extra < 3 * 512), (extra, formula)
