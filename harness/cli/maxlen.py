@@ -20,6 +20,7 @@ from harness.cli import SIZE_UNITS, parse_size
 from harness.errors import CliError, Interrupted, SuiteError
 from harness.execute.maxlen import find_max_len, report, verification_notice
 from harness.execute.runner import default_budget
+from harness.mask_features.window import side
 from harness.measure.device import get_device
 from harness.scenarios import interface, packing
 from harness.scenarios.interface import Point, scenario_of
@@ -158,9 +159,9 @@ def shortest_on_grid(fixed: dict, multiple: int) -> int:
     parser refuses a setting that is wrong in itself; here such a setting counts as 1)."""
     values = dict(fixed)
     window = values.pop("window", None)
-    if isinstance(window, list) and len(window) == 2:
-        values["window_left"], values["window_right"] = (None if s == -1 else s for s in window)
     try:
+        if isinstance(window, list) and len(window) == 2:
+            values["window_left"], values["window_right"] = (side(s) for s in window)
         shortest = shortest_length(PointMask.from_columns(values))
     except (ValueError, TypeError, AttributeError, IndexError):
         shortest = 1

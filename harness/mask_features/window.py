@@ -28,6 +28,11 @@ def side(value: int | None) -> int | None:
     return int(value)
 
 
+def spelled(value: int | None) -> int:
+    """A MaskSpec's window side as a suite spells it: None (unbounded) -> ``-1``."""
+    return UNBOUNDED if value is None else value
+
+
 def band(spec) -> tuple[int | None, int | None]:
     """(lo, hi) bounds on ``rel = j - p`` in positions (dilation applied), None = unbounded."""
     d = step(spec)

@@ -28,6 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 
 from harness.errors import SuiteError
+from harness.mask_features.window import spelled
 from harness.masks import MaskError
 from harness.scenarios import interface, packing
 from harness.scenarios.interface import Scenario, settings_types
@@ -251,7 +252,7 @@ def check_mask(masking: PointMask, n_q: int, n_k: int) -> None:
     bounds nothing, like -1)."""
     spec = masking.spec
     if spec.causal and spec.right not in (None, 0):
-        window = [-1 if spec.left is None else spec.left, spec.right]
+        window = [spelled(spec.left), spec.right]
         raise MaskError(
             f"window = {window} with causal = true: causal removes every key after the query, "
             f"so the right side {spec.right} asks for keys it removes (use [{window[0]}, 0])"
