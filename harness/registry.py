@@ -114,6 +114,26 @@ def tiny_qkv(device_type: str, dtype: torch.dtype, head_dim: int = 64) -> tuple[
 
 
 @dataclass(frozen=True)
+class TinyCall:
+    """A probe that is one tiny real call of the implementation itself: :func:`tiny_qkv`
+    under a causal mask, in ``dtype`` on CUDA (the fused kernels want half precision) and
+    ``cpu_dtype`` on a CPU. A backend that imports but cannot run here (an operator that does
+    not load, no kernel for this GPU) fails it."""
+
+    dtype: torch.dtype = torch.float16
+    cpu_dtype: torch.dtype = torch.float32
+
+    def probe(self, fn: CoreFn) -> ProbeFn:
+        """The probe of ``fn``: device type -> its output on the tiny inputs."""
+
+        def call(device_type: str) -> Tensor:
+            dtype = self.dtype if device_type == "cuda" else self.cpu_dtype
+            return fn(*tiny_qkv(device_type, dtype), MaskSpec(causal=True))
+
+        return call
+
+
+@dataclass(frozen=True)
 class Availability:
     """Whether an implementation runs here: ``reason`` why not (None: it does), on
     ``device_type``; ``known`` False when only its probe could tell and that was not run."""
@@ -301,7 +321,7 @@ def register(
     availability: Callable[[], str | None] | None = None,
     extra_reasons: Callable[[Problem], list[str]] | None = None,
     prepare: Callable[[Problem], AttnFn] | None = None,
-    probe: ProbeFn | None = None,
+    probe: ProbeFn | TinyCall | None = None,
     params: dict[str, Param] | None = None,
     reference: CoreFn | None = None,
     recurrence: Recurrence | None = None,
@@ -309,7 +329,8 @@ def register(
     """Decorator that registers ``fn`` under ``name``; returns ``fn`` unchanged.
 
     ``probe(device_type)`` makes one tiny real call (see :func:`tiny_qkv`) and raises when the
-    backend cannot run there; it is run once per process and device type. ``params``: method
+    backend cannot run there; it is run once per process and device type. ``TinyCall()``: that
+    call is ``fn`` itself on tiny inputs. ``params``: method
     parameters ``fn`` takes as keyword arguments; ``reference``: for an approximation, the
     float64 evaluation of its own definition (see the module docstring); ``recurrence``: for a
     causal attention with a fixed-size recurrent state, how to make and size that state.
@@ -334,7 +355,7 @@ def register(
             availability=availability or (lambda: None),
             extra_reasons=extra_reasons,
             prepare_fn=prepare,
-            probe=probe,
+            probe=probe.probe(fn) if isinstance(probe, TinyCall) else probe,
             params=dict(params or {}),
             reference=reference,
             recurrence=recurrence,

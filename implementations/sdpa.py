@@ -12,13 +12,12 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, field
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from harness.masks import MaskSpec
-from harness.registry import register, tiny_qkv
+from harness.registry import TinyCall, register
 from harness.spec import HALF_DTYPES, Capabilities, Cost, Problem
 
 # We handle n_q > n_k ourselves (empty rows -> zeros), so this warning is noise.
@@ -55,18 +54,6 @@ def _pinned(backend: SDPBackend):
     run.__name__ = f"sdpa_{backend.name.lower()}"
     run.__doc__ = f"SDPA pinned to {backend.name}. q: (B, H, n_q, D) -> (B, H, n_q, D)."
     return run
-
-
-def _probe(backend: SDPBackend):
-    """A tiny real call of the pinned backend on a device type (half precision on CUDA, where
-    the fused kernels need it)."""
-    pinned = _pinned(backend)
-
-    def probe(device_type: str) -> Tensor:
-        dtype = torch.float16 if device_type == "cuda" else torch.float32
-        return pinned(*tiny_qkv(device_type, dtype), MaskSpec(causal=True))
-
-    return probe
 
 
 def _cuda_fused_reasons(name: str, max_head_dim: int):
@@ -123,7 +110,7 @@ class Pinned:
             cost=self.cost,
             description=self.description,
             extra_reasons=None if fused is None else _cuda_fused_reasons(self.backend.name, fused),
-            probe=_probe(self.backend) if self.probe else None,
+            probe=TinyCall() if self.probe else None,
         )(_pinned(self.backend))
 
 
