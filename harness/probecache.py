@@ -1,9 +1,11 @@
-"""What availability probes found: run once per process and device type, and remembered per
-environment, so ``attnbench list`` can say it on a GPU without running them (:func:`outcome`,
-the registry's one way in).
+"""What availability probes found, remembered per environment, so ``attnbench list`` can say it
+on a GPU without running them: plain values (an implementation's name, a device type, the
+reason its probe gave or None) that the registry records (:func:`remember`) and asks for
+(:func:`recall`). This module runs no probe and holds no registry object.
 
-A probe (:func:`harness.registry.register`'s ``probe``) is one tiny real call; on a GPU that may
-compile kernels (flash-linear-attention's Triton kernels take seconds each on a cold cache).
+A probe (:func:`harness.registry.register`'s ``probe``) is one tiny real call, which the
+registry runs once per process and device type; on a GPU that may compile kernels
+(flash-linear-attention's Triton kernels take seconds each on a cold cache).
 Each outcome a probe gives is written to ``<cache>/probes/<fingerprint>.json``, keyed by the
 implementation and device type. The fingerprint (:func:`environment`) holds what decides
 whether a backend runs: Python, torch and its CUDA, every installed distribution and its
@@ -26,19 +28,11 @@ import os
 import platform
 import site
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from torch import Tensor
-
-from harness.errors import first_line
 
 CACHE_ENV = "ATTNBENCH_CACHE_DIR"
-ProbeFn = Callable[[str], object]  # device type -> anything; raises when the backend cannot run
-
-# (name, probe, device type) -> reason; holding the probe itself keeps keys from being reused
-_PROBES: dict[tuple[str, ProbeFn, str], str | None] = {}
 
 
 def cache_dir() -> Path:
@@ -131,7 +125,11 @@ def recall(name: str, device_type: str) -> tuple[bool, str | None]:
 
 def remember(name: str, device_type: str, reason: str | None) -> None:
     """Record a probe's outcome for this environment (atomically: a reader sees the old file
-    or the new one; two writers at once may lose one entry, which the next probe restores)."""
+    or the new one; two writers at once may lose one entry, which the next probe restores).
+    A reason that is this process's fault (:func:`process_fault`) is not the environment's:
+    it is not recorded."""
+    if process_fault(reason):
+        return
     path = _path()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -145,31 +143,8 @@ def remember(name: str, device_type: str, reason: str | None) -> None:
         pass  # a read-only home: listing on a GPU says "not probed", as before any probe
 
 
-def outcome(name: str, probe: ProbeFn, device_type: str, *, run: bool) -> tuple[bool, str | None]:
-    """(known, reason) of ``name``'s probe on ``device_type`` (reason None: it passed).
-
-    This process's outcome when it has one; else, with ``run``, the probe runs now (once per
-    process and device type: its exception's first line is the reason) and its outcome is
-    remembered for this environment; without ``run``, the outcome remembered for this
-    environment, or ``known=False``."""
-    key = (name, probe, device_type)
-    if key in _PROBES:
-        return True, _PROBES[key]
-    if not run:
-        return recall(name, device_type)
-    try:
-        result = probe(device_type)
-        if isinstance(result, Tensor):
-            result.float().sum().item()  # wait for the device: async kernel errors surface
-        _PROBES[key] = None
-    except Exception as exc:  # a broken backend fails in many ways; the reason says which
-        _PROBES[key] = f"probe on {device_type}: {first_line(exc, 300)}"
-    if not _process_fault(_PROBES[key]):  # not the backend's: this process's context
-        remember(name, device_type, _PROBES[key])
-    return True, _PROBES[key]
-
-
-def _process_fault(reason: str | None) -> bool:
+def process_fault(reason: str | None) -> bool:
     """A probe that failed on a CUDA error says more about this process's CUDA context (a
-    fault earlier in it poisons every later call) than about the backend: not remembered."""
+    fault earlier in it poisons every later call) than about the backend: :func:`remember`
+    keeps no such reason."""
     return reason is not None and ("CUDA error" in reason or "AcceleratorError" in reason)

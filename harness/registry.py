@@ -44,7 +44,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import pkgutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -68,7 +68,7 @@ ENTRY_POINT_GROUP = "attnbench.implementations"
 BUILTIN_PACKAGE = "implementations"
 
 CoreFn = Callable[..., Tensor]  # (q, k, v, mask, scale=None, **params) -> out
-ProbeFn = probecache.ProbeFn
+ProbeFn = Callable[[str], object]  # device type -> anything; raises when the backend cannot run
 
 
 class UnknownImplementation(KeyError):
@@ -111,6 +111,26 @@ def tiny_qkv(device_type: str, dtype: torch.dtype, head_dim: int = 64) -> tuple[
     return tuple(
         torch.randn(1, 2, 16, head_dim, generator=gen).to(device_type, dtype) for _ in range(3)
     )
+
+
+@dataclass(frozen=True)
+class TinyCall:
+    """A probe that is one tiny real call of the implementation itself: :func:`tiny_qkv`
+    under a causal mask, in ``dtype`` on CUDA (the fused kernels want half precision) and
+    ``cpu_dtype`` on a CPU. A backend that imports but cannot run here (an operator that does
+    not load, no kernel for this GPU) fails it."""
+
+    dtype: torch.dtype = torch.float16
+    cpu_dtype: torch.dtype = torch.float32
+
+    def probe(self, fn: CoreFn) -> ProbeFn:
+        """The probe of ``fn``: device type -> its output on the tiny inputs."""
+
+        def call(device_type: str) -> Tensor:
+            dtype = self.dtype if device_type == "cuda" else self.cpu_dtype
+            return fn(*tiny_qkv(device_type, dtype), MaskSpec(causal=True))
+
+        return call
 
 
 @dataclass(frozen=True)
@@ -231,20 +251,34 @@ class Implementation:
             return Availability(broken, device_type)
         if self.probe is None or device_type not in self.caps.devices:
             return Availability(None, device_type)  # an undeclared device: a capability reason
-        known, reason = probecache.outcome(
-            self.name, self.probe, device_type, run=run_probe(device_type)
-        )
+        known, reason = _probe_outcome(self, device_type, run_probe(device_type))
         return Availability(reason, device_type, known)
 
     def not_supported(self, problem: Problem) -> list[str]:
         """Readable reasons why ``problem`` cannot run here; empty when it can."""
-        reason = self.unavailable_reason(problem.device_type)
-        if reason:
-            return [f"unavailable: {reason}"]
-        out = self.caps.reasons(problem) + self.param_reasons(problem)
-        if not out and self.extra_reasons is not None:
-            out = list(self.extra_reasons(problem))
+        return self.not_supported_each([problem])[0]
+
+    def not_supported_each(self, problems: Sequence[Problem]) -> list[list[str]]:
+        """:meth:`not_supported` of each of ``problems`` (the calls one point makes): what the
+        declarations say of each first, the same on every machine; then whether the
+        implementation runs here, asked once per device type, which wins over every other
+        reason; ``extra_reasons`` only of a problem the declarations accept."""
+        declared = [self.declared_reasons(p) for p in problems]
+        devices = dict.fromkeys(p.device_type for p in problems)
+        unavailable = {d: self.unavailable_reason(d) for d in devices}
+        out = []
+        for problem, found in zip(problems, declared, strict=True):
+            if unavailable[problem.device_type]:
+                found = [f"unavailable: {unavailable[problem.device_type]}"]
+            elif not found and self.extra_reasons is not None:
+                found = list(self.extra_reasons(problem))
+            out.append(found)
         return out
+
+    def declared_reasons(self, problem: Problem) -> list[str]:
+        """Reasons from the declarations alone (capabilities, method parameters): the same on
+        every machine, nothing probed."""
+        return self.caps.reasons(problem) + self.param_reasons(problem)
 
     def param_reasons(self, problem: Problem) -> list[str]:
         """Why the problem's method parameters do not fit this implementation (empty = they
@@ -271,6 +305,9 @@ _REGISTRY: dict[str, Implementation] = {}
 _LOAD_ERRORS: dict[str, str] = {}
 _ORIGINS: dict[str, str] = {}  # name -> the file that registered it (for the twice message)
 _CONTRACT: dict[tuple[str, CoreFn], str | None] = {}  # (name, reference) -> breach, once
+# (name, probe, device type) -> the probe's reason, once per process (holding the probe itself
+# keeps a key from being reused by another registration of the name)
+_PROBED: dict[tuple[str, ProbeFn, str], str | None] = {}
 _loaded = False
 
 
@@ -284,7 +321,7 @@ def register(
     availability: Callable[[], str | None] | None = None,
     extra_reasons: Callable[[Problem], list[str]] | None = None,
     prepare: Callable[[Problem], AttnFn] | None = None,
-    probe: ProbeFn | None = None,
+    probe: ProbeFn | TinyCall | None = None,
     params: dict[str, Param] | None = None,
     reference: CoreFn | None = None,
     recurrence: Recurrence | None = None,
@@ -292,7 +329,8 @@ def register(
     """Decorator that registers ``fn`` under ``name``; returns ``fn`` unchanged.
 
     ``probe(device_type)`` makes one tiny real call (see :func:`tiny_qkv`) and raises when the
-    backend cannot run there; it is run once per process and device type. ``params``: method
+    backend cannot run there; it is run once per process and device type. ``TinyCall()``: that
+    call is ``fn`` itself on tiny inputs. ``params``: method
     parameters ``fn`` takes as keyword arguments; ``reference``: for an approximation, the
     float64 evaluation of its own definition (see the module docstring); ``recurrence``: for a
     causal attention with a fixed-size recurrent state, how to make and size that state.
@@ -317,7 +355,7 @@ def register(
             availability=availability or (lambda: None),
             extra_reasons=extra_reasons,
             prepare_fn=prepare,
-            probe=probe,
+            probe=probe.probe(fn) if isinstance(probe, TinyCall) else probe,
             params=dict(params or {}),
             reference=reference,
             recurrence=recurrence,
@@ -375,6 +413,35 @@ def _contract_reason(impl: Implementation) -> str | None:
     return _CONTRACT[key]
 
 
+def _probe_outcome(impl: Implementation, device_type: str, run: bool) -> tuple[bool, str | None]:
+    """(known, reason) of ``impl``'s probe on ``device_type`` (reason None: it passed).
+
+    This process's outcome when it has one; else, with ``run``, the probe runs now (once per
+    process and device type) and its outcome is remembered for this environment
+    (:mod:`harness.probecache`); without ``run``, the outcome remembered for this environment,
+    or ``known=False``."""
+    key = (impl.name, impl.probe, device_type)
+    if key in _PROBED:
+        return True, _PROBED[key]
+    if run:
+        reason = _PROBED[key] = probe_reason(impl.probe, device_type)
+        probecache.remember(impl.name, device_type, reason)
+        return True, reason
+    return probecache.recall(impl.name, device_type)
+
+
+def probe_reason(probe: ProbeFn, device_type: str) -> str | None:
+    """Run ``probe`` on ``device_type`` and wait for the device (an asynchronous kernel error
+    surfaces): None when it passed, else its exception's first line."""
+    try:
+        result = probe(device_type)
+        if isinstance(result, Tensor):
+            result.float().sum().item()
+    except Exception as exc:  # a broken backend fails in many ways; the reason says which
+        return f"probe on {device_type}: {first_line(exc, 300)}"
+    return None
+
+
 def reference_contract(impl: Implementation) -> str | None:
     """Why ``impl.reference`` breaks the contract (module docstring), or None: called on small
     seeded CPU inputs (1, 2, n, 16), n = 16 or else 128, in float32 and float64, all rows and
@@ -387,7 +454,7 @@ def reference_contract(impl: Implementation) -> str | None:
         for causal in (False, True):
             problem = problem_of(q, k, v, MaskSpec(causal=causal))
             extra = impl.extra_reasons(problem) if impl.extra_reasons else []
-            if not (impl.caps.reasons(problem) or impl.param_reasons(problem) or extra):
+            if not (impl.declared_reasons(problem) or extra):
                 fit = fit or (q, k, v, problem.mask)
     if fit is None:
         return None  # no small CPU call fits its capabilities: the points themselves will tell

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from harness.masks import MaskSpec
-from harness.registry import register, tiny_qkv
+from harness.registry import TinyCall, register
 from harness.spec import HALF_DTYPES, Capabilities, Cost
 
 
@@ -28,11 +28,6 @@ def _availability() -> str | None:
     if not torch.cuda.is_available():
         return "needs a CUDA GPU (flash-attn has no CPU path); install with the `gpu` extra"
     return None
-
-
-def _probe(device_type: str) -> Tensor:
-    """One tiny real call: the import, the compiled extension and a kernel for this GPU."""
-    return flash_attn_attention(*tiny_qkv(device_type, torch.float16), MaskSpec(causal=True))
 
 
 @lru_cache(maxsize=16)
@@ -56,7 +51,7 @@ def _cu_seqlens(documents: tuple[int, ...], batch: int, device: str) -> Tensor:
     cost=Cost(time_exponent=2, memory_exponent=1),
     description="flash_attn.flash_attn_func (FlashAttention-2, CUDA)",
     availability=_availability,
-    probe=_probe,
+    probe=TinyCall(),  # the import, the compiled extension and a kernel for this GPU
 )
 def flash_attn_attention(
     q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, scale: float | None = None

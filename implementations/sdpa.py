@@ -10,14 +10,14 @@ this torch build, or without a kernel for this GPU, fails that call).
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass, field
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from harness.masks import MaskSpec
-from harness.registry import register, tiny_qkv
+from harness.registry import TinyCall, register
 from harness.spec import HALF_DTYPES, Capabilities, Cost, Problem
 
 # We handle n_q > n_k ourselves (empty rows -> zeros), so this warning is noise.
@@ -56,18 +56,6 @@ def _pinned(backend: SDPBackend):
     return run
 
 
-def _probe(backend: SDPBackend):
-    """A tiny real call of the pinned backend on a device type (half precision on CUDA, where
-    the fused kernels need it)."""
-    pinned = _pinned(backend)
-
-    def probe(device_type: str) -> Tensor:
-        dtype = torch.float16 if device_type == "cuda" else torch.float32
-        return pinned(*tiny_qkv(device_type, dtype), MaskSpec(causal=True))
-
-    return probe
-
-
 def _cuda_fused_reasons(name: str, max_head_dim: int):
     """Shape rules of the fused CUDA kernels, stated before a point runs."""
 
@@ -89,52 +77,82 @@ def _default(q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, scale: float | Non
 
 
 _CAUSAL = frozenset({"causal"})
+FUSED_COST = Cost(time_exponent=2, memory_exponent=1)  # exact, without the n x n scores
+
+
+def _caps(**only: object) -> Capabilities:
+    """What every SDPA entry runs (causal, grouped K/V), with ``only``'s devices or dtypes."""
+    return Capabilities(mask_features=_CAUSAL, grouped_kv=True, **only)
+
+
+@dataclass(frozen=True)
+class Pinned:
+    """One SDPA backend registered as ``name``, pinned with ``sdpa_kernel``.
+
+    ``only``: the Capabilities fields it narrows (devices, dtypes); ``fused_head_dim``: the
+    head-dim limit of its fused CUDA kernel (with the half-precision rule), None for none;
+    ``probe``: whether its availability comes from a tiny real call."""
+
+    name: str
+    backend: SDPBackend
+    description: str
+    cost: Cost = FUSED_COST
+    only: dict = field(default_factory=dict)
+    fused_head_dim: int | None = None
+    probe: bool = True
+
+    def register(self) -> None:
+        fused = self.fused_head_dim
+        register(
+            self.name,
+            family="sdpa",
+            caps=_caps(**self.only),
+            cost=self.cost,
+            description=self.description,
+            extra_reasons=None if fused is None else _cuda_fused_reasons(self.backend.name, fused),
+            probe=TinyCall() if self.probe else None,
+        )(_pinned(self.backend))
+
 
 register(
     "sdpa",
     family="sdpa",
-    caps=Capabilities(mask_features=_CAUSAL, grouped_kv=True),
-    cost=Cost(time_exponent=2, memory_exponent=1),
+    caps=_caps(),
+    cost=FUSED_COST,
     description="F.scaled_dot_product_attention, PyTorch's backend choice",
 )(_default)
 
-register(
-    "sdpa-math",
-    family="sdpa",
-    caps=Capabilities(mask_features=_CAUSAL, grouped_kv=True),
-    cost=Cost(
-        time_exponent=2,
-        memory_exponent=2,
-        memory_model=lambda p: 2 * p.batch * p.heads * p.n_q * p.n_k * 4,
+PINNED = (
+    Pinned(
+        "sdpa-math",
+        SDPBackend.MATH,
+        "SDPA MATH backend (materializes scores in fp32)",
+        cost=Cost(
+            time_exponent=2,
+            memory_exponent=2,
+            memory_model=lambda p: 2 * p.batch * p.heads * p.n_q * p.n_k * 4,
+        ),
+        probe=False,
     ),
-    description="SDPA MATH backend (materializes scores in fp32)",
-)(_pinned(SDPBackend.MATH))
-
-register(
-    "sdpa-flash",
-    family="sdpa",
-    caps=Capabilities(mask_features=_CAUSAL, grouped_kv=True),
-    cost=Cost(time_exponent=2, memory_exponent=1),
-    description="SDPA FLASH_ATTENTION backend (CPU flash kernel or CUDA FlashAttention-2)",
-    extra_reasons=_cuda_fused_reasons("FLASH_ATTENTION", 256),
-    probe=_probe(SDPBackend.FLASH_ATTENTION),
-)(_pinned(SDPBackend.FLASH_ATTENTION))
-
-register(
-    "sdpa-efficient",
-    family="sdpa",
-    caps=Capabilities(devices={"cuda"}, mask_features=_CAUSAL, grouped_kv=True),
-    cost=Cost(time_exponent=2, memory_exponent=1),
-    description="SDPA EFFICIENT_ATTENTION backend (xformers/CUTLASS kernel; CUDA only)",
-    probe=_probe(SDPBackend.EFFICIENT_ATTENTION),
-)(_pinned(SDPBackend.EFFICIENT_ATTENTION))
-
-register(
-    "sdpa-cudnn",
-    family="sdpa",
-    caps=Capabilities(devices={"cuda"}, dtypes=HALF_DTYPES, mask_features=_CAUSAL, grouped_kv=True),
-    cost=Cost(time_exponent=2, memory_exponent=1),
-    description="SDPA CUDNN_ATTENTION backend (cuDNN fused attention; CUDA only)",
-    extra_reasons=_cuda_fused_reasons("CUDNN_ATTENTION", 128),
-    probe=_probe(SDPBackend.CUDNN_ATTENTION),
-)(_pinned(SDPBackend.CUDNN_ATTENTION))
+    Pinned(
+        "sdpa-flash",
+        SDPBackend.FLASH_ATTENTION,
+        "SDPA FLASH_ATTENTION backend (CPU flash kernel or CUDA FlashAttention-2)",
+        fused_head_dim=256,
+    ),
+    Pinned(
+        "sdpa-efficient",
+        SDPBackend.EFFICIENT_ATTENTION,
+        "SDPA EFFICIENT_ATTENTION backend (xformers/CUTLASS kernel; CUDA only)",
+        only={"devices": {"cuda"}},
+    ),
+    Pinned(
+        "sdpa-cudnn",
+        SDPBackend.CUDNN_ATTENTION,
+        "SDPA CUDNN_ATTENTION backend (cuDNN fused attention; CUDA only)",
+        only={"devices": {"cuda"}, "dtypes": HALF_DTYPES},
+        fused_head_dim=128,
+    ),
+)
+for _backend in PINNED:
+    _backend.register()

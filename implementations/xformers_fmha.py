@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from harness.masks import MaskSpec
-from harness.registry import register, tiny_qkv
+from harness.registry import TinyCall, register
 from harness.spec import FLOAT_DTYPES, Capabilities, Cost
 
 
@@ -25,12 +25,6 @@ def _availability() -> str | None:
     if not torch.cuda.is_available():
         return "needs a CUDA GPU (xformers has no CPU operator); install with the `gpu` extra"
     return None
-
-
-def _probe(device_type: str) -> Tensor:
-    """One tiny real call: a wheel that imports but whose operators do not load fails here
-    (\"No operator found for memory_efficient_attention_forward\")."""
-    return xformers_attention(*tiny_qkv(device_type, torch.float16), MaskSpec(causal=True))
 
 
 def _bias(mask: MaskSpec, n_q: int, n_k: int, batch: int):
@@ -61,7 +55,7 @@ DTYPES = FLOAT_DTYPES - {torch.float64}  # fmha has no float64 kernels
     cost=Cost(time_exponent=2, memory_exponent=1),
     description="xformers.ops.memory_efficient_attention (CUDA)",
     availability=_availability,
-    probe=_probe,
+    probe=TinyCall(),  # a wheel whose operators do not load fails it: "No operator found"
 )
 def xformers_attention(
     q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, scale: float | None = None

@@ -36,6 +36,8 @@ This module is the :class:`Claim` type and the parsing of the file, once;
 from __future__ import annotations
 
 import tomllib
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -144,38 +146,17 @@ class Claim:
 
 # --- parsing -------------------------------------------------------------------------------
 
-_TYPES: dict[str, tuple[type, ...]] = {
-    "id": (str,),
-    "metric": (str,),
-    "over": (str,),
-    "source": (str,),
-    "text": (str,),
-    "impl": (str,),
-    "scenario": (str,),
-    "where": (dict,),
-    "hold": (list,),
-    "range": (list,),
-    "expect_exponent": (int, float),
-    "tolerance": (int, float),
-    "bound": (str,),
-    "model": (str,),
-    "min_points": (int,),
-    "baseline": (str,),
-    "baseline_where": (dict,),
-    "ratio": (str,),
-    "expect_ratio_min": (int, float),
-    "expect_ratio_max": (int, float),
-    "expect_crossover_min": (int, float),
-    "expect_crossover_max": (int, float),
-    "relative_to": (str,),
-    "cheaper": (str,),
-    "min_x": (int, float),
-    "concerns": (str,),
-    "work": (str,),
-    "plateau": (int, float),
-    "saturation": (int, float),
-    "saturation_rule": (str,),
-}
+def _toml_types(hint: object) -> tuple[type, ...]:
+    """The TOML values a field of this annotation takes: a float field takes an integer too,
+    a tuple field an array; None is the absence of the key."""
+    if isinstance(hint, types.UnionType):  # X | None: the key is absent for None
+        hint = next(k for k in typing.get_args(hint) if k is not type(None))
+    kind = typing.get_origin(hint) or hint
+    return {float: (int, float), tuple: (list,)}.get(kind, (kind,))
+
+
+# every Claim field is a claims-file key, of the types its annotation says
+_TYPES = {name: _toml_types(hint) for name, hint in typing.get_type_hints(Claim).items()}
 _CHOICES = {
     "bound": BOUNDS,
     "model": MODELS,

@@ -351,29 +351,16 @@ def verdict_table(verdicts: list[Verdict]) -> pd.DataFrame:
     return pd.DataFrame([{c: r[c] for c in cols} for r in records], columns=cols)
 
 
-def crossovers(
-    rows: pd.DataFrame,
-    impl: str,
-    baseline: str,
-    *,
-    metric: str,
-    over: str,
-    relative_to: str | None = None,
-    expect_min: float | None = None,
-    expect_max: float | None = None,
-) -> list[dict]:
-    """Where ``impl`` stops being cheaper than ``baseline`` in ``metric`` as ``over`` grows, per
-    group of matched rows: dicts with ``group``, ``measured`` (the crossover, in units of
+def crossovers(rows: pd.DataFrame, claim: Claim) -> list[dict]:
+    """Where a crossover ``claim``'s ``impl`` stops being cheaper than its ``baseline`` in its
+    ``metric`` as ``over`` grows, per group of matched rows (every row as it is: no evidence
+    rule is asked): dicts with ``group``, ``measured`` (the crossover, in units of
     ``relative_to`` when given, e.g. n/d), ``ci_low``, ``ci_high``, ``n_points``, ``reason``
-    and ``verdict`` (the crossover against ``[expect_min, expect_max]``; give at least one)."""
-    if expect_min is None and expect_max is None:
-        raise ValueError("crossovers needs expect_min or expect_max")
-    claim = Claim(
-        id=f"{impl}-vs-{baseline}", metric=metric, over=over, impl=impl, baseline=baseline,
-        relative_to=relative_to, expect_crossover_min=expect_min, expect_crossover_max=expect_max,
-    )
-    sub = select(subject_rows(rows, claim), metric)
-    base = select(subject_rows(rows, claim, baseline=True), metric)
+    and ``verdict`` (the crossover against its expected range)."""
+    if claim.kind != "crossover":
+        raise ValueError(f"{claim.id}: crossovers needs expect_crossover_min or _max")
+    sub = select(subject_rows(rows, claim), claim.metric)
+    base = select(subject_rows(rows, claim, baseline=True), claim.metric)
     if not len(sub) or not len(base):
         return []
     return [judged(g, claim) for g in crossover_groups(matched(sub, base, claim)[0], claim)]

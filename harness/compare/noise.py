@@ -20,7 +20,13 @@ import pandas as pd
 
 from harness import fmt
 from harness.compare.findings import CompareError, Finding, Run
-from harness.compare.rules import CompareOptions, has_reference, row_time, time_finding
+from harness.compare.rules import (
+    CompareOptions,
+    PointPair,
+    has_reference,
+    row_time,
+    time_finding,
+)
 from harness.measure import contention
 
 
@@ -135,7 +141,7 @@ def confirm_failures(
         if _is_suspect(f) and f.point_id in run.rows:
             pid, rows = f.point_id, run.rows
             again = rows[pid].get("status") == "ok" and time_finding(
-                pid, "", base.rows[pid], rows[pid], opts, scale, scatter
+                PointPair(pid, "", base.rows[pid], rows[pid]), opts, scale, scatter
             )
             if not again or again.level != "fail":
                 f = replace(f, level="warn", suspect=False, verdict=f"{f.verdict}, not in {name}")

@@ -323,34 +323,44 @@ def _div(value: float | None, by: float) -> float | None:
 FAILED_STATUSES = ("error", "oom", "mismatch", "timeout", "skipped")
 
 
-def status_finding(pid: str, label: str, base: dict, cur: dict) -> Finding:
+@dataclass(frozen=True)
+class PointPair:
+    """One point's row in the baseline run (``base``) and in the current run (``cur``): what
+    each verdict on the point reads, and the identity each of its findings carries."""
+
+    point_id: str
+    label: str
+    base: dict
+    cur: dict
+
+    def finding(self, metric: str, level: str, verdict: str, *shown: str,
+                suspect: bool = False) -> Finding:
+        """A finding on this point; ``shown``: baseline, current and change as shown."""
+        return Finding(self.point_id, self.label, metric, level, verdict, *shown,
+                       suspect=suspect)
+
+
+def status_finding(pair: PointPair) -> Finding:
     """ok -> error/oom/mismatch/timeout/skipped fails; a fix or another change is info."""
-    b, c = base.get("status") or "ok", cur.get("status") or "ok"
-    args = (pid, label, "status")
+    b, c = pair.base.get("status") or "ok", pair.cur.get("status") or "ok"
     if b == c:
-        return Finding(*args, "ok", "same", b, c)
+        return pair.finding("status", "ok", "same", b, c)
     if b == "ok" and c in FAILED_STATUSES:
-        reason = str(cur.get("reason") or "")[:80]
-        return Finding(*args, "fail", f"ok -> {c}", b, c, reason)
-    return Finding(*args, "info", "fixed" if c == "ok" else "changed", b, c)
+        reason = str(pair.cur.get("reason") or "")[:80]
+        return pair.finding("status", "fail", f"ok -> {c}", b, c, reason)
+    return pair.finding("status", "info", "fixed" if c == "ok" else "changed", b, c)
 
 
-def time_finding(
-    pid: str,
-    label: str,
-    base: dict,
-    cur: dict,
-    opts: CompareOptions,
-    scale: float = 1.0,
-    scatter: float | None = None,
-) -> Finding | None:
+def time_finding(pair: PointPair, opts: CompareOptions, scale: float = 1.0,
+                 scatter: float | None = None) -> Finding | None:
     """The time verdict. Hard gate: a regression when the CI's low end is above the threshold.
     Report gate: such a regression fails only when the low end is also above ``time_fail`` and
     log(1 + low) is above ``scatter_k`` times the runs' scatter (see
     :func:`harness.compare.noise.time_scatter`). ``scale`` multiplies current times."""
     check = opts.checks["time"]
     basis = opts.time_basis if opts.time_basis != "auto" else "absolute"
-    seed = int(pid[:8], 16) if pid else 0
+    base, cur = pair.base, pair.cur
+    seed = int(pair.point_id[:8], 16) if pair.point_id else 0
     tc = row_time_change(check, base, cur, basis, scale, opts.confidence, seed)
     if tc is None:
         return None
@@ -369,7 +379,7 @@ def time_finding(
         shown = (f"{fmt.number(tc.base, 3)} x ref", f"{fmt.number(tc.cur, 3)} x ref")
     else:
         shown = (fmt.seconds(tc.base), fmt.seconds(tc.cur))
-    args = (pid, label, "time", *shown, change)
+    shown = (*shown, change)
     if tc.low > check.threshold:
         rel_low = tc.low if check.relative else tc.low / tc.base
         wide = opts.time_fail is not None and tc.low > opts.time_fail
@@ -379,13 +389,13 @@ def time_finding(
         why = "" if hard else _why_not_failed(tc.low > (opts.time_fail or math.inf))
         rel = tc.change if check.relative else tc.change / tc.base
         suspect = not hard and opts.time_fail is not None and rel > opts.time_fail
-        return Finding(*args[:3], "fail" if hard else "warn",
-                       f"slower in {basis} time ({rule}){why}", *args[3:], suspect=suspect)
+        return pair.finding("time", "fail" if hard else "warn",
+                            f"slower in {basis} time ({rule}){why}", *shown, suspect=suspect)
     if tc.change > check.threshold:
-        return Finding(*args[:3], "info", "slower within noise", *args[3:])
+        return pair.finding("time", "info", "slower within noise", *shown)
     if tc.high < -check.threshold:
-        return Finding(*args[:3], "info", "faster", *args[3:])
-    return Finding(*args[:3], "ok", "same", *args[3:])
+        return pair.finding("time", "info", "faster", *shown)
+    return pair.finding("time", "ok", "same", *shown)
 
 
 def _why_not_failed(beyond_margin: bool) -> str:
@@ -395,49 +405,46 @@ def _why_not_failed(beyond_margin: bool) -> str:
     return "; not wholly above the --time-fail margin"
 
 
-def memory_finding(
-    pid: str, label: str, base: dict, cur: dict, opts: CompareOptions
-) -> Finding | None:
+def memory_finding(pair: PointPair, opts: CompareOptions) -> Finding | None:
     """Peak memory (bytes) above the threshold fails; a different ``mem_method`` warns."""
+    base, cur = pair.base, pair.cur
     b, c = base.get("peak_mem_bytes"), cur.get("peak_mem_bytes")
     if b is None or c is None:
         return None
     check = opts.checks["mem"]
-    args = (pid, label, "mem")
     shown = (fmt.mebibytes(b), fmt.mebibytes(c), check.format_change(check.change(b, c)))
     if base.get("mem_method") != cur.get("mem_method"):
         methods = f"method {base.get('mem_method')} -> {cur.get('mem_method')}"
-        return Finding(*args, "warn", f"not comparable ({methods})", *shown)
+        return pair.finding("mem", "warn", f"not comparable ({methods})", *shown)
     if check.exceeds(b, c):
-        return Finding(
-            *args, "fail", f"more memory (> {check.describe().removeprefix('peak:')})", *shown
-        )
+        more = f"more memory (> {check.describe().removeprefix('peak:')})"
+        return pair.finding("mem", "fail", more, *shown)
     if check.exceeds(c, b):
-        return Finding(*args, "info", "less memory", *shown)
-    return Finding(*args, "ok", "same", *shown)
+        return pair.finding("mem", "info", "less memory", *shown)
+    return pair.finding("mem", "ok", "same", *shown)
 
 
-def numerics_finding(
-    pid: str, label: str, base: dict, cur: dict, opts: CompareOptions
-) -> Finding | None:
+def numerics_finding(pair: PointPair, opts: CompareOptions) -> Finding | None:
     """``agree`` going false, or ``max_abs_err`` passing the row's ``tolerance``, fails."""
+    base, cur = pair.base, pair.cur
     b_agree, c_agree = base.get("agree"), cur.get("agree")
     b_err, c_err = base.get("max_abs_err"), cur.get("max_abs_err")
     tol = cur.get("tolerance")
     if b_agree is None and c_agree is None and (b_err is None or c_err is None):
         return None
     shown = (fmt.number(b_err, 3), fmt.number(c_err, 3))
-    args = (pid, label, "numerics")
     if b_agree is not False and c_agree is False:
-        return Finding(*args, "fail", "agree -> false", *shown, f"tolerance {tol}")
+        return pair.finding("numerics", "fail", "agree -> false", *shown, f"tolerance {tol}")
     grew = None not in (b_err, c_err) and c_err > opts.numerics_growth * max(b_err, 1e-30)
     if grew and tol is not None and b_err <= tol < c_err:  # tolerance = atol of agreement.py
-        return Finding(*args, "fail", "error beyond tolerance", *shown, f"tolerance {tol}")
+        beyond = "error beyond tolerance"
+        return pair.finding("numerics", "fail", beyond, *shown, f"tolerance {tol}")
     if b_agree is False and c_agree is True:
-        return Finding(*args, "info", "agrees again", *shown)
+        return pair.finding("numerics", "info", "agrees again", *shown)
     if grew:
-        return Finding(*args, "info", f"error grew > {fmt.number(opts.numerics_growth)}x", *shown)
-    return Finding(*args, "ok", "same", *shown)
+        grown = f"error grew > {fmt.number(opts.numerics_growth)}x"
+        return pair.finding("numerics", "info", grown, *shown)
+    return pair.finding("numerics", "ok", "same", *shown)
 
 
 def point_findings(
@@ -452,12 +459,12 @@ def point_findings(
     and memory are compared only when the point ran in both (``ok``), numerics when it was
     checked in both (``ok`` or ``mismatch``): ok -> skipped is a status regression, not a
     time or memory change against nothing."""
-    label = cur["_label"]
+    pair = PointPair(pid, cur["_label"], base, cur)
     statuses = (base.get("status") or "ok", cur.get("status") or "ok")
-    found = [status_finding(pid, label, base, cur)]
+    found = [status_finding(pair)]
     if statuses == ("ok", "ok"):
-        found.append(time_finding(pid, label, base, cur, opts, scale, scatter))
-        found.append(memory_finding(pid, label, base, cur, opts))
+        found.append(time_finding(pair, opts, scale, scatter))
+        found.append(memory_finding(pair, opts))
     if all(s in ("ok", "mismatch") for s in statuses):
-        found.append(numerics_finding(pid, label, base, cur, opts))
+        found.append(numerics_finding(pair, opts))
     return [f for f in found if f is not None]

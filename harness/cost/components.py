@@ -142,6 +142,17 @@ def ffn_params(d_model: int, ffn: str) -> int:
     return d_model * up + up + hidden * d_model + d_model
 
 
+def block_params(d_model: int, mixer_params: int, ffn: str, position_rows: int = 0) -> int:
+    """One block's parameters: its mixer's, the FFN's, two LayerNorms (weight and bias: 4·d)
+    and a learned position table of ``position_rows`` rows (0: sinusoidal or RoPE)."""
+    return mixer_params + ffn_params(d_model, ffn) + 4 * d_model + position_rows * d_model
+
+
+def attention_linear_flops(d_model: int, d_kv: int, ffn: str) -> int:
+    """Forward FLOPs per token of an attention block's linear layers: W_Q/K/V/O and the FFN."""
+    return projection_flops(d_model, d_kv) + ffn_flops(d_model, ffn)
+
+
 def projection_flops(d_model: int, d_kv: int) -> int:
     """Forward FLOPs per token of W_Q, W_O (d x d) and W_K, W_V (d x d_kv)."""
     return 2 * d_model * (2 * d_model + 2 * d_kv)

@@ -109,7 +109,7 @@ def run_point(point: Point, config: MeasureConfig, device: Device,
         clock_start = device.clock()  # SM clock and throttle reasons around the point (GPU)
         case = scenario.build_case(point, device, _options(config))
         launched = launch_case(case, config.cuda_graph, device.kind)
-        ref = ref or ReferenceKernel(device, point.device)
+        ref = ref or ReferenceKernel(device)
         row.update(_measure_case(case, launched.mode, cost, config, device, ref, clock_start))
     except Exception as exc:
         row.update(status="oom" if _is_oom(exc) else "error", reason=first_line(exc))
@@ -191,7 +191,7 @@ def time_pass(point: Point, config: MeasureConfig, device: Device,
     """A later pass of an ``ok`` point: build its Case again and time it (no memory or
     agreement). Returns the pass record; a failure is its ``status``/``reason``, not raised."""
     try:
-        ref = ref or ReferenceKernel(device, point.device)
+        ref = ref or ReferenceKernel(device)
         case = scenario_of(point).build_case(point, device, _options(config, "none"))
         launch_case(case, config.cuda_graph, device.kind)
         timing, bracket = _timed_pass(case.run, config, device, ref)
@@ -367,7 +367,7 @@ def _to_back(queue: deque, points: list[Point], deferred: set[str]) -> deque:
 
 def _ref(point: Point, device: Device, refs: dict[str, ReferenceKernel]) -> ReferenceKernel:
     if point.device not in refs:
-        refs[point.device] = ReferenceKernel(device, point.device)
+        refs[point.device] = ReferenceKernel(device)
     return refs[point.device]
 
 

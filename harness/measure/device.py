@@ -52,6 +52,7 @@ class Device:
     """Base class: a device the runner times and measures on."""
 
     kind = "cpu"
+    torch_device = torch.device("cpu")  # where its tensors live (a CUDA device: its index)
     flush_l2 = False  # whether flush_cache() really evicts a cache between timed calls
     warm_l2 = "warm"  # the ``l2`` column when calls are timed without a flush before each
     # why a row has no host issue time (``host_frac_status``); None where time_issue gives one

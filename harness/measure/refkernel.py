@@ -22,12 +22,12 @@ SAMPLES = 3  # per side of the pass (before and after)
 class ReferenceKernel:
     """``c = a @ b`` on fixed, seeded inputs (set up once, outside the timings)."""
 
-    def __init__(self, device: Device, torch_device: str = "cpu"):
+    def __init__(self, device: Device):
         self.device = device
         size = CUDA_SIZE if device.kind == "cuda" else CPU_SIZE
         gen = torch.Generator().manual_seed(0)
         a, b = (torch.randn(size, size, generator=gen) for _ in range(2))
-        self.a, self.b = a.to(torch_device), b.to(torch_device)
+        self.a, self.b = a.to(device.torch_device), b.to(device.torch_device)
         self.size = size
         self._calls = None
 

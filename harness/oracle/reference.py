@@ -8,11 +8,15 @@ repeating K/V heads, which is the definition GQA/MQA implementations must match.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Concatenate, ParamSpec
 
 import torch
 from torch import Tensor
 
 from harness.masks import MaskSpec, keep_pairs
+
+P = ParamSpec("P")
 
 
 def repeat_kv(x: Tensor, heads: int) -> Tensor:
@@ -62,7 +66,8 @@ def naive_attention(
     chunk: int = 256,
 ) -> Tensor:
     """The same math in the inputs' own dtype (the error scale an optimized kernel is judged
-    by), over query chunks: memory O(chunk * n_k). Shapes as :func:`reference_attention`."""
+    by), over query chunks: memory O(chunk * n_k). q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D) ->
+    (B, H, n_q, D), or (B, H, len(rows), D) for the 1-D long query ``rows``."""
     mask = mask or MaskSpec()
     n_q = q.shape[-2]
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
@@ -75,21 +80,24 @@ def naive_attention(
     return torch.cat(outs, dim=-2)
 
 
-def reference_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    mask: MaskSpec | None = None,
-    scale: float | None = None,
-    rows: Tensor | None = None,
-    chunk: int = 256,
-) -> Tensor:
-    """float64 attention. q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D) -> (B, H, n_q, D) float64.
+def in_float64(
+    fn: Callable[Concatenate[Tensor, Tensor, Tensor, P], Tensor],
+) -> Callable[Concatenate[Tensor, Tensor, Tensor, P], Tensor]:
+    """``fn`` evaluated on float64 copies of its q, k, v (autograd flows back to the
+    originals); its other arguments pass through unchanged."""
 
-    ``rows`` (1-D long) restricts the result to those query rows: (B, H, len(rows), D).
-    Differentiable (autograd flows to q, k, v in float64).
-    """
-    return naive_attention(q.double(), k.double(), v.double(), mask, scale, rows, chunk)
+    def wide(q: Tensor, k: Tensor, v: Tensor, *args: P.args, **kwargs: P.kwargs) -> Tensor:
+        return fn(q.double(), k.double(), v.double(), *args, **kwargs)
+
+    return wide
+
+
+# the oracle: the naive computation in float64 (differentiable: autograd flows to q, k, v)
+reference_attention = in_float64(naive_attention)
+reference_attention.__name__ = reference_attention.__qualname__ = "reference_attention"
+reference_attention.__doc__ = """float64 attention: :func:`naive_attention` on float64 copies of
+q, k, v. q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D) -> (B, H, n_q, D) float64; ``rows`` (1-D
+long) restricts it to those query rows: (B, H, len(rows), D)."""
 
 
 def _rows_attention(

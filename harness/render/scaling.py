@@ -13,6 +13,7 @@ import pandas as pd
 
 from harness import fmt
 from harness.analysis import fits, frames, powerfit
+from harness.analysis.claims import Claim
 from harness.analysis.ratios import crossing
 from harness.analysis.verdicts import crossovers
 from harness.render.panels import (
@@ -159,10 +160,11 @@ def crossover_panel(rows: pd.DataFrame, spec: CrossoverPanel) -> tuple[pd.DataFr
     table, panels = [], []
     for impl in sorted(ok.loc[~ok["impl"].isin(spec.baselines), "impl"].unique()):
         for base in spec.baselines:
-            found = crossovers(
-                ok, impl, base, metric=spec.metric, over=spec.over,
-                relative_to=spec.relative_to, expect_min=spec.expect_min,
+            claim = Claim(
+                id=f"{impl}-vs-{base}", metric=spec.metric, over=spec.over, impl=impl,
+                baseline=base, relative_to=spec.relative_to, expect_crossover_min=spec.expect_min,
             )
+            found = crossovers(ok, claim)
             for g in found:
                 table.append(
                     {

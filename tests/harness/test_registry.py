@@ -142,3 +142,56 @@ def test_a_probe_that_meets_a_cuda_error_is_not_remembered(tmp_path, monkeypatch
     assert missing.unavailable_reason("cpu").startswith("probe on cpu: ImportError")
     assert probecache.recall(sick.name, "cpu") == (False, None)
     assert probecache.recall(missing.name, "cpu") == (True, missing.unavailable_reason("cpu"))
+
+
+def test_a_points_calls_are_judged_together_and_the_probe_runs_once(tmp_path, monkeypatch):
+    """``not_supported_each``: each call its own declared reasons and ``extra_reasons`` (asked
+    only of a call the declarations accept); an unavailable implementation gives every call
+    the one reason its probe gave, the probe run once for them all."""
+    from harness import probecache
+    from harness.spec import Problem
+
+    monkeypatch.setenv(probecache.CACHE_ENV, str(tmp_path))
+    asked: list[Problem] = []
+    impl = _scratch(asked, mask_features={"causal"})
+    causal, windowed = (Problem(1, 1, 8, 8, 8, mask=m) for m in (MaskSpec(causal=True), WINDOWED))
+    assert impl.not_supported_each([windowed, causal]) == [
+        impl.declared_reasons(windowed), []
+    ]
+    assert impl.declared_reasons(windowed) and asked == [causal]
+
+    probes: list[str] = []
+
+    def broken(device_type: str):
+        probes.append(device_type)
+        raise ImportError("no module named fused_ops")
+
+    sick = _probed(broken)
+    found = sick.not_supported_each([windowed, causal])
+    assert found == [["unavailable: probe on cpu: ImportError: no module named fused_ops"]] * 2
+    assert probes == ["cpu"]
+    assert probecache.recall(sick.name, "cpu") == (True, found[0][0].removeprefix("unavailable: "))
+
+
+def test_a_tiny_call_probe_is_one_call_of_the_implementation_itself(tmp_path, monkeypatch):
+    """``probe=TinyCall()``: availability comes from calling the registered function on tiny
+    causal inputs (float32 on a CPU); what it raises is the reason."""
+    from harness import probecache
+
+    monkeypatch.setenv(probecache.CACHE_ENV, str(tmp_path))
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    monkeypatch.setattr(registry, "_ORIGINS", dict(registry._ORIGINS))
+    seen: list = []
+
+    def core(q, k, v, mask, scale=None):
+        seen.append((q.dtype, tuple(q.shape), mask))
+        if q.dtype != torch.float64:
+            raise RuntimeError("no kernel for this dtype")
+        return q
+
+    registry.register("tiny-probed", family="test", caps=Capabilities(), cost=Cost(2, 2),
+                      probe=registry.TinyCall(cpu_dtype=torch.float16))(core)
+    reason = registry.get("tiny-probed").unavailable_reason("cpu")
+    assert reason == "probe on cpu: RuntimeError: no kernel for this dtype"
+    assert seen == [(torch.float16, (1, 2, 16, 64), MaskSpec(causal=True))]
+    assert registry.TinyCall(cpu_dtype=torch.float64).probe(core)("cpu").dtype == torch.float64

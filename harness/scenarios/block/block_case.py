@@ -30,8 +30,8 @@ from harness.cost.components import (
     attention_io_bytes,
     attention_params,
     attention_workspace,
+    block_params,
     ffn_flops,
-    ffn_params,
     kv_dim,
     projection_flops,
 )
@@ -108,8 +108,8 @@ class BlockCost(PointCost):
             mixer = conv_params(d, p.settings.conv_kernel)
         else:
             mixer = attention_params(d, kv_dim(p.heads, p.kv_heads, p.head_dim))
-        pos = p.seq_len * d if p.settings.pos == "learned" else 0
-        return (mixer + ffn_params(d, p.settings.ffn) + 4 * d + pos) * itemsize(p.dtype)
+        rows = p.seq_len if p.settings.pos == "learned" else 0
+        return block_params(d, mixer, p.settings.ffn, rows) * itemsize(p.dtype)
 
     @cached_property
     def useful_flops(self) -> float:

@@ -165,9 +165,9 @@ class Decode(Scenario):
         out += CACHES[point.settings.cache].reasons(point.mask)
         if out:
             return out
-        impl = self.core(point)
-        step = impl.not_supported(step_problem(point))
-        prefill = impl.not_supported(prefill_problem(point))
+        step, prefill = self.core(point).not_supported_each(
+            [step_problem(point), prefill_problem(point)]
+        )
         if CACHES[point.settings.cache].fills_by_steps and prefill:
             return step  # the cache fills token by token: the prefill is steps too
         return step + [r for r in prefill if r not in step]

@@ -24,12 +24,11 @@ from harness import registry
 from harness.cost.components import (
     activation_bytes,
     attention_flops,
+    attention_linear_flops,
     attention_params,
     attention_workspace,
-    ffn_flops,
-    ffn_params,
+    block_params,
     kv_dim,
-    projection_flops,
 )
 from harness.scenarios.case import full_check_fits
 from harness.scenarios.decode.caches import CACHES
@@ -67,9 +66,8 @@ class DecodeCost(PointCost):
     def linear_flops_per_token(self) -> float:
         """W_Q/K/V/O and the FFN for one token of one layer."""
         p = self.point
-        d = p.d_model
         d_kv = kv_dim(p.heads, p.kv_heads, p.head_dim)
-        return float(projection_flops(d, d_kv) + ffn_flops(d, p.settings.ffn))
+        return float(attention_linear_flops(p.d_model, d_kv, p.settings.ffn))
 
     def _step_flops(self, problem: Problem) -> float:
         """Every layer's dense layers over ``problem.n_q`` tokens plus its attention call."""
@@ -102,11 +100,9 @@ class DecodeCost(PointCost):
         """Parameter bytes of one block (weights, biases, norms, a learned position table of
         seq_len + gen_tokens rows)."""
         p = self.point
-        d = p.d_model
-        pos = (p.seq_len + p.settings.gen_tokens) * d if p.settings.pos == "learned" else 0
-        d_kv = kv_dim(p.heads, p.kv_heads, p.head_dim)
-        params = attention_params(d, d_kv) + ffn_params(d, p.settings.ffn) + 4 * d + pos
-        return params * itemsize(p.dtype)
+        rows = p.seq_len + p.settings.gen_tokens if p.settings.pos == "learned" else 0
+        mixer = attention_params(p.d_model, kv_dim(p.heads, p.kv_heads, p.head_dim))
+        return block_params(p.d_model, mixer, p.settings.ffn, rows) * itemsize(p.dtype)
 
     @cached_property
     def cache_bytes(self) -> int:

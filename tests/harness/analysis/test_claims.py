@@ -78,6 +78,11 @@ def test_seed_claims_file_parses_with_the_required_claims():
         ({"expect_exponent": 1, "model": "cubic"}, "model = 'cubic': must be one of"),
         ({"expect_exponent": 1, "range": [10, 1]}, "range = [10, 1]: must be [low, high]"),
         ({"expect_exponent": 1, "tolerance": 0}, "tolerance = 0: must be > 0"),
+        # each key takes the types of its Claim field: tuples as arrays, floats from integers
+        ({"expect_exponent": 1, "hold": "heads"}, "hold = 'heads': must be list"),
+        ({"expect_exponent": 1, "min_points": 2.5}, "min_points = 2.5: must be int"),
+        ({"expect_exponent": 1, "where": ["impl"]}, "where = ['impl']: must be dict"),
+        ({"expect_exponent": 1, "source": 3}, "source = 3: must be str"),
     ],
 )
 def test_parse_errors_name_the_file_claim_key_and_value(entry, message):

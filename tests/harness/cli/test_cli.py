@@ -101,7 +101,7 @@ def test_list_on_a_gpu_launches_no_probe_and_says_what_earlier_probes_found(caps
     monkeypatch.setenv(probecache.CACHE_ENV, str(tmp_path))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(probecache, "environment", lambda: {"fake": "an H100 machine"})
-    monkeypatch.setattr(probecache, "_PROBES", {})
+    monkeypatch.setattr(registry, "_PROBED", {})
     calls: list[tuple[str, str]] = []
 
     def compiling(name: str):
@@ -139,7 +139,7 @@ def test_list_on_a_gpu_launches_no_probe_and_says_what_earlier_probes_found(caps
     listed("--probe")
     assert sorted(calls) == sorted((name, "cuda") for name in probed)
     calls.clear()
-    monkeypatch.setattr(probecache, "_PROBES", {})  # as in a new process
+    monkeypatch.setattr(registry, "_PROBED", {})  # as in a new process
     later = listed()
     assert calls == []
     assert later["fla-linear"]["available"] is True and later["sdpa-flash"]["status"] == "available"

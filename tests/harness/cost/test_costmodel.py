@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from harness import registry
 from harness.cost.components import attention_pairs, ffn_hidden
 from harness.execute.runner import run_point
 from harness.measure import calibrate
@@ -13,6 +14,7 @@ from harness.measure.timing import Measurement, TimingConfig
 from harness.model.transformer import BlockConfig, build_block
 from harness.scenarios.attention.attention_case import bandwidth_columns
 from harness.scenarios.block.mixers import flop_crossover, mixer_factory
+from harness.scenarios.decode.decode_case import make_stack
 from harness.scenarios.interface import Point, cost_of, scenario_of
 from harness.sweep.suite import MeasureConfig
 
@@ -82,6 +84,18 @@ def test_weight_bytes_match_the_real_block(mixer, ffn):
     params = sum(p.numel() for p in block.parameters())
     assert cost_of(point).weight_bytes == 4 * params
     assert ffn_hidden(32, ffn) == cfg.ffn_hidden
+
+
+@pytest.mark.parametrize("pos", ["learned", "rope"])
+def test_decode_weight_bytes_match_its_real_blocks(pos):
+    """Decode counts one block's weights with the block scenario's formula
+    (components.block_params): a position table of seq_len + gen_tokens rows when learned."""
+    point = Point.of("sdpa", "decode", heads=4, head_dim=8, kv_heads=2, ffn="swiglu", pos=pos,
+                     seq_len=16, gen_tokens=3, causal=True)
+    blocks = make_stack(point, registry.get("sdpa")).blocks
+    params = sum(p.numel() for p in blocks[0].parameters())
+    assert cost_of(point).weight_bytes == 4 * params
+    assert len(blocks) == point.settings.layers
 
 
 def test_flop_crossover_of_attention_and_recurrence():

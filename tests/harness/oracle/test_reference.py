@@ -84,3 +84,17 @@ def test_packed_documents_equal_each_document_on_its_own():
         expected = reference_attention(q[part], k[part], v[part], alone)
         assert torch.allclose(out[part], expected, atol=1e-12, rtol=0)
         start += n
+
+
+def test_the_oracle_is_the_naive_computation_on_float64_copies():
+    """Every argument reaches the float64 computation in its place; gradients reach the
+    float32 inputs."""
+    q, k, v = make_qkv(1, 2, 33, 41, 9, seed=9, requires_grad=True)
+    rows, mask = torch.tensor([0, 5, 32]), MaskSpec(causal=True, window=(6, 2))
+    out = reference_attention(q, k, v, mask, 0.3, rows, 7)
+    q64, k64, v64 = q.double(), k.double(), v.double()
+    assert out.dtype == torch.float64 and out.shape == (1, 2, 3, 9)
+    assert torch.equal(out, naive_attention(q64, k64, v64, mask, 0.3, rows, 7))
+    assert not torch.equal(out, naive_attention(q64, k64, v64, mask, None, rows))  # scale used
+    out.sum().backward()
+    assert q.grad.dtype == torch.float32 and q.grad.abs().sum() > 0
