@@ -2,7 +2,7 @@
 
 ``triton_attention(q, k, v, mask)`` is exact masked attention for any band mask (full, causal,
 window, dilation, global tokens as a count or at named positions, a bidirectional prefix,
-packed documents) or BigBird layout (global blocks as a count or at named blocks), one kernel
+packed documents, a predicate feature's ``@triton.jit`` predicate) or BigBird layout (global blocks as a count or at named blocks), one kernel
 launch per forward call (two for a decode step of up to 16 query rows: split-KV and combine),
 K/V heads shared by groups of query heads (grouped-query attention). The
 implementations (``local``, ``dilated``, ``longformer``, ``bigbird``, ``flash-tiled``) call it on
@@ -24,7 +24,7 @@ import math
 import torch
 from torch import Tensor
 
-from harness.masks import MaskSpec
+from harness.masks import MaskSpec, check_fits
 from harness.spec import Problem
 from implementations._kernels.triton import fused_path
 from implementations._kernels.triton.plan_band import (
@@ -156,6 +156,7 @@ def triton_attention(
     if k.shape[1] == 0 or q.shape[1] % k.shape[1]:
         raise ValueError(f"query heads ({q.shape[1]}) must be a multiple of K/V heads "
                          f"({k.shape[1]})")
-    mask.check_lengths(q.shape[-2], k.shape[-2])  # documents must tile the sequence
+    # documents must tile the sequence; a contradictory mask is refused before any launch
+    check_fits(mask, q.shape[-2], k.shape[-2])
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     return _TritonAttention.apply(q, k, v, mask, scale)

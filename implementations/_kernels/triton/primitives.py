@@ -214,6 +214,29 @@ def cross_keep(ppos, glo, ghi, lo, hi, r, step, DILATED: tl.constexpr, GATHER: t
 
 
 @triton.jit
+def allowed(own, partners, ds, PRED: tl.constexpr, OWN_ROWS: tl.constexpr):
+    """(owns, partners) bool: a predicate feature's ``PRED(query position, key)`` (rule 6 of
+    :mod:`harness.masks`) at positions inside each own's document (``ds``: its start, 0
+    without documents); the owns are query rows (OWN_ROWS: forward, dQ) or keys (dK/dV)."""
+    part = partners[None, :] - ds[:, None]
+    mine = (own - ds)[:, None]
+    if OWN_ROWS:
+        return PRED(mine, part)
+    return PRED(part, mine)
+
+
+@triton.jit
+def own_start(p, ok, DS, DOCS: tl.constexpr, PRED: tl.constexpr):
+    """The document start of owns at positions ``p``, where a predicate feature reads
+    positions (0 without documents; unused and compiled away without PRED)."""
+    ds = p * 0
+    if PRED is not None:  # noqa: SIM102 (compile-time clauses)
+        if DOCS:
+            ds = tl.load(DS + p, mask=ok, other=0)
+    return ds
+
+
+@triton.jit
 def load_rows(ptrs, ok, D: tl.constexpr, BLOCK_D: tl.constexpr, USE_OK: tl.constexpr):
     """Load a (rows, BLOCK_D) tile, rows masked by ``ok`` when USE_OK. The head-dim mask is
     emitted only when D is padded: a mask that varies along the contiguous dim would turn the
