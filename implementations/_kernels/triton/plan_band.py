@@ -178,7 +178,8 @@ def band_plan(spec: MaskSpec, n_q: int, n_k: int) -> BandPlan:
     # a count g makes every p < g global, rows before the first key (p < 0) too; class slots
     # then start past them. With documents the globals are each document's own (local
     # positions): the table lists them as absolute positions, and no slot skips rows
-    plain = isinstance(spec.global_tokens, int) and not spec.documents and not spec.extra
+    plain = (isinstance(spec.global_tokens, int) and not spec.documents
+             and not globals_.runs_features(spec))  # a predicate feature changes no slot
     skip = spec.global_tokens if plain else 0
     if skip:
         rows_g = keys_g = tuple(range(min(off, 0), min(skip, n_k)))
