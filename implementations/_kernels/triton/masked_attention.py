@@ -2,8 +2,9 @@
 
 ``triton_attention(q, k, v, mask)`` is exact masked attention for any band mask (full, causal,
 window, dilation, global tokens as a count or at named positions, a bidirectional prefix,
-packed documents, a predicate feature's ``@triton.jit`` predicate) or BigBird layout (global blocks as a count or at named blocks), one kernel
-launch per forward call (two for a decode step of up to 16 query rows: split-KV and combine),
+packed documents, a predicate feature's ``@triton.jit`` predicate) or BigBird layout (global
+blocks as a count or at named blocks), one kernel launch per forward call (two for a decode
+step of up to 16 query rows: split-KV and combine),
 K/V heads shared by groups of query heads (grouped-query attention). The
 implementations (``local``, ``dilated``, ``longformer``, ``bigbird``, ``flash-tiled``) call it on
 CUDA; on CPU they keep the tile path, and tests call it on CPU tensors under
