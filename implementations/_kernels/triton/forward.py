@@ -264,6 +264,33 @@ def fwd_block_tma(Q, K, V, Out, LSE, SP, GPOS, DS, DE, pid_m, bh, sqb, sqh, sqn,
 
 
 @triton.jit
+def fwd_segments(acc, l_i, m_i, q, lo, hi, p, ok, p0, p1, r, step, flags, walks, GPOS, GIDX,
+                 DS, DE, k_base, v_base, skn, svn, n_k, hg, P, sc2, ds, BLOCK_N: tl.constexpr,
+                 BLOCK_D: tl.constexpr, D: tl.constexpr, GLOBAL: tl.constexpr,
+                 DILATED: tl.constexpr, DOCS: tl.constexpr, PREFIX: tl.constexpr,
+                 PRECISION: tl.constexpr, PRED: tl.constexpr):
+    """The keys of a row block outside its band, when the program ``walks`` them (the
+    forward: always; a split decode: its first chunk): the cross segment over global keys
+    (a slot with one), then a dilated class slot's prefix segment."""
+    if GLOBAL:  # noqa: SIM102 (a compile-time clause around a runtime one)
+        if ((flags & 1) != 0) & walks:
+            glo, ghi, e0, e1 = global_segment(p, ok, p0, p1, GIDX, -n_k - 1, hg, 0, n_k, P, DS,
+                                              DE, DOCS, PREFIX, DILATED)
+            acc, l_i, m_i = fwd_cross(acc, l_i, m_i, q, lo, hi, glo, ghi, k_base, v_base, skn,
+                                      svn, GPOS, e0, e1, r, step, sc2, p, ds, BLOCK_N, BLOCK_D,
+                                      D, DILATED, True, PRECISION, PRED)
+    if PREFIX:  # noqa: SIM102 (compile-time clauses around a runtime one)
+        if DILATED:  # noqa: SIM102
+            if ((flags & 2) == 0) & walks:
+                plo, phi = prefix_bounds(p, ok, 0, P, DS, DE, DOCS)
+                acc, l_i, m_i = fwd_cross(acc, l_i, m_i, q, lo, hi, plo, phi, k_base, v_base,
+                                          skn, svn, GPOS, tl.min(plo, 0), tl.max(phi, 0) + 1,
+                                          r, step, sc2, p, ds, BLOCK_N, BLOCK_D, D, DILATED,
+                                          False, PRECISION, PRED)
+    return acc, l_i, m_i
+
+
+@triton.jit
 def fwd_rows(q, x, p, ok, x0, p0, x1, p1, r, step, flags, SP, GPOS, GIDX, DS, DE,
              k_base, v_base, skn, svn, n_k, hg, P, sc2, BLOCK_M: tl.constexpr,
              BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, D: tl.constexpr,
@@ -275,21 +302,10 @@ def fwd_rows(q, x, p, ok, x0, p0, x1, p1, r, step, flags, SP, GPOS, GIDX, DS, DE
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     lo, hi = own_bounds(x, p, ok, SP, P, DS, DE, PREFIX, DOCS, DILATED)
     ds = own_start(p, ok, DS, DOCS, PRED)
-    if GLOBAL:  # noqa: SIM102 (a compile-time clause around a runtime one)
-        if (flags & 1) != 0:
-            glo, ghi, e0, e1 = global_segment(p, ok, p0, p1, GIDX, -n_k - 1, hg, 0, n_k, P, DS,
-                                              DE, DOCS, PREFIX, DILATED)
-            acc, l_i, m_i = fwd_cross(acc, l_i, m_i, q, lo, hi, glo, ghi, k_base, v_base, skn,
-                                      svn, GPOS, e0, e1, r, step, sc2, p, ds, BLOCK_N, BLOCK_D,
-                                      D, DILATED, True, PRECISION, PRED)
-    if PREFIX:  # noqa: SIM102 (compile-time clauses around a runtime one)
-        if DILATED:  # noqa: SIM102
-            if (flags & 2) == 0:
-                plo, phi = prefix_bounds(p, ok, 0, P, DS, DE, DOCS)
-                acc, l_i, m_i = fwd_cross(acc, l_i, m_i, q, lo, hi, plo, phi, k_base, v_base,
-                                          skn, svn, GPOS, tl.min(plo, 0), tl.max(phi, 0) + 1,
-                                          r, step, sc2, p, ds, BLOCK_N, BLOCK_D, D, DILATED,
-                                          False, PRECISION, PRED)
+    acc, l_i, m_i = fwd_segments(acc, l_i, m_i, q, lo, hi, p, ok, p0, p1, r, step, flags, True,
+                                 GPOS, GIDX, DS, DE, k_base, v_base, skn, svn, n_k, hg, P, sc2,
+                                 ds, BLOCK_N, BLOCK_D, D, GLOBAL, DILATED, DOCS, PREFIX,
+                                 PRECISION, PRED)
     lo0, hi0 = own_bounds(x0, p0, p0 >= 0, SP, P, DS, DE, PREFIX, DOCS, DILATED)
     lo1, hi1 = own_bounds(x1, p1, p1 >= 0, SP, P, DS, DE, PREFIX, DOCS, DILATED)
     lo_end, mid, post, end = walk(lo0, hi0, lo1, hi1, BLOCK_N)

@@ -27,6 +27,7 @@ from torch import Tensor
 
 from harness.masks import MaskSpec, check_fits
 from harness.spec import Problem
+from implementations._kernels.saved_lse import LseOps, attention_with_lse
 from implementations._kernels.triton import fused_path
 from implementations._kernels.triton.plan_band import (
     band_executed_pairs,
@@ -128,20 +129,18 @@ def masked_workspace_bytes(problem: Problem) -> int:
     return total
 
 
-class _TritonAttention(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, scale: float) -> Tensor:
-        out, lse = launches.attention_forward(q, k, v, mask, scale)
-        if any(ctx.needs_input_grad[:3]):
-            ctx.save_for_backward(q, k, v, out, lse)
-            ctx.mask, ctx.scale = mask, scale
-        return out
+def _forward(q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, scale: float,
+             want_lse: bool) -> tuple[Tensor, Tensor]:
+    del want_lse  # the kernel writes the lse either way
+    return launches.attention_forward(q, k, v, mask, scale)
 
-    @staticmethod
-    def backward(ctx, dout: Tensor):
-        q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = launches.attention_backward(q, k, v, out, lse, dout, ctx.mask, ctx.scale)
-        return dq, dk, dv, None, None
+
+def _backward(q, k, v, out, lse, dout, mask: MaskSpec, scale: float):
+    return launches.attention_backward(q, k, v, out, lse, dout, mask, scale)
+
+
+# the kernels' calls for the shared autograd (late-bound: launches may be absent)
+TRITON_OPS = LseOps(_forward, _backward)
 
 
 def triton_attention(
@@ -160,4 +159,4 @@ def triton_attention(
     # documents must tile the sequence; a contradictory mask is refused before any launch
     check_fits(mask, q.shape[-2], k.shape[-2])
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    return _TritonAttention.apply(q, k, v, mask, scale)
+    return attention_with_lse(q, k, v, mask, scale, TRITON_OPS)

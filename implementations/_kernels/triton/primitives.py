@@ -38,6 +38,15 @@ def own_block(SP, GPOS, pid, BLOCK: tl.constexpr):
     a = a0 + tl.arange(0, BLOCK)
     ok = a < x_start + n_own
     a1 = tl.minimum(a0 + BLOCK, x_start + n_own) - 1
+    x, p, x0, p0, x1, p1 = own_positions(GPOS, a, ok, a0, a1, r, step, flags)
+    return x, p, ok, x0, p0, x1, p1, r, step, flags
+
+
+@triton.jit
+def own_positions(GPOS, a, ok, a0, a1, r, step, flags):
+    """(x, p, x0, p0, x1, p1): the own coordinates and positions of a slot's owns at slot
+    coordinates ``a`` (valid ``ok``), its first ``a0`` and last ``a1``. A TABLE slot's owns are
+    the global positions ``GPOS[a]`` (then x = p); a class slot's are ``r + step·a``."""
     if (flags & 2) != 0:
         p = tl.load(GPOS + a, mask=ok, other=0)
         p0, p1 = tl.load(GPOS + a0), tl.load(GPOS + a1)
@@ -46,7 +55,7 @@ def own_block(SP, GPOS, pid, BLOCK: tl.constexpr):
         p = r + step * a
         p0, p1 = r + step * a0, r + step * a1
         x, x0, x1 = a, a0, a1
-    return x, p, ok, x0, p0, x1, p1, r, step, flags
+    return x, p, x0, p0, x1, p1
 
 
 @triton.jit

@@ -62,6 +62,45 @@ def expected(spec: MaskSpec, sinks: int, n_q: int, n_k: int) -> torch.Tensor:
     return keep & (j <= p) if spec.causal else keep
 
 
+def assert_states_match_mask(plan, mask: torch.Tensor) -> None:
+    """Every block of a 16 x 16 plan: SKIP, FULL or PARTIAL exactly as the dense mask says."""
+    states = plan.states()
+    for a in range(states.shape[0]):
+        for b in range(states.shape[1]):
+            tile = mask[a * 16:(a + 1) * 16, b * 16:(b + 1) * 16]
+            want = SKIP if not tile.any() else FULL if tile.sum() == 256 else PARTIAL
+            assert int(states[a, b]) == want, (a, b)
+
+
+def run_cpu_tiles(spec: MaskSpec, n_q: int, n_k: int, dtype: torch.dtype, dim: int, seed: int):
+    """The CPU tiles against float64; their executed pairs as :func:`plan_shape` predicts."""
+    q, k, v = make_qkv(1, 2, n_q, n_k, dim, seed=seed, dtype=dtype)
+    plan = tile_plan(spec, n_q, n_k, dtype, "cpu")
+    out = tile_attention(q, k, v, plan)
+    tol = {torch.float32: (2e-5, 1e-4), torch.float64: (1e-10, 1e-10)}[dtype]
+    torch.testing.assert_close(out.double(), reference_attention(q, k, v, spec),
+                               atol=tol[0], rtol=tol[1])
+    assert plan_shape(spec, n_q, n_k, "cpu").executed_pairs == plan.executed_pairs
+    return plan
+
+
+def run_triton(spec: MaskSpec, n_q: int, n_k: int, dim: int, seed: int) -> None:
+    """The fused kernels under the interpreter, forward and gradients against float64."""
+    from harness.oracle.agreement import grad_agreement, output_agreement
+    from harness.oracle.reference import reference_grads
+    from implementations._kernels.triton import masked_attention
+
+    q, k, v = (t.requires_grad_(True) for t in make_qkv(1, 2, n_q, n_k, dim, seed=seed))
+    out = masked_attention.triton_attention(q, k, v, spec)
+    ref = reference_attention(q.detach(), k.detach(), v.detach(), spec)
+    result = output_agreement(out.detach(), ref, torch.float32)
+    assert result["agree"], result
+    g = torch.randn(q.shape, generator=torch.Generator().manual_seed(seed + 1))
+    grads = torch.autograd.grad(out, (q, k, v), g)
+    result = grad_agreement(grads, reference_grads(q, k, v, g, spec), torch.float32)
+    assert result["grad_agree"], result
+
+
 SPECS = [  # (spec, n_q, n_k): odd sizes, unequal lengths both ways
     (MaskSpec(causal=True, window=(7, 0), extra=(Sinks(4),)), 83, 83),
     (MaskSpec(causal=True, window=(5, 0), extra=(Sinks(3),)), 29, 70),
@@ -94,13 +133,7 @@ def test_removing_the_feature_changes_every_reader():
 @pytest.mark.parametrize(("spec", "n_q", "n_k"), SPECS)
 def test_block_plan_skips_what_the_mask_skips(spec, n_q, n_k):
     plan = block_plan(spec, n_q, n_k, 16, 16)
-    mask = dense_mask(spec, n_q, n_k)
-    states = plan.states()
-    for a in range(states.shape[0]):
-        for b in range(states.shape[1]):
-            tile = mask[a * 16:(a + 1) * 16, b * 16:(b + 1) * 16]
-            want = SKIP if not tile.any() else FULL if tile.sum() == 256 else PARTIAL
-            assert int(states[a, b]) == want, (a, b)
+    assert_states_match_mask(plan, dense_mask(spec, n_q, n_k))
     heights = np.minimum(16, n_q - plan.qb * 16)
     widths = np.minimum(16, n_k - plan.kb * 16)
     assert plan.executed_pairs == int((heights * widths).sum()) < n_q * n_k
@@ -109,26 +142,22 @@ def test_block_plan_skips_what_the_mask_skips(spec, n_q, n_k):
 @pytest.mark.parametrize(("spec", "n_q", "n_k"), SPECS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_cpu_tiles(spec, n_q, n_k, dtype):
-    q, k, v = make_qkv(1, 2, n_q, n_k, 16, seed=3, dtype=dtype)
-    plan = tile_plan(spec, n_q, n_k, dtype, "cpu")
-    out = tile_attention(q, k, v, plan)
-    tol = {torch.float32: (2e-5, 1e-4), torch.float64: (1e-10, 1e-10)}[dtype]
-    torch.testing.assert_close(out.double(), reference_attention(q, k, v, spec),
-                               atol=tol[0], rtol=tol[1])
-    shape = plan_shape(spec, n_q, n_k, "cpu")
-    assert shape.executed_pairs == plan.executed_pairs  # closed form = what the tiles run
+    plan = run_cpu_tiles(spec, n_q, n_k, dtype, 16, seed=3)
     assert kept_pairs(spec, n_q, n_k) <= plan.executed_pairs < n_q * n_k
 
 
-def test_a_registered_path_runs_it_and_another_refuses_it_by_name():
-    spec, n_q, n_k = SPECS[0]
+@pytest.mark.parametrize(("runs", "refuses", "reason", "kind"), [
+    ("longformer", "local", "mask features ['sinks'] not supported", "runs"),
+    ("local", "sdpa", "mask features ['alternate-chunks', 'window'] not supported", "predicate"),
+])
+def test_a_registered_path_runs_it_and_another_refuses_it_by_name(runs, refuses, reason, kind):
+    spec, n_q, n_k = (SPECS if kind == "runs" else CHUNK_SPECS)[0]
     problem = Problem(1, 2, n_q, n_k, 16, mask=spec)
-    assert registry.get("longformer").not_supported(problem) == []
+    assert registry.get(runs).not_supported(problem) == []
     q, k, v = make_qkv(1, 2, n_q, n_k, 16, seed=4, dtype=torch.float64)
-    out = registry.get("longformer")(q, k, v, spec)
+    out = registry.get(runs)(q, k, v, spec)
     torch.testing.assert_close(out, reference_attention(q, k, v, spec), atol=1e-10, rtol=1e-10)
-    refused = registry.get("local").not_supported(problem)
-    assert refused == ["mask features ['sinks'] not supported"]
+    assert registry.get(refuses).not_supported(problem) == [reason]
 
 
 def test_flex_mask_mod_and_block_mask_read_the_feature():
@@ -158,20 +187,9 @@ def test_triton_kernels_in_the_interpreter(spec, n_q, n_k):
     """The fused band kernels (``TRITON_INTERPRET=1`` on CPU, tests/conftest.py): the sinks
     are their global keys (no global rows), forward and gradients against float64."""
     pytest.importorskip("triton")
-    from harness.oracle.agreement import grad_agreement, output_agreement
-    from harness.oracle.reference import reference_grads
-    from implementations._kernels.triton import masked_attention
     from implementations._kernels.triton.plan_band import band_executed_pairs, band_plan
 
-    q, k, v = (t.requires_grad_(True) for t in make_qkv(1, 2, n_q, n_k, 16, seed=5))
-    out = masked_attention.triton_attention(q, k, v, spec)
-    ref = reference_attention(q.detach(), k.detach(), v.detach(), spec)
-    result = output_agreement(out.detach(), ref, torch.float32)
-    assert result["agree"], result
-    g = torch.randn(q.shape, generator=torch.Generator().manual_seed(6))
-    grads = torch.autograd.grad(out, (q, k, v), g)
-    result = grad_agreement(grads, reference_grads(q, k, v, g, spec), torch.float32)
-    assert result["grad_agree"], result
+    run_triton(spec, n_q, n_k, 16, seed=5)
     plan = band_plan(spec, n_q, n_k)
     assert plan.key_globals == tuple(range(spec.extra[0].count)) and plan.row_globals == ()
     assert plan.flags["APART"]  # the kernels' clause for rows and keys that differ
@@ -293,12 +311,7 @@ def test_predicate_dense_rule_count_and_block_plan(spec, n_q, n_k):
     assert torch.equal(mask, expected_chunks(spec, n_q, n_k))
     assert kept_pairs(spec, n_q, n_k) == int(mask.sum())
     plan = block_plan(spec, n_q, n_k, 16, 16)
-    states = plan.states()
-    for a in range(states.shape[0]):
-        for b in range(states.shape[1]):
-            tile = mask[a * 16:(a + 1) * 16, b * 16:(b + 1) * 16]
-            want = SKIP if not tile.any() else FULL if tile.sum() == 256 else PARTIAL
-            assert int(states[a, b]) == want, (a, b)
+    assert_states_match_mask(plan, mask)
     assert int(plan.count.sum()) == int(mask.sum())
     without = block_plan(MaskSpec(causal=spec.causal, window=spec.window,
                                   global_tokens=spec.global_tokens), n_q, n_k, 16, 16)
@@ -318,25 +331,8 @@ def test_removing_the_predicate_changes_every_reader():
 @pytest.mark.parametrize(("spec", "n_q", "n_k"), CHUNK_SPECS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_predicate_on_cpu_tiles(spec, n_q, n_k, dtype):
-    q, k, v = make_qkv(1, 2, n_q, n_k, 59, seed=9, dtype=dtype)
-    plan = tile_plan(spec, n_q, n_k, dtype, "cpu")
-    out = tile_attention(q, k, v, plan)
-    tol = {torch.float32: (2e-5, 1e-4), torch.float64: (1e-10, 1e-10)}[dtype]
-    torch.testing.assert_close(out.double(), reference_attention(q, k, v, spec),
-                               atol=tol[0], rtol=tol[1])
-    assert plan_shape(spec, n_q, n_k, "cpu").executed_pairs == plan.executed_pairs
+    plan = run_cpu_tiles(spec, n_q, n_k, dtype, 59, seed=9)
     assert kept_pairs(spec, n_q, n_k) < plan.executed_pairs < n_q * n_k
-
-
-def test_predicate_runs_on_a_registered_path_and_is_refused_by_name_elsewhere():
-    spec, n_q, n_k = CHUNK_SPECS[0]
-    problem = Problem(1, 2, n_q, n_k, 16, mask=spec)
-    assert registry.get("local").not_supported(problem) == []
-    q, k, v = make_qkv(1, 2, n_q, n_k, 16, seed=10, dtype=torch.float64)
-    out = registry.get("local")(q, k, v, spec)
-    torch.testing.assert_close(out, reference_attention(q, k, v, spec), atol=1e-10, rtol=1e-10)
-    assert registry.get("sdpa").not_supported(problem) == [
-        "mask features ['alternate-chunks', 'window'] not supported"]
 
 
 def test_flex_mask_mod_and_block_mask_read_the_predicate():
@@ -358,24 +354,13 @@ def test_predicate_in_the_triton_kernels(spec, n_q, n_k):
     """The fused band kernels under the interpreter with the feature's @triton.jit predicate
     as their PRED constexpr, forward and gradients against float64 (D = 59)."""
     pytest.importorskip("triton")
-    from harness.oracle.agreement import grad_agreement, output_agreement
-    from harness.oracle.reference import reference_grads
-    from implementations._kernels.triton import masked_attention
     from implementations._kernels.triton.plan_band import band_executed_pairs, band_plan
 
     plan = band_plan(spec, n_q, n_k)
     assert plan.flags["PRED"] is alternate_chunks_keep
     base = MaskSpec(causal=spec.causal, window=spec.window, global_tokens=spec.global_tokens)
     assert "PRED" not in band_plan(base, n_q, n_k).flags  # without it: the kernels of today
-    q, k, v = (t.requires_grad_(True) for t in make_qkv(1, 2, n_q, n_k, 59, seed=11))
-    out = masked_attention.triton_attention(q, k, v, spec)
-    ref = reference_attention(q.detach(), k.detach(), v.detach(), spec)
-    result = output_agreement(out.detach(), ref, torch.float32)
-    assert result["agree"], result
-    g = torch.randn(q.shape, generator=torch.Generator().manual_seed(12))
-    grads = torch.autograd.grad(out, (q, k, v), g)
-    result = grad_agreement(grads, reference_grads(q, k, v, g, spec), torch.float32)
-    assert result["grad_agree"], result
+    run_triton(spec, n_q, n_k, 59, seed=11)
     executed = band_executed_pairs(plan, 16, 16)  # the slots' pairs, as without the predicate
     assert executed == band_executed_pairs(band_plan(base, n_q, n_k), 16, 16)
     assert kept_pairs(spec, n_q, n_k) < executed
