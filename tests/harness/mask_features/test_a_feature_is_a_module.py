@@ -366,6 +366,17 @@ def test_predicate_in_the_triton_kernels(spec, n_q, n_k):
     assert kept_pairs(spec, n_q, n_k) < executed
 
 
+def test_predicate_in_the_split_decode_kernel():
+    """A few query rows take the split-KV decode kernel (its PRED as the forward's), the
+    gradients the band backward's; D = 59 against float64."""
+    pytest.importorskip("triton")
+    from implementations._kernels.triton.plan_tables import is_decode
+
+    spec = MaskSpec(causal=True, window=(60, 0), global_tokens=3, extra=(AlternateChunks(),))
+    assert is_decode(5)
+    run_triton(spec, 5, 97, 59, seed=15)
+
+
 def test_predicate_with_documents_reads_document_positions():
     """Rule 6 inside each document: the chunks restart at every document's first key, on the
     dense rule, the count, the CPU tiles and (where Triton is installed) the fused kernels."""
