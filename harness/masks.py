@@ -39,8 +39,9 @@ only when ``n_q > n_k``) counts as position 0.
    ``extra``) allows ``(p, j)``, positions counted as rules 1-4 count them (inside the
    document, with documents): an AND that restricts the rules above, attention-gym's
    ``mask_mod`` form. The named fields keep the diagonal ``j = p`` of every row inside the
-   keys; a predicate can remove it. A row at ``p >= 0`` that keeps no key makes the mask
-   contradictory: :func:`check_rows` refuses it, in one line, before any path runs.
+   keys; a predicate can remove it. A row that rules 1-5 give keys and rule 6 leaves none
+   makes the mask contradictory: :func:`check_rows` refuses it, in one line, before any path
+   runs.
 
 A query with no kept key (a row before the first key, ``n_q > n_k``) outputs zeros (never
 NaN). :func:`kept_pairs` and :func:`block_pair_counts` count kept pairs exactly without visiting
@@ -50,6 +51,7 @@ element); :func:`dense_mask` is the definition they are tested against.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 
 import numpy as np
@@ -231,26 +233,28 @@ def _block_keeps(spec: MaskSpec, n_q: int, n_k: int, block_q: int, block_k: int,
 
 @lru_cache(maxsize=64)
 def check_rows(spec: MaskSpec, n_q: int, n_k: int) -> None:
-    """Raise :class:`MaskError` when a query row inside the keys (position ``p >= 0``) keeps no
-    key: a contradictory mask, refused the same way on every path before anything runs.
+    """Raise :class:`MaskError` when a query row that the other rules give keys keeps none once
+    the predicate features (rule 6) apply: a contradictory mask, refused the same way on every
+    path before anything runs.
 
-    The named fields keep every such row's diagonal ``j = p`` (window sides are >= 0, dilation
-    keeps ``rel = 0``, a BigBird layout its diagonal block, a document its own positions), so
-    only predicate features can empty a row; those masks are evaluated on the blocks the other
-    rules list (O(their pairs)). Rows before the first key (``n_q > n_k``) keep nothing by
-    the alignment rule and output zeros: they are not a contradiction."""
+    The named fields keep every row inside the keys its diagonal ``j = p`` (window sides are
+    >= 0, dilation keeps ``rel = 0``, a BigBird layout its diagonal block, a document its own
+    positions), so only predicate features can empty a row; those masks are evaluated on the
+    blocks the other rules list (O(their pairs)). A row before the first key (``n_q > n_k``)
+    that the other rules give no key outputs zeros, by the alignment rule: no contradiction."""
     features = predicate.predicates(spec)
     if not features:
         return
+    others = replace(spec, extra=tuple(f for f in spec.extra if f not in features))
     qb, kb, _ = _listed_blocks(spec, n_q, n_k, COUNT_BLOCK, COUNT_BLOCK)
-    per_row = torch.zeros(-(-n_q // COUNT_BLOCK) * COUNT_BLOCK, dtype=torch.int64)
-    for at, keep in _block_keeps(spec, n_q, n_k, COUNT_BLOCK, COUNT_BLOCK, qb, kb):
-        rows = torch.from_numpy(qb[at])[:, None] * COUNT_BLOCK + torch.arange(COUNT_BLOCK)
-        per_row.index_add_(0, rows.flatten(), keep.sum(2).flatten())
-    first = max(n_q - n_k, 0)  # rows before it lie before the first key
-    empty = torch.nonzero(per_row[first:n_q] == 0).flatten()
+    kept = torch.zeros(2, -(-n_q // COUNT_BLOCK) * COUNT_BLOCK, dtype=torch.int64)
+    for which, rule in enumerate((spec, others)):
+        for at, keep in _block_keeps(rule, n_q, n_k, COUNT_BLOCK, COUNT_BLOCK, qb, kb):
+            rows = torch.from_numpy(qb[at])[:, None] * COUNT_BLOCK + torch.arange(COUNT_BLOCK)
+            kept[which].index_add_(0, rows.flatten(), keep.sum(2).flatten())
+    empty = torch.nonzero((kept[0, :n_q] == 0) & (kept[1, :n_q] > 0)).flatten()
     if empty.numel():
-        i = first + int(empty[0])
+        i = int(empty[0])
         names = sorted(f.name for f in features)
         raise MaskError(
             f"contradictory mask {spec.describe()}: query row {i} (position {i + n_k - n_q}) "

@@ -4,7 +4,8 @@
 The named fields cannot make one (each keeps a row's diagonal: a window of 0 on both sides keeps
 the query's own key here, the inclusive rule of docs/masks.md); a predicate feature can: "even
 keys only" with a window of 0 on both sides leaves every odd row with nothing. Rows before the
-first key (n_q > n_k) keep nothing by the alignment rule and output zeros, as before."""
+first key (n_q > n_k) that the other rules give no key output zeros, as before; one that they
+give keys and the predicate empties is a contradiction too."""
 
 from __future__ import annotations
 
@@ -40,6 +41,16 @@ try:
     EvenKeys.triton_keep = even_keys_keep
 except ImportError:
     pass
+
+@dataclass(frozen=True)
+class NotKeyZero(PredicateFeature):
+    """Every key but the first."""
+
+    name = "not-key-zero"
+
+    def keep(self, p, j):
+        return j != 0
+
 
 N = 9
 SPEC = MaskSpec(window=(0, 0), extra=(EvenKeys(),))
@@ -101,6 +112,9 @@ def test_a_mask_with_keys_for_every_row_passes():
     check_rows(MaskSpec(causal=True, extra=(EvenKeys(),)), 12, 5)  # rows before key 0: zeros
     with pytest.raises(MaskError, match=r"query row 8 \(position 1\)"):
         check_rows(MaskSpec(causal=True, window=(0, 0), extra=(EvenKeys(),)), 12, 5)
+    # window (0, 1) over 5 keys: row 1 (position -1) keeps key 0 alone, which the predicate drops
+    with pytest.raises(MaskError, match=r"query row 1 \(position -1\) keeps no key \(1 such"):
+        check_rows(MaskSpec(window=(0, 1), extra=(NotKeyZero(),)), 7, 5)
 
 
 def test_rows_before_the_first_key_still_output_zeros():
