@@ -410,3 +410,36 @@ def test_flex_compiled_runs_the_predicate():
     out = flex(q, k, v, spec)
     torch.testing.assert_close(out.double(), reference_attention(q, k, v, spec),
                                atol=2e-5, rtol=1e-4)
+
+
+@dataclass(frozen=True)
+class TorchOnly(PredicateFeature):
+    """A predicate without its @triton.jit twin."""
+
+    name = "torch-only"
+
+    def keep(self, p, j):
+        return j % 3 != 1
+
+
+@dataclass(frozen=True)
+class NamedTwin(AlternateChunks):
+    """The twin named by a string, resolved where Triton is imported."""
+
+    name = "named-twin"
+    triton_keep = f"{__name__}:alternate_chunks_keep"
+
+
+def test_the_fused_kernels_refuse_a_predicate_they_cannot_run_by_name():
+    from implementations._kernels.triton.plan_band import fused_band_reasons, triton_predicate
+
+    assert fused_band_reasons(MaskSpec(causal=True, extra=(TorchOnly(),))) == [
+        "mask feature 'torch-only' gives no @triton.jit predicate (triton_keep) for the fused "
+        "band kernels"]
+    assert fused_band_reasons(MaskSpec(causal=True, extra=(AlternateChunks(), TorchOnly()))) == [
+        "the fused band kernels take one predicate feature, got ['alternate-chunks', "
+        "'torch-only']"]
+    if tl is not None:  # a "module:function" string names the twin
+        spec = MaskSpec(causal=True, extra=(NamedTwin(),))
+        assert fused_band_reasons(spec) == []
+        assert triton_predicate(spec) is alternate_chunks_keep
