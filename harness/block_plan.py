@@ -5,7 +5,9 @@ that keeps one, in closed form from the feature modules' parts of :func:`harness
 pair_rule` (never the n_q x n_k grid): a block absent from the plan is skipped, one whose
 count fills the whole ``block_q x block_k`` tile is full (no element predicate runs), any
 other is partial (the dense rule, :func:`harness.masks.keep_pairs`, decides each element; a
-block cut short by the sequence's end is partial, its padding lanes masked).
+block cut short by the sequence's end is partial, its padding lanes masked). A predicate
+feature's classification (:mod:`harness.mask_features.predicate`) drops the blocks it skips,
+and its partial blocks are counted element by element, so the counts stay exact.
 
 Readers: Flex's ``BlockMask`` (:mod:`implementations._flex_masks`) and the executed-pair
 counts of block-granular paths (:attr:`BlockPlan.executed_pairs`).
@@ -20,9 +22,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from harness.mask_features.predicate import FULL, PARTIAL, SKIP
 from harness.masks import block_pair_counts
 
-SKIP, PARTIAL, FULL = 0, 1, 2
+__all__ = ["FULL", "PARTIAL", "SKIP", "BlockPlan", "block_plan"]
 
 
 @dataclass(frozen=True)

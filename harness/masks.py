@@ -29,27 +29,44 @@ only when ``n_q > n_k``) counts as position 0.
 
 5. With ``documents`` (the lengths of packed documents, in order, summing to the sequence
    length; ``n_q == n_k``; not with ``block_size``) each document is its own sequence: a pair
-   is kept when query and key lie in the same document and rules 1-4 keep it with positions
+   is kept when query and key lie in the same document and rules 1-4 and 6 keep it with positions
    counted from that document's start. So ``global_tokens = 1`` is every document's first
    token, a prefix ``P`` every document's first P tokens, a tuple names positions inside
    each document, and nothing reaches across a document boundary. This is attention-gym's
    ``generate_doc_mask_mod(mask_mod, offsets)`` (it hands ``mask_mod`` document-local indices)
    and what FlashAttention's varlen and xformers' ``BlockDiagonal*Mask`` compute per sequence.
+6. And every predicate feature (:mod:`harness.mask_features.predicate`, a plug-in in
+   ``extra``) allows ``(p, j)``, positions counted as rules 1-4 count them (inside the
+   document, with documents): an AND that restricts the rules above, attention-gym's
+   ``mask_mod`` form. The named fields keep the diagonal ``j = p`` of every row inside the
+   keys; a predicate can remove it. A row that rules 1-5 give keys and rule 6 leaves none
+   makes the mask contradictory: :func:`check_rows` refuses it, in one line, before any path
+   runs.
 
-A query with no kept key outputs zeros (never NaN). :func:`kept_pairs` and
-:func:`block_pair_counts` count kept pairs exactly without visiting them
-(:mod:`harness.paircount`); :func:`dense_mask` is the definition they are tested against.
+A query with no kept key (a row before the first key, ``n_q > n_k``) outputs zeros (never
+NaN). :func:`kept_pairs` and :func:`block_pair_counts` count kept pairs exactly without visiting
+them (:mod:`harness.paircount`; a predicate feature's partial blocks are evaluated element by
+element); :func:`dense_mask` is the definition they are tested against.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from harness.mask_features import bigbird_blocks, causal, dilation, documents, prefix, window
+from harness.mask_features import (
+    bigbird_blocks,
+    causal,
+    dilation,
+    documents,
+    predicate,
+    prefix,
+    window,
+)
 from harness.mask_features import globals as globals_
 from harness.maskspec import Globals, MaskError, MaskSpec, Side
 from harness.paircount import BIG, BandRule, LayoutRule, candidate_keys, expand, rect_pairs
@@ -61,6 +78,8 @@ __all__ = [
     "Side",
     "block_layout",
     "block_pair_counts",
+    "check_fits",
+    "check_rows",
     "dense_mask",
     "document_ids",
     "document_starts",
@@ -86,7 +105,7 @@ def keep_pairs(spec: MaskSpec, n_q: int, n_k: int, p: Tensor, j: Tensor) -> Tens
 
 
 def _keep_in_sequence(spec: MaskSpec, n_q: int, n_k: int, p: Tensor, j: Tensor) -> Tensor:
-    """Rules 1-4 of the module docstring (no documents)."""
+    """Rules 1-4 and 6 of the module docstring (no documents)."""
     rel = j - p
     if spec.block_size is not None:
         keep = bigbird_blocks.clause(spec, n_q, n_k, p, j)
@@ -100,7 +119,9 @@ def _keep_in_sequence(spec: MaskSpec, n_q: int, n_k: int, p: Tensor, j: Tensor) 
     cut = causal.clause(spec, rel)
     keep = keep if cut is None else keep & cut
     square = prefix.clause(spec, member, j)
-    return keep if square is None else keep | square
+    keep = keep if square is None else keep | square
+    allowed = predicate.clause(spec, p, j)
+    return keep if allowed is None else keep & allowed
 
 
 def mask_rows(
@@ -108,7 +129,7 @@ def mask_rows(
 ) -> Tensor:
     """Rows ``start:stop`` of the dense mask, bool (stop - start, n_k), True = attend.
     Raises :class:`MaskError` when the spec does not fit these lengths."""
-    spec.check_lengths(n_q, n_k)
+    check_fits(spec, n_q, n_k)
     p = torch.arange(start, stop, device=device)[:, None] + (n_k - n_q)  # absolute positions
     j = torch.arange(n_k, device=device)[None, :]
     return keep_pairs(spec, n_q, n_k, p, j)
@@ -147,8 +168,11 @@ def pair_rule(spec: MaskSpec, n_q: int, n_k: int) -> BandRule | LayoutRule:
 @lru_cache(maxsize=256)
 def kept_pairs(spec: MaskSpec, n_q: int, n_k: int) -> int:
     """Exact number of kept (query, key) pairs, in closed form: O(distinct document lengths x
-    global runs), or O(layout blocks) for block-sparse; never O(n_q * n_k)."""
-    spec.check_lengths(n_q, n_k)
+    global runs), or O(layout blocks) for block-sparse; never O(n_q * n_k). With a predicate
+    feature: the sum of :func:`block_pair_counts` (not closed form, see there)."""
+    check_fits(spec, n_q, n_k)
+    if predicate.predicates(spec):
+        return int(block_pair_counts(spec, n_q, n_k, COUNT_BLOCK, COUNT_BLOCK)[2].sum())
     if spec.is_dense:  # prefix and global rules only add pairs to a dense mask
         return n_q * n_k
     if spec.documents is None:
@@ -168,8 +192,88 @@ def block_pair_counts(
     block (rows ``i``), key block and exact kept-pair count, three int64 arrays.
 
     O(candidate blocks): per query block (per document) only key blocks that the band, the
-    global runs, the global rows or the prefix can reach are counted, each in closed form."""
+    global runs, the global rows or the prefix can reach are counted, each in closed form.
+    With predicate features (rule 6), each such block is then classified by them
+    (:func:`harness.mask_features.predicate.classify`, O(blocks)): SKIP blocks are dropped,
+    FULL ones keep the closed-form count, PARTIAL ones (every block, with documents) are
+    counted element by element: O(partial blocks x block_q x block_k)."""
+    check_fits(spec, n_q, n_k)
+    qb, kb, count = _listed_blocks(spec, n_q, n_k, block_q, block_k)
+    if not predicate.predicates(spec):
+        return qb, kb, count
+    off = n_k - n_q
+    if spec.documents is None:
+        state = predicate.classify(spec, qb * block_q + off, np.minimum(qb * block_q + block_q, n_q)
+                                   + off, kb * block_k, np.minimum(kb * block_k + block_k, n_k))
+    else:  # positions are document-local there: evaluate every block
+        state = np.full(qb.size, predicate.PARTIAL, np.int8)
+    partial = np.nonzero(state == predicate.PARTIAL)[0]
+    count = np.where(state == predicate.SKIP, 0, count)
+    for at, keep in _block_keeps(spec, n_q, n_k, block_q, block_k, qb[partial], kb[partial]):
+        count[partial[at]] = keep.sum((1, 2)).numpy()
+    kept = count > 0
+    return qb[kept], kb[kept], count[kept]
+
+
+COUNT_BLOCK = 64  # the block of the per-block sum that counts a mask with predicate features
+EVAL_CHUNK = 256  # blocks evaluated at once (256 x 64 x 64 bools: 1 MiB)
+
+
+def _block_keeps(spec: MaskSpec, n_q: int, n_k: int, block_q: int, block_k: int,
+                 qb: np.ndarray, kb: np.ndarray):
+    """The dense rule on the listed blocks, chunk by chunk: yields (slice of the blocks, bool
+    (m, block_q, block_k)), pairs outside the (n_q, n_k) grid False."""
+    rows, cols = torch.arange(block_q)[None, :, None], torch.arange(block_k)[None, None, :]
+    for s in range(0, qb.size, EVAL_CHUNK):
+        at = slice(s, min(s + EVAL_CHUNK, qb.size))
+        i = torch.from_numpy(qb[at])[:, None, None] * block_q + rows  # (m, block_q, 1)
+        j = torch.from_numpy(kb[at])[:, None, None] * block_k + cols  # (m, 1, block_k)
+        yield at, keep_pairs(spec, n_q, n_k, i + (n_k - n_q), j) & (i < n_q) & (j < n_k)
+
+
+@lru_cache(maxsize=64)
+def check_rows(spec: MaskSpec, n_q: int, n_k: int) -> None:
+    """Raise :class:`MaskError` when a query row that the other rules give keys keeps none once
+    the predicate features (rule 6) apply: a contradictory mask, refused the same way on every
+    path before anything runs.
+
+    The named fields keep every row inside the keys its diagonal ``j = p`` (window sides are
+    >= 0, dilation keeps ``rel = 0``, a BigBird layout its diagonal block, a document its own
+    positions), so only predicate features can empty a row; those masks are evaluated on the
+    blocks the other rules list (O(their pairs)). A row before the first key (``n_q > n_k``)
+    that the other rules give no key outputs zeros, by the alignment rule: no contradiction."""
+    features = predicate.predicates(spec)
+    if not features:
+        return
+    others = replace(spec, extra=tuple(f for f in spec.extra if f not in features))
+    qb, kb, _ = _listed_blocks(spec, n_q, n_k, COUNT_BLOCK, COUNT_BLOCK)
+    kept = torch.zeros(2, -(-n_q // COUNT_BLOCK) * COUNT_BLOCK, dtype=torch.int64)
+    for which, rule in enumerate((spec, others)):
+        for at, keep in _block_keeps(rule, n_q, n_k, COUNT_BLOCK, COUNT_BLOCK, qb, kb):
+            rows = torch.from_numpy(qb[at])[:, None] * COUNT_BLOCK + torch.arange(COUNT_BLOCK)
+            kept[which].index_add_(0, rows.flatten(), keep.sum(2).flatten())
+    empty = torch.nonzero((kept[0, :n_q] == 0) & (kept[1, :n_q] > 0)).flatten()
+    if empty.numel():
+        i = int(empty[0])
+        names = sorted(f.name for f in features)
+        raise MaskError(
+            f"contradictory mask {spec.describe()}: query row {i} (position {i + n_k - n_q}) "
+            f"keeps no key ({empty.numel()} such rows of {n_q}); the predicate features "
+            f"{names} remove every key the other rules keep there"
+        )
+
+
+def check_fits(spec: MaskSpec, n_q: int, n_k: int) -> None:
+    """The one check of a mask against its lengths, made by every path before it runs:
+    :meth:`MaskSpec.check_lengths` then :func:`check_rows`. Raises :class:`MaskError`."""
     spec.check_lengths(n_q, n_k)
+    check_rows(spec, n_q, n_k)
+
+
+def _listed_blocks(
+    spec: MaskSpec, n_q: int, n_k: int, block_q: int, block_k: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`block_pair_counts` of rules 1-5 (predicate features, rule 6, set aside)."""
     # regions: query rows [i0, i1) over keys [k0, k1); row i0 is local position pos0
     if spec.documents is None:
         i0, i1 = np.zeros(1, np.int64), np.array([n_q])

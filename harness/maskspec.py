@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 
 from harness.mask_features import MaskError
+from harness.mask_features.predicate import PredicateFeature
 from harness.mask_features.visible_runs import RunsFeature
 from harness.mask_features.window import side
 from harness.paircount import Runs, positions_to_runs
@@ -30,8 +31,10 @@ class MaskSpec:
     seed: int = 0
     documents: tuple[int, ...] | None = None
     prefix_len: int = 0
-    # plug-in features (harness.mask_features.visible_runs.RunsFeature), not a result column
-    extra: tuple[RunsFeature, ...] = field(default=(), metadata={"column": False})
+    # plug-in features (harness.mask_features: RunsFeature, PredicateFeature), not a result column
+    extra: tuple[RunsFeature | PredicateFeature, ...] = field(
+        default=(), metadata={"column": False}
+    )
 
     def __post_init__(self) -> None:
         if self.window is not None:
@@ -66,8 +69,11 @@ class MaskSpec:
     def _check_extra(self) -> None:
         extra = tuple(self.extra)
         for feature in extra:
-            if not isinstance(feature, RunsFeature):
-                raise MaskError(f"a plug-in mask feature must be a RunsFeature, got {feature!r}")
+            if not isinstance(feature, RunsFeature | PredicateFeature):
+                raise MaskError(
+                    f"a plug-in mask feature must be a RunsFeature or a PredicateFeature, "
+                    f"got {feature!r}"
+                )
             try:
                 feature.check()
             except ValueError as exc:
@@ -94,6 +100,7 @@ class MaskSpec:
             and self.dilation == 1
             and self.block_size is None
             and self.documents is None
+            and not any(isinstance(f, PredicateFeature) for f in self.extra)
         )
 
     @property

@@ -52,7 +52,7 @@ from torch import Tensor
 
 from harness import plugins, probecache
 from harness.errors import first_line
-from harness.masks import MaskSpec
+from harness.masks import MaskSpec, check_rows
 from harness.spec import (
     AttnFn,
     Capabilities,
@@ -213,6 +213,8 @@ class Implementation:
         cache: dict = self._reasons_cache  # type: ignore[attr-defined]
         reasons = cache.get(key)
         if reasons is None:
+            # a contradictory mask gets the one MaskError of every path, before any refusal
+            check_rows(mask, q.shape[-2], k.shape[-2])
             if len(cache) >= _REASON_CACHE_MAX:
                 cache.clear()
             problem = problem_of(q, k, v, mask, given)

@@ -15,6 +15,9 @@ mod that read its numbers from a captured int64 tensor and always evaluated ever
 - Global positions: up to four runs of positions are range tests on constants; more read a
   captured bool table.
 - BigBird: one lookup in the flattened block layout, global blocks folded in.
+- Predicate features (:mod:`harness.mask_features.predicate`): their torch predicate, traced
+  into the mask mod last (an AND on document-local positions); the block plan's states
+  already drop the blocks their classification skips.
 
 :func:`block_counts` reads the one block plan (:mod:`harness.block_plan`:
 exact counts of the candidate blocks, never the n_q x n_k grid), so blocks across documents,
@@ -34,7 +37,7 @@ import torch
 from torch import Tensor
 
 from harness.block_plan import FULL, SKIP, block_plan
-from harness.mask_features import bigbird_blocks, dilation, window
+from harness.mask_features import bigbird_blocks, dilation, predicate, window
 from harness.mask_features import globals as globals_
 from harness.mask_features import prefix as prefix_clause
 from harness.masks import MaskSpec, document_starts
@@ -78,6 +81,7 @@ def _window_mod(spec: MaskSpec, n_q: int, n_k: int, device: str) -> MaskMod:
     row_global = _membership(rows, length, device)
     key_global = row_global if keys == rows else _membership(keys, length, device)  # one table
     split = _document_split(spec.documents, device)
+    allowed = predicate.predicates(spec)
 
     def mask_mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         rel = kv_idx - (q_idx + off if off else q_idx)  # the same inside a document
@@ -101,6 +105,8 @@ def _window_mod(spec: MaskSpec, n_q: int, n_k: int, device: str) -> MaskMod:
             keep = _and(keep, rel <= 0)
         if prefix and keep is not None:
             keep = keep | ((p < prefix) & (kv < prefix))
+        for feature in allowed:  # rule 6: an AND, on the positions inside the document
+            keep = _and(keep, feature.keep(p, kv))
         if same is not None:
             keep = _and(keep, same)
         return keep if keep is not None else rel == rel

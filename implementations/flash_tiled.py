@@ -34,6 +34,7 @@ from torch import Tensor
 from harness.masks import MaskSpec
 from harness.registry import register
 from harness.spec import Capabilities, Cost, Problem, itemsize
+from implementations._kernels.saved_lse import LseOps, attention_with_lse
 from implementations._kernels.triton.masked_attention import (
     executed_pairs,
     masked_reasons,
@@ -152,21 +153,13 @@ def _backward(
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
-class _FlashTiled(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, segments):
-        out, lse = _forward(q, k, v, causal, scale, segments)
-        ctx.save_for_backward(q, k, v, out, lse)
-        ctx.causal, ctx.scale, ctx.segments = causal, scale, segments
-        return out
-
-    @staticmethod
-    def backward(ctx, dout: Tensor):
-        q, k, v, out, lse = ctx.saved_tensors
-        grads = _backward(
-            q, k, v, out, lse, dout.contiguous(), ctx.causal, ctx.scale, ctx.segments
-        )
-        return (*grads, None, None, None)
+# the shared autograd (implementations._kernels.saved_lse); ``how`` = (causal, segments)
+_OPS = LseOps(
+    lambda q, k, v, how, scale, want_lse: _forward(q, k, v, how[0], scale, how[1]),
+    lambda q, k, v, out, lse, dout, how, scale: _backward(
+        q, k, v, out, lse, dout, how[0], scale, how[1]
+    ),
+)
 
 
 def _segments(documents: tuple[int, ...] | None) -> Segments | None:
@@ -237,6 +230,6 @@ def flash_tiled(
     fold = _fold(mask.documents)
     if fold > 1:  # equal documents: (B, H, m·l, D) -> (B, H·m, l, D), a view
         q, k, v = (x.reshape(b, h * fold, n // fold, x.shape[-1]) for x in (q, k, v))
-        out = _FlashTiled.apply(q, k, v, mask.causal, scale, None)
+        out = attention_with_lse(q, k, v, (mask.causal, None), scale, _OPS)
         return out.reshape(b, h, n, v.shape[-1])
-    return _FlashTiled.apply(q, k, v, mask.causal, scale, _segments(mask.documents))
+    return attention_with_lse(q, k, v, (mask.causal, _segments(mask.documents)), scale, _OPS)

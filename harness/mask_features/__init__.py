@@ -6,6 +6,7 @@ The dense rule of :mod:`harness.masks` is these clauses composed in one order::
     keep = keep | visible               # globals.py, and every plug-in feature (RunsFeature)
     keep = keep & causal                # causal.py
     keep = keep | prefix                # prefix.py
+    keep = keep & predicate             # predicate.py: every PredicateFeature (an AND)
     keep = keep & same document         # documents.py (positions counted per document)
 
 Each module states its clause (:func:`harness.masks.keep_pairs` calls it), its part of the
@@ -16,9 +17,12 @@ key block) pair is skipped, full or partial; the element predicate of a partial 
 dense rule). Readers of the plan: the CPU tiles (:mod:`implementations._kernels.tiles`),
 Flex's ``BlockMask`` (:mod:`implementations._flex_masks`).
 
-A feature outside MaskSpec's named fields is a :class:`RunsFeature` carried in
-``MaskSpec.extra`` (see :mod:`.visible_runs`): its geometry is runs of visible keys and rows, which
-every reader above already handles for global tokens.
+A feature outside MaskSpec's named fields is carried in ``MaskSpec.extra``, in one of two
+forms: a :class:`RunsFeature` (see :mod:`.visible_runs`), whose geometry is runs of visible keys
+and rows, which every reader above already handles for global tokens; or a
+:class:`~.predicate.PredicateFeature` (see :mod:`.predicate`), an element predicate that
+restricts the pairs, given for torch and as a ``@triton.jit`` function, with a block
+classification the block plan reads.
 """
 
 

@@ -17,17 +17,22 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from harness.mask_features.visible_runs import Runs, in_runs, merge_runs
+from harness.mask_features.visible_runs import Runs, RunsFeature, in_runs, merge_runs
+
+
+def runs_features(spec) -> tuple[RunsFeature, ...]:
+    """The spec's plug-in features made of visible runs (predicate features are rule 6)."""
+    return tuple(f for f in spec.extra if isinstance(f, RunsFeature))
 
 
 def key_runs(spec) -> Runs:
     """Keys every query keeps: the global positions and every plug-in's key runs."""
-    return merge_runs(spec.global_runs, *(f.key_runs() for f in spec.extra))
+    return merge_runs(spec.global_runs, *(f.key_runs() for f in runs_features(spec)))
 
 
 def row_runs(spec) -> Runs:
     """Rows that keep every key: the global positions and every plug-in's row runs."""
-    return merge_runs(spec.global_runs, *(f.row_runs() for f in spec.extra))
+    return merge_runs(spec.global_runs, *(f.row_runs() for f in runs_features(spec)))
 
 
 def clause(spec, member: Tensor, j: Tensor) -> Tensor | None:
@@ -35,7 +40,7 @@ def clause(spec, member: Tensor, j: Tensor) -> Tensor | None:
     0 as 0); None when there is neither."""
     runs = spec.global_runs
     keep = (in_runs(member, runs) | in_runs(j, runs)) if runs else None
-    for feature in spec.extra:  # each plug-in's own element predicate
+    for feature in runs_features(spec):  # each plug-in's own element predicate
         own = feature.keep(member, j)
         keep = own if keep is None else keep | own
     return keep

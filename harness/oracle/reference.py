@@ -14,7 +14,7 @@ from typing import Concatenate, ParamSpec
 import torch
 from torch import Tensor
 
-from harness.masks import MaskSpec, keep_pairs
+from harness.masks import MaskSpec, check_rows, keep_pairs
 
 P = ParamSpec("P")
 
@@ -70,6 +70,7 @@ def naive_attention(
     (B, H, n_q, D), or (B, H, len(rows), D) for the 1-D long query ``rows``."""
     mask = mask or MaskSpec()
     n_q = q.shape[-2]
+    check_rows(mask, n_q, k.shape[-2])  # a contradictory mask: the error every path gives
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     k, v = repeat_kv(k, q.shape[1]), repeat_kv(v, q.shape[1])
     row_ids = torch.arange(n_q) if rows is None else rows.cpu()

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, fields
 
 from harness.errors import SuiteError
 from harness.mask_features.window import spelled
-from harness.masks import MaskError
+from harness.masks import MaskError, check_fits
 from harness.scenarios import interface, packing
 from harness.scenarios.interface import Scenario, settings_types
 from harness.scenarios.pointmask import PointMask, suite_types
@@ -281,8 +281,8 @@ def check_mask(masking: PointMask, n_q: int, n_k: int) -> None:
                 f"{key} = {size}: names positions 0..{size - 1}, past the end of {where}"
             )
     # the MaskSpec's own length checks: documents that tile the sequence (n_q == n_k), global
-    # positions inside it, block-sparse globals in whole blocks
-    resolved.check_lengths(n_q, n_k)
+    # positions inside it, block-sparse globals in whole blocks; then no contradictory row
+    check_fits(resolved, n_q, n_k)
 
 
 def shortest_length(masking: PointMask) -> int:

@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 
 from harness.spec import Problem, itemsize
+from implementations._kernels.saved_lse import LseOps, attention_with_lse
 from implementations._kernels.tiles.tile_plan import Plan, PlanShape, Tile
 from implementations._kernels.tiles.tile_plan import device_plan as device_plan  # the way in
 from implementations._kernels.tiles.tile_plan import plan_shape as plan_shape  # the way in
@@ -144,21 +145,7 @@ def tile_backward(
     return dq, dk, dv
 
 
-class _TileAttention(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q3: Tensor, k3: Tensor, v3: Tensor, plan: Plan, scale: float) -> Tensor:
-        want_grad = any(ctx.needs_input_grad[:3])
-        out, lse = tile_forward(q3, k3, v3, plan, scale, want_lse=want_grad)
-        if want_grad:
-            ctx.save_for_backward(q3, k3, v3, out, lse)
-            ctx.plan, ctx.scale = plan, scale
-        return out
-
-    @staticmethod
-    def backward(ctx, dout: Tensor):
-        q3, k3, v3, out, lse = ctx.saved_tensors
-        dq, dk, dv = tile_backward(q3, k3, v3, out, lse, dout.contiguous(), ctx.plan, ctx.scale)
-        return dq.to(q3.dtype), dk.to(k3.dtype), dv.to(v3.dtype), None, None
+TILE_OPS = LseOps(tile_forward, tile_backward)  # the tiles' calls for the shared autograd
 
 
 def tile_attention(
@@ -180,7 +167,7 @@ def tile_attention(
     q3 = q.reshape(-1, plan.n_q, d).contiguous()  # (BH, n_q, D)
     k3 = k.reshape(-1, plan.n_k, d).contiguous()  # (BH, n_k, D)
     v3 = v.reshape(-1, plan.n_k, v.shape[-1]).contiguous()
-    out = _TileAttention.apply(q3, k3, v3, plan, scale).view(*q.shape[:3], v.shape[-1])
+    out = attention_with_lse(q3, k3, v3, plan, scale, TILE_OPS).view(*q.shape[:3], v.shape[-1])
     if plan.q_order is not None:  # back to row order: a differentiable scatter
         out = torch.empty_like(out).index_copy(2, plan.q_order, out)
     return out.reshape(b, h, n_q, v.shape[-1])

@@ -6,6 +6,9 @@ pair of :func:`harness.masks.dense_mask` lies in exactly one tile, so the kernel
 :mod:`.tile_attention` computes exactly the masked softmax while touching only
 ``sum(rows * keys)`` pairs: the executed pairs at tile granularity.
 
+- Predicate features (:mod:`harness.mask_features.predicate`) restrict the pairs of the tiles
+  below: their torch predicate is part of every tile's bias (:func:`harness.masks.keep_pairs`),
+  the tiles' key ranges stay those of the other rules.
 - Window masks (window, causal, dilation, global tokens, prefix): the band tiles of
   :mod:`.tile_plan_band`, the plan's band part (dilation by residue classes: the plan's rows
   and keys are regrouped, ``Plan.q_order``/``k_order``).
@@ -32,7 +35,7 @@ import torch
 from torch import Tensor
 
 from harness.mask_features.bigbird_blocks import folded_layout
-from harness.masks import MaskSpec, keep_pairs
+from harness.masks import MaskSpec, check_fits, keep_pairs
 from implementations._kernels.tiles.tile_plan_band import BandTiles, Ranges, band_tiles
 
 BAND_BLOCK = 64  # query rows per band tile: (64, 64 + w) tiles measured fastest on 2-core CPU
@@ -221,7 +224,7 @@ def band_block(device: str) -> int:
 
 def tile_plan(spec: MaskSpec, n_q: int, n_k: int, dtype: torch.dtype, device: str) -> Plan:
     """The plan of a mask for a device, on the host (biases built: O(executed pairs))."""
-    spec.check_lengths(n_q, n_k)
+    check_fits(spec, n_q, n_k)  # a contradictory mask is refused here, before any tile
     make_bias, block = _BiasMaker(dtype), band_block(device)
     if spec.block_size is not None:
         return Plan(n_q, n_k, tuple(_bigbird_tiles(spec, n_q, n_k, make_bias)))
@@ -249,7 +252,7 @@ def _maybe_orders(n_q: int, n_k: int, d: int) -> tuple[Tensor | None, Tensor | N
 
 def plan_shape(spec: MaskSpec, n_q: int, n_k: int, device: str) -> PlanShape:
     """:class:`PlanShape` of :func:`tile_plan`'s plan from its geometry alone: O(tiles)."""
-    spec.check_lengths(n_q, n_k)
+    check_fits(spec, n_q, n_k)  # a contradictory mask is refused here, before any tile
     if spec.block_size is not None:
         return _bigbird_shape(spec, n_q, n_k)
     block, local = band_block(device), spec.without_documents()

@@ -345,7 +345,7 @@ def _same(a: triton.Config, b: triton.Config) -> bool:
 
 TMA_TENSORS = ("Q", "K", "V", "Out")  # what a TMA config reads and writes by descriptor
 UNADDRESSABLE = 32  # added to MODE_KEY (at most 23) by a launch a descriptor cannot address
-CLAUSES = ("GLOBAL", "DILATED", "DOCS", "PREFIX")
+CLAUSES = ("GLOBAL", "DILATED", "DOCS", "PREFIX", "PRED")  # PRED: a predicate feature
 
 
 def tma_allowed(named_args: Mapping[str, object], flags: Mapping[str, object]) -> bool:

@@ -19,6 +19,7 @@ import triton.language as tl
 from implementations._kernels.triton.autotune import TUNE_KEY, configs, prune
 from implementations._kernels.triton.forward import stored_rows
 from implementations._kernels.triton.primitives import (
+    allowed,
     cross_keep,
     edge_start,
     global_segment,
@@ -28,6 +29,7 @@ from implementations._kernels.triton.primitives import (
     mma,
     own_block,
     own_bounds,
+    own_start,
     prefix_bounds,
     segment_block,
     walk,
@@ -64,22 +66,29 @@ def dq_tile(dq, q, do, lse, delta, k, v, keep, sc2, MASKED: tl.constexpr,
 
 @triton.jit
 def dq_step(dq, q, do, lse, delta, lo, hi, k_base, v_base, skn, svn, r, step, c0, c_end, sc2,
-            BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, D: tl.constexpr,
-            MASKED: tl.constexpr, DILATED: tl.constexpr, PRECISION: tl.constexpr):
+            p, ds, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, D: tl.constexpr,
+            MASKED: tl.constexpr, DILATED: tl.constexpr, PRECISION: tl.constexpr,
+            PRED: tl.constexpr):
     """One key block of the band for dQ (class keys c0 .. c0 + BLOCK_N; a masked block's keys
-    clamped to the last, as in the forward)."""
+    clamped to the last, as in the forward; every block masked by a predicate feature)."""
     c, j = key_block(c0, c_end, r, step, BLOCK_N, MASKED, DILATED)
     dd = tl.arange(0, BLOCK_D)
     k = load_rows(k_base + j[:, None] * skn + dd[None, :], c, D, BLOCK_D, False)
     v = load_rows(v_base + j[:, None] * svn + dd[None, :], c, D, BLOCK_D, False)
     keep = kept(tl.arange(0, BLOCK_N), lo - c0, hi - c0)
-    return dq_tile(dq, q, do, lse, delta, k, v, keep, sc2, MASKED, PRECISION)
+    if PRED is not None:
+        keep = keep & allowed(p, j, ds, PRED, True)
+        dq = dq_tile(dq, q, do, lse, delta, k, v, keep, sc2, True, PRECISION)
+    else:
+        dq = dq_tile(dq, q, do, lse, delta, k, v, keep, sc2, MASKED, PRECISION)
+    return dq
 
 
 @triton.jit
 def dq_cross(dq, q, do, lse, delta, lo, hi, glo, ghi, k_base, v_base, skn, svn, GPOS, e0, e1,
-             r, step, sc2, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, D: tl.constexpr,
-             DILATED: tl.constexpr, GATHER: tl.constexpr, PRECISION: tl.constexpr):
+             r, step, sc2, p, ds, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+             D: tl.constexpr, DILATED: tl.constexpr, GATHER: tl.constexpr,
+             PRECISION: tl.constexpr, PRED: tl.constexpr):
     """dQ from the keys outside the rows' band, each row's in [glo, ghi]: the global keys
     ``GPOS[e0:e1]`` (GATHER), or the keys ``[e0, e1)`` of a dilated prefix (as
     :func:`~.forward.fwd_cross`)."""
@@ -89,6 +98,8 @@ def dq_cross(dq, q, do, lse, delta, lo, hi, glo, ghi, k_base, v_base, skn, svn, 
         k = load_rows(k_base + j[:, None] * skn + dd[None, :], col_ok, D, BLOCK_D, False)
         v = load_rows(v_base + j[:, None] * svn + dd[None, :], col_ok, D, BLOCK_D, False)
         keep = cross_keep(j, glo, ghi, lo, hi, r, step, DILATED, GATHER)
+        if PRED is not None:
+            keep = keep & allowed(p, j, ds, PRED, True)
         dq = dq_tile(dq, q, do, lse, delta, k, v, keep & col_ok[None, :], sc2, True, PRECISION)
     return dq
 
@@ -98,24 +109,25 @@ def dq_rows(dq, q, do, lse, delta, x, p, ok, x0, p0, x1, p1, r, step, flags, SP,
             DS, DE, k_base, v_base, skn, svn, n_k, hg, P, sc2, BLOCK_N: tl.constexpr,
             BLOCK_D: tl.constexpr, D: tl.constexpr, GLOBAL: tl.constexpr,
             DILATED: tl.constexpr, DOCS: tl.constexpr, PREFIX: tl.constexpr,
-            PRECISION: tl.constexpr):
+            PRECISION: tl.constexpr, PRED: tl.constexpr):
     """dQ of one row block over the forward's keys: the cross segment, the prefix segment
     (dilated), the masked edges, the unmasked middle."""
     lo, hi = own_bounds(x, p, ok, SP, P, DS, DE, PREFIX, DOCS, DILATED)
+    ds = own_start(p, ok, DS, DOCS, PRED)
     if GLOBAL:  # noqa: SIM102 (a compile-time clause around a runtime one)
         if (flags & 1) != 0:
             glo, ghi, e0, e1 = global_segment(p, ok, p0, p1, GIDX, -n_k - 1, hg, 0, n_k, P, DS,
                                               DE, DOCS, PREFIX, DILATED)
             dq = dq_cross(dq, q, do, lse, delta, lo, hi, glo, ghi, k_base, v_base, skn, svn,
-                          GPOS, e0, e1, r, step, sc2, BLOCK_N, BLOCK_D, D, DILATED, True,
-                          PRECISION)
+                          GPOS, e0, e1, r, step, sc2, p, ds, BLOCK_N, BLOCK_D, D, DILATED,
+                          True, PRECISION, PRED)
     if PREFIX:  # noqa: SIM102 (compile-time clauses around a runtime one)
         if DILATED:  # noqa: SIM102
             if (flags & 2) == 0:
                 plo, phi = prefix_bounds(p, ok, 0, P, DS, DE, DOCS)
                 dq = dq_cross(dq, q, do, lse, delta, lo, hi, plo, phi, k_base, v_base, skn, svn,
-                              GPOS, tl.min(plo, 0), tl.max(phi, 0) + 1, r, step, sc2,
-                              BLOCK_N, BLOCK_D, D, DILATED, False, PRECISION)
+                              GPOS, tl.min(plo, 0), tl.max(phi, 0) + 1, r, step, sc2, p, ds,
+                              BLOCK_N, BLOCK_D, D, DILATED, False, PRECISION, PRED)
     lo0, hi0 = own_bounds(x0, p0, p0 >= 0, SP, P, DS, DE, PREFIX, DOCS, DILATED)
     lo1, hi1 = own_bounds(x1, p1, p1 >= 0, SP, P, DS, DE, PREFIX, DOCS, DILATED)
     start, mid, post, end = walk(lo0, hi0, lo1, hi1, BLOCK_N)
@@ -124,10 +136,10 @@ def dq_rows(dq, q, do, lse, delta, x, p, ok, x0, p0, x1, p1, r, step, flags, SP,
     for i in range(0, n_lo + tl.cdiv(end - post, BLOCK_N)):
         c0 = edge_start(i, start, post, n_lo, BLOCK_N)
         dq = dq_step(dq, q, do, lse, delta, lo, hi, k_base, v_base, skn, svn, r, step, c0,
-                     c_end, sc2, BLOCK_N, BLOCK_D, D, True, DILATED, PRECISION)
+                     c_end, sc2, p, ds, BLOCK_N, BLOCK_D, D, True, DILATED, PRECISION, PRED)
     for c0 in range(mid, post, BLOCK_N):
         dq = dq_step(dq, q, do, lse, delta, lo, hi, k_base, v_base, skn, svn, r, step, c0,
-                     c_end, sc2, BLOCK_N, BLOCK_D, D, False, DILATED, PRECISION)
+                     c_end, sc2, p, ds, BLOCK_N, BLOCK_D, D, False, DILATED, PRECISION, PRED)
     return dq
 
 
@@ -156,7 +168,7 @@ def band_dq(Q, K, V, DO, DQ, LSE, DELTA, SLOTS, GPOS, GIDX, DS, DE,
             D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
             BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, GLOBAL: tl.constexpr,
             DILATED: tl.constexpr, DOCS: tl.constexpr, PREFIX: tl.constexpr,
-            APART: tl.constexpr = False):
+            APART: tl.constexpr = False, PRED: tl.constexpr = None):
     """dQ over the forward's iteration space. Grid (row blocks, B·H, slots)."""
     pid_m, bh = tl.program_id(0), tl.program_id(1)
     SP = SLOTS + tl.program_id(2) * 9
@@ -172,7 +184,7 @@ def band_dq(Q, K, V, DO, DQ, LSE, DELTA, SLOTS, GPOS, GIDX, DS, DE,
         dq = dq_rows(dq, q, do, lse, delta, x, p, ok, x0, p0, x1, p1, r, step, flags, SP, GPOS,
                      GIDX, DS, DE, K + bo * skb + hk * skh, V + bo * svb + hk * svh, skn, svn,
                      n_k, hg, P, sc2, BLOCK_N, BLOCK_D, D, GLOBAL, DILATED, DOCS, PREFIX,
-                     PRECISION)
+                     PRECISION, PRED)
         store = stored_rows(ok, p, flags, GIDX, GLOBAL, APART)
         dd = tl.arange(0, BLOCK_D)
         tl.store(DQ + bo * sgb + ho * sgh + i[:, None] * sgn + dd[None, :],
@@ -193,9 +205,9 @@ def dkdv_tile(dk, dv, k, v, q, do, lse, delta, keep, sc2, MASKED: tl.constexpr,
 
 @triton.jit
 def dkdv_step(dk, dv, k, v, lo, hi, q_base, do_base, lse_base, delta_base, sqn, sdn, r, step,
-              c0, c_start, c_end, off, sc2, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
-              D: tl.constexpr, MASKED: tl.constexpr, DILATED: tl.constexpr,
-              PRECISION: tl.constexpr):
+              c0, c_start, c_end, off, sc2, j, ds, BLOCK_M: tl.constexpr,
+              BLOCK_D: tl.constexpr, D: tl.constexpr, MASKED: tl.constexpr,
+              DILATED: tl.constexpr, PRECISION: tl.constexpr, PRED: tl.constexpr):
     """One block of query rows (class rows c0 .. c0 + BLOCK_M, valid in [c_start, c_end))
     for dK/dV. A masked block clamps its rows into the valid ones (no predicated loads): rows
     outside are outside every key's interval, so they contribute nothing; an unmasked block
@@ -203,21 +215,27 @@ def dkdv_step(dk, dv, k, v, lo, hi, q_base, do_base, lse_base, delta_base, sqn, 
     a = c0 + tl.arange(0, BLOCK_M)
     if MASKED:
         a = tl.minimum(tl.maximum(a, c_start), c_end - 1)
-    i = (r + step * a if DILATED else a) - off
+    pos = r + step * a if DILATED else a
+    i = pos - off
     dd = tl.arange(0, BLOCK_D)
     q = load_rows(q_base + i[:, None] * sqn + dd[None, :], a, D, BLOCK_D, False)
     do = load_rows(do_base + i[:, None] * sdn + dd[None, :], a, D, BLOCK_D, False)
     lse = tl.load(lse_base + i)
     delta = tl.load(delta_base + i)
     keep = kept(tl.arange(0, BLOCK_M), lo - c0, hi - c0)
-    return dkdv_tile(dk, dv, k, v, q, do, lse, delta, keep, sc2, MASKED, PRECISION)
+    if PRED is not None:  # keys j own the tile: keep (keys, rows)
+        keep = keep & allowed(j, pos, ds, PRED, False)
+        dk, dv = dkdv_tile(dk, dv, k, v, q, do, lse, delta, keep, sc2, True, PRECISION)
+    else:
+        dk, dv = dkdv_tile(dk, dv, k, v, q, do, lse, delta, keep, sc2, MASKED, PRECISION)
+    return dk, dv
 
 
 @triton.jit
 def dkdv_cross(dk, dv, k, v, lo, hi, glo, ghi, q_base, do_base, lse_base, delta_base, sqn,
-               sdn, GPOS, e0, e1, r, step, off, sc2, BLOCK_M: tl.constexpr,
+               sdn, GPOS, e0, e1, r, step, off, sc2, j, ds, BLOCK_M: tl.constexpr,
                BLOCK_D: tl.constexpr, D: tl.constexpr, DILATED: tl.constexpr,
-               GATHER: tl.constexpr, PRECISION: tl.constexpr):
+               GATHER: tl.constexpr, PRECISION: tl.constexpr, PRED: tl.constexpr):
     """The query rows that keep these keys outside their band, each key's in [glo, ghi]: the
     global rows ``GPOS[e0:e1]`` (GATHER), or the rows at positions ``[e0, e1)`` of a dilated
     prefix."""
@@ -230,6 +248,8 @@ def dkdv_cross(dk, dv, k, v, lo, hi, glo, ghi, q_base, do_base, lse_base, delta_
         lse = tl.load(lse_base + i)
         delta = tl.load(delta_base + i)
         keep = cross_keep(p, glo, ghi, lo, hi, r, step, DILATED, GATHER) & row_ok[None, :]
+        if PRED is not None:
+            keep = keep & allowed(j, p, ds, PRED, False)
         dk, dv = dkdv_tile(dk, dv, k, v, q, do, lse, delta, keep, sc2, True, PRECISION)
     return dk, dv
 
@@ -256,7 +276,7 @@ def band_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA, KSLOTS, GPOS, GIDX, DS, DE,
               D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, GLOBAL: tl.constexpr,
               DILATED: tl.constexpr, DOCS: tl.constexpr, PREFIX: tl.constexpr,
-              APART: tl.constexpr = False):
+              APART: tl.constexpr = False, PRED: tl.constexpr = None):
     """dK, dV: each program one key block of a key slot, summed over the GROUP query heads of
     its K/V head. Grid (key blocks, B·H_kv, key slots). DK/DV share the strides sg*."""
     pid_n, bhk = tl.program_id(0), tl.program_id(1)
@@ -276,7 +296,8 @@ def band_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA, KSLOTS, GPOS, GIDX, DS, DE,
             dk, dv = dkdv_keys(dk, dv, k, v, x, j, ok, x0, j0, x1, j1, r, step, flags, SP, GPOS,
                                GIDX, DS, DE, Q + bo * sqb + ho * sqh, DO + bo * sdb + ho * sdh,
                                LSE + bh * n_q, DELTA + bh * n_q, sqn, sdn, n_k, off, hg, P, sc2,
-                               BLOCK_M, BLOCK_D, D, GLOBAL, DILATED, DOCS, PREFIX, PRECISION)
+                               BLOCK_M, BLOCK_D, D, GLOBAL, DILATED, DOCS, PREFIX, PRECISION,
+                               PRED)
         store = stored_rows(ok, j, flags, GIDX, GLOBAL, APART)
         dd = tl.arange(0, BLOCK_D)
         g_ptr = bo * sgb + hko * sgh + j[:, None] * sgn + dd[None, :]
@@ -289,25 +310,26 @@ def dkdv_keys(dk, dv, k, v, x, j, ok, x0, j0, x1, j1, r, step, flags, SP, GPOS, 
               q_base, do_base, lse_base, delta_base, sqn, sdn, n_k, off, hg, P, sc2,
               BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, D: tl.constexpr,
               GLOBAL: tl.constexpr, DILATED: tl.constexpr, DOCS: tl.constexpr,
-              PREFIX: tl.constexpr, PRECISION: tl.constexpr):
+              PREFIX: tl.constexpr, PRECISION: tl.constexpr, PRED: tl.constexpr):
     """dK/dV of one key block from one query head: the global rows outside the band, the
     prefix rows (dilated), the masked edges, the unmasked middle of the transposed band."""
     lo, hi = own_bounds(x, j, ok, SP, P, DS, DE, PREFIX, DOCS, DILATED)
+    ds = own_start(j, ok, DS, DOCS, PRED)
     if GLOBAL:  # noqa: SIM102 (a compile-time clause around a runtime one)
         if (flags & 1) != 0:
             glo, ghi, e0, e1 = global_segment(j, ok, j0, j1, GIDX, -hg, n_k + 1, off, n_k, P, DS,
                                               DE, DOCS, PREFIX, DILATED)
             dk, dv = dkdv_cross(dk, dv, k, v, lo, hi, glo, ghi, q_base, do_base, lse_base,
-                                delta_base, sqn, sdn, GPOS, e0, e1, r, step, off, sc2, BLOCK_M,
-                                BLOCK_D, D, DILATED, True, PRECISION)
+                                delta_base, sqn, sdn, GPOS, e0, e1, r, step, off, sc2, j, ds,
+                                BLOCK_M, BLOCK_D, D, DILATED, True, PRECISION, PRED)
     if PREFIX:  # noqa: SIM102 (compile-time clauses around a runtime one)
         if DILATED:  # noqa: SIM102
             if (flags & 2) == 0:
                 plo, phi = prefix_bounds(j, ok, off, P, DS, DE, DOCS)
                 dk, dv = dkdv_cross(dk, dv, k, v, lo, hi, plo, phi, q_base, do_base, lse_base,
                                     delta_base, sqn, sdn, GPOS, tl.min(plo, 0),
-                                    tl.max(phi, 0) + 1, r, step, off, sc2, BLOCK_M, BLOCK_D, D,
-                                    DILATED, False, PRECISION)
+                                    tl.max(phi, 0) + 1, r, step, off, sc2, j, ds, BLOCK_M,
+                                    BLOCK_D, D, DILATED, False, PRECISION, PRED)
     lo0, hi0 = own_bounds(x0, j0, j0 >= 0, SP, P, DS, DE, PREFIX, DOCS, DILATED)
     lo1, hi1 = own_bounds(x1, j1, j1 >= 0, SP, P, DS, DE, PREFIX, DOCS, DILATED)
     start, mid, post, end = walk(lo0, hi0, lo1, hi1, BLOCK_M)
@@ -316,10 +338,10 @@ def dkdv_keys(dk, dv, k, v, x, j, ok, x0, j0, x1, j1, r, step, flags, SP, GPOS, 
     for i in range(0, n_lo + tl.cdiv(end - post, BLOCK_M)):
         c0 = edge_start(i, start, post, n_lo, BLOCK_M)
         dk, dv = dkdv_step(dk, dv, k, v, lo, hi, q_base, do_base, lse_base, delta_base, sqn,
-                           sdn, r, step, c0, c_start, c_end, off, sc2, BLOCK_M, BLOCK_D, D,
-                           True, DILATED, PRECISION)
+                           sdn, r, step, c0, c_start, c_end, off, sc2, j, ds, BLOCK_M,
+                           BLOCK_D, D, True, DILATED, PRECISION, PRED)
     for c0 in range(mid, post, BLOCK_M):
         dk, dv = dkdv_step(dk, dv, k, v, lo, hi, q_base, do_base, lse_base, delta_base, sqn,
-                           sdn, r, step, c0, c_start, c_end, off, sc2, BLOCK_M, BLOCK_D, D,
-                           False, DILATED, PRECISION)
+                           sdn, r, step, c0, c_start, c_end, off, sc2, j, ds, BLOCK_M,
+                           BLOCK_D, D, False, DILATED, PRECISION, PRED)
     return dk, dv

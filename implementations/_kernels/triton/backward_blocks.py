@@ -25,7 +25,7 @@ def csr_dq(dq, q, do, lse, delta, p, k_base, v_base, skn, svn, COLS, e_start, e_
         j0 = tl.load(COLS + e)
         hi = tl.minimum(tl.minimum(p + hg, n_k - 1), j0 + block - 1)
         dq = dq_step(dq, q, do, lse, delta, j0 + 0 * p, hi, k_base, v_base, skn, svn, 0, 1, j0,
-                     n_k, sc2, TILE, BLOCK_D, D, MASKED, False, PRECISION)
+                     n_k, sc2, p, p, TILE, BLOCK_D, D, MASKED, False, PRECISION, None)
     return dq
 
 
@@ -67,8 +67,8 @@ def csr_dkdv(dk, dv, k, v, j, q_base, do_base, lse_base, delta_base, sqn, sdn, R
         c_start, c_end = tl.maximum(p0, off), tl.minimum(p0 + block, n_k)
         lo = tl.maximum(j - hg, c_start)
         dk, dv = dkdv_step(dk, dv, k, v, lo, c_end - 1 + 0 * j, q_base, do_base, lse_base,
-                           delta_base, sqn, sdn, 0, 1, p0, c_start, c_end, off, sc2, TILE,
-                           BLOCK_D, D, MASKED, False, PRECISION)
+                           delta_base, sqn, sdn, 0, 1, p0, c_start, c_end, off, sc2, j, j,
+                           TILE, BLOCK_D, D, MASKED, False, PRECISION, None)
     return dk, dv
 
 

@@ -17,12 +17,12 @@ import triton
 import triton.language as tl
 
 from implementations._kernels.triton.autotune import TUNE_KEY, configs, prune
-from implementations._kernels.triton.forward import fwd_band, fwd_cross, stored_rows
+from implementations._kernels.triton.forward import fwd_band, fwd_segments, stored_rows
 from implementations._kernels.triton.primitives import (
     NEG,
-    global_segment,
     own_bounds,
-    prefix_bounds,
+    own_positions,
+    own_start,
     walk,
 )
 
@@ -36,15 +36,8 @@ def decode_rows(SP, GPOS, GROUP, ROWS: tl.constexpr, BLOCK_M: tl.constexpr):
     t = tl.arange(0, BLOCK_M)
     head, a = t // ROWS, x_start + t % ROWS
     ok = (t % ROWS < n_own) & (head < GROUP)
-    a1 = x_start + n_own - 1
-    if (flags & 2) != 0:
-        p = tl.load(GPOS + a, mask=ok, other=0)
-        p0, p1 = tl.load(GPOS + x_start), tl.load(GPOS + a1)
-        x, x0, x1 = p, p0, p1
-    else:
-        p = r + step * a
-        p0, p1 = r + step * x_start, r + step * a1
-        x, x0, x1 = a, x_start, a1
+    x, p, x0, p0, x1, p1 = own_positions(GPOS, a, ok, x_start, x_start + n_own - 1, r, step,
+                                         flags)
     return head, ok, x, p, x0, p0, x1, p1, r, step, flags
 
 
@@ -57,9 +50,10 @@ def band_fwd_split(Q, K, V, PART_O, PART_ML, SLOTS, GPOS, GIDX, DS, DE,
                    D: tl.constexpr, BLOCK_D: tl.constexpr, ROWS: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
                    GLOBAL: tl.constexpr, DILATED: tl.constexpr, DOCS: tl.constexpr,
-                   PREFIX: tl.constexpr, APART: tl.constexpr = False):
+                   PREFIX: tl.constexpr, APART: tl.constexpr = False,
+                   PRED: tl.constexpr = None):
     """Grid (n_split, B·H_kv, slots). PART_O: (n_split, B·H, n_q, D) fp32 unnormalized;
-    PART_ML: (n_split, B·H, n_q, 2) fp32 (m·scale·log2e, l)."""
+    PART_ML: (n_split, B·H, n_q, 2) fp32 (m·scale·log2e, l). ``PRED``: as ``band_fwd``'s."""
     split, bhk = tl.program_id(0), tl.program_id(1)
     SP = SLOTS + tl.program_id(2) * 9
     GIDX -= GB  # GIDX[x] counts the global positions below x >= GB (negative: rows)
@@ -80,27 +74,18 @@ def band_fwd_split(Q, K, V, PART_O, PART_ML, SLOTS, GPOS, GIDX, DS, DE,
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
         acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
         lo, hi = own_bounds(x, p, ok, SP, P, DS, DE, PREFIX, DOCS, DILATED)
-        if GLOBAL:  # noqa: SIM102 (a compile-time clause around a runtime one)
-            if ((flags & 1) != 0) & (split == 0):  # the global keys: the first chunk's
-                glo, ghi, e0, e1 = global_segment(p, ok, p0, p1, GIDX, -n_k - 1, hg, 0, n_k, P,
-                                                  DS, DE, DOCS, PREFIX, DILATED)
-                acc, l_i, m_i = fwd_cross(acc, l_i, m_i, q, lo, hi, glo, ghi, k_base, v_base,
-                                          skn, svn, GPOS, e0, e1, r, step, sc2, BLOCK_N,
-                                          BLOCK_D, D, DILATED, True, PRECISION)
-        if PREFIX:  # noqa: SIM102 (compile-time clauses around a runtime one)
-            if DILATED:  # noqa: SIM102
-                if ((flags & 2) == 0) & (split == 0):  # the prefix keys: the first chunk's
-                    plo, phi = prefix_bounds(p, ok, 0, P, DS, DE, DOCS)
-                    acc, l_i, m_i = fwd_cross(acc, l_i, m_i, q, lo, hi, plo, phi, k_base, v_base,
-                                              skn, svn, GPOS, tl.min(plo, 0),
-                                              tl.max(phi, 0) + 1, r, step, sc2, BLOCK_N,
-                                              BLOCK_D, D, DILATED, False, PRECISION)
+        ds = own_start(p, ok, DS, DOCS, PRED)
+        # the global keys and a dilated prefix's: the first chunk's
+        acc, l_i, m_i = fwd_segments(acc, l_i, m_i, q, lo, hi, p, ok, p0, p1, r, step, flags,
+                                     split == 0, GPOS, GIDX, DS, DE, k_base, v_base, skn, svn,
+                                     n_k, hg, P, sc2, ds, BLOCK_N, BLOCK_D, D, GLOBAL, DILATED,
+                                     DOCS, PREFIX, PRECISION, PRED)
         lo0, hi0 = own_bounds(x0, p0, p0 >= 0, SP, P, DS, DE, PREFIX, DOCS, DILATED)
         lo1, hi1 = own_bounds(x1, p1, p1 >= 0, SP, P, DS, DE, PREFIX, DOCS, DILATED)
         start, mid, post, end = split_walk(lo0, hi0, lo1, hi1, split, n_split, BLOCK_N)
         acc, l_i, m_i = fwd_band(acc, l_i, m_i, q, lo, hi, k_base, v_base, skn, svn, r, step,
-                                 tl.load(SP + 5), start, mid, post, end, sc2, BLOCK_N, BLOCK_D,
-                                 D, DILATED, PRECISION)
+                                 tl.load(SP + 5), start, mid, post, end, sc2, p, ds, BLOCK_N,
+                                 BLOCK_D, D, DILATED, PRECISION, PRED)
         keep = stored_rows(ok, p, flags, GIDX, GLOBAL, APART)
         bh_all = tl.num_programs(1) * GROUP  # B·H
         part = ((split * bh_all + b * H + h) * n_q + i).to(tl.int64)

@@ -24,6 +24,7 @@ from implementations._kernels.triton.autotune import TUNE_KEY, configs, prune
 from implementations._kernels.triton.primitives import (
     HALF_NEG,
     NEG,
+    allowed,
     cross_keep,
     csr_rows,
     edge_start,
@@ -34,6 +35,7 @@ from implementations._kernels.triton.primitives import (
     mma,
     own_block,
     own_bounds,
+    own_start,
     prefix_bounds,
     segment_block,
     walk,
@@ -57,10 +59,12 @@ def online(acc, l_i, m_i, s, v, sc2, MASKED: tl.constexpr, PRECISION: tl.constex
 
 @triton.jit
 def fwd_step(acc, l_i, m_i, q, lo, hi, k_base, v_base, skn, svn, r, step, c0, c_end, sc2,
-             BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, D: tl.constexpr,
-             MASKED: tl.constexpr, DILATED: tl.constexpr, PRECISION: tl.constexpr):
+             p, ds, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, D: tl.constexpr,
+             MASKED: tl.constexpr, DILATED: tl.constexpr, PRECISION: tl.constexpr,
+             PRED: tl.constexpr):
     """One key block of the band: class keys c0 .. c0 + BLOCK_N (:func:`~.primitives.key_block`;
-    a masked block's keys clamped to the last)."""
+    a masked block's keys clamped to the last). With a predicate feature (PRED) every block
+    is masked by it: rows at positions ``p``, document starts ``ds``."""
     c, j = key_block(c0, c_end, r, step, BLOCK_N, MASKED, DILATED)
     dd = tl.arange(0, BLOCK_D)
     k = load_rows(k_base + j[:, None] * skn + dd[None, :], c, D, BLOCK_D, False)
@@ -68,13 +72,19 @@ def fwd_step(acc, l_i, m_i, q, lo, hi, k_base, v_base, skn, svn, r, step, c0, c_
     if MASKED:
         s = tl.where(kept(tl.arange(0, BLOCK_N), lo - c0, hi - c0), s, NEG)
     v = load_rows(v_base + j[:, None] * svn + dd[None, :], c, D, BLOCK_D, False)
-    return online(acc, l_i, m_i, s, v, sc2, MASKED, PRECISION)
+    if PRED is not None:  # a row may keep none of this block's keys: the masked update
+        s = tl.where(allowed(p, j, ds, PRED, True), s, NEG)
+        acc, l_i, m_i = online(acc, l_i, m_i, s, v, sc2, True, PRECISION)
+    else:
+        acc, l_i, m_i = online(acc, l_i, m_i, s, v, sc2, MASKED, PRECISION)
+    return acc, l_i, m_i
 
 
 @triton.jit
 def fwd_cross(acc, l_i, m_i, q, lo, hi, glo, ghi, k_base, v_base, skn, svn, GPOS, e0, e1,
-              r, step, sc2, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, D: tl.constexpr,
-              DILATED: tl.constexpr, GATHER: tl.constexpr, PRECISION: tl.constexpr):
+              r, step, sc2, p, ds, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+              D: tl.constexpr, DILATED: tl.constexpr, GATHER: tl.constexpr,
+              PRECISION: tl.constexpr, PRED: tl.constexpr):
     """The keys outside the rows' band, each row's in [glo, ghi]: the global keys
     ``GPOS[e0:e1]`` (GATHER), or the keys ``[e0, e1)`` of a dilated prefix."""
     dd = tl.arange(0, BLOCK_D)
@@ -83,6 +93,8 @@ def fwd_cross(acc, l_i, m_i, q, lo, hi, glo, ghi, k_base, v_base, skn, svn, GPOS
         k = load_rows(k_base + j[:, None] * skn + dd[None, :], col_ok, D, BLOCK_D, False)
         s = mma(q, tl.trans(k), None, PRECISION)
         keep = cross_keep(j, glo, ghi, lo, hi, r, step, DILATED, GATHER) & col_ok[None, :]
+        if PRED is not None:
+            keep = keep & allowed(p, j, ds, PRED, True)
         v = load_rows(v_base + j[:, None] * svn + dd[None, :], col_ok, D, BLOCK_D, False)
         acc, l_i, m_i = online(acc, l_i, m_i, tl.where(keep, s, NEG), v, sc2, True, PRECISION)
     return acc, l_i, m_i
@@ -90,18 +102,21 @@ def fwd_cross(acc, l_i, m_i, q, lo, hi, glo, ghi, k_base, v_base, skn, svn, GPOS
 
 @triton.jit
 def fwd_band(acc, l_i, m_i, q, lo, hi, k_base, v_base, skn, svn, r, step, c_end,
-             lo_end, mid, post, end, sc2, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-             D: tl.constexpr, DILATED: tl.constexpr, PRECISION: tl.constexpr):
+             lo_end, mid, post, end, sc2, p, ds, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+             D: tl.constexpr, DILATED: tl.constexpr, PRECISION: tl.constexpr,
+             PRED: tl.constexpr):
     """The band's key blocks [lo_end, end): the masked edges, then the unmasked [mid, post)."""
     n_lo = tl.cdiv(mid - lo_end, BLOCK_N)
     n_edge = n_lo + tl.cdiv(end - post, BLOCK_N)
     for i in range(0, n_edge):
         c0 = edge_start(i, lo_end, post, n_lo, BLOCK_N)
         acc, l_i, m_i = fwd_step(acc, l_i, m_i, q, lo, hi, k_base, v_base, skn, svn, r, step,
-                                 c0, c_end, sc2, BLOCK_N, BLOCK_D, D, True, DILATED, PRECISION)
+                                 c0, c_end, sc2, p, ds, BLOCK_N, BLOCK_D, D, True, DILATED,
+                                 PRECISION, PRED)
     for c0 in range(mid, post, BLOCK_N):
         acc, l_i, m_i = fwd_step(acc, l_i, m_i, q, lo, hi, k_base, v_base, skn, svn, r, step,
-                                 c0, c_end, sc2, BLOCK_N, BLOCK_D, D, False, DILATED, PRECISION)
+                                 c0, c_end, sc2, p, ds, BLOCK_N, BLOCK_D, D, False, DILATED,
+                                 PRECISION, PRED)
     return acc, l_i, m_i
 
 
@@ -138,11 +153,13 @@ def band_fwd(Q, K, V, Out, LSE, SLOTS, GPOS, GIDX, DS, DE,
              D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
              BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, GLOBAL: tl.constexpr,
              DILATED: tl.constexpr, DOCS: tl.constexpr, PREFIX: tl.constexpr,
-             TMA: tl.constexpr = False, WS: tl.constexpr = False, APART: tl.constexpr = False):
+             TMA: tl.constexpr = False, WS: tl.constexpr = False, APART: tl.constexpr = False,
+             PRED: tl.constexpr = None):
     """Grid (row blocks, B·H, slots). O: (B, H, n_q, D); LSE: (B·H, n_q) fp32, base 2.
     K/V head ``h // GROUP`` (grouped-query attention). ``TMA`` (a mask without clauses, the
     host checks): tiles through tensor descriptors (:func:`fwd_block_tma`); ``WS``: its
-    unmasked loop warp-specialized."""
+    unmasked loop warp-specialized. ``PRED``: a predicate feature's ``@triton.jit (p, j) ->
+    bool`` (None: no code for it), applied to every block visited."""
     pid_m, bh = tl.program_id(0), tl.program_id(1)
     SP = SLOTS + tl.program_id(2) * 9
     GIDX -= GB  # GIDX[x] counts the global positions below x >= GB (negative: rows)
@@ -165,7 +182,8 @@ def band_fwd(Q, K, V, Out, LSE, SLOTS, GPOS, GIDX, DS, DE,
         v_base = V + b.to(tl.int64) * svb + hk * svh
         acc, l_i, m_i = fwd_rows(q, x, p, ok, x0, p0, x1, p1, r, step, flags, SP, GPOS, GIDX,
                                  DS, DE, k_base, v_base, skn, svn, n_k, hg, P, sc2, BLOCK_M,
-                                 BLOCK_N, BLOCK_D, D, GLOBAL, DILATED, DOCS, PREFIX, PRECISION)
+                                 BLOCK_N, BLOCK_D, D, GLOBAL, DILATED, DOCS, PREFIX, PRECISION,
+                                 PRED)
         o_ptrs = Out + b.to(tl.int64) * sob + h.to(tl.int64) * soh + i[:, None] * son + dd[None, :]
         store = stored_rows(ok, p, flags, GIDX, GLOBAL, APART)
         finish(acc, l_i, m_i, o_ptrs, LSE + bh.to(tl.int64) * n_q + i, store, ld, sc2)
@@ -246,37 +264,54 @@ def fwd_block_tma(Q, K, V, Out, LSE, SP, GPOS, DS, DE, pid_m, bh, sqb, sqh, sqn,
 
 
 @triton.jit
+def fwd_segments(acc, l_i, m_i, q, lo, hi, p, ok, p0, p1, r, step, flags, walks, GPOS, GIDX,
+                 DS, DE, k_base, v_base, skn, svn, n_k, hg, P, sc2, ds, BLOCK_N: tl.constexpr,
+                 BLOCK_D: tl.constexpr, D: tl.constexpr, GLOBAL: tl.constexpr,
+                 DILATED: tl.constexpr, DOCS: tl.constexpr, PREFIX: tl.constexpr,
+                 PRECISION: tl.constexpr, PRED: tl.constexpr):
+    """The keys of a row block outside its band, when the program ``walks`` them (the
+    forward: always; a split decode: its first chunk): the cross segment over global keys
+    (a slot with one), then a dilated class slot's prefix segment."""
+    if GLOBAL:  # noqa: SIM102 (a compile-time clause around a runtime one)
+        if ((flags & 1) != 0) & walks:
+            glo, ghi, e0, e1 = global_segment(p, ok, p0, p1, GIDX, -n_k - 1, hg, 0, n_k, P, DS,
+                                              DE, DOCS, PREFIX, DILATED)
+            acc, l_i, m_i = fwd_cross(acc, l_i, m_i, q, lo, hi, glo, ghi, k_base, v_base, skn,
+                                      svn, GPOS, e0, e1, r, step, sc2, p, ds, BLOCK_N, BLOCK_D,
+                                      D, DILATED, True, PRECISION, PRED)
+    if PREFIX:  # noqa: SIM102 (compile-time clauses around a runtime one)
+        if DILATED:  # noqa: SIM102
+            if ((flags & 2) == 0) & walks:
+                plo, phi = prefix_bounds(p, ok, 0, P, DS, DE, DOCS)
+                acc, l_i, m_i = fwd_cross(acc, l_i, m_i, q, lo, hi, plo, phi, k_base, v_base,
+                                          skn, svn, GPOS, tl.min(plo, 0), tl.max(phi, 0) + 1,
+                                          r, step, sc2, p, ds, BLOCK_N, BLOCK_D, D, DILATED,
+                                          False, PRECISION, PRED)
+    return acc, l_i, m_i
+
+
+@triton.jit
 def fwd_rows(q, x, p, ok, x0, p0, x1, p1, r, step, flags, SP, GPOS, GIDX, DS, DE,
              k_base, v_base, skn, svn, n_k, hg, P, sc2, BLOCK_M: tl.constexpr,
              BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, D: tl.constexpr,
              GLOBAL: tl.constexpr, DILATED: tl.constexpr, DOCS: tl.constexpr,
-             PREFIX: tl.constexpr, PRECISION: tl.constexpr):
+             PREFIX: tl.constexpr, PRECISION: tl.constexpr, PRED: tl.constexpr):
     """(acc, l, m) of one row block over every key its slot gives it: cross, prefix, band."""
     m_i = tl.zeros([BLOCK_M], dtype=tl.float32) + NEG
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     lo, hi = own_bounds(x, p, ok, SP, P, DS, DE, PREFIX, DOCS, DILATED)
-    if GLOBAL:  # noqa: SIM102 (a compile-time clause around a runtime one)
-        if (flags & 1) != 0:
-            glo, ghi, e0, e1 = global_segment(p, ok, p0, p1, GIDX, -n_k - 1, hg, 0, n_k, P, DS,
-                                              DE, DOCS, PREFIX, DILATED)
-            acc, l_i, m_i = fwd_cross(acc, l_i, m_i, q, lo, hi, glo, ghi, k_base, v_base, skn,
-                                      svn, GPOS, e0, e1, r, step, sc2, BLOCK_N, BLOCK_D, D,
-                                      DILATED, True, PRECISION)
-    if PREFIX:  # noqa: SIM102 (compile-time clauses around a runtime one)
-        if DILATED:  # noqa: SIM102
-            if (flags & 2) == 0:
-                plo, phi = prefix_bounds(p, ok, 0, P, DS, DE, DOCS)
-                acc, l_i, m_i = fwd_cross(acc, l_i, m_i, q, lo, hi, plo, phi, k_base, v_base,
-                                          skn, svn, GPOS, tl.min(plo, 0), tl.max(phi, 0) + 1,
-                                          r, step, sc2, BLOCK_N, BLOCK_D, D, DILATED, False,
-                                          PRECISION)
+    ds = own_start(p, ok, DS, DOCS, PRED)
+    acc, l_i, m_i = fwd_segments(acc, l_i, m_i, q, lo, hi, p, ok, p0, p1, r, step, flags, True,
+                                 GPOS, GIDX, DS, DE, k_base, v_base, skn, svn, n_k, hg, P, sc2,
+                                 ds, BLOCK_N, BLOCK_D, D, GLOBAL, DILATED, DOCS, PREFIX,
+                                 PRECISION, PRED)
     lo0, hi0 = own_bounds(x0, p0, p0 >= 0, SP, P, DS, DE, PREFIX, DOCS, DILATED)
     lo1, hi1 = own_bounds(x1, p1, p1 >= 0, SP, P, DS, DE, PREFIX, DOCS, DILATED)
     lo_end, mid, post, end = walk(lo0, hi0, lo1, hi1, BLOCK_N)
     return fwd_band(acc, l_i, m_i, q, lo, hi, k_base, v_base, skn, svn, r, step,
-                    tl.load(SP + 5), lo_end, mid, post, end, sc2, BLOCK_N, BLOCK_D, D,
-                    DILATED, PRECISION)
+                    tl.load(SP + 5), lo_end, mid, post, end, sc2, p, ds, BLOCK_N, BLOCK_D, D,
+                    DILATED, PRECISION, PRED)
 
 
 @triton.jit
@@ -289,8 +324,8 @@ def csr_keys(acc, l_i, m_i, q, p, k_base, v_base, skn, svn, COLS, e_start, e_end
         j0 = tl.load(COLS + e)
         hi = tl.minimum(tl.minimum(p + hg, n_k - 1), j0 + block - 1)
         acc, l_i, m_i = fwd_step(acc, l_i, m_i, q, j0 + 0 * p, hi, k_base, v_base, skn, svn,
-                                 0, 1, j0, n_k, sc2, TILE, BLOCK_D, D, MASKED, False,
-                                 PRECISION)
+                                 0, 1, j0, n_k, sc2, p, p, TILE, BLOCK_D, D, MASKED, False,
+                                 PRECISION, None)
     return acc, l_i, m_i
 
 

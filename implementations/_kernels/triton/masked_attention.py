@@ -2,8 +2,9 @@
 
 ``triton_attention(q, k, v, mask)`` is exact masked attention for any band mask (full, causal,
 window, dilation, global tokens as a count or at named positions, a bidirectional prefix,
-packed documents) or BigBird layout (global blocks as a count or at named blocks), one kernel
-launch per forward call (two for a decode step of up to 16 query rows: split-KV and combine),
+packed documents, a predicate feature's ``@triton.jit`` predicate) or BigBird layout (global
+blocks as a count or at named blocks), one kernel launch per forward call (two for a decode
+step of up to 16 query rows: split-KV and combine),
 K/V heads shared by groups of query heads (grouped-query attention). The
 implementations (``local``, ``dilated``, ``longformer``, ``bigbird``, ``flash-tiled``) call it on
 CUDA; on CPU they keep the tile path, and tests call it on CPU tensors under
@@ -24,8 +25,9 @@ import math
 import torch
 from torch import Tensor
 
-from harness.masks import MaskSpec
+from harness.masks import MaskSpec, check_fits
 from harness.spec import Problem
+from implementations._kernels.saved_lse import LseOps, attention_with_lse
 from implementations._kernels.triton import fused_path
 from implementations._kernels.triton.plan_band import (
     band_executed_pairs,
@@ -127,20 +129,18 @@ def masked_workspace_bytes(problem: Problem) -> int:
     return total
 
 
-class _TritonAttention(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, scale: float) -> Tensor:
-        out, lse = launches.attention_forward(q, k, v, mask, scale)
-        if any(ctx.needs_input_grad[:3]):
-            ctx.save_for_backward(q, k, v, out, lse)
-            ctx.mask, ctx.scale = mask, scale
-        return out
+def _forward(q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, scale: float,
+             want_lse: bool) -> tuple[Tensor, Tensor]:
+    del want_lse  # the kernel writes the lse either way
+    return launches.attention_forward(q, k, v, mask, scale)
 
-    @staticmethod
-    def backward(ctx, dout: Tensor):
-        q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = launches.attention_backward(q, k, v, out, lse, dout, ctx.mask, ctx.scale)
-        return dq, dk, dv, None, None
+
+def _backward(q, k, v, out, lse, dout, mask: MaskSpec, scale: float):
+    return launches.attention_backward(q, k, v, out, lse, dout, mask, scale)
+
+
+# the kernels' calls for the shared autograd (late-bound: launches may be absent)
+TRITON_OPS = LseOps(_forward, _backward)
 
 
 def triton_attention(
@@ -156,6 +156,7 @@ def triton_attention(
     if k.shape[1] == 0 or q.shape[1] % k.shape[1]:
         raise ValueError(f"query heads ({q.shape[1]}) must be a multiple of K/V heads "
                          f"({k.shape[1]})")
-    mask.check_lengths(q.shape[-2], k.shape[-2])  # documents must tile the sequence
+    # documents must tile the sequence; a contradictory mask is refused before any launch
+    check_fits(mask, q.shape[-2], k.shape[-2])
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    return _TritonAttention.apply(q, k, v, mask, scale)
+    return attention_with_lse(q, k, v, mask, scale, TRITON_OPS)

@@ -29,18 +29,23 @@ segment over the partners in G that the band does not already hold. Class slots 
 owns in G (the table slot writes them). The dK/dV *key slots* are the same construction with
 keys as owns and ``(lo_rel, hi_rel)`` negated and swapped.
 
+A predicate feature (:mod:`harness.mask_features.predicate`) changes no slot: its
+``@triton.jit`` predicate is the kernels' ``PRED`` constexpr (:attr:`BandPlan.flags`), applied
+to every block they visit (AND); the executed pairs are the slots' as without it.
+
 BigBird layouts are CSR lists instead (:mod:`.plan_blocks`).
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from functools import lru_cache
 
 import torch
 from torch import Tensor
 
-from harness.mask_features import dilation, prefix, window
+from harness.mask_features import dilation, predicate, prefix, window
 from harness.mask_features import globals as globals_
 from harness.masks import MaskSpec
 
@@ -76,6 +81,7 @@ class BandPlan:
     dilation: int
     slots: tuple[tuple[int, ...], ...]
     key_slots: tuple[tuple[int, ...], ...]
+    predicate: object = None  # a predicate feature's @triton.jit (p, j) -> bool, or None
 
     @property
     def globals(self) -> tuple[int, ...]:
@@ -112,21 +118,45 @@ class BandPlan:
         return min(self.n_k - self.n_q, 0)
 
     @property
-    def flags(self) -> dict[str, bool]:
-        """The kernels' compile-time mask clauses: code for a clause exists only when used."""
+    def flags(self) -> dict[str, object]:
+        """The kernels' compile-time mask clauses: code for a clause exists only when used
+        (``PRED``: the predicate function, present only with a predicate feature)."""
         out = {"GLOBAL": bool(self.row_globals or self.key_globals),
                "DILATED": self.dilation > 1, "DOCS": self.documents is not None,
                "PREFIX": self.prefix > 0}
         if self.apart:  # only then: every other launch compiles exactly as without it
             out["APART"] = True
+        if self.predicate is not None:  # likewise
+            out["PRED"] = self.predicate
         return out
 
 
 def fused_band_reasons(spec: MaskSpec) -> list[str]:
     """Why the band kernels cannot run ``spec`` (empty: they run every band mask, plug-in
-    runs features included: their runs are the kernels' global rows and keys)."""
-    del spec
+    runs features included: their runs are the kernels' global rows and keys; and one
+    predicate feature that gives its ``@triton.jit`` predicate)."""
+    features = predicate.predicates(spec)
+    if len(features) > 1:
+        names = sorted(f.name for f in features)
+        return [f"the fused band kernels take one predicate feature, got {names}"]
+    if features and features[0].triton_keep is None:
+        return [f"mask feature {features[0].name!r} gives no @triton.jit predicate "
+                f"(triton_keep) for the fused band kernels"]
     return []
+
+
+def triton_predicate(spec: MaskSpec) -> object:
+    """The spec's predicate feature's ``@triton.jit`` function (None without one): its
+    ``triton_keep``, or the function a ``"package.module:function"`` string names (imported
+    here, at the first plan of such a mask: the module imports Triton)."""
+    features = predicate.predicates(spec)
+    if not features:
+        return None
+    keep = type(features[0]).triton_keep
+    if isinstance(keep, str):
+        module, _, name = keep.partition(":")
+        keep = getattr(importlib.import_module(module), name)
+    return keep
 
 
 @lru_cache(maxsize=64)
@@ -148,7 +178,8 @@ def band_plan(spec: MaskSpec, n_q: int, n_k: int) -> BandPlan:
     # a count g makes every p < g global, rows before the first key (p < 0) too; class slots
     # then start past them. With documents the globals are each document's own (local
     # positions): the table lists them as absolute positions, and no slot skips rows
-    plain = isinstance(spec.global_tokens, int) and not spec.documents and not spec.extra
+    plain = (isinstance(spec.global_tokens, int) and not spec.documents
+             and not globals_.runs_features(spec))  # a predicate feature changes no slot
     skip = spec.global_tokens if plain else 0
     if skip:
         rows_g = keys_g = tuple(range(min(off, 0), min(skip, n_k)))
@@ -179,7 +210,7 @@ def band_plan(spec: MaskSpec, n_q: int, n_k: int) -> BandPlan:
         key_slots.append((r, d, gk, nk - gk, *rows, -hi_rel, -lo_rel,
                           (CROSS if rows_g else 0) | skip_counts))
     return BandPlan(n_q, n_k, big, hg, prefix.length(spec), rows_g, keys_g, spec.documents, d,
-                    tuple(slots), tuple(key_slots))
+                    tuple(slots), tuple(key_slots), triton_predicate(spec))
 
 
 def _table(runs, documents: tuple[int, ...] | None, n_k: int, first: int) -> tuple[int, ...]:

@@ -9,12 +9,13 @@ moves out of the timed region. The cache is keyed by :func:`device_key`, so that
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import torch
 from torch import Tensor
 
+from harness.mask_features import predicate
 from harness.masks import MaskSpec
 from implementations._kernels.triton.plan_band import BandPlan, band_plan
 from implementations._kernels.triton.plan_blocks import BlockPlan, block_plan, block_tile
@@ -29,6 +30,7 @@ DEFAULT_SMS = 132  # an H100's SM count: the split count off a GPU (the interpre
 # keys per split at least (4 blocks of 128 keys: a program's fixed work, q and its partial
 # state, stays a few % of its K/V reads)
 DECODE_WAVES = 2
+PREDICATE_KEY = 64  # added to the mode key of a mask with a predicate feature
 MIN_SPLIT_KEYS = 512
 
 
@@ -52,9 +54,13 @@ def device_key(device: torch.device | str) -> str:
 
 
 def mode_key(mask: MaskSpec) -> int:
-    """Autotuning bucket of the mask's iteration space (each clause its own bucket)."""
+    """Autotuning bucket of the mask's iteration space (each clause its own bucket; with a
+    predicate feature ``PREDICATE_KEY`` more: its kernels are other kernels, and the sum stays
+    apart from ``autotune.UNADDRESSABLE``'s, which adds 32 to at most 23)."""
     if mask.block_size is not None:
         return 5
+    if predicate.predicates(mask):
+        return PREDICATE_KEY + mode_key(replace(mask, extra=()))
     bits = ("global", "dilation", "documents", "prefix")
     extra = sum(1 << i for i, name in enumerate(bits) if name in mask.features)
     if extra:

@@ -38,6 +38,15 @@ def own_block(SP, GPOS, pid, BLOCK: tl.constexpr):
     a = a0 + tl.arange(0, BLOCK)
     ok = a < x_start + n_own
     a1 = tl.minimum(a0 + BLOCK, x_start + n_own) - 1
+    x, p, x0, p0, x1, p1 = own_positions(GPOS, a, ok, a0, a1, r, step, flags)
+    return x, p, ok, x0, p0, x1, p1, r, step, flags
+
+
+@triton.jit
+def own_positions(GPOS, a, ok, a0, a1, r, step, flags):
+    """(x, p, x0, p0, x1, p1): the own coordinates and positions of a slot's owns at slot
+    coordinates ``a`` (valid ``ok``), its first ``a0`` and last ``a1``. A TABLE slot's owns are
+    the global positions ``GPOS[a]`` (then x = p); a class slot's are ``r + step·a``."""
     if (flags & 2) != 0:
         p = tl.load(GPOS + a, mask=ok, other=0)
         p0, p1 = tl.load(GPOS + a0), tl.load(GPOS + a1)
@@ -46,7 +55,7 @@ def own_block(SP, GPOS, pid, BLOCK: tl.constexpr):
         p = r + step * a
         p0, p1 = r + step * a0, r + step * a1
         x, x0, x1 = a, a0, a1
-    return x, p, ok, x0, p0, x1, p1, r, step, flags
+    return x, p, x0, p0, x1, p1
 
 
 @triton.jit
@@ -211,6 +220,29 @@ def cross_keep(ppos, glo, ghi, lo, hi, r, step, DILATED: tl.constexpr, GATHER: t
     else:
         band = kept(ppos, lo, hi)
     return keep & ~band
+
+
+@triton.jit
+def allowed(own, partners, ds, PRED: tl.constexpr, OWN_ROWS: tl.constexpr):
+    """(owns, partners) bool: a predicate feature's ``PRED(query position, key)`` (rule 6 of
+    :mod:`harness.masks`) at positions inside each own's document (``ds``: its start, 0
+    without documents); the owns are query rows (OWN_ROWS: forward, dQ) or keys (dK/dV)."""
+    part = partners[None, :] - ds[:, None]
+    mine = (own - ds)[:, None]
+    if OWN_ROWS:
+        return PRED(mine, part)
+    return PRED(part, mine)
+
+
+@triton.jit
+def own_start(p, ok, DS, DOCS: tl.constexpr, PRED: tl.constexpr):
+    """The document start of owns at positions ``p``, where a predicate feature reads
+    positions (0 without documents; unused and compiled away without PRED)."""
+    ds = p * 0
+    if PRED is not None:  # noqa: SIM102 (compile-time clauses)
+        if DOCS:
+            ds = tl.load(DS + p, mask=ok, other=0)
+    return ds
 
 
 @triton.jit
