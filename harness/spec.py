@@ -49,6 +49,9 @@ MASK_FEATURES = frozenset(
         "block_sparse",
         "documents",  # packed documents (block-diagonal)
         "prefix",  # prefix-LM: a bidirectional prefix
+        # plug-in predicate features (mask_features.predicate): the path evaluates the whole
+        # dense rule per element in its partial blocks, so an extra AND clause reaches it
+        "predicate",
     }
 )
 ParamValue = int | float

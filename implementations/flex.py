@@ -118,7 +118,7 @@ def _workspace(p: Problem) -> int:
 
 
 _GLOBAL = {"global", "global_positions"}
-_BAND = {"causal", "window", "documents", "prefix"} | _GLOBAL
+_BAND = {"causal", "window", "documents", "prefix", "predicate"} | _GLOBAL
 _VARIANTS = {
     "flex-local": (_BAND, "sliding window (+ global tokens, prefix, packed documents)"),
     "flex-dilated": (_BAND | {"dilation"}, "dilated sliding window"),

@@ -31,7 +31,7 @@ from harness.spec import FLOAT_DTYPES, Capabilities
 from implementations._kernels.triton.masked_attention import masked_reasons
 from implementations._sparse_paths import COST, prepare, sparse_attention
 
-_PACKED = {"causal", "window", "documents", "prefix"}
+_PACKED = {"causal", "window", "documents", "prefix", "predicate"}
 _VARIANTS = {
     "local": (_PACKED, "sliding window computed band tile by band tile, O(n·w)"),
     "dilated": (

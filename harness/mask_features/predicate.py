@@ -46,7 +46,7 @@ class PredicateFeature:
     """A plug-in mask feature that allows a pair when :meth:`keep` says so (rule 6)."""
 
     name: ClassVar[str] = "predicate"  # the feature's name in refusals and labels
-    needs: ClassVar[str] = "window"  # the capability a path needs to run it (an element mask)
+    needs: ClassVar[str] = "predicate"  # the capability a path needs: it evaluates the rule
     triton_keep: ClassVar[object] = None  # a @triton.jit (p, j) -> bool, or "module:function"
 
     def check(self) -> None:
