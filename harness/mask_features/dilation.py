@@ -12,7 +12,8 @@ Where the field uses it: ``dilation = d`` (Longformer's dilated sliding window, 
 
 from __future__ import annotations
 
-import torch
+from collections.abc import Callable
+
 from torch import Tensor
 
 
@@ -21,7 +22,13 @@ def step(spec) -> int:
     return spec.dilation
 
 
-def clause(spec, rel: Tensor) -> Tensor | None:
-    """``rel % d == 0``; None without dilation."""
+def clause(spec) -> Callable[[Tensor], Tensor] | None:
+    """``rel -> rel % d == 0``; None without dilation. A power of two is a bit mask (two's
+    complement: ``rel & (d - 1)`` is ``rel mod d`` for negatives too): the element code of
+    Flex's kernel, where a modulo per element costs."""
     d = step(spec)
-    return None if d == 1 else torch.remainder(rel, d) == 0
+    if d == 1:
+        return None
+    if d & (d - 1) == 0:
+        return lambda rel: (rel & (d - 1)) == 0
+    return lambda rel: rel % d == 0
