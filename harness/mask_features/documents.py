@@ -28,6 +28,14 @@ def starts(lengths: tuple[int, ...], device: torch.device | str = "cpu") -> Tens
     return torch.repeat_interleave(first, counts)
 
 
+def edges(lengths: tuple[int, ...], p: Tensor) -> tuple[Tensor, Tensor]:
+    """[start, end) of the document holding each position of ``p`` (int64 like p; positions
+    outside the sequence read the nearest document). O(len(p) · log(documents))."""
+    ends = torch.cumsum(torch.tensor(lengths, dtype=torch.int64, device=p.device), 0)
+    at = torch.searchsorted(ends, p.clamp(0, int(ends[-1]) - 1), right=True)
+    return (ends - torch.tensor(lengths, dtype=torch.int64, device=p.device))[at], ends[at]
+
+
 def ids(lengths: tuple[int, ...], device: torch.device | str = "cpu") -> Tensor:
     """The document index of every position, int64 (sum(lengths),): ``[0]*l0 + [1]*l1 + ...``."""
     counts = torch.tensor(lengths, dtype=torch.int64, device=device)

@@ -40,6 +40,24 @@ def merge_runs(*groups: Runs) -> Runs:
 MAX_CONSTANT_RUNS = 4  # runs tested as constant ranges; more read one bool table
 
 
+def positions(runs: Runs, documents: tuple[int, ...] | None, n: int, first: int = 0
+              ) -> tuple[int, ...]:
+    """The absolute positions of ``runs`` below ``n``, ascending. With documents a run's
+    positions are each document's own (document ``[s, s + l)`` holds ``s + x`` for each ``x <
+    l`` in the runs, rule 5 of :mod:`harness.masks`); without them a run at 0 reaches down to
+    ``first`` (< 0: rows before the first key count as position 0)."""
+    if documents is None:
+        out = [x for a, e in runs for x in range(a, min(e, n))]
+        if runs and runs[0][0] == 0 and first < 0:
+            out = list(range(first, 0)) + out
+        return tuple(out)
+    out, start = [], 0
+    for length in documents:
+        out.extend(start + x for a, e in runs for x in range(a, min(e, length)))
+        start += length
+    return tuple(x for x in out if x < n)
+
+
 def in_runs(x: Tensor, runs: Runs) -> Tensor:
     """``x`` lies in one of ``runs``, elementwise bool (x any integer tensor; one below 0
     counts as 0, a row before the first key). Out of place

@@ -43,6 +43,18 @@ def band(spec) -> tuple[int | None, int | None]:
     return lo, hi
 
 
+def class_band(spec) -> tuple[int | None, int | None]:
+    """The band in class coordinates, causality folded in: with dilation d a position
+    ``p = r + d·a`` keeps the keys ``j = r + d·c`` of its class with ``lo <= c - a <= hi``
+    (:func:`band` divided by d; None = unbounded). The CPU tiles and the Triton band slots
+    walk each residue class as this plain band."""
+    lo = None if spec.left is None else -spec.left
+    hi = spec.right
+    if spec.causal:
+        hi = 0 if hi is None else min(hi, 0)
+    return lo, hi
+
+
 def clause(spec, causal_cut: bool = False) -> Callable[[Tensor], Tensor] | None:
     """``rel -> lo <= rel <= hi`` on Python constants (only the bounded sides are tested);
     None when both sides are unbounded. ``causal_cut``: causality folded into the right

@@ -32,6 +32,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from harness.mask_features import window
 from harness.masks import MaskSpec, pair_rule
 from harness.paircount import BIG, BandRule, Runs, expand
 
@@ -163,8 +164,8 @@ def band_tiles(spec: MaskSpec, n_q: int, n_k: int, block: int) -> BandTiles:
     rule = pair_rule(spec, n_q, n_k)
     assert isinstance(rule, BandRule), "band tiles are for masks without block_size"
     d, off = rule.d, n_k - n_q
-    left = BIG if rule.lo <= -BIG else -rule.lo // d  # the band in class coordinates
-    right = BIG if rule.hi >= BIG else rule.hi // d  # causality already folded in
+    lo, hi = window.class_band(spec)  # the band in class coordinates, causality folded in
+    left, right = (BIG if lo is None else -lo), (BIG if hi is None else hi)
     sizes = class_sizes(n_k, d)
     k_start = np.concatenate([[0], np.cumsum(sizes)])
     parts, row = [], 0
