@@ -37,6 +37,12 @@ def row_runs(spec) -> Runs:
     return merge_runs(spec.global_runs, *(f.row_runs() for f in runs_features(spec)))
 
 
+def row_zero(spec) -> bool:
+    """Position 0 is a visible row, so a row before the first key (``n_q > n_k``: p < 0,
+    which counts as position 0) keeps every key."""
+    return any(a == 0 for a, _ in row_runs(spec))
+
+
 def clause(spec, device: str = "cpu") -> Callable[[Tensor, Tensor], Tensor] | None:
     """``(p, j) -> p a visible row or j a visible key``: the global positions and every
     plug-in's runs (their element predicate is their runs, :meth:`RunsFeature.keep`), as

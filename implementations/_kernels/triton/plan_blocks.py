@@ -93,7 +93,7 @@ def block_plan(spec: MaskSpec, n_q: int, n_k: int, tile: int) -> BlockPlan:
     first_qb = math.floor(off / b)  # query blocks start at absolute position qb * b
     for qb in range(first_qb, math.ceil(n_k / b)):
         if qb < 0:  # rows before the first key: only global keys, never under causality
-            cols = [] if spec.causal else (list(range(nb)) if _zero_global(spec) else g_blocks)
+            cols = [] if spec.causal else (list(range(nb)) if globals_.row_zero(spec) else g_blocks)
         else:
             keep = layout[qb].clone()
             if spec.causal:
@@ -109,12 +109,6 @@ def block_plan(spec: MaskSpec, n_q: int, n_k: int, tile: int) -> BlockPlan:
             by_key[k_pos].append((q_pos, masked))
     bwd = _csr(list(by_key), list(by_key.values()))
     return BlockPlan(b, *fwd, *bwd)
-
-
-def _zero_global(spec: MaskSpec) -> bool:
-    """Position 0 is a global row: a row before the first key (n_q > n_k) counts as position 0
-    (:mod:`harness.masks`), so it keeps every key."""
-    return any(a == 0 for a, _ in globals_.row_runs(spec))
 
 
 def block_tile(block_size: int) -> int:
@@ -145,7 +139,7 @@ def block_entry_count(spec: MaskSpec, n_q: int, n_k: int) -> int:
     before = 0  # query blocks before the first key (n_q > n_k)
     first_qb = math.floor(off / b)
     if first_qb < 0 and not spec.causal:
-        before = -first_qb * (nb if _zero_global(spec) else len(g_blocks))
+        before = -first_qb * (nb if globals_.row_zero(spec) else len(g_blocks))
     return int(count.sum()) + before
 
 
