@@ -36,6 +36,7 @@ from torch import Tensor
 
 from harness.mask_features import globals as globals_
 from harness.mask_features.bigbird_blocks import folded_layout
+from harness.mask_features.dilation import class_order
 from harness.masks import MaskSpec, check_fits, keep_pairs
 from implementations._kernels.tiles.tile_plan_band import BandTiles, Ranges, band_tiles
 
@@ -134,10 +135,7 @@ class _BiasMaker:
 
 def _orders(n_q: int, n_k: int, d: int) -> tuple[Tensor, Tensor]:
     """Query rows and keys in class order: positions ``p ≡ 0 (mod d)`` first, ascending."""
-    p, j = torch.arange(n_q) + n_k - n_q, torch.arange(n_k)
-    q_order = torch.cat([torch.nonzero(torch.remainder(p - r, d) == 0).flatten() for r in range(d)])
-    k_order = torch.cat([j[r::d] for r in range(d)])
-    return q_order, k_order
+    return class_order(n_k - n_q, n_q, d), class_order(0, n_k, d)
 
 
 def _band_plan_tiles(

@@ -198,10 +198,11 @@ def band_plan(spec: MaskSpec, n_q: int, n_k: int) -> BandPlan:
         first = sum(x < 0 for x in keys_g) + (len(rows_g) if apart else 0)
         key_slots.append((0, 1, first, len(keys_g) - first + (len(rows_g) if apart else 0),
                           off, n_k, -hg, big, TABLE))
+    sizes = dilation.class_sizes(n_k, d)  # keys per residue class
     for r in range(d):
         x_start = ceil_div((max(off, skip) if skip else off) - r, d)
         n_rows = max(0, (n_k - 1 - r) // d - x_start + 1)
-        nk = max(0, ceil_div(n_k - r, d))
+        nk = int(sizes[r])
         gk = min(max(ceil_div(skip - r, d), 0), nk)  # class keys below g: the table slot's
         slots.append((r, d, x_start, n_rows, 0, nk, lo_rel, hi_rel,
                       (CROSS if keys_g else 0) | skip_counts))
