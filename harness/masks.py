@@ -51,6 +51,7 @@ element); :func:`dense_mask` is the definition they are tested against.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from functools import lru_cache
 
@@ -86,6 +87,7 @@ __all__ = [
     "keep_pairs",
     "kept_pairs",
     "mask_rows",
+    "pair_keep",
     "pair_rule",
 ]
 
@@ -94,34 +96,70 @@ document_ids = documents.ids
 block_layout = bigbird_blocks.block_layout
 
 
+PairKeep = Callable[[Tensor, Tensor], Tensor]
+
+
 def keep_pairs(spec: MaskSpec, n_q: int, n_k: int, p: Tensor, j: Tensor) -> Tensor:
     """The mask rule at arbitrary pairs: p (r, 1) absolute query positions (``i + n_k - n_q``),
     j (1, c) key indices -> bool (r, c), True = attend. The one definition of the semantics:
-    the clauses of :mod:`harness.mask_features`, composed in the module docstring's order."""
-    if spec.documents is None:
-        return _keep_in_sequence(spec, n_q, n_k, p, j)
-    same, p_local, j_local = documents.split(spec, p, j)
-    return _keep_in_sequence(spec.without_documents(), n_q, n_k, p_local, j_local) & same
+    :func:`pair_keep`, the clauses of :mod:`harness.mask_features` composed."""
+    return pair_keep(spec, n_q, n_k, str(p.device))(p, j)
 
 
-def _keep_in_sequence(spec: MaskSpec, n_q: int, n_k: int, p: Tensor, j: Tensor) -> Tensor:
-    """Rules 1-4 and 6 of the module docstring (no documents)."""
-    rel = j - p
+@lru_cache(maxsize=256)
+def pair_keep(spec: MaskSpec, n_q: int, n_k: int, device: str = "cpu") -> PairKeep:
+    """The mask rule as one function ``(p, j) -> bool``: every feature module's clause, built
+    once on the spec's numbers and composed in the order of the module docstring (and of
+    :mod:`harness.mask_features`). Elementwise ops on broadcast integer tensors, nothing
+    written in place, only the clauses the spec uses: the dense rule runs it on grids, and
+    Flex's ``mask_mod`` is this function on its index tensors (under vmap and compile), so
+    its kernel holds exactly these clauses. Cached: the same key gives the same function."""
+    split = documents.split(spec, device)
+    inner = _sequence_keep(spec.without_documents(), n_q, n_k, device)
+    if split is None:
+        return inner
+
+    def keep_in_document(p: Tensor, j: Tensor) -> Tensor:  # rule 5: local positions
+        same, p_local, j_local = split(p, j)
+        return inner(p_local, j_local) & same
+
+    return keep_in_document
+
+
+def _sequence_keep(spec: MaskSpec, n_q: int, n_k: int, device: str) -> PairKeep:
+    """Rules 1-4 and 6 of the module docstring (no documents). A clause that cuts nothing is
+    None: ``keep`` None means every pair so far, so an OR into it is skipped."""
+    visible = globals_.clause(spec, device)
+    fold = spec.causal and visible is None and spec.block_size is None  # nothing OR-ed between
     if spec.block_size is not None:
-        keep = bigbird_blocks.clause(spec, n_q, n_k, p, j)
+        pattern = [bigbird_blocks.clause(spec, n_q, n_k, device)]
+        bands = []
     else:
-        keep = torch.ones(rel.shape, dtype=torch.bool, device=p.device)
-        for clause in (window.clause(spec, rel), dilation.clause(spec, rel)):
-            keep = keep if clause is None else keep & clause
-    member = p.clamp_min(0)  # a row before the first key counts as position 0 (rules 2 and 4)
-    visible = globals_.clause(spec, member, j)
-    keep = keep if visible is None else keep | visible
-    cut = causal.clause(spec, rel)
-    keep = keep if cut is None else keep & cut
-    square = prefix.clause(spec, member, j)
-    keep = keep if square is None else keep | square
-    allowed = predicate.clause(spec, p, j)
-    return keep if allowed is None else keep & allowed
+        pattern = []
+        bands = [c for c in (window.clause(spec, causal_cut=fold), dilation.clause(spec)) if c]
+    cut = None if fold else causal.clause(spec)
+    square, allowed = prefix.clause(spec), predicate.clause(spec)
+
+    def keep_pair(p: Tensor, j: Tensor) -> Tensor:
+        rel = j - p
+        keep = pattern[0](p, j) if pattern else None
+        for band in bands:
+            keep = _and(keep, band(rel))
+        if keep is not None and visible is not None:
+            keep = keep | visible(p, j)  # memberships count a row p < 0 as position 0
+        if cut is not None:
+            keep = _and(keep, cut(rel))
+        if keep is not None and square is not None:
+            keep = keep | square(p, j)
+        if allowed is not None:
+            keep = _and(keep, allowed(p, j))
+        return torch.ones_like(rel, dtype=torch.bool) if keep is None else keep
+
+    return keep_pair
+
+
+def _and(keep: Tensor | None, clause: Tensor) -> Tensor:
+    return clause if keep is None else keep & clause
 
 
 def mask_rows(

@@ -9,13 +9,16 @@ The dense rule of :mod:`harness.masks` is these clauses composed in one order::
     keep = keep & predicate             # predicate.py: every PredicateFeature (an AND)
     keep = keep & same document         # documents.py (positions counted per document)
 
-Each module states its clause (:func:`harness.masks.keep_pairs` calls it), its part of the
+Each module states its clause (a builder, called once per spec, of an elementwise function on
+Python constants that writes nothing in place: :func:`harness.masks.pair_keep` composes them,
+and that one function is the dense rule and Flex's ``mask_mod``), its part of the
 closed-form pair count (what it puts in :mod:`harness.paircount`'s :class:`BandRule` /
 :class:`LayoutRule`, assembled by :func:`harness.masks.pair_rule`) and so its part of the one
 block plan (:mod:`harness.block_plan`: exact per-block counts, so a (query block,
 key block) pair is skipped, full or partial; the element predicate of a partial one is the
-dense rule). Readers of the plan: the CPU tiles (:mod:`implementations._kernels.tiles`),
-Flex's ``BlockMask`` (:mod:`implementations._flex_masks`).
+dense rule). Readers of the geometry: the CPU tiles (:mod:`implementations._kernels.tiles`),
+Flex's ``BlockMask`` (:mod:`implementations._flex_masks`), the Triton band and block tables
+(:mod:`implementations._kernels.triton.plan_band`, ``plan_blocks``).
 
 A feature outside MaskSpec's named fields is carried in ``MaskSpec.extra``, in one of two
 forms: a :class:`RunsFeature` (see :mod:`.visible_runs`), whose geometry is runs of visible keys

@@ -14,6 +14,7 @@ Where the field uses it: ``block_size = b`` with ``window`` counted in blocks an
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import lru_cache
 
 import torch
@@ -71,10 +72,20 @@ def folded_layout(spec, n_q: int, n_k: int) -> Tensor:
     return layout
 
 
-def clause(spec, n_q: int, n_k: int, p: Tensor, j: Tensor) -> Tensor:
-    """Query block ``p // b`` keeps key block ``j // b`` in the layout (rows outside it: no)."""
-    layout = block_layout(spec, n_q, n_k).to(p.device)
+def clause(spec, n_q: int, n_k: int, device: str = "cpu") -> Callable[[Tensor, Tensor], Tensor]:
+    """``(p, j) -> query block p // b keeps key block j // b`` in :func:`block_layout` (rows
+    before the first key: no), one lookup in the flattened layout (a captured bool table);
+    the block index is a shift when b is a power of two."""
+    b = spec.block_size
+    layout = block_layout(spec, n_q, n_k)
     nb = layout.shape[0]
-    qb = torch.div(p, spec.block_size, rounding_mode="floor")
-    valid = (qb >= 0) & (qb < nb)
-    return layout[qb.clamp(0, nb - 1), (j // spec.block_size).clamp(0, nb - 1)] & valid
+    flat = layout.flatten().to(device)  # (nb * nb,)
+    shift = b.bit_length() - 1 if b & (b - 1) == 0 else None
+    before_first = n_q > n_k  # only then are there rows p < 0
+
+    def keep(p: Tensor, j: Tensor) -> Tensor:
+        qb, kb = (p >> shift, j >> shift) if shift is not None else (p // b, j // b)
+        out = flat[qb.clamp(0, nb - 1) * nb + kb.clamp(0, nb - 1)]
+        return out & (p >= 0) if before_first else out
+
+    return keep

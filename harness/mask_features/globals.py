@@ -15,9 +15,11 @@ blocks); with documents, each document's own positions. Plug-in features of the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from torch import Tensor
 
-from harness.mask_features.visible_runs import Runs, RunsFeature, in_runs, merge_runs
+from harness.mask_features.visible_runs import Runs, RunsFeature, membership, merge_runs
 
 
 def runs_features(spec) -> tuple[RunsFeature, ...]:
@@ -35,12 +37,23 @@ def row_runs(spec) -> Runs:
     return merge_runs(spec.global_runs, *(f.row_runs() for f in runs_features(spec)))
 
 
-def clause(spec, member: Tensor, j: Tensor) -> Tensor | None:
-    """``member`` or ``j`` global, or kept by a plug-in (member: query positions, rows before
-    0 as 0); None when there is neither."""
-    runs = spec.global_runs
-    keep = (in_runs(member, runs) | in_runs(j, runs)) if runs else None
-    for feature in runs_features(spec):  # each plug-in's own element predicate
-        own = feature.keep(member, j)
-        keep = own if keep is None else keep | own
-    return keep
+def row_zero(spec) -> bool:
+    """Position 0 is a visible row, so a row before the first key (``n_q > n_k``: p < 0,
+    which counts as position 0) keeps every key."""
+    return any(a == 0 for a, _ in row_runs(spec))
+
+
+def clause(spec, device: str = "cpu") -> Callable[[Tensor, Tensor], Tensor] | None:
+    """``(p, j) -> p a visible row or j a visible key``: the global positions and every
+    plug-in's runs (their element predicate is their runs, :meth:`RunsFeature.keep`), as
+    :func:`.visible_runs.membership` tests (a row before the first key counts as position 0);
+    None when there are none."""
+    rows = membership(row_runs(spec), device)
+    keys = membership(key_runs(spec), device)
+    if rows is None and keys is None:
+        return None
+    if keys is None:
+        return lambda p, j: rows(p)
+    if rows is None:
+        return lambda p, j: keys(j)
+    return lambda p, j: rows(p) | keys(j)

@@ -32,6 +32,7 @@ count of the other rules and a PARTIAL one is counted element by element
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -73,13 +74,19 @@ def predicates(spec) -> tuple[PredicateFeature, ...]:
     return tuple(f for f in spec.extra if isinstance(f, PredicateFeature))
 
 
-def clause(spec, p: Tensor, j: Tensor) -> Tensor | None:
-    """Every predicate feature allows ``(p, j)``; None when the spec has none."""
-    keep = None
-    for feature in predicates(spec):
-        own = feature.keep(p, j)
-        keep = own if keep is None else keep & own
-    return keep
+def clause(spec) -> Callable[[Tensor, Tensor], Tensor] | None:
+    """``(p, j) -> every predicate feature allows (p, j)``; None when the spec has none."""
+    features = predicates(spec)
+    if not features:
+        return None
+
+    def allowed(p: Tensor, j: Tensor) -> Tensor:
+        keep = features[0].keep(p, j)
+        for feature in features[1:]:
+            keep = keep & feature.keep(p, j)
+        return keep
+
+    return allowed
 
 
 def classify(spec, p0, p1, j0, j1) -> np.ndarray:

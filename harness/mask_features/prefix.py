@@ -12,6 +12,8 @@ Where the field uses it: ``prefix_len = P`` (T5/UniLM prefix-LM, attention-gym's
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from torch import Tensor
 
 
@@ -20,7 +22,8 @@ def length(spec) -> int:
     return spec.prefix_len
 
 
-def clause(spec, member: Tensor, j: Tensor) -> Tensor | None:
-    """``member < P and j < P`` (member: query positions, rows before 0 as 0); None if P = 0."""
+def clause(spec) -> Callable[[Tensor, Tensor], Tensor] | None:
+    """``(p, j) -> p < P and j < P``; None if P = 0. A row before the first key (p < 0) counts
+    as position 0, which ``p < P`` already says."""
     n = length(spec)
-    return ((member < n) & (j < n)) if n else None
+    return (lambda p, j: (p < n) & (j < n)) if n else None

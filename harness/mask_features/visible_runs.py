@@ -16,7 +16,9 @@ refuses it by the feature's own ``name`` otherwise.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 
 import torch
 from torch import Tensor
@@ -35,12 +37,54 @@ def merge_runs(*groups: Runs) -> Runs:
     return tuple((a, b) for a, b in out)
 
 
+MAX_CONSTANT_RUNS = 4  # runs tested as constant ranges; more read one bool table
+
+
+def positions(runs: Runs, documents: tuple[int, ...] | None, n: int, first: int = 0
+              ) -> tuple[int, ...]:
+    """The absolute positions of ``runs`` below ``n``, ascending. With documents a run's
+    positions are each document's own (document ``[s, s + l)`` holds ``s + x`` for each ``x <
+    l`` in the runs, rule 5 of :mod:`harness.masks`); without them a run at 0 reaches down to
+    ``first`` (< 0: rows before the first key count as position 0)."""
+    if documents is None:
+        out = [x for a, e in runs for x in range(a, min(e, n))]
+        if runs and runs[0][0] == 0 and first < 0:
+            out = list(range(first, 0)) + out
+        return tuple(out)
+    out, start = [], 0
+    for length in documents:
+        out.extend(start + x for a, e in runs for x in range(a, min(e, length)))
+        start += length
+    return tuple(x for x in out if x < n)
+
+
 def in_runs(x: Tensor, runs: Runs) -> Tensor:
-    """``x`` lies in one of ``runs``, elementwise bool (x any integer tensor)."""
-    out = torch.zeros(x.shape, dtype=torch.bool, device=x.device)
+    """``x`` lies in one of ``runs``, elementwise bool (x any integer tensor; one below 0
+    counts as 0, a row before the first key). Out of place
+    (no tensor is created and written to), so it also runs under vmap and Flex's tracing."""
+    out = None
     for a, b in runs:
-        out |= (x >= a) & (x < b)
-    return out
+        inside = (x < b) if a <= 0 else ((x >= a) & (x < b))  # x >= 0 or a member (see below)
+        out = inside if out is None else out | inside
+    return x < x if out is None else out
+
+
+@lru_cache(maxsize=64)
+def membership(runs: Runs, device: str) -> Callable[[Tensor], Tensor] | None:
+    """``x -> x in runs`` for positions x, where a position below 0 counts as 0 (a row before
+    the first key); None without runs. Up to :data:`MAX_CONSTANT_RUNS` runs are range tests
+    on Python constants (:func:`in_runs`); more read one captured bool table (one entry past
+    the last run, so a clamped lookup is right for every x). Cached: the same runs give the
+    same function, and a mask whose row and key runs agree reads one table."""
+    if not runs:
+        return None
+    if len(runs) <= MAX_CONSTANT_RUNS:
+        return lambda x: in_runs(x, runs)
+    table = torch.zeros(runs[-1][1] + 1, dtype=torch.bool)  # (last run's end + 1,)
+    for a, b in runs:
+        table[a:b] = True
+    table, last = table.to(device), runs[-1][1]
+    return lambda x: table[x.clamp(0, last)]
 
 
 @dataclass(frozen=True)

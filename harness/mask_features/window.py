@@ -11,6 +11,8 @@ Where the field uses it: ``window = [left, right]`` in a suite (``-1`` = unbound
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from torch import Tensor
 
 from harness.mask_features.dilation import step
@@ -41,12 +43,29 @@ def band(spec) -> tuple[int | None, int | None]:
     return lo, hi
 
 
-def clause(spec, rel: Tensor) -> Tensor | None:
-    """``lo <= rel <= hi``, bool like rel; None when both sides are unbounded."""
+def class_band(spec) -> tuple[int | None, int | None]:
+    """The band in class coordinates, causality folded in: with dilation d a position
+    ``p = r + d·a`` keeps the keys ``j = r + d·c`` of its class with ``lo <= c - a <= hi``
+    (:func:`band` divided by d; None = unbounded). The CPU tiles and the Triton band slots
+    walk each residue class as this plain band."""
+    lo = None if spec.left is None else -spec.left
+    hi = spec.right
+    if spec.causal:
+        hi = 0 if hi is None else min(hi, 0)
+    return lo, hi
+
+
+def clause(spec, causal_cut: bool = False) -> Callable[[Tensor], Tensor] | None:
+    """``rel -> lo <= rel <= hi`` on Python constants (only the bounded sides are tested);
+    None when both sides are unbounded. ``causal_cut``: causality folded into the right
+    side (``hi = min(hi, 0)``), for a mask where nothing is OR-ed in between."""
     lo, hi = band(spec)
-    keep = None
-    if lo is not None:
-        keep = rel >= lo
-    if hi is not None:
-        keep = (rel <= hi) if keep is None else keep & (rel <= hi)
-    return keep
+    if causal_cut:
+        hi = 0 if hi is None else min(hi, 0)
+    if lo is None and hi is None:
+        return None
+    if hi is None:
+        return lambda rel: rel >= lo
+    if lo is None:
+        return lambda rel: rel <= hi
+    return lambda rel: (rel >= lo) & (rel <= hi)

@@ -18,11 +18,12 @@ from hypothesis import strategies as st
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from harness import registry
+from harness.block_plan import block_plan
 from harness.masks import MaskSpec, dense_mask, kept_pairs
 from harness.oracle.reference import reference_attention
 from harness.spec import Problem
 from implementations import flex
-from implementations._flex_masks import BLOCK, block_counts, mask_mod_for
+from implementations._flex_masks import BLOCK, block_counts, build_block_mask, mask_mod_for
 from tests.conftest import make_qkv
 from tests.harness.test_masks import specs_and_lengths
 
@@ -119,6 +120,41 @@ def test_block_counts_match_dense_mask(case):
     assert torch.equal(any_, blocks.any(3).any(1))
     assert not (full & ~blocks.all(3).all(1)).any()
     assert kept_pairs(mask, n_q, n_k) <= executed <= n_q * n_k
+
+
+VMAP_SPECS = [  # every clause that reads a table or writes nothing in place, under vmap
+    (MaskSpec(causal=True, window=(8, 0), global_tokens=(1, 3, 5, 7, 9, 60)), 97, 97),
+    (MaskSpec(causal=True, window=(5, 2), documents=(40, 1, 56), global_tokens=2), 97, 97),
+    (MaskSpec(window=(1, 1), block_size=16, random_blocks=1, global_tokens=16), 80, 161),
+    (MaskSpec(window=(2, 5), dilation=3, global_tokens=(0, 9), prefix_len=3), 161, 33),
+]
+
+
+@pytest.mark.parametrize(("mask", "n_q", "n_k"), VMAP_SPECS, ids=lambda x: str(x)[:40])
+def test_mask_mods_run_under_flexs_vmap(mask, n_q, n_k):
+    """Flex evaluates a mask mod on scalar indices under nested vmap (``create_mask``): the
+    composed feature clauses must run there (no tensor created and written in place) and
+    equal the dense rule."""
+    from torch.nn.attention.flex_attention import create_mask
+
+    got = create_mask(mask_mod_for(mask, n_q, n_k, "cpu"), 1, 1, n_q, n_k, device="cpu")
+    assert torch.equal(got[0, 0], dense_mask(mask, n_q, n_k)), mask.describe()
+
+
+@settings(max_examples=20, deadline=None)
+@given(case=long_specs())
+def test_block_mask_lists_are_the_block_plan(case):
+    """The BlockMask's partial and full lists hold exactly the plan's partial and full blocks,
+    each row's key blocks ascending."""
+    mask, n_q, n_k = case
+    plan = block_plan(mask, n_q, n_k, BLOCK, BLOCK)
+    got = build_block_mask(mask, n_q, n_k, "cpu")
+    for num, idx, want in ((got.kv_num_blocks, got.kv_indices, ~plan.full),
+                           (got.full_kv_num_blocks, got.full_kv_indices, plan.full)):
+        pairs = [(qb, int(kb)) for qb, (n, row) in enumerate(zip(num[0, 0], idx[0, 0],
+                                                                   strict=True))
+                 for kb in row[: int(n)]]
+        assert pairs == list(zip(plan.qb[want].tolist(), plan.kb[want].tolist(), strict=True))
 
 
 def _lognormal(seed: int, n: int, mean: int) -> tuple[int, ...]:

@@ -34,7 +34,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from harness.mask_features import globals as globals_
 from harness.mask_features.bigbird_blocks import folded_layout
+from harness.mask_features.dilation import class_order
 from harness.masks import MaskSpec, check_fits, keep_pairs
 from implementations._kernels.tiles.tile_plan_band import BandTiles, Ranges, band_tiles
 
@@ -133,10 +135,7 @@ class _BiasMaker:
 
 def _orders(n_q: int, n_k: int, d: int) -> tuple[Tensor, Tensor]:
     """Query rows and keys in class order: positions ``p ≡ 0 (mod d)`` first, ascending."""
-    p, j = torch.arange(n_q) + n_k - n_q, torch.arange(n_k)
-    q_order = torch.cat([torch.nonzero(torch.remainder(p - r, d) == 0).flatten() for r in range(d)])
-    k_order = torch.cat([j[r::d] for r in range(d)])
-    return q_order, k_order
+    return class_order(n_k - n_q, n_q, d), class_order(0, n_k, d)
 
 
 def _band_plan_tiles(
@@ -169,7 +168,7 @@ def _bigbird_tiles(spec: MaskSpec, n_q: int, n_k: int, make_bias: _BiasMaker) ->
     tiles = []
     negative = min(-off, n_q)
     if negative > 0 and not spec.causal:
-        keys = _runs_to_ranges(spec, n_k) if not _zero_global(spec) else ((0, n_k),)
+        keys = _runs_to_ranges(spec, n_k) if not globals_.row_zero(spec) else ((0, n_k),)
         for r0 in range(0, negative, b):
             if keys:
                 tiles.append(Tile(r0, min(r0 + b, negative), keys, None))
@@ -184,11 +183,6 @@ def _bigbird_tiles(spec: MaskSpec, n_q: int, n_k: int, make_bias: _BiasMaker) ->
         bias, at = make_bias(keep)  # inside the gathered blocks only causality drops pairs
         tiles.append(Tile(r0, r1, keys, bias, at))
     return tiles
-
-
-def _zero_global(spec: MaskSpec) -> bool:
-    runs = spec.global_runs
-    return bool(runs) and runs[0][0] == 0
 
 
 def _runs_to_ranges(spec: MaskSpec, n_k: int) -> Ranges:
@@ -278,7 +272,7 @@ def _bigbird_shape(spec: MaskSpec, n_q: int, n_k: int) -> PlanShape:
     starts = np.arange(nb) * b - off
     rows = np.clip(np.minimum(starts + b, n_q) - np.maximum(starts, 0), 0, None)
     negative = max(min(-off, n_q), 0) if not spec.causal else 0
-    neg_cols = n_k if _zero_global(spec) else sum(e - a for a, e in _runs_to_ranges(spec, n_k))
+    neg_cols = n_k if globals_.row_zero(spec) else sum(e - a for a, e in _runs_to_ranges(spec, n_k))
     neg_rows = negative if neg_cols else 0
     executed = int((rows * cols).sum()) + neg_rows * neg_cols
     area = max(int((rows * cols).max(initial=0)), min(neg_rows, b) * neg_cols)

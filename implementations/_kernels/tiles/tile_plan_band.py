@@ -32,6 +32,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from harness.mask_features import window
+from harness.mask_features.dilation import class_sizes, in_class
 from harness.masks import MaskSpec, pair_rule
 from harness.paircount import BIG, BandRule, Runs, expand
 
@@ -42,16 +44,6 @@ Ranges = tuple[tuple[int, int], ...]
 
 def _cdiv(a, b):
     return -((-a) // b)
-
-
-def class_sizes(n: int, d: int) -> np.ndarray:
-    """How many of positions 0..n-1 fall in each class r (``p ≡ r mod d``), (d,)."""
-    return np.maximum(_cdiv(n - np.arange(d), d), 0).astype(np.int64)
-
-
-def _in_class(u, v, r, d):
-    """How many j in [u, v) have j ≡ r (mod d), elementwise."""
-    return np.maximum((v - 1 - r) // d - _cdiv(u - r, d) + 1, 0)
 
 
 @dataclass(frozen=True)
@@ -95,7 +87,7 @@ class BandTiles:
         u, v = band_pos
         shared = (
             self._global_keys(u, np.minimum(v, top + 1), self.r)
-            + _in_class(np.maximum(u, 0), np.minimum(v, p_len), self.r, self.d)
+            + in_class(np.maximum(u, 0), np.minimum(v, p_len), self.r, self.d)
             - self._global_keys(u, np.minimum(v, np.minimum(top + 1, p_len)), self.r)
         )
         shared = np.where(band > 0, shared, 0)
@@ -113,7 +105,7 @@ class BandTiles:
         first = np.searchsorted(ends, u, side="right")
         tile, run = expand(first, np.maximum(np.searchsorted(starts, v) - first, 0))
         lo, hi = np.maximum(u[tile], starts[run]), np.minimum(v[tile], ends[run])
-        counts = np.maximum(hi - lo, 0) if r is None else _in_class(lo, hi, r[tile], self.d)
+        counts = np.maximum(hi - lo, 0) if r is None else in_class(lo, hi, r[tile], self.d)
         np.add.at(out, tile, counts)
         return out
 
@@ -163,8 +155,8 @@ def band_tiles(spec: MaskSpec, n_q: int, n_k: int, block: int) -> BandTiles:
     rule = pair_rule(spec, n_q, n_k)
     assert isinstance(rule, BandRule), "band tiles are for masks without block_size"
     d, off = rule.d, n_k - n_q
-    left = BIG if rule.lo <= -BIG else -rule.lo // d  # the band in class coordinates
-    right = BIG if rule.hi >= BIG else rule.hi // d  # causality already folded in
+    lo, hi = window.class_band(spec)  # the band in class coordinates, causality folded in
+    left, right = (BIG if lo is None else -lo), (BIG if hi is None else hi)
     sizes = class_sizes(n_k, d)
     k_start = np.concatenate([[0], np.cumsum(sizes)])
     parts, row = [], 0

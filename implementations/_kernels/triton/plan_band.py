@@ -23,11 +23,11 @@ the partner positions from the least start to the greatest end of its owns' pref
 (:func:`prefix_segments`), keeping those outside the band.
 
 Global positions G (``global_tokens`` as a count or as positions; with documents each
-document's own, listed as absolute positions by :func:`global_table`): a *table* slot whose owns
-are G itself (every partner, causality and documents kept), and in every class slot a *cross*
-segment over the partners in G that the band does not already hold. Class slots skip storing
-owns in G (the table slot writes them). The dK/dV *key slots* are the same construction with
-keys as owns and ``(lo_rel, hi_rel)`` negated and swapped.
+document's own, as :func:`harness.mask_features.visible_runs.positions` lists them): a
+*table* slot whose owns are G itself (every partner, causality and documents kept), and in
+every class slot a *cross* segment over the partners in G that the band does not already hold.
+Class slots skip storing owns in G (the table slot writes them). The dK/dV *key slots* are the
+same construction with keys as owns and ``(lo_rel, hi_rel)`` negated and swapped.
 
 A predicate feature (:mod:`harness.mask_features.predicate`) changes no slot: its
 ``@triton.jit`` predicate is the kernels' ``PRED`` constexpr (:attr:`BandPlan.flags`), applied
@@ -46,7 +46,9 @@ import torch
 from torch import Tensor
 
 from harness.mask_features import dilation, predicate, prefix, window
+from harness.mask_features import documents as documents_
 from harness.mask_features import globals as globals_
+from harness.mask_features.visible_runs import positions
 from harness.masks import MaskSpec
 
 SLOT_FIELDS = 9  # r, step, x_start, n_own, c_start, c_end, lo_rel, hi_rel, flags
@@ -169,11 +171,8 @@ def band_plan(spec: MaskSpec, n_q: int, n_k: int) -> BandPlan:
         raise ValueError(reasons[0])
     d, off = dilation.step(spec), n_k - n_q
     big = 2 * (n_q + n_k) + 2
-    lo, right = window.band(spec)
-    lo_rel, right = (-big if lo is None else lo // d), (None if right is None else right // d)
-    if spec.causal:
-        right = 0 if right is None else min(right, 0)
-    hi_rel = big if right is None else right
+    lo_rel, hi_rel = window.class_band(spec)  # class coordinates, causality folded in
+    lo_rel, hi_rel = (-big if lo_rel is None else lo_rel), (big if hi_rel is None else hi_rel)
     hg = 0 if spec.causal else big
     # a count g makes every p < g global, rows before the first key (p < 0) too; class slots
     # then start past them. With documents the globals are each document's own (local
@@ -184,8 +183,8 @@ def band_plan(spec: MaskSpec, n_q: int, n_k: int) -> BandPlan:
     if skip:
         rows_g = keys_g = tuple(range(min(off, 0), min(skip, n_k)))
     else:
-        rows_g = _table(globals_.row_runs(spec), spec.documents, n_k, min(off, 0))
-        keys_g = _table(globals_.key_runs(spec), spec.documents, n_k, 0)
+        rows_g = positions(globals_.row_runs(spec), spec.documents, n_k, min(off, 0))
+        keys_g = positions(globals_.key_runs(spec), spec.documents, n_k)
     # each direction's GPOS lists its partners, then (when rows and keys differ) its owns;
     # its GIDX the partners' counts, then the owns', found ``flags >> OWN_SHIFT`` further on
     apart = rows_g != keys_g
@@ -199,10 +198,11 @@ def band_plan(spec: MaskSpec, n_q: int, n_k: int) -> BandPlan:
         first = sum(x < 0 for x in keys_g) + (len(rows_g) if apart else 0)
         key_slots.append((0, 1, first, len(keys_g) - first + (len(rows_g) if apart else 0),
                           off, n_k, -hg, big, TABLE))
+    sizes = dilation.class_sizes(n_k, d)  # keys per residue class
     for r in range(d):
         x_start = ceil_div((max(off, skip) if skip else off) - r, d)
         n_rows = max(0, (n_k - 1 - r) // d - x_start + 1)
-        nk = max(0, ceil_div(n_k - r, d))
+        nk = int(sizes[r])
         gk = min(max(ceil_div(skip - r, d), 0), nk)  # class keys below g: the table slot's
         slots.append((r, d, x_start, n_rows, 0, nk, lo_rel, hi_rel,
                       (CROSS if keys_g else 0) | skip_counts))
@@ -213,38 +213,12 @@ def band_plan(spec: MaskSpec, n_q: int, n_k: int) -> BandPlan:
                     tuple(slots), tuple(key_slots), triton_predicate(spec))
 
 
-def _table(runs, documents: tuple[int, ...] | None, n_k: int, first: int) -> tuple[int, ...]:
-    """The absolute positions of ``runs`` below ``n_k``, ascending. With documents a position
-    is counted from each document's start (:mod:`harness.masks` rule 5). Without them a run
-    at 0 reaches down to ``first`` (rows before the first key count as position 0)."""
-    if documents is None:
-        out = [x for a, e in runs for x in range(a, min(e, n_k))]
-        if runs and runs[0][0] == 0 and first < 0:
-            out = list(range(first, 0)) + out
-        return tuple(out)
-    out, start = [], 0
-    for length in documents:
-        out.extend(start + x for a, e in runs for x in range(a, min(e, length)))
-        start += length
-    return tuple(x for x in out if x < n_k)
-
-
-def global_table(spec: MaskSpec, n_k: int) -> tuple[int, ...]:
-    """The absolute global positions below ``n_k``, ascending. With documents a global position
-    is counted from each document's start (:mod:`harness.masks` rule 5): document ``[s, s + l)``
-    holds ``s + x`` for each global position ``x < l``."""
-    return _table(spec.global_runs, spec.documents, n_k, 0)
-
-
 def doc_edges(documents: tuple[int, ...] | None, p: Tensor, n: int) -> tuple[Tensor, Tensor]:
-    """[start, end) of the document holding each position of ``p`` (int64); without documents
-    the whole sequence [0, n). O(len(p) · log(documents))."""
+    """[start, end) of the document holding each position of ``p`` (int64,
+    :func:`harness.mask_features.documents.edges`); without documents [0, n)."""
     if documents is None:
         return torch.zeros_like(p), torch.full_like(p, n)
-    ends = torch.cumsum(torch.tensor(documents, dtype=torch.int64), 0)
-    at = torch.searchsorted(ends, p.clamp(0, n - 1), right=True)
-    starts = torch.cat([torch.zeros(1, dtype=torch.int64), ends])
-    return starts[at], ends[at]
+    return documents_.edges(documents, p)
 
 
 def own_bounds(plan: BandPlan, slot: tuple[int, ...], x: Tensor, p: Tensor):

@@ -14,7 +14,9 @@ from functools import lru_cache
 import torch
 from torch import Tensor
 
-from harness.masks import MaskSpec, block_layout
+from harness.mask_features import globals as globals_
+from harness.mask_features.bigbird_blocks import folded_layout, global_blocks
+from harness.masks import MaskSpec
 
 
 @dataclass(frozen=True)
@@ -83,19 +85,17 @@ def block_plan(spec: MaskSpec, n_q: int, n_k: int, tile: int) -> BlockPlan:
     if spec.block_size is None:
         raise ValueError("block_plan needs block_size")
     b, off = spec.block_size, n_k - n_q
-    layout = block_layout(spec, n_q, n_k)
+    layout = folded_layout(spec, n_q, n_k)  # global blocks' rows and columns set
     nb = layout.shape[0]
-    g_blocks = sorted({x // b for x in spec.global_positions(nb * b)})
+    g_blocks = global_blocks(spec)
     padded = tile != b or n_k % b != 0
     rows, entries = [], []
     first_qb = math.floor(off / b)  # query blocks start at absolute position qb * b
     for qb in range(first_qb, math.ceil(n_k / b)):
         if qb < 0:  # rows before the first key: only global keys, never under causality
-            every = isinstance(spec.global_tokens, int) and spec.global_tokens > 0
-            cols = [] if spec.causal else (list(range(nb)) if every else g_blocks)
+            cols = [] if spec.causal else (list(range(nb)) if globals_.row_zero(spec) else g_blocks)
         else:
-            keep = torch.ones(nb, dtype=torch.bool) if qb in g_blocks else layout[qb].clone()
-            keep[g_blocks] = True
+            keep = layout[qb].clone()
             if spec.causal:
                 keep[qb + 1 :] = False
             cols = keep.nonzero().flatten().tolist()
@@ -122,8 +122,7 @@ def block_entry_count(spec: MaskSpec, n_q: int, n_k: int) -> int:
     the rest (as :func:`harness.masks.block_layout` draws them), causality cutting the future."""
     b, off = spec.block_size, n_k - n_q
     nb = max(math.ceil(n_k / b), 1)
-    g_blocks = torch.tensor(sorted({x // b for x in spec.global_positions(nb * b)}),
-                            dtype=torch.int64)
+    g_blocks = torch.tensor(global_blocks(spec), dtype=torch.int64)
     qb = torch.arange(max(math.floor(off / b), 0), math.ceil(n_k / b), dtype=torch.int64)
     reach = qb + 1 if spec.causal else torch.full_like(qb, nb)  # key blocks [0, reach) allowed
     w_lo = (qb - spec.left).clamp(min=0) if spec.left is not None else torch.zeros_like(qb)
@@ -140,8 +139,7 @@ def block_entry_count(spec: MaskSpec, n_q: int, n_k: int) -> int:
     before = 0  # query blocks before the first key (n_q > n_k)
     first_qb = math.floor(off / b)
     if first_qb < 0 and not spec.causal:
-        every = isinstance(spec.global_tokens, int) and spec.global_tokens > 0
-        before = -first_qb * (nb if every else len(g_blocks))
+        before = -first_qb * (nb if globals_.row_zero(spec) else len(g_blocks))
     return int(count.sum()) + before
 
 

@@ -15,7 +15,7 @@ from functools import lru_cache
 import torch
 from torch import Tensor
 
-from harness.mask_features import predicate
+from harness.mask_features import documents, predicate
 from harness.masks import MaskSpec
 from implementations._kernels.triton.plan_band import BandPlan, band_plan
 from implementations._kernels.triton.plan_blocks import BlockPlan, block_plan, block_tile
@@ -161,10 +161,7 @@ def _band_tables(mask: MaskSpec, n_q: int, n_k: int, device: str) -> BandTables:
     if plan.documents is None:
         ds = de = torch.zeros(1, dtype=torch.int64)
     else:
-        lengths = torch.tensor(plan.documents, dtype=torch.int64)
-        ends = torch.cumsum(lengths, 0)
-        ds = torch.repeat_interleave(ends - lengths, lengths)
-        de = torch.repeat_interleave(ends, lengths)
+        ds, de = documents.edges(plan.documents, torch.arange(n_k))
     return BandTables(plan, as_t(plan.slots), as_t(plan.key_slots), as_t(gpos), as_t(gidx),
                       as_t(gpos_t), as_t(gidx_t), as_t(ds), as_t(de))
 

@@ -104,3 +104,21 @@ def test_fused_rows_before_the_first_key_with_global_position_zero(spec):
     out = masked_attention.triton_attention(q, k, v, spec)
     result = output_agreement(out, reference_attention(q, k, v, spec), torch.float32)
     assert result["agree"], result
+
+
+def test_residue_classes_by_hand():
+    """Dilation's class geometry (read by the CPU tiles and the Triton band slots): class
+    sizes, class order and the count of a class in a range, against a by-hand count."""
+    from harness.mask_features.dilation import class_order, class_sizes, in_class
+
+    for n in range(0, 14):
+        for d in range(1, 5):
+            assert class_sizes(n, d).tolist() == [sum(p % d == r for p in range(n))
+                                                  for r in range(d)]
+            for first in range(-6, 4):
+                want = sorted(range(n), key=lambda i: ((first + i) % d, i))
+                assert class_order(first, n, d).tolist() == want
+    for u in range(-4, 8):
+        for v in range(-4, 9):
+            for d, r in ((1, 0), (2, 1), (3, 0), (3, 2)):
+                assert in_class(u, v, r, d) == sum(j % d == r for j in range(u, v))

@@ -492,6 +492,17 @@ def test_tables_prepared_on_cuda_are_the_ones_a_cuda0_call_finds(monkeypatch):
     assert keys == ["cuda:0", "cuda:0"]
 
 
+ZERO_AND_THIRD = tuple(range(16)) + tuple(range(32, 48))  # global blocks 0 and 2, a tuple
+
+
+def test_rows_before_the_first_key_see_every_key_when_position_0_is_global():
+    """More queries than keys: a row before the first key counts as position 0, so with
+    position 0 global it keeps every key, also when the globals are a tuple (not a count)."""
+    mask = MaskSpec(window=(0, 0), block_size=16, global_tokens=ZERO_AND_THIRD)
+    q, k, v = (t.to(DEVICE) for t in make_qkv(1, 2, 200, 130, 32, seed=3))
+    _check(masked_attention.triton_attention(q, k, v, mask), q, k, v, mask, torch.float32)
+
+
 @pytest.mark.parametrize(
     "mask,n_q,n_k",
     [
@@ -503,6 +514,7 @@ def test_tables_prepared_on_cuda_are_the_ones_a_cuda0_call_finds(monkeypatch):
         (MaskSpec(causal=True, window=(1, 2), block_size=16, random_blocks=4, global_tokens=32),
          450, 200),
         (MaskSpec(window=(0, 0), block_size=16, global_tokens=16), 200, 130),
+        (MaskSpec(window=(0, 0), block_size=16, global_tokens=ZERO_AND_THIRD), 200, 130),
     ],
 )
 def test_block_entry_count_is_the_csr_size_without_building_it(mask, n_q, n_k):
