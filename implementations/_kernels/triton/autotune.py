@@ -185,20 +185,25 @@ CANDIDATES: dict[str, list[tuple[int, int, int, int, frozenset[str], dict]]] = {
         (128, 128, 4, 2, frozenset({"sm90-d64"}), TMA_WS),  # 3.685, band 0.718, 2.840
         (128, 64, 8, 2, frozenset({"sm90-d128"}), TMA),  # 5.259 / 2.881, band 1.002
         (128, 32, 4, 3, frozenset({"sm90-d128"}), TMA_WS),  # wrong on the H100: rel_err inf
+        (128, 128, 8, 3, frozenset({"sm90-d128"}), TMA),  # a larger D128 tile, 3 stages (not
+        # yet measured)
     ],
     # the backward's Hopper paths (no GPU measurement yet): dQ and dK/dV tiles through tensor
     # descriptors, the listed defaults' tiles and larger ones; "ws": one masked loop,
-    # warp-specialized (dK/dV: over every query head of the group). Compiled for sm_90 with
-    # Triton 3.9.0 (aot_kernels.py --candidates, docs/kernels.md "Hopper paths")
+    # warp-specialized (dK/dV: over every query head of the group). Each compiles for sm_90
+    # without spilling (Triton 3.6.0 and 3.9.0; docs/kernels.md "Hopper paths")
     "band_dq": [
         (128, 32, 4, 3, frozenset({"sm90-d64"}), TMA),  # the D64 default's tiles
-        (128, 64, 8, 2, SM90, TMA),  # the D128 default's tiles
+        (128, 64, 8, 2, SM90, TMA),  # the D128 default's tiles (128x128 spills at D128 under
+        # Triton 3.6: 8 bytes)
         (64, 64, 4, 2, SM90, TMA_WS),
     ],
     "band_dkdv": [
         (64, 64, 4, 3, frozenset({"sm90-d64"}), TMA),  # the D64 default's tiles
         (32, 128, 8, 2, frozenset({"sm90-d128"}), TMA),  # the D128 default's tiles
-        (64, 128, 8, 2, SM90, TMA),  # FA3's dK/dV tile: 128 keys, 64 rows a step
+        (64, 128, 8, 2, frozenset({"sm90-d64"}), TMA),  # FA3's tile: 128 keys, 64 rows a step
+        (64, 64, 8, 2, frozenset({"sm90-d128"}), TMA),  # 64 rows a step (64x128 spills there)
+        (64, 64, 4, 2, frozenset({"sm90-d64"}), TMA_WS),
         (32, 64, 4, 2, SM90, TMA_WS),
     ],
 }
