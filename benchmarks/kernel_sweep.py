@@ -16,7 +16,10 @@ default's output (``rel_err``: relative Frobenius distance; a config above ``TOL
 Then, per shape and in the same process, the peers: ``sdpa`` (torch's default backend; its row
 names the backend that ran and cuDNN's version), ``sdpa-flash`` (FlashAttention-2) and ``flex``
 (``torch.compile(flex_attention)`` with a block mask); the backward shapes add each peer's
-backward and ours (delta + dK/dV + dQ at their defaults) as group ``bwd``.
+backward and ours (delta + dK/dV + dQ at their defaults) as group ``bwd``, with ``sdpa-cudnn``
+(SDPA's cuDNN backend by name) and, on sm_90, ours with dQ's and dK/dV's first TMA candidates
+(``flash-tiled-tma``) and first warp-specialized ones (``flash-tiled-ws``), timed with the
+candidates.
 
 Columns: ``tflops`` from the kept pairs (FlashAttention's convention: 4·D per pair forward, a
 whole backward 2.5x; the dQ kernel's own three matmuls 6·D, dK/dV's four 8·D: ``flops_rule``),
