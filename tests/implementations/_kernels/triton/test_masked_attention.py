@@ -583,6 +583,12 @@ def test_tma_is_allowed_where_a_descriptor_addresses_the_rows():
     assert not tma_allowed({**args, "Q": q.transpose(2, 3)}, plain)  # no unit last stride
     meta = torch.empty(shape, dtype=torch.bfloat16, device="meta")
     assert tma_allowed(dict(Q=meta, K=meta, V=meta, Out=meta), plain)
+    # the backward's launches: each of dO, dQ, dK, dV it passes is checked too
+    assert tma_allowed(dict(Q=q, K=q, V=q, DO=q, DQ=q), plain)
+    assert tma_allowed(dict(Q=q, K=q, V=q, DO=q, DK=q, DV=q), plain)
+    assert not tma_allowed(dict(Q=q, K=q, V=q, DO=odd, DQ=q), plain)
+    assert not tma_allowed(dict(Q=q, K=q, V=q, DO=q, DK=q, DV=q.transpose(2, 3)), plain)
+    assert not tma_allowed(dict(K=q, V=q, DO=q, DQ=q), plain)  # Q, K, V: every kernel's
 
 
 def _backward_pairs(d: int) -> list[tuple[str, str]]:
