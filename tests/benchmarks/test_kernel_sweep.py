@@ -133,8 +133,9 @@ def test_without_a_gpu_it_exits_2_with_one_line(tmp_path):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter's run (CPU)")
 def test_smoke_runs_every_path_and_checks_each_config_against_the_default(tmp_path):
     """Decode (split-KV and combine replayed together) and the dQ kernel of a backward call,
-    two configs each, forced; every row ok and within the tolerance of the default's output;
-    our backward and SDPA's beside them."""
+    two configs each, forced, then the candidates (decode's other split rules, dQ's Hopper
+    ones); every row ok and within the tolerance of the default's output; our backward and
+    SDPA's beside them."""
     out = tmp_path / "sweep"
     result = _sweep("--smoke", "--groups", "decode", "dq", "--cases", "decode-32k-mha", "d64",
                     "--configs", "2", "--peers", "sdpa", "flash-tiled", "--out", str(out),
@@ -142,10 +143,13 @@ def test_smoke_runs_every_path_and_checks_each_config_against_the_default(tmp_pa
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
     ours = [r for r in rows if r["impl"] == "flash-tiled" and r["kernel"] != "backward"]
+    n_hopper = len(autotune.candidate_configs("band_dq", 64, (9, 0)))
+    assert n_hopper and all(r["config"].split()[3] == "tma" for r in ours[-n_hopper:])
     assert [(r["kernel"], r["case"], r["default"]) for r in ours] == [
         ("band_fwd_split", "decode-32k-mha", True), ("band_fwd_split", "decode-32k-mha", False),
         ("band_dq", "d64", True), ("band_dq", "d64", False),
-        *[("band_fwd_split", "decode-32k-mha", False)] * 3]  # the split rule at 1, 4, 8 waves
+        *[("band_fwd_split", "decode-32k-mha", False)] * 3,  # the split rule at 1, 4, 8 waves
+        *[("band_dq", "d64", False)] * n_hopper]  # dQ's Hopper candidates (sm_90 class)
     waves = [r for r in ours if "waves=" in r["config"]]
     assert [r["config"].split()[-1] for r in waves] == ["waves=1", "waves=4", "waves=8"]
     assert all(r["candidate"] and r["splits"] > 1 for r in waves)  # 301 keys in 64-key chunks
@@ -156,7 +160,7 @@ def test_smoke_runs_every_path_and_checks_each_config_against_the_default(tmp_pa
                           ("bwd", "flash-tiled", "backward")}
     assert all(r["status"] == "ok" for r in peers.values())
     assert "torch's choice" in peers["decode", "sdpa", "forward"]["backend"]
-    assert (out / "sweep.md").read_text().count("band_dq") == 2
+    assert (out / "sweep.md").read_text().count("band_dq") == 2 + n_hopper
     assert "best" in result.stdout and "0 skipped for the budget" in result.stdout
 
 
