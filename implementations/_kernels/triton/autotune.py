@@ -49,7 +49,8 @@ INTERPRET_BLOCK_N = 16
 ALL = frozenset({"sm90-d64", "sm90-d128", "sm80-d64", "sm80-d128"})
 D64 = frozenset({"sm90-d64", "sm80-d64"})
 
-# the Hopper paths of the forward, compile-time flags of a config (see CANDIDATES below)
+# the Hopper paths of the forward, dQ and dK/dV, compile-time flags of a config (see
+# CANDIDATES below)
 TMA = {"TMA": True}
 TMA_WS = {"TMA": True, "WS": True}
 SM90 = frozenset({"sm90-d64", "sm90-d128"})
