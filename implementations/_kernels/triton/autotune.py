@@ -192,7 +192,7 @@ CANDIDATES: dict[str, list[tuple[int, int, int, int, frozenset[str], dict]]] = {
     # the backward's Hopper paths (no GPU measurement yet): dQ and dK/dV tiles through tensor
     # descriptors, the listed defaults' tiles and larger ones; "ws": one masked loop,
     # warp-specialized (dK/dV: over every query head of the group). Each compiles for sm_90
-    # without spilling (Triton 3.6.0 and 3.9.0; docs/kernels.md "Hopper paths")
+    # without spilling (Triton 3.6.0 and 3.9.0; docs/kernels.md "The backward's Hopper paths")
     "band_dq": [
         (128, 32, 4, 3, frozenset({"sm90-d64"}), TMA),  # the D64 default's tiles
         (128, 64, 8, 2, SM90, TMA),  # the D128 default's tiles (128x128 spills at D128 under
