@@ -16,7 +16,10 @@ default's output (``rel_err``: relative Frobenius distance; a config above ``TOL
 Then, per shape and in the same process, the peers: ``sdpa`` (torch's default backend; its row
 names the backend that ran and cuDNN's version), ``sdpa-flash`` (FlashAttention-2) and ``flex``
 (``torch.compile(flex_attention)`` with a block mask); the backward shapes add each peer's
-backward and ours (delta + dK/dV + dQ at their defaults) as group ``bwd``.
+backward and ours (delta + dK/dV + dQ at their defaults) as group ``bwd``, with ``sdpa-cudnn``
+(SDPA's cuDNN backend by name) and, on sm_90, ours with dQ's and dK/dV's first TMA candidates
+(``flash-tiled-tma``) and first warp-specialized ones (``flash-tiled-ws``), timed with the
+candidates.
 
 Columns: ``tflops`` from the kept pairs (FlashAttention's convention: 4·D per pair forward, a
 whole backward 2.5x; the dQ kernel's own three matmuls 6·D, dK/dV's four 8·D: ``flops_rule``),
@@ -93,7 +96,9 @@ WINDOW = MaskSpec(causal=True, window=(255, 0))
 RESERVE_S = 5.0  # kept back for the last tables
 EST_CONFIG_S = 0.4  # one config: do_bench (warm-up, repeats, L2 flushes) and the check
 EST_COMPILE_S = 3.0  # one Triton compile of these kernels on the GPU machine's CPU
-EST_PEER_S = {"sdpa": 1.0, "sdpa-flash": 0.6, "flex": 20.0, "flash-tiled": 0.6}
+EST_PEER_S = {"sdpa": 1.0, "sdpa-flash": 0.6, "flex": 20.0, "flash-tiled": 0.6,
+              "flash-tiled-tma": 0.6 + 2 * EST_COMPILE_S, "flash-tiled-ws": 0.6 + 2 * EST_COMPILE_S,
+              "sdpa-cudnn": 1.0}
 EST_FLEX_BWD_S = 40.0
 COMPILE_SHARE = 0.4  # of the budget, at most, compiling ahead (the rest compile at first run)
 SPLIT_WAVES = (1, 2, 4, 8)  # decode: the split count's target, programs per SM, also timed
@@ -161,6 +166,13 @@ GROUPS: dict[str, tuple[str, tuple[str, ...], int, str]] = {
 }
 BWD_RULE = "10·D per kept pair (FA backward: 2.5x forward)"
 PEERS = ("sdpa", "sdpa-flash", "flex")
+# our whole backward (delta, dK/dV, dQ) with the Hopper candidates of dQ and dK/dV: the first
+# TMA one of each (``-tma``), the first warp-specialized one (``-ws``); timed with the
+# candidates, after the peers. Beside them SDPA's cuDNN backward by name (SDPA's default is it
+# on an H100 with torch 2.11, the row says which ran)
+HOPPER_BACKWARD = {"flash-tiled-tma": False, "flash-tiled-ws": True}
+BACKWARD_PEERS = ("flash-tiled", *HOPPER_BACKWARD, "sdpa", "sdpa-cudnn", "sdpa-flash", "flex")
+CAPABILITY = [(9, 0)]  # the GPU class the run lists and times for (--capability, or the GPU's)
 DEVICE = ["cuda"]  # where the run's tensors live: cuda, or cpu for a --smoke run
 OUTPUTS = {"band_fwd": (3,), "band_dq": (4,), "band_dkdv": (4, 5)}  # launch args it writes
 
@@ -190,8 +202,10 @@ def plan(groups: list[str], capability: tuple[int, int]) -> list[dict]:
     for group, name, kernel, peers in peer_items(groups):
         case = CASES[name]
         rows += [{"group": group, "case": name, "shape": case.label, "impl": peer,
-                  "kernel": kernel, "config": "default" if peer == "flash-tiled" else "",
-                  "default": None, "candidate": None} for peer in peers]
+                  "kernel": kernel, "config": peer_config(peer, case, capability),
+                  "default": None, "candidate": None} for peer in peers
+                 if peer not in HOPPER_BACKWARD  # off Hopper: none to time
+                 or hopper_backward(case, HOPPER_BACKWARD[peer], capability)]
     return rows
 
 
@@ -202,7 +216,7 @@ def peer_items(groups: list[str]) -> list[tuple[str, str, str, tuple[str, ...]]]
     items = [(g, name, "forward", PEERS) for g in ("fwd", "band", "decode") if g in groups
              for name in GROUPS[g][1]]
     if {"dq", "dkdv"} & set(groups):
-        items += [("bwd", name, "backward", ("flash-tiled", *PEERS)) for name in DENSE
+        items += [("bwd", name, "backward", BACKWARD_PEERS) for name in DENSE
                   if name in GROUPS["dq"][1]]
     return items
 
@@ -265,10 +279,12 @@ class Prepared:
             return (lambda: (launch.replay(config), combine.replay())), (combine.args[2],)
         return (lambda: launch.replay(config)), tuple(launch.args[i] for i in OUTPUTS[kernel])
 
-    def backward_call(self):
-        """Our backward at its defaults: delta, dK/dV, dQ."""
-        recorded = [self.by_name[n] for n in ("delta_kernel", "band_dkdv", "band_dq")]
-        return lambda: [launch.replay() for launch in recorded]
+    def backward_call(self, configs: dict | None = None):
+        """Our backward: delta, dK/dV, dQ, at their defaults or with ``configs`` (kernel name
+        -> config)."""
+        recorded = [(self.by_name[n], (configs or {}).get(n))
+                    for n in ("delta_kernel", "band_dkdv", "band_dq")]
+        return lambda: [launch.replay(config) for launch, config in recorded]
 
 
 def rel_err(got: tuple, want: tuple) -> float:
@@ -341,18 +357,48 @@ SDPA_KERNELS = (("cuDNN", ("cudnn", "sm90_xmma", "fmha_sm90")), ("FLASH", ("flas
                 ("EFFICIENT", ("fmha_cutlass", "efficient", "mem_eff")), ("MATH", ("gemm",)))
 
 
+def hopper_backward(case: Case, ws: bool, capability: tuple[int, int]) -> dict:
+    """dQ's and dK/dV's first Hopper candidate (TMA; ``ws``: warp-specialized) for the case's
+    GPU class: kernel name -> config (empty off Hopper)."""
+    d = plan_tables.block_d(case.head_dim)
+    found = {}
+    for kernel in ("band_dq", "band_dkdv"):
+        picks = [c for c in autotune.candidate_configs(kernel, d, capability)
+                 if c.kwargs.get("TMA") and bool(c.kwargs.get("WS")) == ws]
+        found.update({kernel: picks[0]} if picks else {})
+    return found if len(found) == 2 else {}
+
+
+def peer_config(peer: str, case: Case, capability: tuple[int, int]) -> str:
+    """The config column of a peer's row: ours at its defaults, or the Hopper candidates."""
+    if peer in HOPPER_BACKWARD:
+        picked = hopper_backward(case, HOPPER_BACKWARD[peer], capability)
+        return " + ".join(f"{k.removeprefix('band_')} {autotune.config_label(c)}"
+                          for k, c in picked.items())
+    return "default" if peer == "flash-tiled" else ""
+
+
 def peer_call(peer: str, p: Prepared, backward: bool):
     """(the zero-argument call of ``peer`` on the case, a note); Skip where it cannot run."""
     case = p.case
     if peer == "flash-tiled":
         return p.backward_call(), "delta + dK/dV + dQ at their defaults"
+    if peer in HOPPER_BACKWARD:
+        picked = hopper_backward(case, HOPPER_BACKWARD[peer], CAPABILITY[0])
+        if not picked:
+            raise Skip(f"no Hopper candidate of dQ and dK/dV for sm_{CAPABILITY[0][0]}0")
+        return (p.backward_call(picked), "delta + dK/dV + dQ, Hopper candidates (each one's "
+                "rel_err against the default: its dq / dkdv row)")
     gqa = case.kv_heads != case.heads
     q, k, v = (t.detach().requires_grad_(backward) for t in (p.q, p.k, p.v))
     if peer.startswith("sdpa"):
         if case.mask.window not in (None, (None, None)):
             raise Skip("SDPA has no sliding window without an n x n attn_mask")
         causal = case.mask.causal and case.n_q > 1  # one row over its cache sees every key
-        backends = [SDPBackend.FLASH_ATTENTION] if peer == "sdpa-flash" else None
+        if peer == "sdpa-cudnn" and not torch.cuda.is_available():
+            raise Skip("cuDNN attention is CUDA's")
+        backends = {"sdpa-flash": [SDPBackend.FLASH_ATTENTION],
+                    "sdpa-cudnn": [SDPBackend.CUDNN_ATTENTION]}.get(peer)
 
         def forward():
             if backends is None:
@@ -568,7 +614,7 @@ def sweep_peer(group: str, name: str, kernel: str, peer: str, p: Prepared, args,
     """Time one peer on one case (forward, or backward for group ``bwd``)."""
     case, backward = p.case, kernel == "backward"
     flops = (10 if backward else 4) * case.batch * case.heads * case.head_dim * case.pairs
-    row = row_of(group, name, peer, kernel, "default" if peer == "flash-tiled" else "",
+    row = row_of(group, name, peer, kernel, peer_config(peer, case, CAPABILITY[0]),
                  flops_rule=BWD_RULE if backward else GROUPS["fwd"][3])
     cost = EST_FLEX_BWD_S if peer == "flex" and backward else EST_PEER_S[peer]
     if not budget.fits(cost):
@@ -666,8 +712,9 @@ def run(args, capability: tuple[int, int]) -> int:
           f"threads (the rest when first run); {budget.left():.0f} s left", file=sys.stderr)
     failed = 0
     try:
-        # the class's configs, the peers but Flex, the candidates (a new path that faults the
-        # device costs the least there), then Flex (its compiles are the dearest)
+        # the class's configs, the peers but Flex, the candidates and our backward with the
+        # Hopper ones (a new path that faults the device costs the least there), then Flex
+        # (its compiles are the dearest)
         for phase in ("listed", "peers", "candidates", "flex"):
             if phase in ("listed", "candidates"):
                 for group in args.groups:
@@ -675,10 +722,10 @@ def run(args, capability: tuple[int, int]) -> int:
                         failed += sweep_case(group, prepared[name], capability, args, budget,
                                              bandwidth, writer, phase == "candidates")
                         writer.tables()
+            if phase == "listed":
                 continue
             for group, name, kernel, peers in peer_items(args.groups):
-                for peer in [x for x in peers if x in args.peers and (x == "flex") == (
-                        phase == "flex")]:
+                for peer in [x for x in peers if x in args.peers and peer_phase(x) == phase]:
                     sweep_peer(group, name, kernel, peer, prepared[name], args, budget,
                                bandwidth, writer)
                 writer.tables()
@@ -694,6 +741,12 @@ def run(args, capability: tuple[int, int]) -> int:
     return 1 if failed else 0
 
 
+def peer_phase(peer: str) -> str:
+    """When a peer is timed: Flex last (its compiles are the dearest), our backward with the
+    Hopper candidates with the candidates, the others right after our listed configs."""
+    return "flex" if peer == "flex" else "candidates" if peer in HOPPER_BACKWARD else "peers"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="kernel-sweep", help="folder for rows and tables")
@@ -704,8 +757,9 @@ def main() -> int:
                         help="only these shapes (default: each group's three)")
     parser.add_argument("--configs", type=int, default=None,
                         help="time the first N configs per kernel and shape (default: all)")
-    parser.add_argument("--peers", nargs="*", choices=["flash-tiled", *PEERS],
-                        default=["flash-tiled", *PEERS], help="the peers to time")
+    every_peer = list(dict.fromkeys([*BACKWARD_PEERS, *PEERS]))
+    parser.add_argument("--peers", nargs="*", choices=every_peer, default=every_peer,
+                        help="the peers to time")
     parser.add_argument("--smoke", action="store_true",
                         help="small copies of the shapes (the CPU test, under the interpreter)")
     parser.add_argument("--list", "--dry-run", action="store_true", dest="list",
@@ -730,6 +784,7 @@ def main() -> int:
         capability = tuple(int(x) for x in args.capability.split("."))
     else:
         capability = torch.cuda.get_device_capability() if has_cuda else (9, 0)
+    CAPABILITY[0] = capability
     if args.list:
         rows = plan(args.groups, capability)
         table = pd.DataFrame(rows).drop(columns=["shape"])

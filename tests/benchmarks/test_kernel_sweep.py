@@ -65,6 +65,61 @@ def test_list_enumerates_every_config_of_each_group_on_three_shapes():
     assert f"{len(rows)} rows: {len(ours)} kernel configs" in result.stdout
 
 
+def test_the_plan_lists_the_backward_hopper_candidates_beside_sdpa_cudnn():
+    """On sm_90 every dQ and dK/dV candidate (TMA, warp-specialized) is listed on each dense
+    shape after the class's configs, and the whole backward runs with the first TMA and the
+    first warp-specialized ones beside ours at the defaults, SDPA's default and its cuDNN
+    backward by name; on sm_80 none of them."""
+    result = _sweep("--list", "--capability", "9.0", "--groups", "dq", "dkdv")
+    assert result.returncode == 0, result.stderr
+    rows = _table(result.stdout)
+    for group, kernel in (("dq", "band_dq"), ("dkdv", "band_dkdv")):
+        for case, d in (("d128", 128), ("d64", 64), ("d128-causal", 128)):
+            want = [autotune.config_label(c) for c in autotune.candidate_configs(kernel, d,
+                                                                                 (9, 0))]
+            assert want and all("tma" in w.split() for w in want)
+            assert any("ws" in w.split() for w in want)
+            got = [r[4] for r in rows if r[0] == group and r[1] == case and r[6] == "True"]
+            assert got == want, (group, case)
+    bwd = {(r[1], r[2]): r[4] for r in rows if r[0] == "bwd"}
+    for case, d in (("d128", 128), ("d64", 64), ("d128-causal", 128)):
+        assert {"flash-tiled", "sdpa", "sdpa-cudnn"} <= {impl for c, impl in bwd if c == case}
+        for impl, ws in (("flash-tiled-tma", False), ("flash-tiled-ws", True)):
+            picks = [next(c for c in autotune.candidate_configs(k, d, (9, 0))
+                          if bool(c.kwargs.get("WS")) == ws) for k in ("band_dq", "band_dkdv")]
+            labels = [autotune.config_label(c) for c in picks]
+            assert bwd[case, impl] == f"dq {labels[0]} + dkdv {labels[1]}"
+    ampere = _table(_sweep("--list", "--capability", "8.0", "--groups", "dq", "dkdv").stdout)
+    assert ampere and not any("tma" in r[4] or r[2] in ("flash-tiled-tma", "flash-tiled-ws")
+                              for r in ampere)
+    assert {r[2] for r in ampere if r[0] == "bwd"} >= {"flash-tiled", "sdpa-cudnn"}
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter's run (CPU)")
+def test_the_whole_backward_runs_with_the_hopper_candidates(tmp_path):
+    """Our backward with dQ's and dK/dV's first TMA and first warp-specialized candidates, in
+    the interpreter (sm_90 class), after our listed configs; SDPA's cuDNN backward is skipped
+    with its reason off CUDA."""
+    out = tmp_path / "sweep"
+    result = _sweep("--smoke", "--groups", "dq", "--cases", "d64", "--configs", "1",
+                    "--peers", "flash-tiled-tma", "flash-tiled-ws", "sdpa-cudnn",
+                    "--capability", "9.0", "--out", str(out), interpret=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
+    peers = {r["impl"]: r for r in rows if r["kernel"] == "backward"}
+    assert set(peers) == {"flash-tiled-tma", "flash-tiled-ws", "sdpa-cudnn"}
+    for impl in ("flash-tiled-tma", "flash-tiled-ws"):
+        assert peers[impl]["status"] == "ok" and peers[impl]["ms"] > 0, peers[impl]
+        assert "tma" in peers[impl]["config"] and "dkdv" in peers[impl]["config"]
+    assert ("ws" in peers["flash-tiled-ws"]["config"].split()
+            and "ws" not in peers["flash-tiled-tma"]["config"].split())
+    assert peers["sdpa-cudnn"]["status"] == "skipped: cuDNN attention is CUDA's"
+    candidates = [r for r in rows if r["candidate"]]
+    assert candidates and all(r["status"] == "ok" and r["rel_err"] <= 2e-2 for r in candidates)
+    order = [r["impl"] for r in rows]
+    assert order.index("sdpa-cudnn") < order.index("flash-tiled-tma")  # with the candidates
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU refusal")
 def test_without_a_gpu_it_exits_2_with_one_line(tmp_path):
     result = _sweep("--out", str(tmp_path / "out"))
@@ -78,8 +133,9 @@ def test_without_a_gpu_it_exits_2_with_one_line(tmp_path):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter's run (CPU)")
 def test_smoke_runs_every_path_and_checks_each_config_against_the_default(tmp_path):
     """Decode (split-KV and combine replayed together) and the dQ kernel of a backward call,
-    two configs each, forced; every row ok and within the tolerance of the default's output;
-    our backward and SDPA's beside them."""
+    two configs each, forced, then the candidates (decode's other split rules, dQ's Hopper
+    ones); every row ok and within the tolerance of the default's output; our backward and
+    SDPA's beside them."""
     out = tmp_path / "sweep"
     result = _sweep("--smoke", "--groups", "decode", "dq", "--cases", "decode-32k-mha", "d64",
                     "--configs", "2", "--peers", "sdpa", "flash-tiled", "--out", str(out),
@@ -87,10 +143,13 @@ def test_smoke_runs_every_path_and_checks_each_config_against_the_default(tmp_pa
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
     ours = [r for r in rows if r["impl"] == "flash-tiled" and r["kernel"] != "backward"]
+    n_hopper = len(autotune.candidate_configs("band_dq", 64, (9, 0)))
+    assert n_hopper and all(r["config"].split()[3] == "tma" for r in ours[-n_hopper:])
     assert [(r["kernel"], r["case"], r["default"]) for r in ours] == [
         ("band_fwd_split", "decode-32k-mha", True), ("band_fwd_split", "decode-32k-mha", False),
         ("band_dq", "d64", True), ("band_dq", "d64", False),
-        *[("band_fwd_split", "decode-32k-mha", False)] * 3]  # the split rule at 1, 4, 8 waves
+        *[("band_fwd_split", "decode-32k-mha", False)] * 3,  # the split rule at 1, 4, 8 waves
+        *[("band_dq", "d64", False)] * n_hopper]  # dQ's Hopper candidates (sm_90 class)
     waves = [r for r in ours if "waves=" in r["config"]]
     assert [r["config"].split()[-1] for r in waves] == ["waves=1", "waves=4", "waves=8"]
     assert all(r["candidate"] and r["splits"] > 1 for r in waves)  # 301 keys in 64-key chunks
@@ -101,7 +160,7 @@ def test_smoke_runs_every_path_and_checks_each_config_against_the_default(tmp_pa
                           ("bwd", "flash-tiled", "backward")}
     assert all(r["status"] == "ok" for r in peers.values())
     assert "torch's choice" in peers["decode", "sdpa", "forward"]["backend"]
-    assert (out / "sweep.md").read_text().count("band_dq") == 2
+    assert (out / "sweep.md").read_text().count("band_dq") == 2 + n_hopper
     assert "best" in result.stdout and "0 skipped for the budget" in result.stdout
 
 

@@ -101,6 +101,8 @@ FEATURE_WORKLOADS: dict[str, tuple[int, int, int, int]] = {
 }
 ALL_WORKLOADS = (*WORKLOADS, *FEATURE_WORKLOADS)
 CI_WORKLOADS = ("band", "decode", "blocks")
+# the kernels with Hopper paths (TMA, warp-specialized): the CI compiles the first of each
+HOPPER_KERNELS = ("band_fwd", "band_dq", "band_dkdv")
 # the CI's further defaults: the prefix-with-dilation kernels nearest the register limit
 # (they spilled at SHAPES' defaults): (workload, kernel, head dim, target)
 CI_EXTRA = (
@@ -385,9 +387,9 @@ def jobs(workloads: tuple[str, ...], head_dims: tuple[int, ...], targets: tuple[
 def ci_jobs(head_dims: tuple[int, ...], targets: tuple[str, ...]) -> list[Job]:
     """The CI's compiles: the default config of each launch of ``CI_WORKLOADS`` and
     ``FEATURE_WORKLOADS`` (the feature-map attention's pinned tiles), then the
-    ``CI_EXTRA`` defaults, then on sm_90 the forward's first config of each Hopper path (TMA;
-    TMA with a warp-specialized loop), a listed one before the candidates, within
-    ``head_dims`` and ``targets``."""
+    ``CI_EXTRA`` defaults, then on sm_90 the first config of each Hopper path (TMA; TMA with a
+    warp-specialized loop) of the forward, dQ and dK/dV (``HOPPER_KERNELS``), a listed one
+    before the candidates, within ``head_dims`` and ``targets``."""
     out = jobs(CI_WORKLOADS, head_dims, targets, False)
     out += jobs(tuple(FEATURE_WORKLOADS), head_dims, targets, False)
     for workload, kernel, d, target in CI_EXTRA:
@@ -396,12 +398,13 @@ def ci_jobs(head_dims: tuple[int, ...], targets: tuple[str, ...]) -> list[Job]:
             out.append((workload, d, target, names.index(kernel), 0))
     for d in head_dims if "sm_90" in targets else ():
         recorded = record("band", d)
-        i = [launch.name for launch in recorded].index("band_fwd")
-        every = configs(recorded[i], "sm_90")
-        for ws in (False, True):
-            picks = [c for c, cfg in enumerate(every)
-                     if cfg.kwargs.get("TMA") and bool(cfg.kwargs.get("WS")) == ws]
-            out += [("band", d, "sm_90", i, picks[0])] if picks else []
+        for kernel in HOPPER_KERNELS:
+            i = [launch.name for launch in recorded].index(kernel)
+            every = configs(recorded[i], "sm_90")
+            for ws in (False, True):
+                picks = [c for c, cfg in enumerate(every)
+                         if cfg.kwargs.get("TMA") and bool(cfg.kwargs.get("WS")) == ws]
+                out += [("band", d, "sm_90", i, picks[0])] if picks else []
     return out
 
 

@@ -49,7 +49,8 @@ INTERPRET_BLOCK_N = 16
 ALL = frozenset({"sm90-d64", "sm90-d128", "sm80-d64", "sm80-d128"})
 D64 = frozenset({"sm90-d64", "sm80-d64"})
 
-# the Hopper paths of the forward, compile-time flags of a config (see CANDIDATES below)
+# the Hopper paths of the forward, dQ and dK/dV, compile-time flags of a config (see
+# CANDIDATES below)
 TMA = {"TMA": True}
 TMA_WS = {"TMA": True, "WS": True}
 SM90 = frozenset({"sm90-d64", "sm90-d128"})
@@ -185,6 +186,26 @@ CANDIDATES: dict[str, list[tuple[int, int, int, int, frozenset[str], dict]]] = {
         (128, 128, 4, 2, frozenset({"sm90-d64"}), TMA_WS),  # 3.685, band 0.718, 2.840
         (128, 64, 8, 2, frozenset({"sm90-d128"}), TMA),  # 5.259 / 2.881, band 1.002
         (128, 32, 4, 3, frozenset({"sm90-d128"}), TMA_WS),  # wrong on the H100: rel_err inf
+        (128, 128, 8, 3, frozenset({"sm90-d128"}), TMA),  # a larger D128 tile, 3 stages (not
+        # yet measured)
+    ],
+    # the backward's Hopper paths (no GPU measurement yet): dQ and dK/dV tiles through tensor
+    # descriptors, the listed defaults' tiles and larger ones; "ws": one masked loop,
+    # warp-specialized (dK/dV: over every query head of the group). Each compiles for sm_90
+    # without spilling (Triton 3.6.0 and 3.9.0; docs/kernels.md "The backward's Hopper paths")
+    "band_dq": [
+        (128, 32, 4, 3, frozenset({"sm90-d64"}), TMA),  # the D64 default's tiles
+        (128, 64, 8, 2, SM90, TMA),  # the D128 default's tiles (128x128 spills at D128 under
+        # Triton 3.6: 8 bytes)
+        (64, 64, 4, 2, SM90, TMA_WS),
+    ],
+    "band_dkdv": [
+        (64, 64, 4, 3, frozenset({"sm90-d64"}), TMA),  # the D64 default's tiles
+        (32, 128, 8, 2, frozenset({"sm90-d128"}), TMA),  # the D128 default's tiles
+        (64, 128, 8, 2, frozenset({"sm90-d64"}), TMA),  # FA3's tile: 128 keys, 64 rows a step
+        (64, 64, 8, 2, frozenset({"sm90-d128"}), TMA),  # 64 rows a step (64x128 spills there)
+        (64, 64, 4, 2, frozenset({"sm90-d64"}), TMA_WS),
+        (32, 64, 4, 2, SM90, TMA_WS),
     ],
 }
 # the candidates whose outputs were wrong on the H100 (SWEEP_H100, rel_err inf on every shape)
@@ -343,7 +364,9 @@ def _same(a: triton.Config, b: triton.Config) -> bool:
     return (a.kwargs, a.num_warps, a.num_stages) == (b.kwargs, b.num_warps, b.num_stages)
 
 
-TMA_TENSORS = ("Q", "K", "V", "Out")  # what a TMA config reads and writes by descriptor
+# what a TMA config reads and writes by descriptor: the forward's Q, K, V, Out; the backward's
+# Q, K, V, DO and DQ (dQ) or DK, DV (dK/dV). Q, K, V are every kernel's
+TMA_TENSORS = ("Q", "K", "V", "Out", "DO", "DQ", "DK", "DV")
 UNADDRESSABLE = 32  # added to MODE_KEY (at most 23) by a launch a descriptor cannot address
 CLAUSES = ("GLOBAL", "DILATED", "DOCS", "PREFIX", "PRED")  # PRED: a predicate feature
 
@@ -351,11 +374,14 @@ CLAUSES = ("GLOBAL", "DILATED", "DOCS", "PREFIX", "PRED")  # PRED: a predicate f
 def tma_allowed(named_args: Mapping[str, object], flags: Mapping[str, object]) -> bool:
     """Whether a launch may take a ``TMA`` config: a mask without clauses (one slot of rows in
     order, keys in order) and Q, K, V, Out whose rows a tensor descriptor can address: unit
-    last stride, the other strides and the base 16-byte aligned (D = 59 in bf16 is not)."""
+    last stride, the other strides and the base 16-byte aligned (D = 59 in bf16 is not).
+    Each of ``TMA_TENSORS`` the launch passes is checked, Q, K and V at least."""
     if any(flags.get(c) for c in CLAUSES):
         return False
     for name in TMA_TENSORS:
         t = named_args.get(name)
+        if t is None and name not in ("Q", "K", "V"):
+            continue  # another kernel's tensor
         if not isinstance(t, torch.Tensor) or t.stride(-1) != 1:
             return False
         size = t.element_size()

@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 
 from implementations._kernels.triton.autotune import TUNE_KEY, configs, prune
-from implementations._kernels.triton.forward import stored_rows
+from implementations._kernels.triton.forward import row_tiles, stored_rows
 from implementations._kernels.triton.primitives import (
     allowed,
     cross_keep,
@@ -168,12 +168,21 @@ def band_dq(Q, K, V, DO, DQ, LSE, DELTA, SLOTS, GPOS, GIDX, DS, DE,
             D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
             BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, GLOBAL: tl.constexpr,
             DILATED: tl.constexpr, DOCS: tl.constexpr, PREFIX: tl.constexpr,
-            APART: tl.constexpr = False, PRED: tl.constexpr = None):
-    """dQ over the forward's iteration space. Grid (row blocks, B·H, slots)."""
+            APART: tl.constexpr = False, PRED: tl.constexpr = None, TMA: tl.constexpr = False,
+            WS: tl.constexpr = False):
+    """dQ over the forward's iteration space. Grid (row blocks, B·H, slots). ``TMA`` (a mask
+    without clauses, the host checks): Q, dO, K, V tiles loaded and dQ stored through tensor
+    descriptors (:func:`dq_block_tma`); ``WS``: its key loop warp-specialized."""
     pid_m, bh = tl.program_id(0), tl.program_id(1)
     SP = SLOTS + tl.program_id(2) * 9
     GIDX -= GB  # GIDX[x] counts the global positions below x >= GB (negative: rows)
-    if pid_m * BLOCK_M < tl.load(SP + 3):
+    if TMA:  # one slot of all rows, no idle row block: no runtime branch (as the forward's)
+        tl.static_assert(not (GLOBAL or DILATED or DOCS or PREFIX), "TMA: no mask clauses")
+        tl.static_assert(PRED is None, "TMA: no predicate")
+        dq_block_tma(Q, K, V, DO, DQ, LSE, DELTA, SP, DS, DE, pid_m, bh, sqb, sqh, sqn, skb,
+                     skh, skn, svb, svh, svn, sdb, sdh, sdn, sgb, sgh, sgn, H, GROUP, n_q, n_k,
+                     off, P, sc2, scale, D, BLOCK_D, BLOCK_M, BLOCK_N, PRECISION, WS)
+    elif pid_m * BLOCK_M < tl.load(SP + 3):
         b, h = bh // H, bh % H
         bo, ho, hk = b.to(tl.int64), h.to(tl.int64), (h // GROUP).to(tl.int64)
         x, p, ok, x0, p0, x1, p1, r, step, flags = own_block(SP, GPOS, pid_m, BLOCK_M)
@@ -276,13 +285,24 @@ def band_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA, KSLOTS, GPOS, GIDX, DS, DE,
               D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, GLOBAL: tl.constexpr,
               DILATED: tl.constexpr, DOCS: tl.constexpr, PREFIX: tl.constexpr,
-              APART: tl.constexpr = False, PRED: tl.constexpr = None):
+              APART: tl.constexpr = False, PRED: tl.constexpr = None, TMA: tl.constexpr = False,
+              WS: tl.constexpr = False):
     """dK, dV: each program one key block of a key slot, summed over the GROUP query heads of
-    its K/V head. Grid (key blocks, B·H_kv, key slots). DK/DV share the strides sg*."""
+    its K/V head. Grid (key blocks, B·H_kv, key slots). DK/DV share the strides sg*. ``TMA``
+    (a mask without clauses, the host checks): K, V, Q, dO tiles loaded and dK, dV stored
+    through tensor descriptors (:func:`dkdv_block_tma`); ``WS``: one row loop over every
+    query head of the group, warp-specialized."""
     pid_n, bhk = tl.program_id(0), tl.program_id(1)
     SP = KSLOTS + tl.program_id(2) * 9
     GIDX -= GB  # GIDX[x] counts the global positions below x >= GB (negative: rows)
-    if pid_n * BLOCK_N < tl.load(SP + 3):
+    if TMA:  # one key slot of all keys, no idle key block: no runtime branch
+        tl.static_assert(not (GLOBAL or DILATED or DOCS or PREFIX), "TMA: no mask clauses")
+        tl.static_assert(PRED is None, "TMA: no predicate")
+        dkdv_block_tma(Q, K, V, DO, DK, DV, LSE, DELTA, SP, DS, DE, pid_n, bhk, sqb, sqh, sqn,
+                       skb, skh, skn, svb, svh, svn, sdb, sdh, sdn, sgb, sgh, sgn, H, GROUP,
+                       n_q, n_k, off, P, sc2, scale, D, BLOCK_D, BLOCK_M, BLOCK_N, PRECISION,
+                       WS)
+    elif pid_n * BLOCK_N < tl.load(SP + 3):
         hkv = H // GROUP
         b, hk = bhk // hkv, bhk % hkv
         bo, hko = b.to(tl.int64), hk.to(tl.int64)
@@ -345,3 +365,159 @@ def dkdv_keys(dk, dv, k, v, x, j, ok, x0, j0, x1, j1, r, step, flags, SP, GPOS, 
                            sdn, r, step, c0, c_start, c_end, off, sc2, j, ds, BLOCK_M,
                            BLOCK_D, D, False, DILATED, PRECISION, PRED)
     return dk, dv
+
+
+# --- the Hopper path: tiles through tensor descriptors (masks without clauses) ---------------
+# One slot of owns in order, partners in order (``autotune.tma_allowed``): rows (keys) x0 ..
+# x0 + BLOCK of the slot are rows i0 .. i0 + BLOCK of the tensors, so one descriptor load
+# (``UTMALDG``) brings a tile; rows or columns past a tensor's end read as zeros and are not
+# written. The masked blocks' partners past the ends are outside every own's interval.
+
+
+@triton.jit
+def slot_block(SP, pid, BLOCK: tl.constexpr):
+    """The owns of block ``pid`` of a slot of step 1 with no table (no branch, which would
+    keep a loop after it from being warp-specialized): coordinates ``x`` (BLOCK,), validity,
+    the first and last valid own, and the class start ``r`` (positions ``r + x``)."""
+    r, x_start, n_own = tl.load(SP), tl.load(SP + 2), tl.load(SP + 3)
+    x0 = x_start + pid * BLOCK
+    x = x0 + tl.arange(0, BLOCK)
+    ok = x < x_start + n_own
+    x1 = tl.minimum(x0 + BLOCK, x_start + n_own) - 1
+    return x, ok, x0, x1, r
+
+
+@triton.jit
+def dq_step_tma(dq, q, do, lse, delta, lo, hi, k_desc, v_desc, c0, sc2, BLOCK_N: tl.constexpr,
+                MASKED: tl.constexpr, PRECISION: tl.constexpr):
+    """:func:`dq_step` with K and V tiles through tensor descriptors."""
+    k = k_desc.load([c0, 0])
+    v = v_desc.load([c0, 0])
+    keep = kept(tl.arange(0, BLOCK_N), lo - c0, hi - c0)
+    return dq_tile(dq, q, do, lse, delta, k, v, keep, sc2, MASKED, PRECISION)
+
+
+@triton.jit
+def dq_block_tma(Q, K, V, DO, DQ, LSE, DELTA, SP, DS, DE, pid_m, bh, sqb, sqh, sqn, skb, skh,
+                 skn, svb, svh, svn, sdb, sdh, sdn, sgb, sgh, sgn, H, GROUP, n_q, n_k, off, P,
+                 sc2, scale, D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+                 BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, WS: tl.constexpr):
+    """dQ of one row block of a mask without clauses, tiles through tensor descriptors: the
+    masked edge blocks, then the unmasked middle, software-pipelined; ``WS``: every block in
+    one masked loop, warp-specialized. Rows past n_q read zeros, lse +inf: they contribute
+    nothing and are not written."""
+    b, h = bh // H, bh % H
+    b64, h64, hk = b.to(tl.int64), h.to(tl.int64), (h // GROUP).to(tl.int64)
+    x, ok, x0, x1, r = slot_block(SP, pid_m, BLOCK_M)
+    p, p0, p1 = r + x, r + x0, r + x1
+    i0 = p0 - off  # the block's first row: rows i0 .. i0 + BLOCK_M in order
+    q = row_tiles(Q + b64 * sqb + h64 * sqh, sqn, n_q, D, BLOCK_M, BLOCK_D).load([i0, 0])
+    do = row_tiles(DO + b64 * sdb + h64 * sdh, sdn, n_q, D, BLOCK_M, BLOCK_D).load([i0, 0])
+    i = p - off
+    lse = tl.load(LSE + bh.to(tl.int64) * n_q + i, mask=ok, other=float("inf"))
+    delta = tl.load(DELTA + bh.to(tl.int64) * n_q + i, mask=ok, other=0.0)
+    k_desc = row_tiles(K + b64 * skb + hk * skh, skn, n_k, D, BLOCK_N, BLOCK_D)
+    v_desc = row_tiles(V + b64 * svb + hk * svh, svn, n_k, D, BLOCK_N, BLOCK_D)
+    lo, hi = own_bounds(x, p, ok, SP, P, DS, DE, False, False, False)
+    lo0, hi0 = own_bounds(x0, p0, p0 >= 0, SP, P, DS, DE, False, False, False)
+    lo1, hi1 = own_bounds(x1, p1, p1 >= 0, SP, P, DS, DE, False, False, False)
+    start, mid, post, end = walk(lo0, hi0, lo1, hi1, BLOCK_N)
+    dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    if WS:  # the edges and the middle are blocks start + i·BLOCK_N alike
+        for c0 in tl.range(start, end, BLOCK_N, warp_specialize=True):
+            dq = dq_step_tma(dq, q, do, lse, delta, lo, hi, k_desc, v_desc, c0, sc2, BLOCK_N,
+                             True, PRECISION)
+    else:
+        n_lo = tl.cdiv(mid - start, BLOCK_N)
+        for e in range(0, n_lo + tl.cdiv(end - post, BLOCK_N)):
+            c0 = edge_start(e, start, post, n_lo, BLOCK_N)
+            dq = dq_step_tma(dq, q, do, lse, delta, lo, hi, k_desc, v_desc, c0, sc2, BLOCK_N,
+                             True, PRECISION)
+        for c0 in tl.range(mid, post, BLOCK_N):
+            dq = dq_step_tma(dq, q, do, lse, delta, lo, hi, k_desc, v_desc, c0, sc2, BLOCK_N,
+                             False, PRECISION)
+    row_tiles(DQ + b64 * sgb + h64 * sgh, sgn, n_q, D, BLOCK_M, BLOCK_D).store(
+        [i0, 0], (dq * scale).to(DQ.dtype.element_ty))
+
+
+@triton.jit
+def dkdv_step_tma(dk, dv, k, v, lo, hi, q_desc, do_desc, hq, lse_base, delta_base, c0, c_start,
+                  c_end, off, sc2, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+                  MASKED: tl.constexpr, PRECISION: tl.constexpr):
+    """:func:`dkdv_step` with the Q and dO tiles of query head ``hq`` through (heads, rows,
+    D) tensor descriptors: rows past n_q read zeros; a masked block's lse and delta are read
+    at rows clamped into the valid ones (rows outside are outside every key's interval)."""
+    a = c0 + tl.arange(0, BLOCK_M)
+    if MASKED:
+        a = tl.minimum(tl.maximum(a, c_start), c_end - 1)
+    q = q_desc.load([hq, c0 - off, 0]).reshape(BLOCK_M, BLOCK_D)
+    do = do_desc.load([hq, c0 - off, 0]).reshape(BLOCK_M, BLOCK_D)
+    lse = tl.load(lse_base + a - off)
+    delta = tl.load(delta_base + a - off)
+    keep = kept(tl.arange(0, BLOCK_M), lo - c0, hi - c0)
+    return dkdv_tile(dk, dv, k, v, q, do, lse, delta, keep, sc2, MASKED, PRECISION)
+
+
+@triton.jit
+def head_tiles(base, head_stride, stride, H, n, D: tl.constexpr, BLOCK: tl.constexpr,
+               BLOCK_D: tl.constexpr):
+    """A tensor descriptor over the (H, n, D) heads and rows at ``base`` in (1, BLOCK,
+    BLOCK_D) tiles: one descriptor serves every query head of a group."""
+    return tl.make_tensor_descriptor(base, shape=[H, n, D], strides=[head_stride, stride, 1],
+                                     block_shape=[1, BLOCK, BLOCK_D])
+
+
+@triton.jit
+def dkdv_block_tma(Q, K, V, DO, DK, DV, LSE, DELTA, SP, DS, DE, pid_n, bhk, sqb, sqh, sqn, skb,
+                   skh, skn, svb, svh, svn, sdb, sdh, sdn, sgb, sgh, sgn, H, GROUP, n_q, n_k,
+                   off, P, sc2, scale, D: tl.constexpr, BLOCK_D: tl.constexpr,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
+                   WS: tl.constexpr):
+    """dK, dV of one key block of a mask without clauses, summed over the GROUP query heads of
+    its K/V head, tiles through tensor descriptors: per head the masked edge row blocks, then
+    the unmasked middle; ``WS``: one masked loop over (head, row block), warp-specialized.
+    Keys past n_k read zeros and are not written."""
+    hkv = H // GROUP
+    b, hk = bhk // hkv, bhk % hkv
+    bo, hko = b.to(tl.int64), hk.to(tl.int64)
+    x, ok, x0, x1, r = slot_block(SP, pid_n, BLOCK_N)
+    j, j0, j1 = r + x, r + x0, r + x1
+    k = row_tiles(K + bo * skb + hko * skh, skn, n_k, D, BLOCK_N, BLOCK_D).load([j0, 0])
+    v = row_tiles(V + bo * svb + hko * svh, svn, n_k, D, BLOCK_N, BLOCK_D).load([j0, 0])
+    q_desc = head_tiles(Q + bo * sqb, sqh, sqn, H, n_q, D, BLOCK_M, BLOCK_D)
+    do_desc = head_tiles(DO + bo * sdb, sdh, sdn, H, n_q, D, BLOCK_M, BLOCK_D)
+    lo, hi = own_bounds(x, j, ok, SP, P, DS, DE, False, False, False)
+    lo0, hi0 = own_bounds(x0, j0, j0 >= 0, SP, P, DS, DE, False, False, False)
+    lo1, hi1 = own_bounds(x1, j1, j1 >= 0, SP, P, DS, DE, False, False, False)
+    start, mid, post, end = walk(lo0, hi0, lo1, hi1, BLOCK_M)
+    c_start, c_end = tl.load(SP + 4), tl.load(SP + 5)
+    dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    lse_head = LSE + (b * H + hk * GROUP).to(tl.int64) * n_q  # the group's first query head
+    delta_head = DELTA + (b * H + hk * GROUP).to(tl.int64) * n_q
+    if WS:  # one loop over (head g, row block e): blocks start + e·BLOCK_M of each head
+        n_blocks = tl.cdiv(end - start, BLOCK_M)
+        for t in tl.range(0, GROUP * n_blocks, warp_specialize=True):
+            g = t // n_blocks
+            c0 = start + (t - g * n_blocks) * BLOCK_M
+            dk, dv = dkdv_step_tma(dk, dv, k, v, lo, hi, q_desc, do_desc, hk * GROUP + g,
+                                   lse_head + g * n_q, delta_head + g * n_q, c0, c_start,
+                                   c_end, off, sc2, BLOCK_M, BLOCK_D, True, PRECISION)
+    else:
+        n_lo = tl.cdiv(mid - start, BLOCK_M)
+        for g in range(0, GROUP):
+            hq = hk * GROUP + g
+            lse_base, delta_base = lse_head + g * n_q, delta_head + g * n_q
+            for e in range(0, n_lo + tl.cdiv(end - post, BLOCK_M)):
+                c0 = edge_start(e, start, post, n_lo, BLOCK_M)
+                dk, dv = dkdv_step_tma(dk, dv, k, v, lo, hi, q_desc, do_desc, hq, lse_base,
+                                       delta_base, c0, c_start, c_end, off, sc2, BLOCK_M,
+                                       BLOCK_D, True, PRECISION)
+            for c0 in tl.range(mid, post, BLOCK_M):
+                dk, dv = dkdv_step_tma(dk, dv, k, v, lo, hi, q_desc, do_desc, hq, lse_base,
+                                       delta_base, c0, c_start, c_end, off, sc2, BLOCK_M,
+                                       BLOCK_D, False, PRECISION)
+    row_tiles(DK + bo * sgb + hko * sgh, sgn, n_k, D, BLOCK_N, BLOCK_D).store(
+        [j0, 0], (dk * scale).to(DK.dtype.element_ty))
+    row_tiles(DV + bo * sgb + hko * sgh, sgn, n_k, D, BLOCK_N, BLOCK_D).store(
+        [j0, 0], dv.to(DV.dtype.element_ty))

@@ -141,14 +141,19 @@ def test_forward_register_target_on_hopper(compiled):
 
 
 def test_hopper_paths_issue_wgmma_and_tma_and_spill_nothing(compiled):
-    """The forward's TMA path and its warp-specialized loop, on sm_90 at both head dims (at D
-    64 the TMA path is a listed config, elsewhere candidates): bulk tensor copies in SASS and
-    PTX, wgmma, no spill; the defaults keep today's pointer loads, and sm_80 never uses TMA."""
+    """The TMA path and its warp-specialized loop of the forward, dQ and dK/dV, on sm_90 at
+    both head dims (the forward's TMA path at D 64 is a listed config, the rest candidates):
+    bulk tensor copies in SASS (UTMALDG/UTMASTG) and PTX, wgmma, no spill; the defaults keep
+    today's pointer loads, and sm_80 never uses TMA."""
     hopper = [r for r in compiled if "tma" in r["config"].split()]
-    assert {(r["head_dim"], "ws" in r["config"].split(), r["candidate"]) for r in hopper} == {
-        (64, False, False), (64, True, True), (128, False, True), (128, True, True)}
+    assert {(r["kernel"], r["head_dim"], "ws" in r["config"].split(), r["candidate"])
+            for r in hopper} == {
+        ("band_fwd", 64, False, False), ("band_fwd", 64, True, True),
+        ("band_fwd", 128, False, True), ("band_fwd", 128, True, True),
+        *((k, d, ws, True) for k in ("band_dq", "band_dkdv") for d in (64, 128)
+          for ws in (False, True))}
     for r in hopper:
-        assert (r["kernel"], r["target"], r["mma"]) == ("band_fwd", "sm_90", "wgmma"), r
+        assert (r["target"], r["mma"]) == ("sm_90", "wgmma"), r
         assert r["tma"] > 0 and r["bulk_tensor"] > 0 and r["spill_bytes"] == 0, r
         assert r["smem_bytes"] <= r["smem_limit"] and not r["default"]
         assert (r["setmaxnreg"] > 0) == ("ws" in r["config"].split()), r

@@ -84,6 +84,19 @@ def test_no_listed_config_is_warp_specialized(monkeypatch):
     assert wrong and all(r["status"].startswith("mismatch") for r in wrong)
 
 
+def test_every_candidate_is_a_hopper_path_and_the_backward_lists_none():
+    """Candidates are sm_90 configs with a Hopper flag (sm_80 keeps today's path), and no
+    listed dQ or dK/dV config sets one: the backward's launches do not key a TMA pick apart
+    (``tma_key``), so a listed one would first need that."""
+    assert {"band_fwd", "band_dq", "band_dkdv"} <= set(tune.CANDIDATES)
+    for kernel, rows in tune.CANDIDATES.items():
+        for row in rows:
+            assert row[4] and row[4] <= tune.SM90 and row[5].get("TMA"), (kernel, row)
+    for table in (tune.SHAPES, tune.GATHERED_SHAPES):
+        for kernel in ("band_dq", "band_dkdv"):
+            assert not [s for s in table.get(kernel, ()) if len(s) > 5 and s[5]], kernel
+
+
 def _prune_d64(flags: dict | None = None, **tensors: torch.Tensor) -> list[str]:
     """The labels the forward's prune keeps at D 64 on sm_90 (a CPU tensor: that class) for
     Q, K, V, Out of (1, 2, 64, 64) bf16, some replaced by ``tensors``."""

@@ -595,3 +595,65 @@ def test_tma_is_allowed_where_a_descriptor_addresses_the_rows():
     assert not tma_allowed({**args, "Q": q.transpose(2, 3)}, plain)  # no unit last stride
     meta = torch.empty(shape, dtype=torch.bfloat16, device="meta")
     assert tma_allowed(dict(Q=meta, K=meta, V=meta, Out=meta), plain)
+    # the backward's launches: each of dO, dQ, dK, dV it passes is checked too
+    assert tma_allowed(dict(Q=q, K=q, V=q, DO=q, DQ=q), plain)
+    assert tma_allowed(dict(Q=q, K=q, V=q, DO=q, DK=q, DV=q), plain)
+    assert not tma_allowed(dict(Q=q, K=q, V=q, DO=odd, DQ=q), plain)
+    assert not tma_allowed(dict(Q=q, K=q, V=q, DO=q, DK=q, DV=q.transpose(2, 3)), plain)
+    assert not tma_allowed(dict(K=q, V=q, DO=q, DQ=q), plain)  # Q, K, V: every kernel's
+
+
+def _backward_pairs(d: int) -> list[tuple[str, str]]:
+    """The backward's Hopper candidates at head dim d, dQ's beside dK/dV's (plain TMA ones
+    first, then the warp-specialized), in pairs that together cover every one."""
+    lists = [sorted(candidate_configs(kernel, d, (9, 0)), key=lambda c: bool(c.kwargs.get("WS")))
+             for kernel in ("band_dq", "band_dkdv")]
+    longest = max(len(x) for x in lists)
+    return [tuple(config_label(x[min(i, len(x) - 1)]) for x in lists) for i in range(longest)]
+
+
+BACKWARD_CASES = {  # id -> (mask, (B, H, n_q, n_k, D or None: the pair's), K/V heads)
+    "dense-q33-k130": (MaskSpec(), (1, 2, 33, 130, None), None),
+    "causal-q130-k45": (MaskSpec(causal=True), (1, 2, 130, 45, None), None),
+    "window-40-0": (MaskSpec(causal=True, window=(40, 0)), (1, 2, 97, 97, None), None),
+    "d59-falls-back": (MaskSpec(window=(7, 3)), (1, 2, 97, 97, 59), None),
+}
+GQA_CASE = "gqa-dense-130"  # every pair: 4 query heads over 2 K/V heads, an unmasked middle
+BACKWARD_CASES[GQA_CASE] = (MaskSpec(), (1, 4, 130, 130, None), 2)
+ROTATING = [c for c in BACKWARD_CASES if c != GQA_CASE]
+BACKWARD_HOPPER = [(d, *pair, case) for i, (d, pair) in enumerate(
+    (d, pair) for d in (64, 128) for pair in _backward_pairs(d))
+    for case in (GQA_CASE, ROTATING[i % len(ROTATING)])]
+
+
+@pytest.mark.parametrize("d,dq_label,dkdv_label,case", BACKWARD_HOPPER,
+                         ids=[f"d{d}-{a.replace(' ', '-')}-{b.replace(' ', '-')}-{c}"
+                              for d, a, b, c in BACKWARD_HOPPER])
+def test_backward_hopper_candidates_agree_with_float64(d, dq_label, dkdv_label, case):
+    """The backward's Hopper paths (Q, dO, K, V tiles loaded and dQ, dK, dV stored through
+    tensor descriptors; "ws": one masked loop, warp-specialized), dQ and dK/dV forced
+    together, gradients against float64. Every pair runs 4 query heads over 2 K/V heads
+    (dK/dV's descriptor over the group's heads) at 130 rows, where the 64-row tiles have an
+    unmasked middle, and one more case in turn: n_q < n_k dense, n_q > n_k causal (rows with
+    no key), a window, or D = 59 (rows a descriptor cannot address: pointer loads)."""
+    if DEVICE == "cuda" and torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("tensor descriptors are Hopper's (sm_90)")
+    forced = {kernel: next(c for c in candidate_configs(kernel, d, (9, 0))
+                           if config_label(c) == label)
+              for kernel, label in (("band_dq", dq_label), ("band_dkdv", dkdv_label))}
+    mask, (b, h, n_q, n_k, dim), kv_heads = BACKWARD_CASES[case]
+    shape = (b, h, n_q, n_k, dim or d)
+    q, k, v = (t.to(DEVICE).requires_grad_(True)
+               for t in make_qkv(*shape, kv_heads=kv_heads, seed=63))
+    launched = []
+    with launch_modes.forced(forced), launch_modes.watching(launched.append):
+        out = masked_attention.triton_attention(q, k, v, mask)
+        g = torch.randn(q.shape, generator=torch.Generator().manual_seed(64)).to(DEVICE)
+        grads = torch.autograd.grad(out, (q, k, v), g)
+    result = grad_agreement(grads, reference_grads(q, k, v, g, mask), torch.float32)
+    assert result["grad_agree"], result
+    addressable = shape[-1] != 59
+    for kernel in forced:
+        used = next(r for r in launched if r.name == kernel).config.kwargs
+        assert bool(used.get("TMA")) == addressable, kernel
+        assert bool(used.get("WS")) == (addressable and bool(forced[kernel].kwargs.get("WS")))
