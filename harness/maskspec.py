@@ -127,6 +127,13 @@ class MaskSpec:
         return frozenset(used)
 
     @property
+    def capabilities(self) -> frozenset[str]:
+        """The ``Capabilities.mask_features`` a path must declare to run this mask: the named
+        features, and for each plug-in feature the capability it needs instead of its name."""
+        needs = self.plugin_needs
+        return frozenset(self.features - set(needs)) | frozenset(needs.values())
+
+    @property
     def plugin_needs(self) -> dict[str, str]:
         """Each plug-in feature's name -> the capability a path needs to run it."""
         return {f.name: f.needs for f in self.extra}

@@ -23,6 +23,7 @@ from harness.masks import MaskSpec
 from harness.registry import Implementation, NotSupportedError
 from harness.spec import FLOAT_DTYPES, MASK_FEATURES, Problem
 from tests.conftest import make_qkv
+from tests.implementations.test_plugin_features import EvenKeyGroups, EveryThirtiethKey
 
 N, N_Q, D = 40, 24, 16  # square and unequal (bottom-right) lengths
 BLOCK = 8
@@ -51,6 +52,9 @@ POOL = {  # valid masks at n = 40: every feature alone where it can be, and mixe
                                          documents=(10,) * 4),
     "documents-global-positions": MaskSpec(causal=True, window=(3, 0), global_tokens=(0, 7),
                                            documents=(14, 1, 25)),
+    # plug-in features (tests/implementations/test_plugin_features.py checks their answers)
+    "plugin-runs": MaskSpec(causal=True, window=(6, 0), extra=(EveryThirtiethKey(),)),
+    "plugin-predicate": MaskSpec(causal=True, window=(24, 0), extra=(EvenKeyGroups(),)),
 }
 REQUIRES = {"bigbird": frozenset({"block_sparse"})}  # refused without these features
 COMPILED_FAMILIES = {"flex"}  # each distinct mask is a kernel compile: support check only
@@ -83,7 +87,7 @@ def _accepted_masks(impl: Implementation) -> dict[str, MaskSpec]:
     """The pool's masks within the declared features (and with what the implementation needs)."""
     need = REQUIRES.get(impl.name, frozenset())
     return {k: m for k, m in POOL.items()
-            if m.features <= impl.caps.mask_features and need <= m.features}
+            if m.capabilities <= impl.caps.mask_features and need <= m.features}
 
 
 def _runnable_here(impl: Implementation) -> Implementation:
@@ -102,7 +106,7 @@ def _call(impl: Implementation, mask: MaskSpec, n_q: int, n_k: int, dtype=torch.
 
 
 def test_the_pool_uses_every_mask_feature():
-    assert set().union(*(m.features for m in POOL.values())) == MASK_FEATURES
+    assert set().union(*(m.capabilities for m in POOL.values())) == MASK_FEATURES
 
 
 @pytest.mark.parametrize("name", _impls())
@@ -112,7 +116,7 @@ def test_every_declared_mask_feature_is_accepted(name):
     impl = _runnable_here(registry.get(name))
     dtype = torch.float32 if torch.float32 in impl.caps.dtypes else min(impl.caps.dtypes, key=str)
     masks = _accepted_masks(impl)
-    assert impl.caps.mask_features <= set().union(*(m.features for m in masks.values()))
+    assert impl.caps.mask_features <= set().union(*(m.capabilities for m in masks.values()))
     for mask_id, mask in masks.items():
         for n_q, n_k in _shapes(impl):
             if not _fits(mask, n_q, n_k):
@@ -133,7 +137,8 @@ def test_every_declared_mask_feature_is_accepted(name):
 def test_every_undeclared_mask_feature_is_refused_by_name(name):
     impl = _runnable_here(registry.get(name))
     for mask_id, mask in POOL.items():
-        missing = sorted(mask.features - impl.caps.mask_features)
+        needs = mask.plugin_needs  # a plug-in feature is refused by its name, for its need
+        missing = sorted(f for f in mask.features if needs.get(f, f) not in impl.caps.mask_features)
         if not missing:
             continue
         with pytest.raises(NotSupportedError) as caught:

@@ -53,6 +53,23 @@ class EvenKeyGroups(PredicateFeature):
         return np.where(even_only, FULL, PARTIAL).astype(np.int8)
 
 
+try:  # the fused band kernels' twin of keep(); the module imports triton.language (jit needs it)
+    import triton
+    import triton.language as tl
+except ImportError:  # no Triton: the fused paths refuse the feature by name
+    triton = None
+
+if triton is not None:
+
+    @triton.jit
+    def even_groups_keep(p, j):
+        """keep() on int32 tensors; Triton's // truncates, so p's group is floored by hand."""
+        own = tl.where(p < 0, (p - 7) // 8, p // 8)
+        return ((j // 8) % 2 == 0) | (j // 8 == own)
+
+    EvenKeyGroups.triton_keep = even_groups_keep
+
+
 MASKS = {
     "runs": MaskSpec(causal=True, window=(6, 0), extra=(EveryThirtiethKey(),)),
     "predicate": MaskSpec(causal=True, window=(24, 0), extra=(EvenKeyGroups(),)),
@@ -111,3 +128,17 @@ def test_only_paths_proven_here_accept_a_plugin_feature(mask_id):
             proven.add(impl.name)
     assert len(accepting) >= 3, accepting
     assert accepting <= proven, f"accepted but never run against float64: {accepting - proven}"
+
+
+def test_the_predicate_twin_agrees_in_the_fused_kernels():
+    """The Triton twin above, through the fused band kernels under the interpreter (rows
+    before the first key included: n_q > n_k), against float64."""
+    pytest.importorskip("triton")
+    from implementations._kernels.triton import masked_attention
+
+    mask = MASKS["predicate"]
+    q, k, v = make_qkv(1, 2, 41, 33, 16, seed=5)
+    out = masked_attention.triton_attention(q, k, v, mask)
+    ref = reference_attention(q, k, v, mask)
+    result = output_agreement(out, ref, torch.float32, naive=naive_attention(q, k, v, mask))
+    assert result["agree"], result
