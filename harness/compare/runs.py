@@ -28,9 +28,11 @@ from harness.compare.baseline import machine_key
 from harness.compare.findings import LEVELS, CompareError, Comparison, Finding, load_run
 from harness.compare.noise import (
     Rerun,
+    basis_used,
     confirm_by_rerun,
     confirm_failures,
     contention_notes,
+    cpu_basis_note,
     resolve_basis,
     run_scatter,
     time_scale,
@@ -111,7 +113,9 @@ def compare_runs(
     if base.env and cur.env:
         notes += _env_notes(base.env, cur.env, opts)
     others = [(load_run(Path(d), notes), Path(d).name) for d in confirm]
-    opts = resolve_basis(opts, [base.rows, cur.rows] + [run.rows for run, _ in others], notes)
+    compared = [base.rows, cur.rows] + [run.rows for run, _ in others]
+    opts = resolve_basis(opts, compared, notes)
+    notes += cpu_basis_note(opts, compared)
     notes += contention_notes(
         [(str(baseline), base.rows), (str(current), cur.rows)]
         + [(str(d), run.rows) for (run, _), d in zip(others, confirm, strict=True)]
@@ -142,7 +146,7 @@ def compare_runs(
         tuple(findings),
         tuple(notes),
         len(base.rows.keys() | cur.rows.keys()),
-        opts.time_basis,
+        basis_used(opts, base.rows, cur.rows),
     )
 
 

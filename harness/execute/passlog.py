@@ -4,9 +4,9 @@ crash loses no pass, and the combination of a point's passes into its final row.
 The first pass's line holds the whole first-pass row; a later pass's line holds only its
 per-pass fields (:data:`PASS_FIELDS`: raw time samples in seconds, on a CPU their CPU times,
 calls per sample, the reference-kernel bracket and the contention readings of that pass) plus
-``partial_row``: the point's row combined over the passes finished so far. So the rows of an interrupted run stay
-readable (:func:`harness.results.read_run` marks them ``partial``) without the reader having
-to combine passes.
+``partial_row``: the point's row combined over the passes finished so far. So the rows of an
+interrupted run stay readable (:func:`harness.results.read_run` marks them ``partial``)
+without the reader having to combine passes.
 """
 
 from __future__ import annotations
