@@ -164,15 +164,21 @@ def run_scatter(
     return scatter
 
 
-def contention_notes(runs: Sequence[tuple[str, dict[str, dict]]]) -> list[str]:
-    """One note per run (name, rows by point id) with rows measured under contention."""
+CPU_CONTENTION = ("rows compared in CPU time do not hold the wait for a core; they do hold "
+                  "the memory bandwidth and caches the other tasks shared")
+
+
+def contention_notes(runs: Sequence[tuple[str, dict[str, dict]]], cpu: bool = False) -> list[str]:
+    """One note per run (name, rows by point id) with rows measured under contention; with
+    ``cpu`` (some points compared in CPU time) and any such note, one more saying what
+    contention still does to CPU time."""
     out = []
     for name, rows in runs:
         if rows:
             line = contention.notice(pd.DataFrame(list(rows.values())), "rows")
             if line:
                 out.append(f"{name}: {line}")
-    return out
+    return [*out, CPU_CONTENTION] if out and cpu else out
 
 
 def confirm_failures(

@@ -116,9 +116,11 @@ def compare_runs(
     compared = [base.rows, cur.rows] + [run.rows for run, _ in others]
     opts = resolve_basis(opts, compared, notes)
     notes += cpu_basis_note(opts, compared)
+    basis = basis_used(opts, base.rows, cur.rows)
     notes += contention_notes(
         [(str(baseline), base.rows), (str(current), cur.rows)]
-        + [(str(d), run.rows) for (run, _), d in zip(others, confirm, strict=True)]
+        + [(str(d), run.rows) for (run, _), d in zip(others, confirm, strict=True)],
+        cpu=basis.startswith("cpu"),
     )
     # Scatter over every pair of runs, the largest kept: between runs of the same code it is
     # pure noise (a real regression cannot inflate it); against the baseline it also covers
@@ -146,7 +148,7 @@ def compare_runs(
         tuple(findings),
         tuple(notes),
         len(base.rows.keys() | cur.rows.keys()),
-        basis_used(opts, base.rows, cur.rows),
+        basis,
     )
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from harness.cli import main
 from harness.compare.findings import CompareError
+from harness.compare.noise import CPU_CONTENTION
 from harness.compare.rules import CompareOptions, pair_basis, parse_thresholds
 from harness.compare.runs import compare_runs
 from harness.render.comparison import summary
@@ -90,9 +91,14 @@ def test_a_3x_wall_only_swing_passes_in_cpu_time_and_fails_in_wall_time(tmp_path
     same work, so the CPU basis passes it; the normalized wall basis sees +200%."""
     base = _run(tmp_path / "b", 0)
     waited = _run(tmp_path / "w", 1, wall_x=3.0)
-    assert compare_runs(base, waited, REPORT).exit_code == 0
+    cpu = compare_runs(base, waited, REPORT)
+    assert cpu.exit_code == 0
+    # its rows were contended: said, with what contention still does to CPU time
+    assert any("rows were measured under contention" in n for n in cpu.warnings)
+    assert CPU_CONTENTION in cpu.warnings
     wall = compare_runs(base, waited, CompareOptions(time_gate="report", time_basis="normalized"))
     assert _failed(wall) == {"flash-tiled"} and wall.time_basis == "normalized"
+    assert CPU_CONTENTION not in wall.warnings
 
 
 def test_rows_of_several_threads_keep_normalized_wall_time(tmp_path: Path):
