@@ -12,7 +12,7 @@ import pytest
 
 from harness.cli import main
 from harness.compare.findings import CompareError
-from harness.compare.noise import CPU_CONTENTION
+from harness.compare.noise import CPU_CONTENTION, time_scatter
 from harness.compare.rules import CompareOptions, pair_basis, parse_thresholds
 from harness.compare.runs import compare_runs
 from harness.render.comparison import summary
@@ -164,3 +164,14 @@ def test_the_rerun_is_judged_in_cpu_time_too(tmp_path: Path):
     cleared = compare_runs(base, cur, REPORT, rerun=FakeRerun(waited))
     assert cleared.exit_code == 0
     assert any("not in the rerun" in f.verdict for f in cleared.findings if f.level == "warn")
+
+
+def test_the_run_to_run_scatter_uses_each_points_basis():
+    """Points whose wall time swings 1-4x between runs while their CPU time does not: the
+    scatter read in each point's basis (auto: cpu) stays small, in wall time it does not."""
+    rng = np.random.default_rng(7)
+    pairs = [(_row(p, rng, 1e-3), _row(p, rng, 1e-3, wall_x=float(rng.uniform(1.0, 4.0))))
+             for p in _points()]
+    auto = CompareOptions(time_basis="normalized", cpu_rows=True)
+    assert time_scatter(pairs, "median", auto) < 0.05
+    assert time_scatter(pairs, "median", "normalized") > 0.2
