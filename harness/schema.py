@@ -106,6 +106,12 @@ OUTCOME: tuple[Column, ...] = (
     C("samples", "", "int", "per-call samples taken, all passes together"),
     C("time_samples_s", "s", "seconds",
       "the raw per-call samples, kept for noise-aware comparisons", many=True),
+    C("cpu_time_median_s", "s", "seconds",
+      "CPU: per-call CPU time, median of the pass medians (one thread: the calling thread's; "
+      "more: the process's, spin-waits included); the wait for a core is not in it, and "
+      "`compare` gates one-thread rows on it (docs/noise.md)", title="CPU time"),
+    C("cpu_time_samples_s", "s", "seconds",
+      "CPU: the per-call CPU time of each sample of `time_samples_s`, same order", many=True),
     C("first_call_s", "s", "seconds",
       "first call (compilation, autotuning, allocation), outside the statistics",
       title="first call"),
@@ -167,6 +173,9 @@ TAIL: tuple[Column, ...] = (
     C("pass_medians_s", "s", "seconds", "median of each pass", many=True),
     C("pass_calls_per_sample", "", "int", "calls per sample in each pass", many=True),
     C("pass_ref_kernel_s", "s", "seconds", "the reference kernel's time in each pass", many=True),
+    C("pass_cpu_medians_s", "s", "seconds", "CPU: median CPU time of each pass", many=True),
+    C("pass_ref_kernel_cpu_s", "s", "seconds",
+      "CPU: the reference kernel's CPU time in each pass", many=True),
     C("pass_contended", "", "bool", "whether each pass was contended", many=True),
     C("pass_errors", "", "text", "the passes that failed, and why", many=True),
     C("partial", "", "bool",
@@ -175,6 +184,9 @@ TAIL: tuple[Column, ...] = (
     C("ref_kernel_s", "s", "seconds",
       "median time of the fixed reference matmul timed before and after each pass: "
       "`compare --time-basis normalized` compares `time_median_s / ref_kernel_s`"),
+    C("ref_kernel_cpu_s", "s", "seconds",
+      "CPU: the reference matmul's median CPU time over the passes: `compare --time-basis "
+      "cpu` compares `cpu_time_median_s / ref_kernel_cpu_s`"),
     C("contended", "", "bool",
       "another process took the cores (or the GPU) while the point was timed; `claims` and "
       "`report` leave contended rows out of time verdicts unless `--allow-contended`"),

@@ -28,11 +28,12 @@ from harness.render.comparison import print_table, write_markdown
 
 GATE_HELP = """\
 the gate: status, memory and numerics regressions fail (exit 1). Times are compared per
-reference matmul (normalized) with an interval over the passes. A slowdown whose interval is
-above +10% is a warning; it becomes a suspect when its estimate is above --time-fail (+50%),
-and a suspect fails only when it shows again, interval above +50%, in a rerun: compare
-measures the suspect points once more itself (from CURRENT_DIR's suite, with this
-installation's code and --plugin files, at least 5 passes, a few seconds each) or reads
+reference matmul with an interval over the passes: in CPU time for one-thread CPU rows (the
+wait for a time-shared core is not in it), else in wall time (normalized). A slowdown whose
+interval is above +10% is a warning; it becomes a suspect when its estimate is above
+--time-fail (+50%), and a suspect fails only when it shows again, interval above +50%, in a
+rerun: compare measures the suspect points once more itself (from CURRENT_DIR's suite, with
+this installation's code and --plugin files, at least 5 passes, a few seconds each) or reads
 --confirm DIR. A rerun row measured under contention (other processes took the cores, or this
 process waited for a CPU) is measured once more; only a clean rerun can clear a suspect.
 --strict: every slowdown beyond median:10% and its noise fails, no rerun (quiet, dedicated
@@ -150,8 +151,10 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
         "--time-basis",
         choices=BASES,
         default="auto",
-        help="normalized: time per reference-kernel time (ref_kernel_s); auto (default): "
-        "normalized when every timed row has one",
+        help="normalized: time per reference-kernel time (ref_kernel_s); cpu: CPU time per "
+        "the reference kernel's CPU time (ref_kernel_cpu_s; the wait for a time-shared core "
+        "is not in it); auto (default): cpu for one-thread rows with CPU time on both sides, "
+        "the rest normalized when every timed row has a reference time",
     )
     p.add_argument("--confidence", type=float, default=0.99, help="CI level (default 0.99)")
     p.add_argument("--markdown", type=Path, metavar="FILE", help="write a markdown summary")

@@ -8,9 +8,13 @@ in the suite's passes and thread count), into ``--rerun-out DIR`` or a fresh tem
 that is kept, and named in the output, as the evidence.
 
 The suite comes from the current run's ``env.json`` (``suite_path``; a bundled suite moved by
-an install is found by its file name). The rerun measures *this* process's code: it confirms a
-run of the code installed here, which is what CI's ``run`` then ``compare`` has; comparing two
-old run directories from other commits, give ``--confirm DIR`` (or ``--no-rerun``) instead.
+an install is found by its file name). Its rows are measured like the run's (CPU time beside
+wall time on a CPU) and judged by the same rule, in the same time basis per point
+(:func:`harness.compare.rules.pair_basis`): a suspect the rerun shows slower only in wall time
+is cleared where the point is compared in CPU time. The rerun measures *this* process's code:
+it confirms a run of the code installed here, which is what CI's ``run`` then ``compare`` has;
+comparing two old run directories from other commits, give ``--confirm DIR`` (or
+``--no-rerun``) instead.
 """
 
 from __future__ import annotations

@@ -49,7 +49,9 @@ class Comparison:
 
     ``baseline_machine`` / ``current_machine``: each run's device fingerprint as a baseline is
     filed under (:func:`harness.compare.baseline.machine_key`).
-    ``time_basis``: the basis the time gate used, ``absolute`` or ``normalized``."""
+    ``time_basis``: the basis the time gate used, ``absolute``, ``normalized``, ``cpu`` or
+    ``cpu+<wall basis>`` (one-thread rows with CPU time in ``cpu``, the others in the wall
+    basis: :func:`harness.compare.noise.basis_used`)."""
 
     baseline: str
     current: str

@@ -1,12 +1,16 @@
 """Run-level noise: which time basis a comparison uses, how much the runs' times scatter, and
 which time regressions reproduce in further runs of the current code.
 
-The time basis: ``absolute`` (seconds) or ``normalized`` (per reference-kernel time,
-``ref_kernel_s``: survives a machine that is uniformly slower today); ``auto`` normalizes when
-every compared row has a reference time. Rows flagged ``contended`` (measured while other
-processes took the CPU or GPU, see :mod:`harness.measure.contention`) are still compared -- the
-normalized basis and the pass structure are what make their times usable -- but the output
-says how many there were.
+The time basis: ``absolute`` (seconds), ``normalized`` (per reference-kernel time,
+``ref_kernel_s``: survives a machine that is uniformly slower today) or ``cpu`` (CPU time per
+the reference kernel's CPU time, ``ref_kernel_cpu_s``: survives a core time-shared with other
+tasks too, since the wait for a CPU is not CPU time); ``auto`` compares one-thread rows that
+have CPU time on both sides in ``cpu`` and the rest normalized when every compared row has a
+reference time. Rows flagged ``contended`` (measured while other processes took the CPU or
+GPU, see :mod:`harness.measure.contention`) are still compared -- the CPU and normalized bases
+and the pass structure are what make their times usable -- but the output says how many there
+were: CPU time does not see the wait for a core, but it does see memory bandwidth and caches
+shared with the other tasks.
 """
 
 from __future__ import annotations
@@ -23,15 +27,22 @@ from harness.compare.findings import CompareError, Finding, Run
 from harness.compare.rules import (
     CompareOptions,
     PointPair,
+    cpu_gated,
+    has_cpu_time,
     has_reference,
+    pair_basis,
     row_time,
     time_finding,
 )
 from harness.measure import contention
 
 
+def _is_timed(row: dict) -> bool:
+    return row.get("status") == "ok" and bool(row.get("time_median_s"))
+
+
 def _timed(rows: dict[str, dict]) -> list[dict]:
-    return [r for r in rows.values() if r.get("status") == "ok" and r.get("time_median_s")]
+    return [r for r in rows.values() if _is_timed(r)]
 
 
 def _in_passes(rows: dict[str, dict]) -> bool:
@@ -40,11 +51,24 @@ def _in_passes(rows: dict[str, dict]) -> bool:
 
 
 def resolve_basis(opts: CompareOptions, runs: Sequence[dict[str, dict]], notes: list[str]):
-    """``opts`` with ``auto`` resolved: normalized when every timed row has a reference time
-    and the threshold is relative; raises when ``normalized`` is asked for and impossible."""
+    """``opts`` with ``auto`` resolved: one-thread rows with CPU time on both sides in ``cpu``
+    (``cpu_rows``), the others normalized when every timed row has a reference time and the
+    threshold is relative; raises when ``normalized`` or ``cpu`` is asked for and impossible."""
     timed = [r for rows in runs for r in _timed(rows)]
-    missing = sum(not has_reference(r) for r in timed)
     relative = opts.checks["time"].relative
+    if opts.time_basis == "cpu":
+        without = sum(not has_cpu_time(r) for r in timed)
+        if without or not relative:
+            why = (f"{without} timed rows have no CPU time (cpu_time_samples_s and "
+                   "ref_kernel_cpu_s: recorded on a CPU since 2026-11-28)" if without
+                   else "threshold is absolute")
+            raise CompareError(f"--time-basis cpu: impossible ({why})")
+        threaded = sum(r.get("threads") != 1 for r in timed)
+        if threaded:
+            notes.append(f"{threaded} timed rows ran more than one thread: their CPU time counts "
+                         "every thread, spin-waits included (auto compares them in wall time)")
+        return opts
+    missing = sum(not has_reference(r) for r in timed)
     if opts.time_basis == "normalized" and (missing or not relative):
         why = f"{missing} timed rows have no ref_kernel_s" if missing else "threshold is absolute"
         raise CompareError(f"--time-basis normalized: impossible ({why})")
@@ -52,8 +76,31 @@ def resolve_basis(opts: CompareOptions, runs: Sequence[dict[str, dict]], notes: 
         basis = "normalized" if timed and not missing and relative else "absolute"
         if basis == "absolute" and missing and len(timed) > missing:
             notes.append(f"{missing} timed rows have no reference-kernel time: absolute basis")
-        return replace(opts, time_basis=basis)
+        return replace(opts, time_basis=basis, cpu_rows=relative)
     return opts
+
+
+def basis_used(opts: CompareOptions, base: dict[str, dict], cur: dict[str, dict]) -> str:
+    """The basis the time gate used over the points timed in both runs, as the summary line
+    names it: ``cpu``, the wall basis, or ``cpu+<wall basis>`` when some points were
+    compared each way (:func:`harness.compare.rules.pair_basis`)."""
+    used = {pair_basis(opts, base[pid], cur[pid]) for pid in base.keys() & cur.keys()
+            if _is_timed(base[pid]) and _is_timed(cur[pid])}
+    if opts.time_basis == "cpu" or used == {"cpu"}:
+        return "cpu"
+    return f"cpu+{opts.time_basis}" if "cpu" in used else opts.time_basis
+
+
+def cpu_basis_note(opts: CompareOptions, runs: Sequence[dict[str, dict]]) -> list[str]:
+    """Under ``auto``: a note when some rows have CPU time but ran more than one thread, so
+    they were compared in wall time."""
+    if not opts.cpu_rows:
+        return []
+    threaded = sum(has_cpu_time(r) and not cpu_gated(r) for rows in runs for r in _timed(rows))
+    if not threaded:
+        return []
+    return [f"{threaded} timed rows ran more than one thread: compared in {opts.time_basis} "
+            "wall time, not CPU time (which counts every thread, spin-waits included)"]
 
 
 def _peak_scale(base_env: dict, cur_env: dict) -> float:
@@ -66,22 +113,26 @@ def _peak_scale(base_env: dict, cur_env: dict) -> float:
 
 def time_scale(base: Run, cur: Run, opts: CompareOptions) -> float:
     """The factor that multiplies ``cur``'s times: the peak ratio with ``normalize_peak``."""
-    if opts.time_basis == "normalized":  # the reference kernel already cancels machine speed
+    if opts.time_basis in ("normalized", "cpu"):  # the reference kernel cancels machine speed
         return 1.0
     return _peak_scale(base.env, cur.env) if opts.normalize_peak else 1.0
 
 
 def time_scatter(
-    pairs: Iterable[tuple[dict, dict]], stat: str = "median", basis: str = "absolute"
+    pairs: Iterable[tuple[dict, dict]],
+    stat: str = "median",
+    basis: str | CompareOptions = "absolute",
 ) -> float | None:
     """Run-to-run scatter of two runs' times over their common points: the robust standard
     deviation (1.4826 * MAD) of log(current / baseline). None with fewer than 8 points.
+    ``basis``: one basis for every pair, or the options whose :func:`pair_basis` picks it.
 
     The other points act as controls: a real regression moves some points, a busy machine
     scatters all of them."""
     logs = []
     for base, cur in pairs:
-        b, c = row_time(base, stat, basis), row_time(cur, stat, basis)
+        used = basis if isinstance(basis, str) else pair_basis(basis, base, cur)
+        b, c = row_time(base, stat, used), row_time(cur, stat, used)
         if b and c and b > 0 and c > 0:
             logs.append(math.log(c / b))
     if len(logs) < 8:
@@ -103,7 +154,7 @@ def run_scatter(
     values = []
     for a, b in runs:
         common = [(a.rows[p], b.rows[p]) for p in a.rows.keys() & b.rows.keys()]
-        values.append(time_scatter(common, opts.checks["time"].stat, opts.time_basis))
+        values.append(time_scatter(common, opts.checks["time"].stat, opts))
     scatter = max((v for v in values if v is not None), default=None)
     if scatter is not None and scatter > 0.1:
         notes.append(
@@ -114,15 +165,21 @@ def run_scatter(
     return scatter
 
 
-def contention_notes(runs: Sequence[tuple[str, dict[str, dict]]]) -> list[str]:
-    """One note per run (name, rows by point id) with rows measured under contention."""
+CPU_CONTENTION = ("rows compared in CPU time do not hold the wait for a core; they do hold "
+                  "the memory bandwidth and caches the other tasks shared")
+
+
+def contention_notes(runs: Sequence[tuple[str, dict[str, dict]]], cpu: bool = False) -> list[str]:
+    """One note per run (name, rows by point id) with rows measured under contention; with
+    ``cpu`` (some points compared in CPU time) and any such note, one more saying what
+    contention still does to CPU time."""
     out = []
     for name, rows in runs:
         if rows:
             line = contention.notice(pd.DataFrame(list(rows.values())), "rows")
             if line:
                 out.append(f"{name}: {line}")
-    return out
+    return [*out, CPU_CONTENTION] if out and cpu else out
 
 
 def confirm_failures(

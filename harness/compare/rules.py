@@ -14,9 +14,12 @@ slowdown with a few percent of noise is caught; a 12% jump in a run whose sample
 Rows measured in several passes (``pass_samples`` cuts ``time_samples_s`` into passes) are
 compared with a hierarchical bootstrap (:mod:`harness.measure.passes`): passes, then samples,
 are resampled, so disagreement between a point's passes widens the interval as it should. The
-time basis: ``absolute`` (seconds) or ``normalized`` (each pass's samples divided by the
+time basis: ``absolute`` (seconds), ``normalized`` (each pass's samples divided by the
 reference kernel's time in that pass, ``ref_kernel_s``), which cancels a machine that is
-uniformly slower today.
+uniformly slower today, or ``cpu`` (each pass's per-call CPU times divided by the reference
+kernel's CPU time in that pass, ``ref_kernel_cpu_s``), which a time-shared core does not move
+either: the wait for a CPU is in wall time, not in CPU time. ``auto`` compares one-thread rows
+that have CPU time on both sides in ``cpu`` (:func:`pair_basis`), the rest as before.
 
 Within-run samples cannot see a burst of load that covers a whole point (on a busy 2-core
 machine one point can run 10-100x slower for its whole budget). For such machines the
@@ -42,7 +45,7 @@ from harness.measure import passes as pass_stats
 
 TIME_STATS = ("median", "mean", "min")
 METRICS = ("time", "mem")
-BASES = ("auto", "absolute", "normalized")
+BASES = ("auto", "absolute", "normalized", "cpu")
 _UNITS = {"": 1.0, "b": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6} | {
     f"{prefix}{suffix}": base**power  # kb, mb, gb (decimal); kib, mib, gib (binary)
     for power, prefix in enumerate("kmg", 1)
@@ -150,7 +153,10 @@ class CompareOptions:
     confidence: float = 0.99
     scatter_k: float = 3.0  # report gate: fail only beyond k x the runs' time scatter too
     numerics_growth: float = 2.0  # error growth (x) within tolerance reported as info
-    time_basis: str = "auto"  # auto | absolute | normalized (time / ref_kernel_s)
+    time_basis: str = "auto"  # auto | absolute | normalized (time / ref_kernel_s) | cpu
+    # auto, resolved (harness.compare.noise.resolve_basis): one-thread rows with CPU time on
+    # both sides are compared in cpu time, the others in time_basis (pair_basis)
+    cpu_rows: bool = False
 
 
 # --- the change of one point's time -------------------------------------------------------
@@ -234,25 +240,70 @@ def has_reference(row: dict) -> bool:
     return isinstance(ref, int | float) and ref > 0
 
 
+def has_cpu_time(row: dict) -> bool:
+    """Whether ``row`` can be compared in CPU time: a CPU time for every wall sample (or, with
+    no samples kept, ``cpu_time_median_s``) and the reference kernel's CPU time."""
+    ref = row.get("ref_kernel_cpu_s")
+    if not (isinstance(ref, int | float) and ref > 0):
+        return False
+    cpu, wall = row.get("cpu_time_samples_s"), row.get("time_samples_s")
+    if cpu or wall:
+        return bool(cpu) and bool(wall) and len(cpu) == len(wall)
+    median = row.get("cpu_time_median_s")
+    return isinstance(median, int | float) and median > 0
+
+
+def cpu_gated(row: dict) -> bool:
+    """Whether ``auto`` compares ``row`` in CPU time: it has one (:func:`has_cpu_time`) and ran
+    one thread. With more threads CPU time counts every thread, OpenMP workers spin-waiting at
+    a barrier included, so it measures the team's waiting as much as the work; such rows keep
+    the wall basis."""
+    return row.get("threads") == 1 and has_cpu_time(row)
+
+
+def pair_basis(opts: CompareOptions, base: dict, cur: dict) -> str:
+    """The basis two rows of one point are compared in: ``cpu`` when asked for, or under a
+    resolved ``auto`` when both rows are :func:`cpu_gated`; else the wall basis
+    ``opts.time_basis`` (``auto`` unresolved: ``absolute``)."""
+    if opts.time_basis == "cpu" or (opts.cpu_rows and cpu_gated(base) and cpu_gated(cur)):
+        return "cpu"
+    return opts.time_basis if opts.time_basis != "auto" else "absolute"
+
+
+def _per_pass_refs(row: dict, count: int, per_pass: str, overall: str) -> list[float]:
+    """The reference time of each of ``count`` passes (``per_pass``; the row's ``overall``
+    reference for each when the passes carry none)."""
+    refs = row.get(per_pass) or []
+    if len(refs) != count or not all(isinstance(r, int | float) and r > 0 for r in refs):
+        refs = [row[overall]] * count
+    return refs
+
+
 def row_groups(row: dict, basis: str = "absolute") -> list[np.ndarray]:
     """A row's per-call samples (seconds) cut into passes; ``normalized`` divides each pass by
-    its reference-kernel time (the row's ``ref_kernel_s`` when passes carry none)."""
-    raw = [x for x in row.get("time_samples_s") or [] if x is not None and x > 0]
+    its reference-kernel time (the row's ``ref_kernel_s`` when passes carry none); ``cpu``
+    takes the samples' CPU times, each pass divided by the reference kernel's CPU time."""
+    key = "cpu_time_samples_s" if basis == "cpu" else "time_samples_s"
+    raw = [x for x in row.get(key) or [] if x is not None and x > 0]
     groups = pass_stats.split_samples(raw, row.get("pass_samples"))
-    if basis != "normalized":
+    if basis == "cpu":
+        refs = _per_pass_refs(row, len(groups), "pass_ref_kernel_cpu_s", "ref_kernel_cpu_s")
+    elif basis == "normalized":
+        refs = _per_pass_refs(row, len(groups), "pass_ref_kernel_s", "ref_kernel_s")
+    else:
         return groups
-    refs = row.get("pass_ref_kernel_s") or []
-    if len(refs) != len(groups) or not all(isinstance(r, int | float) and r > 0 for r in refs):
-        refs = [row["ref_kernel_s"]] * len(groups)
     return [g / r for g, r in zip(groups, refs, strict=True)]
 
 
 def row_time(row: dict, stat: str = "median", basis: str = "absolute") -> float | None:
     """A row's time statistic: from its raw samples (median over passes of the per-pass
-    statistic) when present, else ``time_median_s``; ``normalized``: per reference time."""
+    statistic) when present, else ``time_median_s``; ``normalized``: per reference time;
+    ``cpu``: CPU time per reference CPU time."""
     groups = row_groups(row, basis)
     if groups:
         return pass_stats.point_estimate(groups, stat)
+    if basis == "cpu":
+        return _div(row.get("cpu_time_median_s"), row["ref_kernel_cpu_s"])
     value = row.get("time_median_s")
     if basis == "normalized" and value is not None:
         return value / row["ref_kernel_s"]
@@ -283,20 +334,23 @@ def row_time_change(
     check: Threshold, base: dict, cur: dict, basis: str, scale: float, confidence: float, seed: int
 ) -> TimeChange | None:
     """Two rows' time change: pass-structured rows by :func:`pass_time_change`, others by
-    :func:`time_change`; ``basis`` is ``absolute`` or ``normalized``."""
+    :func:`time_change`; ``basis`` is ``absolute``, ``normalized`` or ``cpu``."""
     b_groups, c_groups = row_groups(base, basis), row_groups(cur, basis)
     structured = len(b_groups) > 1 or len(c_groups) > 1
     if structured and all(g.size >= 1 for g in b_groups + c_groups) and b_groups and c_groups:
         c_groups = [g * scale for g in c_groups]
         return pass_time_change(check, b_groups, c_groups, confidence, seed)
-    if basis == "normalized":
-        b_ref, c_ref = base["ref_kernel_s"], cur["ref_kernel_s"]
+    if basis in ("normalized", "cpu"):
+        ref, samples, median = (("ref_kernel_cpu_s", "cpu_time_samples_s", "cpu_time_median_s")
+                                if basis == "cpu" else
+                                ("ref_kernel_s", "time_samples_s", "time_median_s"))
+        b_ref, c_ref = base[ref], cur[ref]
         return time_change(
             check,
-            [x / b_ref for x in base.get("time_samples_s") or [] if x],
-            [x / c_ref for x in cur.get("time_samples_s") or [] if x],
-            _div(base.get("time_median_s"), b_ref),
-            _div(cur.get("time_median_s"), c_ref),
+            [x / b_ref for x in base.get(samples) or [] if x],
+            [x / c_ref for x in cur.get(samples) or [] if x],
+            _div(base.get(median), b_ref),
+            _div(cur.get(median), c_ref),
             confidence=confidence,
             seed=seed,
         )
@@ -358,8 +412,10 @@ def time_finding(pair: PointPair, opts: CompareOptions, scale: float = 1.0,
     log(1 + low) is above ``scatter_k`` times the runs' scatter (see
     :func:`harness.compare.noise.time_scatter`). ``scale`` multiplies current times."""
     check = opts.checks["time"]
-    basis = opts.time_basis if opts.time_basis != "auto" else "absolute"
     base, cur = pair.base, pair.cur
+    basis = pair_basis(opts, base, cur)
+    if basis == "cpu":  # the reference kernel's CPU time already cancels machine speed
+        scale = 1.0
     seed = int(pair.point_id[:8], 16) if pair.point_id else 0
     tc = row_time_change(check, base, cur, basis, scale, opts.confidence, seed)
     if tc is None:
@@ -367,16 +423,18 @@ def time_finding(pair: PointPair, opts: CompareOptions, scale: float = 1.0,
     change = f"{check.format_change(tc.change)}"
     if tc.method != "none":
         change += f" [{check.format_change(tc.low)}, {check.format_change(tc.high)}]"
-    if basis == "normalized":  # the absolute change too, so a slower machine is visible,
-        # each named: the gate judged the normalized one (a row marked slower once showed
-        # only "(absolute -33.1%)")
-        change = f"normalized {change}"
+    if basis in ("normalized", "cpu"):  # the absolute (wall) change too, so a slower machine
+        # is visible, each named: the gate judged the first one (a row marked slower once
+        # showed only "(absolute -33.1%)")
+        change = f"{basis} {change}"
         absolute = row_time(cur, check.stat) or 0.0
         reference = row_time(base, check.stat) or 0.0
+        wall = "wall" if basis == "cpu" else "absolute"
         if absolute > 0 and reference > 0:
-            change += (f"; absolute {check.format_change(check.change(reference, absolute))}"
+            change += (f"; {wall} {check.format_change(check.change(reference, absolute))}"
                        " (not gated)")
-        shown = (f"{fmt.number(tc.base, 3)} x ref", f"{fmt.number(tc.cur, 3)} x ref")
+        unit = "x ref CPU" if basis == "cpu" else "x ref"
+        shown = (f"{fmt.number(tc.base, 3)} {unit}", f"{fmt.number(tc.cur, 3)} {unit}")
     else:
         shown = (fmt.seconds(tc.base), fmt.seconds(tc.cur))
     shown = (*shown, change)

@@ -28,9 +28,11 @@ from harness.compare.baseline import machine_key
 from harness.compare.findings import LEVELS, CompareError, Comparison, Finding, load_run
 from harness.compare.noise import (
     Rerun,
+    basis_used,
     confirm_by_rerun,
     confirm_failures,
     contention_notes,
+    cpu_basis_note,
     resolve_basis,
     run_scatter,
     time_scale,
@@ -111,10 +113,14 @@ def compare_runs(
     if base.env and cur.env:
         notes += _env_notes(base.env, cur.env, opts)
     others = [(load_run(Path(d), notes), Path(d).name) for d in confirm]
-    opts = resolve_basis(opts, [base.rows, cur.rows] + [run.rows for run, _ in others], notes)
+    compared = [base.rows, cur.rows] + [run.rows for run, _ in others]
+    opts = resolve_basis(opts, compared, notes)
+    notes += cpu_basis_note(opts, compared)
+    basis = basis_used(opts, base.rows, cur.rows)
     notes += contention_notes(
         [(str(baseline), base.rows), (str(current), cur.rows)]
-        + [(str(d), run.rows) for (run, _), d in zip(others, confirm, strict=True)]
+        + [(str(d), run.rows) for (run, _), d in zip(others, confirm, strict=True)],
+        cpu=basis.startswith("cpu"),
     )
     # Scatter over every pair of runs, the largest kept: between runs of the same code it is
     # pure noise (a real regression cannot inflate it); against the baseline it also covers
@@ -142,7 +148,7 @@ def compare_runs(
         tuple(findings),
         tuple(notes),
         len(base.rows.keys() | cur.rows.keys()),
-        opts.time_basis,
+        basis,
     )
 
 

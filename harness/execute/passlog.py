@@ -2,11 +2,11 @@
 crash loses no pass, and the combination of a point's passes into its final row.
 
 The first pass's line holds the whole first-pass row; a later pass's line holds only its
-per-pass fields (:data:`PASS_FIELDS`: raw time samples in seconds, calls per sample, the
-reference-kernel bracket and the contention readings of that pass) plus ``partial_row``: the
-point's row combined over the passes finished so far. So the rows of an interrupted run stay
-readable (:func:`harness.results.read_run` marks them ``partial``) without the reader having
-to combine passes.
+per-pass fields (:data:`PASS_FIELDS`: raw time samples in seconds, on a CPU their CPU times,
+calls per sample, the reference-kernel bracket and the contention readings of that pass) plus
+``partial_row``: the point's row combined over the passes finished so far. So the rows of an
+interrupted run stay readable (:func:`harness.results.read_run` marks them ``partial``)
+without the reader having to combine passes.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from harness.results import PASSES_FILE, append_line, iter_rows, repair_tail
 # per-pass fields kept in passes.jsonl and combined into the row by passes.combine
 PASS_FIELDS = ("time_samples_s", "calls_per_sample", "ref_kernel_s", "contended", "contention",
                "other_cpu_cores", "cpu_steal_frac", "load_avg_1m", "gpu_other_processes",
-               "gpu_throttle_reasons", "gpu_contention_status", "host_issue_s", "gpu_time_s")
+               "gpu_throttle_reasons", "gpu_contention_status", "host_issue_s", "gpu_time_s",
+               "cpu_time_samples_s", "ref_kernel_cpu_s")
 
 
 class PassLog:

@@ -47,7 +47,7 @@ from harness.measure import graphs, passes
 from harness.measure.contention import Interval
 from harness.measure.device import Device, get_device
 from harness.measure.nvml import ClockReading, clock_columns
-from harness.measure.refkernel import ReferenceKernel, summarize
+from harness.measure.refkernel import ReferenceKernel, pass_columns
 from harness.measure.timing import measure
 from harness.results import RowWriter
 from harness.scenarios.case import Case, CaseOptions, launch_case
@@ -176,14 +176,14 @@ def _timed_pass(run: Callable[[], object], config: MeasureConfig, device: Device
                 ref: ReferenceKernel):
     """One timing of ``run`` between two reference-kernel timings, with the contention
     readings of the timed interval; returns (Measurement, columns of the bracket)."""
-    before = ref.samples()
+    before = ref.timed()
     threads = torch.get_num_threads() if device.kind == "cpu" else 1
     interval = Interval(threads, getattr(device, "index", None) if device.kind == "cuda" else None)
     interval.start()
     timing = measure(run, device, config.timing)
     readings = interval.columns()
-    after = ref.samples()
-    return timing, {"ref_kernel_s": summarize(before, after), **readings}
+    after = ref.timed()
+    return timing, {**pass_columns(before, after), **readings}
 
 
 def time_pass(point: Point, config: MeasureConfig, device: Device,
@@ -198,7 +198,8 @@ def time_pass(point: Point, config: MeasureConfig, device: Device,
         host = timing.host_columns()
         record = {"status": "ok", "time_samples_s": list(timing.samples),
                   "calls_per_sample": timing.calls_per_sample, **bracket,
-                  "host_issue_s": host["host_issue_s"], "gpu_time_s": host["gpu_time_s"]}
+                  "host_issue_s": host["host_issue_s"], "gpu_time_s": host["gpu_time_s"],
+                  **timing.cpu_columns()}
     except Exception as exc:
         record = {"status": "oom" if _is_oom(exc) else "error", "reason": first_line(exc)}
     case = None

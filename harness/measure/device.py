@@ -33,10 +33,12 @@ from harness.measure import nvml
 class CallTimes:
     """Seconds of ``calls`` back-to-back calls: ``device_s`` on the device's clock (CUDA events:
     GPU time, idle gaps between kernels included), ``host_s`` what the host spent issuing them
-    (None where the device has no clock apart from the host's)."""
+    (None where the device has no clock apart from the host's), ``cpu_s`` the CPU time the
+    calls used (CPU devices, :func:`cpu_clock`; None elsewhere)."""
 
     device_s: float
     host_s: float | None = None
+    cpu_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -93,8 +95,24 @@ class Device:
         raise NotImplementedError
 
 
+def cpu_clock() -> Callable[[], int]:
+    """The CPU-time clock (nanoseconds) for calls made now, on this thread.
+
+    With one torch thread every op runs on the calling thread (``at::parallel_for``, MKL and
+    oneDNN run inline), so that thread's own CPU time (``CLOCK_THREAD_CPUTIME_ID``) is exactly
+    the calls' CPU time: time the scheduler gave another task while this one waited for a core
+    is not in it, and neither is this process's other threads' work (a progress refresh, a
+    sampler). With more threads the work runs on pool threads the caller cannot name, so the
+    process clock (``CLOCK_PROCESS_CPUTIME_ID``) is used: it counts every thread, including
+    OpenMP workers spin-waiting at a barrier, so it is no per-call cost (``compare`` gates on
+    it only for one-thread rows). The machine this was built on has no SMT (one thread per
+    core), so a thread's CPU time is a core's time, not half of one."""
+    return time.thread_time_ns if torch.get_num_threads() == 1 else time.process_time_ns
+
+
 class CpuDevice(Device):
-    """Timing with ``perf_counter``; peak memory from the profiler's allocation events."""
+    """Timing with ``perf_counter``, and the CPU time of the same calls (:func:`cpu_clock`);
+    peak memory from the profiler's allocation events."""
 
     kind = "cpu"
     warm_l2 = "n/a (cpu)"  # no cache flush on CPU: caches stay as the previous call left them
@@ -105,6 +123,15 @@ class CpuDevice(Device):
         for _ in range(calls):
             fn()
         return time.perf_counter() - start
+
+    def time_issue(self, fn: Callable[[], object], calls: int) -> CallTimes:
+        """Wall seconds of ``calls`` calls (``device_s``, as :meth:`time_calls`) and the CPU
+        seconds they used (``cpu_s``): on a time-shared core the wall time grows by the wait
+        for a CPU, the CPU time does not."""
+        clock = cpu_clock()
+        cpu0 = clock()
+        wall = self.time_calls(fn, calls)
+        return CallTimes(wall, None, (clock() - cpu0) / 1e9)
 
     def peak_memory(self, fn: Callable[[], object]) -> MemoryReading:
         try:

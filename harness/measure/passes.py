@@ -13,6 +13,10 @@ passes with replacement, then samples within each chosen pass, and take the same
 medians. With few passes this interval spans roughly the range of the pass medians: a point
 whose passes disagree gets an honest wide interval, where a t-interval over three pass medians
 would need a normal model that burst noise does not follow.
+
+CPU rows carry the same structure in CPU time (``cpu_time_samples_s``, one per wall sample):
+``cpu_time_median_s`` is their median of pass medians, and ``ref_kernel_cpu_s`` the reference
+kernel's, so ``compare`` can bootstrap CPU time per reference CPU time pass by pass.
 """
 
 from __future__ import annotations
@@ -109,7 +113,36 @@ def combine(records: Sequence[dict], seed: int = 0) -> dict:
         "pass_ref_kernel_s": refs,
         "ref_kernel_s": float(np.median(refs)) if None not in refs else None,
     }
+    out.update(cpu_columns(done))
     failed = [r for r in records if not r.get("time_samples_s")]
     if failed:
         out["pass_errors"] = [f"pass {r.get('pass')}: {r.get('reason')}" for r in failed]
     return out
+
+
+CPU_COLUMNS = ("cpu_time_median_s", "cpu_time_samples_s", "pass_cpu_medians_s",
+               "pass_ref_kernel_cpu_s", "ref_kernel_cpu_s")
+
+
+def cpu_columns(done: Sequence[dict]) -> dict:
+    """The row's CPU-time columns from timed pass records: nothing when no pass has CPU time
+    (a GPU row), all of them ``None`` when only some passes do (a run resumed from an older
+    ``passes.jsonl``: a CPU time that covers some passes is not the row's), else
+    ``cpu_time_median_s`` (median of pass medians), the pooled ``cpu_time_samples_s``,
+    ``pass_cpu_medians_s``, ``pass_ref_kernel_cpu_s`` and ``ref_kernel_cpu_s`` (their median;
+    ``None`` when a pass lacks one)."""
+    cpu = [r.get("cpu_time_samples_s") for r in done]
+    if not any(cpu):
+        return {}
+    complete = all(c and len(c) == len(r["time_samples_s"]) for c, r in zip(cpu, done, strict=True))
+    if not complete:
+        return dict.fromkeys(CPU_COLUMNS)
+    groups = [np.asarray(c, dtype=float) for c in cpu]
+    refs = [r.get("ref_kernel_cpu_s") for r in done]
+    return {
+        "cpu_time_median_s": point_estimate(groups),
+        "cpu_time_samples_s": np.concatenate(groups).tolist(),
+        "pass_cpu_medians_s": [float(np.median(g)) for g in groups],
+        "pass_ref_kernel_cpu_s": refs,
+        "ref_kernel_cpu_s": float(np.median(refs)) if None not in refs else None,
+    }

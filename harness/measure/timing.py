@@ -11,6 +11,14 @@ Each sample also keeps the host's time to issue its calls where the device has a
 own (:meth:`harness.measure.device.Device.time_issue`): ``host_frac``, issue time over GPU time
 of the same calls, says how much of the GPU's time went waiting for Python. At or above
 :data:`HOST_BOUND_FRAC` a row is host-bound: its time measures the host, not the kernels.
+
+On a CPU each sample also keeps the CPU time its calls used (``cpu_samples``, per call; the
+clock is :func:`harness.measure.device.cpu_clock`). Wall time stays the row's time
+(``time_median_s``); CPU time is the figure time-sharing does not move: on a 2-core machine
+with more runnable tasks than cores, a one-thread point's wall time grew 2-4x by the wait for
+a core while the work it did stayed the same (docs/noise.md), and ``compare`` gates one-thread
+rows on CPU time for that reason. It still moves with what time-sharing cannot hide: memory
+bandwidth and caches shared with the other tasks, and the host's clock speed.
 """
 
 from __future__ import annotations
@@ -80,6 +88,8 @@ class Measurement:
     # per-call host issue time of each sample (empty where the device has no separate clock)
     host_samples: tuple[float, ...] = ()
     host_status: str = "ok"  # or "unavailable: <reason>" when host_samples is empty
+    # per-call CPU time of each sample (CPU devices; empty where the device gives none)
+    cpu_samples: tuple[float, ...] = ()
 
     @property
     def median(self) -> float:
@@ -112,7 +122,16 @@ class Measurement:
             "first_call_s": self.first_call_s,
             "l2": self.l2,
             **self.host_columns(),
+            **self.cpu_columns(),
         }
+
+    def cpu_columns(self) -> dict:
+        """``cpu_time_median_s`` (median per-call CPU time) and ``cpu_time_samples_s`` (one per
+        wall sample, same order), or nothing where the device gave no CPU time."""
+        if not self.cpu_samples or len(self.cpu_samples) != len(self.samples):
+            return {}
+        return {"cpu_time_median_s": float(np.median(self.cpu_samples)),
+                "cpu_time_samples_s": list(self.cpu_samples)}
 
     def host_columns(self) -> dict:
         """``host_issue_s`` and ``gpu_time_s``: mean per-call host issue time and device time
@@ -144,6 +163,7 @@ def measure(
     calls = 1 if per_call_flush else batched
     samples: list[float] = []
     host: list[float] = []
+    cpu: list[float] = []
     deadline = time.perf_counter() + config.budget_s
     while len(samples) < config.max_samples:
         if per_call_flush:
@@ -152,6 +172,8 @@ def measure(
         samples.append(times.device_s / calls)
         if times.host_s is not None:
             host.append(times.host_s / calls)
+        if times.cpu_s is not None:
+            cpu.append(times.cpu_s / calls)
         if len(samples) < config.min_samples:
             continue
         if time.perf_counter() > deadline:
@@ -162,7 +184,8 @@ def measure(
     reason = device.host_issue_reason or "unavailable: the device gave no host issue time"
     status = "ok" if len(host) == len(samples) else reason
     return Measurement(tuple(samples), calls, first_call_s, l2,
-                       tuple(host) if status == "ok" else (), status)
+                       tuple(host) if status == "ok" else (), status,
+                       tuple(cpu) if len(cpu) == len(samples) else ())
 
 
 def _rel_halfwidth(samples: list[float]) -> float:

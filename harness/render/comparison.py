@@ -20,7 +20,13 @@ from harness.terminal import console as make_console
 _MARK = {"fail": "FAIL", "warn": "warn", "info": "info", "ok": "ok"}
 _STYLE = {"fail": "bold red", "warn": "yellow", "info": "cyan", "ok": "dim"}
 _COLUMNS = ("", "point", "metric", "baseline", "current", "change", "verdict")
-BASIS_TEXT = {"normalized": "normalized, time / ref_kernel_s", "absolute": "absolute time"}
+BASIS_TEXT = {
+    "normalized": "normalized, time / ref_kernel_s",
+    "absolute": "absolute time",
+    "cpu": "CPU time / ref_kernel_cpu_s",
+    "cpu+normalized": "CPU time / ref_kernel_cpu_s for one-thread rows, else time / ref_kernel_s",
+    "cpu+absolute": "CPU time / ref_kernel_cpu_s for one-thread rows, else absolute time",
+}
 
 
 def _cells(f: Finding) -> tuple[str, ...]:

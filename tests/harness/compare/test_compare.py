@@ -99,8 +99,12 @@ def variant(base: Path, tmp_path: Path, edit, name: str = "cur", env: dict | Non
 
 
 def scale_time(row: dict, factor: float) -> dict:
+    """``row`` as slower (or faster) code would time it: wall and, where kept, CPU time."""
     row["time_samples_s"] = [t * factor for t in row["time_samples_s"]]
     row["time_median_s"] *= factor
+    if row.get("cpu_time_samples_s"):
+        row["cpu_time_samples_s"] = [t * factor for t in row["cpu_time_samples_s"]]
+        row["cpu_time_median_s"] *= factor
     return row
 
 
