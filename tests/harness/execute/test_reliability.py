@@ -472,9 +472,13 @@ def test_no_code_path_executes_imports_or_unpickles_file_contents():
     harness's own scenarios package (and the CLI's fixed module list), and the plug-in files a
     user names (``--plugin FILE``, ``ATTNBENCH_PLUGINS``: code by request, as an entry point is;
     harness/plugins.py only), and the kernels' public face, which imports modules of its own
-    fixed lists on first use (implementations/triton_kernels.py)."""
+    fixed lists on first use (implementations/triton_kernels.py), and a predicate mask
+    feature's ``"module:function"`` Triton twin, named by the feature's own code (never by a
+    suite or result file: a suite cannot name a plug-in feature), resolved in
+    implementations/_kernels/triton/plan_band.py."""
     dynamic_import_ok = (
         "implementations/triton_kernels.py",
+        "implementations/_kernels/triton/plan_band.py",
         "harness/registry.py",
         "harness/scenarios/__init__.py",
         "harness/scenarios/interface.py",

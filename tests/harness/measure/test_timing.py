@@ -139,7 +139,10 @@ def test_l2_flush_is_per_call_with_its_own_timer():
 
 def test_without_flushing_calls_are_batched_and_the_row_says_warm():
     device = FlushCountingDevice(flush_l2=False)
-    m = measure(_sleep_50us, device, TimingConfig(budget_s=0.05, min_samples=3, warmup_calls=1))
+    # samples of >= 50 ms: batched unless a 50 us sleep's warm-up took 50 ms (a busy machine's
+    # scheduler delay once made it take more than the 2 ms default)
+    config = TimingConfig(budget_s=0.05, min_samples=3, warmup_calls=1, min_sample_s=0.05)
+    m = measure(_sleep_50us, device, config)
     assert m.l2 == "warm" and m.calls_per_sample > 1 and device.flushes == 0
 
 
