@@ -34,7 +34,9 @@ the same recurrent state as ``linear``.
   triton.feature_kernels`): each program of the key pass shifts its logits by its own running
   maximum per feature m_{s,f}; the combine weights each partial state by exp(m_{s,f} − M), M
   the head's largest key logit, which gives the global-key-maximum stabiliser above exactly
-  (in exact arithmetic), every exponent <= 0.
+  (in exact arithmetic), every exponent <= 0. The causal chunk kernel (``fused`` = 1, m <= 256;
+  :mod:`implementations._kernels.triton.linear_chunk`) makes its prefix states under the same
+  M and each chunk's key features under M too: the features never reach HBM.
 
 The agreement check holds it to :func:`performer_reference` (its own definition with the same
 W, in float64); its distance from exact softmax attention is the measured ``approx_err``.
@@ -69,6 +71,8 @@ from implementations._feature_maps_spec import (
 )
 from implementations._kernels.triton.feature_attention import (
     FUSED,
+    chunk_attention,
+    chunk_workspace_bytes,
     feature_attention,
     feature_workspace_bytes,
     path_reasons,
@@ -214,7 +218,9 @@ def _m(p: Problem) -> int:
 
 
 def _workspace(p: Problem) -> int:
-    if runs_fused(p):
+    if runs_fused(p, chunked=True, features=_m(p)):
+        if p.mask.causal:
+            return chunk_workspace_bytes(p, _m(p))
         return feature_workspace_bytes(p, _m(p), favor=True)
     cap = int(p.param("segment_bytes", SEGMENT.default))
     return kernel_workspace(p, _m(p), chunk_of(p), _map_temps(p), cap)
@@ -223,7 +229,7 @@ def _workspace(p: Problem) -> int:
 def _reasons(p: Problem) -> list[str]:
     need = kernel_chunk_bytes(p, _m(p), chunk_of(p), _map_temps(p))
     reason = cap_reason(int(p.param("segment_bytes", SEGMENT.default)), need, chunk_of(p))
-    return ([reason] if reason else []) + path_reasons(p)
+    return ([reason] if reason else []) + path_reasons(p, chunked=True, features=_m(p))
 
 
 def _flops(p: Problem) -> int:
@@ -269,11 +275,13 @@ def performer_attention(
     fused: int = -1,
 ) -> Tensor:
     """q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D) -> (B, H, n_q, D). Non-causal forward calls
-    on CUDA run the fused Triton kernels (``fused``: :data:`FUSED`), the rest the PyTorch path."""
+    on CUDA run the fused Triton kernels (``fused``: :data:`FUSED`; ``fused`` = 1 also causal
+    ones, the chunk kernel, m <= 256), the rest the PyTorch path."""
     check_inputs(q, k, v)
-    if takes_fused(int(fused), q, k, v, mask.causal):
+    if takes_fused(int(fused), q, k, v, mask.causal, chunked=True, features=features):
         s = _scale(scale, q.shape[-1])
-        return feature_attention(q, k, v, fused_features(features, q.shape[-1], mask.seed, s,
-                                                         q.device), s)
+        w = fused_features(features, q.shape[-1], mask.seed, s, q.device)
+        attend = chunk_attention if mask.causal else feature_attention
+        return attend(q, k, v, w, s)
     state = PerformerState(problem_of(q, k, v, mask), features, chunk_size, scale, segment_bytes)
     return feature_state_attention(state, q, k, v, mask.causal)
