@@ -172,6 +172,8 @@ def linear_attention(
     no_scale(scale)
     check_inputs(q, k, v)
     if takes_fused(int(fused), q, k, v, mask.causal, chunked=True):
-        return chunk_attention(q, k, v) if mask.causal else feature_attention(q, k, v)
+        if mask.causal:
+            return chunk_attention(q, k, v)
+        return feature_attention(q, k, v, combine=int(fused) == 2)
     state = LinearState(problem_of(q, k, v, mask), chunk_size, segment_bytes)
     return feature_state_attention(state, q, k, v, mask.causal)

@@ -281,7 +281,8 @@ def performer_attention(
     if takes_fused(int(fused), q, k, v, mask.causal, chunked=True, features=features):
         s = _scale(scale, q.shape[-1])
         w = fused_features(features, q.shape[-1], mask.seed, s, q.device)
-        attend = chunk_attention if mask.causal else feature_attention
-        return attend(q, k, v, w, s)
+        if mask.causal:
+            return chunk_attention(q, k, v, w, s)
+        return feature_attention(q, k, v, w, s, combine=int(fused) == 2)
     state = PerformerState(problem_of(q, k, v, mask), features, chunk_size, scale, segment_bytes)
     return feature_state_attention(state, q, k, v, mask.causal)

@@ -99,11 +99,13 @@ FEATURE_WORKLOADS: dict[str, tuple[int, int, int, int]] = {
     "feature-performer": (256, 65536, 16, 16),
     "feature-linear-causal": (0, 65536, 16, 16),
     "feature-performer-causal": (256, 65536, 16, 16),
+    "feature-linear-combine": (0, 65536, 16, 16),
+    "feature-performer-combine": (256, 65536, 16, 16),
 }
-# not in the CI's compiles: FAVOR+'s causal chunk kernel spills 8 bytes on sm_80 (none on
-# sm_90; docs/linear_attention.md), a ``fused = 1`` candidate until a spill-free sm_80 tile is
-# found; ``--workloads feature-performer-causal`` compiles it
-CI_LEFT_OUT = ("feature-performer-causal",)
+# not in the CI's compiles: FAVOR+'s causal chunk kernel and its key pass that combines
+# (fused = 2) spill on sm_80 (8 and 24 bytes at D = 64; none on sm_90; docs/linear_attention.md),
+# candidates until a spill-free sm_80 tile is found; ``--workloads ...`` compiles them
+CI_LEFT_OUT = ("feature-performer-causal", "feature-performer-combine")
 ALL_WORKLOADS = (*WORKLOADS, *FEATURE_WORKLOADS)
 CI_WORKLOADS = ("band", "decode", "blocks")
 # the CI's further defaults: the prefix-with-dilation kernels nearest the register limit
@@ -229,9 +231,11 @@ def record(workload: str, head_dim: int, batch: int = 2, shape: tuple | None = N
             setattr(module, name, Recorder(name, original))
         if mask is None:  # the feature-map attention: three launches
             w = torch.empty(2, features, head_dim, device="meta") if features else None
-            attend = (feature_attention.chunk_attention if workload.endswith("-causal")
-                      else feature_attention.feature_attention)
-            attend(q, k, v, w, head_dim**-0.5)
+            if workload.endswith("-causal"):
+                feature_attention.chunk_attention(q, k, v, w, head_dim**-0.5)
+            else:  # ``-combine``: the two-launch candidate (fused = 2)
+                feature_attention.feature_attention(q, k, v, w, head_dim**-0.5,
+                                                    combine=workload.endswith("-combine"))
             return seen
         out, lse = launches.attention_forward(q, k, v, mask, head_dim**-0.5)
         if with_backward:

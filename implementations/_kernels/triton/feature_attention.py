@@ -43,11 +43,11 @@ except Exception as exc:  # absent or broken: the PyTorch path still runs, the r
 FUSED = Param(
     -1,
     "the path: -1 the fused Triton kernels for non-causal forward calls on CUDA without "
-    "autograd, PyTorch otherwise; 1 the fused kernels (linear's causal chunk kernel too; "
-    "refused where they cannot run); "
-    "0 PyTorch",
+    "autograd, PyTorch otherwise; 1 the fused kernels (the causal chunk kernel too; "
+    "refused where they cannot run); 2 as 1, the non-causal key pass combining its own "
+    "partial states (two launches; a candidate); 0 PyTorch",
     minimum=-1,
-    maximum=1,
+    maximum=2,
 )
 AUTO_CAUSAL = False
 """Whether ``fused`` = -1 takes the causal chunk kernel (:func:`chunk_attention`) on CUDA. No:
@@ -109,9 +109,10 @@ def feature_reasons(p: Problem, chunked: bool = False, features: int = 0) -> lis
 
 def path_reasons(p: Problem, chunked: bool = False, features: int = 0) -> list[str]:
     """The registry's extra reasons for ``fused``: a forced fused path that cannot run."""
-    if int(p.param("fused", FUSED.default)) != 1:
+    fused = int(p.param("fused", FUSED.default))
+    if fused < 1:
         return []
-    return [f"fused = 1: {r}" for r in feature_reasons(p, chunked, features)]
+    return [f"fused = {fused}: {r}" for r in feature_reasons(p, chunked, features)]
 
 
 def runs_fused(p: Problem, chunked: bool = False, features: int = 0) -> bool:
@@ -119,7 +120,7 @@ def runs_fused(p: Problem, chunked: bool = False, features: int = 0) -> bool:
     kernels can run it and the call is not causal (the causal chunk kernel is a candidate,
     forced with ``fused`` = 1, until a GPU's numbers choose it: :data:`AUTO_CAUSAL`)."""
     fused = int(p.param("fused", FUSED.default))
-    if fused == 1:
+    if fused >= 1:
         return True
     return (fused == -1 and p.device_type == "cuda" and (AUTO_CAUSAL or not p.mask.causal)
             and not feature_reasons(p, chunked, features))
@@ -182,13 +183,29 @@ def _on_device(t: Tensor):
     return torch.cuda.device(t.device) if t.is_cuda else contextlib.nullcontext()
 
 
+def counters(device: torch.device, size: int) -> Tensor:
+    """The key pass's per-(head, feature block) counters for ``combine`` (int32, zero between
+    calls: the program that combines sets its counter back), one buffer per device and
+    stream, grown as needed; made outside any call's workspace after the first."""
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    key = (str(device), stream)
+    have = _COUNTERS.get(key)
+    if have is None or have.numel() < size:
+        have = _COUNTERS[key] = torch.zeros(max(size, 1024), dtype=torch.int32, device=device)
+    return have
+
+
+_COUNTERS: dict[tuple[str, int], Tensor] = {}
+
+
 def feature_attention(q: Tensor, k: Tensor, v: Tensor, w: Tensor | None = None,
-                      scale: float = 0.0) -> Tensor:
+                      scale: float = 0.0, combine: bool = False) -> Tensor:
     """Non-causal feature-map attention in three launches. q: (B, H, n_q, D), k/v: (B, H_kv,
     n_k, D), H a multiple of H_kv -> (B, H, n_q, D) in q's dtype. ``w`` None: φ = elu + 1;
     else FAVOR+ with W' = √scale·W as (2, m, D) fp32 (:func:`split_weights`) and softmax scale
-    ``scale`` (the keys' −scale·|k|²/2). CUDA tensors, or CPU tensors under
-    ``TRITON_INTERPRET=1``."""
+    ``scale`` (the keys' −scale·|k|²/2). ``combine``: two launches, the key pass combining its
+    own partial states (``fused`` = 2, a candidate; :func:`.feature_kernels.feature_state`'s
+    ``COMBINE``). CUDA tensors, or CPU tensors under ``TRITON_INTERPRET=1``."""
     if feature_kernels is None:
         raise RuntimeError(fused_path.unavailable_reason(IMPORT_ERROR))
     q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
@@ -217,14 +234,16 @@ def feature_attention(q: Tensor, k: Tensor, v: Tensor, w: Tensor | None = None,
                   MAP=int(favor), num_warps=t["num_warps"])
     kern = feature_kernels
     with _on_device(q):
+        count = counters(q.device, b * h_kv * f_blocks) if combine else part_z
         launch("feature_state", kern.feature_state, (n_split, b * h_kv, f_blocks),
                (k, v, w, part_s, part_z, part_m, *k.stride()[:3], *v.stride()[:3], h_kv, n_k,
-                per, features, scale / 2),
+                per, features, scale / 2, state, sums, count),
                dict(common, BLOCK_N=t["BLOCK_N"], PRECISION=precision,
-                    num_stages=t["state_stages"]))
-        launch("feature_combine", kern.feature_combine, (b * h_kv, f_blocks),
-               (part_s, part_z, part_m, state, sums, n_split, features),
-               dict(common, num_stages=1))
+                    num_stages=t["state_stages"], COMBINE=combine))
+        if not combine:
+            launch("feature_combine", kern.feature_combine, (b * h_kv, f_blocks),
+                   (part_s, part_z, part_m, state, sums, n_split, features),
+                   dict(common, num_stages=1))
         launch("feature_output", kern.feature_output, (-(-n_q // t["BLOCK_M"]), b * h),
                (q, w, state, sums, out, *q.stride()[:3], *out.stride()[:3], h, h // h_kv, n_q,
                 features),
@@ -317,7 +336,7 @@ def chunk_attention(q: Tensor, k: Tensor, v: Tensor, w: Tensor | None = None,
     with _on_device(q):
         launch("feature_state", feature_kernels.feature_state, (n_split, b * h_kv, f_blocks),
                (k, v, w, part_s, part_z, part_m, *k.stride()[:3], *v.stride()[:3], h_kv, n,
-                per, features, scale / 2),
+                per, features, scale / 2, part_z, part_z, part_z),  # no combine: S, Z unread
                dict(common, BLOCK_F=t["BLOCK_F"], BLOCK_N=t["BLOCK_N"],
                     PRECISION=precision, num_stages=t["state_stages"]))
         launch("feature_prefix", linear_chunk.feature_prefix, (b * h_kv, f_blocks),
@@ -347,5 +366,5 @@ def takes_fused(fused: int, q: Tensor, k: Tensor, v: Tensor, causal: bool,
     if fused == -1:
         return q.is_cuda and (AUTO_CAUSAL or not causal) and not reasons
     if reasons:
-        raise ValueError(f"fused = 1: {'; '.join(reasons)}")
+        raise ValueError(f"fused = {fused}: {'; '.join(reasons)}")
     return True

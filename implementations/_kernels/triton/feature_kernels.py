@@ -1,4 +1,5 @@
-"""Non-causal feature-map attention in three Triton launches: key state, combine, outputs.
+"""Non-causal feature-map attention in three Triton launches: key state, combine, outputs
+(two with the key pass combining its own partial states, ``COMBINE``).
 
     out_i = φ(q_i)ᵀ S / (φ(q_i)ᵀ z),  S = Σ_j φ(k_j) v_jᵀ (F, Dv),  z = Σ_j φ(k_j) (F)
 
@@ -80,11 +81,19 @@ def elu_features(x):
 
 @triton.jit
 def feature_state(K, V, W, PART_S, PART_Z, PART_M, skb, skh, skn, svb, svh, svn,
-                  H_KV, n_k, keys_per_split, F, half_scale,
+                  H_KV, n_k, keys_per_split, F, half_scale, S, Z, COUNT,
                   D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-                  BLOCK_F: tl.constexpr, MAP: tl.constexpr, PRECISION: tl.constexpr):
+                  BLOCK_F: tl.constexpr, MAP: tl.constexpr, PRECISION: tl.constexpr,
+                  COMBINE: tl.constexpr = False):
     """Grid (n_split, B·H_kv, cdiv(F, BLOCK_F)). PART_S: (B·H_kv, n_split, F, D) fp32,
-    PART_Z and PART_M (FAVOR+ only): (B·H_kv, n_split, F) fp32."""
+    PART_Z and PART_M (FAVOR+ only): (B·H_kv, n_split, F) fp32.
+
+    ``COMBINE``: the key pass also combines (two launches a call instead of three): after
+    storing its partial state a program counts itself in COUNT[head, feature block] (int32,
+    zero on entry) with an acquire-release atomic, after a barrier so every thread's stores
+    precede it; the program that counts last (it has seen every other program's release) runs
+    :func:`combine_head` into S, Z and sets the counter back to zero for the next call. The
+    sum is in split order whichever program combines: the same bits every call."""
     split, bhk, fc = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     n_split = tl.num_programs(0)
     b, hk = bhk // H_KV, bhk % H_KV
@@ -125,16 +134,21 @@ def feature_state(K, V, W, PART_S, PART_Z, PART_M, skb, skh, skn, svb, svh, svn,
     tl.store(PART_Z + part, z, mask=f_ok)
     if MAP == FAVOR:
         tl.store(PART_M + part, m, mask=f_ok)
+    if COMBINE:
+        tl.debug_barrier()  # every thread's partial stores before the release below
+        slot = COUNT + bhk * tl.num_programs(2) + fc
+        if tl.atomic_add(slot, 1, sem="acq_rel") == n_split - 1:
+            combine_head(PART_S, PART_Z, PART_M, S, Z, bhk, fc, n_split, F, D, BLOCK_D,
+                         BLOCK_F, MAP)
+            tl.atomic_xchg(slot, 0)  # ready for the next call: no memset launch
 
 
 @triton.jit
-def feature_combine(PART_S, PART_Z, PART_M, S, Z, n_split, F,
-                    D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_F: tl.constexpr,
-                    MAP: tl.constexpr):
-    """Grid (B·H_kv, cdiv(F, BLOCK_F)): the partial states of one head's features summed in
-    split order, FAVOR+'s rescaled to the head's largest key logit. S: (B·H_kv, F, D), Z:
-    (B·H_kv, F) fp32."""
-    bhk, fc = tl.program_id(0), tl.program_id(1)
+def combine_head(PART_S, PART_Z, PART_M, S, Z, bhk, fc, n_split, F,
+                 D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_F: tl.constexpr,
+                 MAP: tl.constexpr):
+    """The partial states of features ``fc·BLOCK_F ..`` of K/V head ``bhk`` summed in split
+    order into S, Z, FAVOR+'s rescaled to the head's largest key logit."""
     ff = fc * BLOCK_F + tl.arange(0, BLOCK_F)
     f_ok = ff < F
     dd = tl.arange(0, BLOCK_D)
@@ -160,6 +174,16 @@ def feature_combine(PART_S, PART_Z, PART_M, S, Z, n_split, F,
     out = bhk.to(tl.int64) * F + ff
     tl.store(S + out[:, None] * D + dd[None, :], acc, mask=ld)
     tl.store(Z + out, z, mask=f_ok)
+
+
+@triton.jit
+def feature_combine(PART_S, PART_Z, PART_M, S, Z, n_split, F,
+                    D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_F: tl.constexpr,
+                    MAP: tl.constexpr):
+    """Grid (B·H_kv, cdiv(F, BLOCK_F)): :func:`combine_head` of each head and feature block.
+    S: (B·H_kv, F, D), Z: (B·H_kv, F) fp32."""
+    combine_head(PART_S, PART_Z, PART_M, S, Z, tl.program_id(0), tl.program_id(1), n_split, F,
+                 D, BLOCK_D, BLOCK_F, MAP)
 
 
 @triton.jit

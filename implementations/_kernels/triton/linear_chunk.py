@@ -117,7 +117,7 @@ def favor_chunk_features(base, row_off, ok, W, top, F, D, half_scale, QUERY: tl.
         if not QUERY:  # a query's −s|q|²/2 cancels: not formed
             norm += tl.sum(x * x, 1)
     logits = tl.where(f_ok[None, :], logits, NEG)
-    if QUERY:
+    if QUERY:  # noqa: SIM108 (a constexpr branch: each variant forms only its shift)
         shift = tl.max(logits, 1)
     else:
         shift = half_scale * norm + top

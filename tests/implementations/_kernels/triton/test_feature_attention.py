@@ -410,3 +410,64 @@ def test_causal_favor_workspace_formula_is_the_measured_peak():
     assert impl.cost.memory_model(problem) == formula == 4 * 4 * (n_split * 48 * 61 + 1)
     extra = prepared_peak_beyond_output(impl.name, problem, q, k, v) - formula
     assert extra == 0 or (DEVICE == "cuda" and 0 <= extra < 5 * 512), (extra, formula)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("shape", [*SHAPES[:2], (1, 2, 1, 256, 256, 64)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("name", sorted(PARAMS))
+def test_two_launch_path_is_the_three_launch_path_bit_for_bit(name, shape, dtype):
+    """fused = 2: the key pass's last program per (head, feature block) combines the partial
+    states in split order, so the output is the three-launch path's, bit for bit, and within
+    the agreement rule of the float64 definition; its counters are back at zero after each
+    call (a second call gives the same bits)."""
+    q, k, v = _inputs(shape, dtype, seed=sum(shape))
+    mask, impl = MaskSpec(seed=5), registry.get(name)
+    two = dict(PARAMS[name], fused=2)
+    launches = []
+    with torch.no_grad():
+        three = impl(q, k, v, mask, **PARAMS[name])
+        with launch_modes.watching(launches.append):
+            out = impl(q, k, v, mask, **two)
+        again = impl(q, k, v, mask, **two)
+    assert [x.name for x in launches] == ["feature_state", "feature_output"]
+    assert torch.equal(out, three) and torch.equal(again, out)
+    assert all(int(c.count_nonzero()) == 0 for c in fa._COUNTERS.values())
+    ref = impl.reference(q.double(), k.double(), v.double(), mask, **PARAMS[name])
+    result = output_agreement(out, ref, dtype, naive=impl.reference(q, k, v, mask,
+                                                                    **PARAMS[name]))
+    assert result["agree"], result
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+def test_two_launch_counters_are_what_chooses_the_combining_program():
+    """A counter left non-zero (a planted fault: as if an earlier call had stopped midway)
+    makes the wrong program combine early (over partial states not yet written), and the
+    output is off the definition: the test above would see a counter that did not reset."""
+    q, k, v = _inputs((1, 2, 2, 161, 161, 16), torch.float32, seed=3)
+    impl = registry.get("linear")
+    with torch.no_grad():
+        impl(q, k, v, MaskSpec(), fused=2)
+        for c in fa._COUNTERS.values():
+            c.fill_(1)
+        out = impl(q, k, v, MaskSpec(), fused=2)
+        for c in fa._COUNTERS.values():
+            c.zero_()
+    ref = impl.reference(q.double(), k.double(), v.double(), MaskSpec())
+    assert fa.key_splits(2, 161, 16, fa.tiles(16, False))[0] >= 2
+    assert not output_agreement(out, ref, torch.float32,
+                                naive=impl.reference(q, k, v, MaskSpec()))["agree"]
+
+
+def test_two_launch_launches_do_not_grow_with_n():
+    """Two launches and the same host ops at n = 64 and 4096 (recorded, not run)."""
+    counts = []
+    for n in (64, 4096):
+        q, k, v = _inputs((1, 4, 4, n, n, 32), torch.float32, seed=n)
+        launches = []
+        with torch.no_grad():
+            registry.get("linear")(q, k, v, MaskSpec(), fused=2)  # the counters, made once
+            with launch_modes.watching(launches.append, execute=False), OpCount() as ops:
+                registry.get("linear")(q, k, v, MaskSpec(), fused=2)
+        counts.append(([x.name for x in launches], ops.ops))
+    assert counts[0] == counts[1] and counts[0][0] == ["feature_state", "feature_output"]
