@@ -47,6 +47,8 @@ from implementations._kernels.triton import (
     forward,
     launches,
     linear_chunk,
+    nystrom_fused,
+    nystrom_kernels,
 )
 from implementations._kernels.triton.autotune import (
     candidate_configs,
@@ -73,6 +75,8 @@ KERNELS = (  # (module, name): every kernel the launches use
     (backward_blocks, "blocks_dkdv"), (feature_kernels, "feature_state"),
     (feature_kernels, "feature_combine"), (feature_kernels, "feature_output"),
     (linear_chunk, "feature_prefix"), (linear_chunk, "feature_chunk"),
+    (nystrom_kernels, "nys_landmarks"), (nystrom_kernels, "nys_key_pass"),
+    (nystrom_kernels, "nys_pinv"), (nystrom_kernels, "nys_output"),
 )
 BIGBIRD = MaskSpec(causal=True, window=(3, 0), block_size=64, random_blocks=2, global_tokens=64)
 # workload -> (mask, n_q, n_k, H, H_kv, backward); the first mask of each family is the CI one
@@ -101,6 +105,7 @@ FEATURE_WORKLOADS: dict[str, tuple[int, int, int, int]] = {
     "feature-performer-causal": (256, 65536, 16, 16),
     "feature-linear-combine": (0, 65536, 16, 16),
     "feature-performer-combine": (256, 65536, 16, 16),
+    "nystrom": (64, 65536, 16, 16),  # m = 64 landmarks: the fused Nyström's four kernels
 }
 # not in the CI's compiles: FAVOR+'s causal chunk kernel and its key pass that combines
 # (fused = 2) spill on sm_80 (8 and 24 bytes at D = 64; none on sm_90; docs/linear_attention.md),
@@ -231,7 +236,9 @@ def record(workload: str, head_dim: int, batch: int = 2, shape: tuple | None = N
             setattr(module, name, Recorder(name, original))
         if mask is None:  # the feature-map attention: three launches
             w = torch.empty(2, features, head_dim, device="meta") if features else None
-            if workload.endswith("-causal"):
+            if workload == "nystrom":
+                nystrom_fused.nystrom_fused(q, k, v, features, 6, head_dim**-0.5)
+            elif workload.endswith("-causal"):
                 feature_attention.chunk_attention(q, k, v, w, head_dim**-0.5)
             else:  # ``-combine``: the two-launch candidate (fused = 2)
                 feature_attention.feature_attention(q, k, v, w, head_dim**-0.5,
