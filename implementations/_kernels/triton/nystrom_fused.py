@@ -153,19 +153,21 @@ def nystrom_fused(q: Tensor, k: Tensor, v: Tensor, landmarks: int, pinv_iters: i
     precision = "ieee" if q.device.type == "cpu" else (
         "tf32x3" if q.dtype == torch.float32 else "tf32")
     warps = 8 if block_d > 64 else 4
-    # D = 256: 64-row key tiles and output blocks spilled (392 B sm_90, 368 B sm_80)
-    rows, out_rows = (BLOCK_N, BLOCK_M) if block_d <= 128 else (32, 32)
+    # D = 256: 64-row output blocks spilled 368 B (sm_80); the key pass holds the 64 × 256
+    # landmarks beside its tiles: 16 key rows and 64 value columns a program (32 rows and 128
+    # columns spilled 104 B on sm_90, 16 warps 696 B)
+    out_rows, block_v = (BLOCK_M, block_d) if block_d <= 128 else (32, 64)
     sizes = dict(D=d, BLOCK_D=block_d, num_stages=1)
     kern, group = nystrom_kernels, h // h_kv
     with torch.cuda.device(q.device) if q.is_cuda else contextlib.nullcontext():
         launch("nys_landmarks", kern.nys_landmarks, (m, b * h),
                (q, k, q_t, k_t, *q.stride()[:3], *k.stride()[:3], h, group, n_q, n_k, m),
                dict(sizes, BLOCK_N=BLOCK_N, num_warps=4))
-        launch("nys_key_pass", kern.nys_key_pass, (n_split, b * h),
+        launch("nys_key_pass", kern.nys_key_pass, (n_split, b * h, -(-d // block_v)),
                (q_t, k, v, part_o, part_m, part_l, *k.stride()[:3], *v.stride()[:3], h, group,
                 n_k, per, m, scale),
-               dict(sizes, BLOCK_L=block_l, BLOCK_N=rows, PRECISION=precision,
-                    num_warps=warps))
+               dict(sizes, BLOCK_L=block_l, BLOCK_N=BLOCK_N if block_d <= 128 else 16,
+                    BLOCK_V=block_v, PRECISION=precision, num_warps=warps))
         launch("nys_pinv", kern.nys_pinv, (b * h,),
                (q_t, k_t, part_o, part_m, part_l, w, h, group, n_split, m, pinv_iters, scale),
                dict(sizes, BLOCK_L=block_l, PRECISION=precision, num_warps=8,

@@ -6,9 +6,10 @@ keys, the m × m pseudo-inverse, the outputs.
 
 1. :func:`nys_landmarks`, grid (m, B·H): the mean of one segment of q (and, for the first query
    head of each K/V head, of k), fp32.
-2. :func:`nys_key_pass`, grid (n_split, B·H): the m landmark queries of a head over one split
-   of the keys, FlashAttention's online softmax (running row maximum, every rescale
-   exp(old − new) <= 1): an unnormalised partial B̃V (m × D), its row maxima and row sums.
+2. :func:`nys_key_pass`, grid (n_split, B·H, D / BLOCK_V): the m landmark queries of a head
+   over one split of the keys, FlashAttention's online softmax (running row maximum, every
+   rescale exp(old − new) <= 1): an unnormalised partial B̃V (m × D), its row maxima and row
+   sums.
 3. :func:`nys_pinv`, grid (B·H): the partials combined (each rescaled to the row's largest
    maximum, as a split-KV decode combines), Ã = softmax(s·Q̃K̃ᵀ) in registers, Z₀ = Ãᵀ /
    (‖Ã‖₁‖Ã‖∞), ``iters`` times Z ← ¼ Z (13I − ÃZ (15I − ÃZ (7I − ÃZ))), then W = Z·B̃V
@@ -71,21 +72,23 @@ def nys_landmarks(Q, K, QT, KT, sqb, sqh, sqn, skb, skh, skn, H, GROUP, n_q, n_k
 def nys_key_pass(QT, K, V, PART_O, PART_M, PART_L, skb, skh, skn, svb, svh, svn,
                  H, GROUP, n_k, keys_per_split, m, scale,
                  D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr,
-                 BLOCK_N: tl.constexpr, PRECISION: tl.constexpr):
-    """Grid (n_split, B·H): softmax(s·Q̃ Kᵀ) V over one split of the keys, unnormalised.
-    PART_O: (B·H, n_split, m, D), PART_M and PART_L: (B·H, n_split, m) fp32."""
-    split, bh = tl.program_id(0), tl.program_id(1)
+                 BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, PRECISION: tl.constexpr):
+    """Grid (n_split, B·H, cdiv(D, BLOCK_V)): softmax(s·Q̃ Kᵀ) V over one split of the keys,
+    value columns ``vb·BLOCK_V ..``, unnormalised. PART_O: (B·H, n_split, m, D), PART_M and
+    PART_L: (B·H, n_split, m) fp32 (written by the first value block)."""
+    split, bh, vb = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     n_split = tl.num_programs(0)
     b, h = bh // H, bh % H
     hk = h // GROUP
     ll = tl.arange(0, BLOCK_L)
     dd = tl.arange(0, BLOCK_D)
-    l_ok, d_ok = ll < m, dd < D
+    dv = vb * BLOCK_V + tl.arange(0, BLOCK_V)
+    l_ok, d_ok, v_ok = ll < m, dd < D, dv < D
     qt = tl.load(QT + (bh.to(tl.int64) * m + ll[:, None]) * D + dd[None, :],
                  mask=l_ok[:, None] & d_ok[None, :], other=0.0) * scale
     k_base = K + b.to(tl.int64) * skb + hk.to(tl.int64) * skh
     v_base = V + b.to(tl.int64) * svb + hk.to(tl.int64) * svh
-    acc = tl.zeros([BLOCK_L, BLOCK_D], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_L, BLOCK_V], dtype=tl.float32)
     top = tl.zeros([BLOCK_L], dtype=tl.float32) + NEG
     total = tl.zeros([BLOCK_L], dtype=tl.float32)
     start = split * keys_per_split
@@ -93,9 +96,10 @@ def nys_key_pass(QT, K, V, PART_O, PART_M, PART_L, skb, skh, skn, svb, svh, svn,
     for s0 in range(start, end, BLOCK_N):
         r = s0 + tl.arange(0, BLOCK_N)
         ok = r < end
-        ld = ok[:, None] & d_ok[None, :]
-        k = tl.load(k_base + r[:, None].to(tl.int64) * skn + dd[None, :], mask=ld, other=0.0)
-        v = tl.load(v_base + r[:, None].to(tl.int64) * svn + dd[None, :], mask=ld, other=0.0)
+        k = tl.load(k_base + r[:, None].to(tl.int64) * skn + dd[None, :],
+                    mask=ok[:, None] & d_ok[None, :], other=0.0)
+        v = tl.load(v_base + r[:, None].to(tl.int64) * svn + dv[None, :],
+                    mask=ok[:, None] & v_ok[None, :], other=0.0)
         scores = tl.dot(qt, tl.trans(k.to(tl.float32)), input_precision=PRECISION)
         scores = tl.where(ok[None, :], scores, NEG)
         new_top = tl.maximum(top, tl.max(scores, 1))
@@ -106,9 +110,10 @@ def nys_key_pass(QT, K, V, PART_O, PART_M, PART_L, skb, skh, skn, svb, svh, svn,
         total = total * alpha + tl.sum(p, 1)
         top = new_top
     part = (bh.to(tl.int64) * n_split + split) * m + ll
-    tl.store(PART_O + part[:, None] * D + dd[None, :], acc, mask=l_ok[:, None] & d_ok[None, :])
-    tl.store(PART_M + part, top, mask=l_ok)
-    tl.store(PART_L + part, total, mask=l_ok)
+    tl.store(PART_O + part[:, None] * D + dv[None, :], acc, mask=l_ok[:, None] & v_ok[None, :])
+    if vb == 0:  # every value block has the same maxima and sums
+        tl.store(PART_M + part, top, mask=l_ok)
+        tl.store(PART_L + part, total, mask=l_ok)
 
 
 @triton.jit

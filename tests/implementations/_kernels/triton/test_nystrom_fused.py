@@ -24,10 +24,10 @@ from tests.conftest import make_qkv, prepared_peak_beyond_output
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 LAUNCHES = ["nys_landmarks", "nys_key_pass", "nys_pinv", "nys_output"]
 # (batch, heads, kv_heads, n_q, n_k, head_dim, landmarks): m not dividing n (unequal
-# segments), n_q != n_k both ways, grouped K/V, odd D; then GPU tile sizes (n = 256 = 4 key
-# tiles, D = 64, m = 64)
+# segments), n_q != n_k both ways, grouped K/V, odd D (200: the key pass in value blocks);
+# then GPU tile sizes (n = 256 = 4 key tiles, D = 64, m = 64)
 SHAPES = [(2, 4, 2, 97, 130, 59, 13), (1, 2, 2, 161, 33, 16, 33), (1, 1, 1, 100, 300, 32, 7),
-          (1, 2, 1, 256, 256, 64, 64)]
+          (1, 1, 1, 70, 90, 200, 16), (1, 2, 1, 256, 256, 64, 64)]
 
 
 def _inputs(shape, dtype, seed):
