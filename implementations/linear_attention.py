@@ -33,7 +33,6 @@ from harness.spec import FLOAT_DTYPES, Capabilities, Cost, Param, Problem, Recur
 from implementations._feature_maps import (
     SEGMENT,
     FeatureState,
-    cap_reason,
     check_inputs,
     compute_dtype,
     feature_state_attention,
@@ -41,19 +40,15 @@ from implementations._feature_maps import (
 )
 from implementations._feature_maps_spec import (
     feature_definition,
-    kernel_chunk_bytes,
     kernel_flops,
-    kernel_workspace,
+    method_reasons,
+    method_workspace,
     state_bytes,
 )
 from implementations._kernels.triton.feature_attention import (
     FUSED,
     chunk_attention,
-    chunk_workspace_bytes,
     feature_attention,
-    feature_workspace_bytes,
-    path_reasons,
-    runs_fused,
     takes_fused,
 )
 
@@ -126,18 +121,11 @@ def chunk_of(p: Problem) -> int:
 
 
 def _workspace(p: Problem) -> int:
-    if runs_fused(p, chunked=True):
-        if p.mask.causal:
-            return chunk_workspace_bytes(p)
-        return feature_workspace_bytes(p, p.head_dim, favor=False)
-    cap = int(p.param("segment_bytes", SEGMENT.default))
-    return kernel_workspace(p, p.head_dim, chunk_of(p), _map_temps(p), cap)
+    return method_workspace(p, p.head_dim, chunk_of(p), _map_temps(p), favor=False)
 
 
 def _reasons(p: Problem) -> list[str]:
-    need = kernel_chunk_bytes(p, p.head_dim, chunk_of(p), _map_temps(p))
-    reason = cap_reason(int(p.param("segment_bytes", SEGMENT.default)), need, chunk_of(p))
-    return ([reason] if reason else []) + path_reasons(p, chunked=True)
+    return method_reasons(p, p.head_dim, chunk_of(p), _map_temps(p), favor=False)
 
 
 @register(

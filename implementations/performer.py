@@ -56,7 +56,6 @@ from harness.spec import FLOAT_DTYPES, Capabilities, Cost, Param, Problem, Recur
 from implementations._feature_maps import (
     SEGMENT,
     FeatureState,
-    cap_reason,
     check_inputs,
     compute_dtype,
     feature_state_attention,
@@ -64,19 +63,15 @@ from implementations._feature_maps import (
 )
 from implementations._feature_maps_spec import (
     feature_definition,
-    kernel_chunk_bytes,
     kernel_flops,
-    kernel_workspace,
+    method_reasons,
+    method_workspace,
     state_bytes,
 )
 from implementations._kernels.triton.feature_attention import (
     FUSED,
     chunk_attention,
-    chunk_workspace_bytes,
     feature_attention,
-    feature_workspace_bytes,
-    path_reasons,
-    runs_fused,
     split_weights,
     takes_fused,
 )
@@ -218,18 +213,11 @@ def _m(p: Problem) -> int:
 
 
 def _workspace(p: Problem) -> int:
-    if runs_fused(p, chunked=True, features=_m(p)):
-        if p.mask.causal:
-            return chunk_workspace_bytes(p, _m(p))
-        return feature_workspace_bytes(p, _m(p), favor=True)
-    cap = int(p.param("segment_bytes", SEGMENT.default))
-    return kernel_workspace(p, _m(p), chunk_of(p), _map_temps(p), cap)
+    return method_workspace(p, _m(p), chunk_of(p), _map_temps(p), favor=True)
 
 
 def _reasons(p: Problem) -> list[str]:
-    need = kernel_chunk_bytes(p, _m(p), chunk_of(p), _map_temps(p))
-    reason = cap_reason(int(p.param("segment_bytes", SEGMENT.default)), need, chunk_of(p))
-    return ([reason] if reason else []) + path_reasons(p, chunked=True, features=_m(p))
+    return method_reasons(p, _m(p), chunk_of(p), _map_temps(p), favor=True)
 
 
 def _flops(p: Problem) -> int:

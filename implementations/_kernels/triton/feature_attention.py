@@ -179,6 +179,24 @@ def split_weights(w: Tensor) -> Tensor:
     return torch.stack([high, w - high]).contiguous()
 
 
+def partial_states(kv: int, n_split: int, features: int, d: int, favor: bool,
+                   device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
+    """The key pass's outputs, fp32, uninitialised: states (kv, n_split, F, D), sums (kv,
+    n_split, F) and FAVOR+'s maxima (as the sums; φ = elu + 1: the sums again, unread)."""
+    f32 = dict(dtype=torch.float32, device=device)
+    part_s = torch.empty(kv, n_split, features, d, **f32)
+    part_z = torch.empty(kv, n_split, features, **f32)
+    return part_s, part_z, torch.empty(kv, n_split, features, **f32) if favor else part_z
+
+
+def dot_precision(q: Tensor) -> str:
+    """The products' ``input_precision`` for inputs like q: IEEE in the interpreter; on a GPU
+    "tf32x3" (about fp32's accuracy) for fp32 inputs, TF32 for 16-bit ones (exact in TF32)."""
+    if q.device.type == "cpu":
+        return "ieee"
+    return "tf32x3" if q.dtype == torch.float32 else "tf32"
+
+
 def _on_device(t: Tensor):
     return torch.cuda.device(t.device) if t.is_cuda else contextlib.nullcontext()
 
@@ -221,15 +239,12 @@ def feature_attention(q: Tensor, k: Tensor, v: Tensor, w: Tensor | None = None,
     t = tiles(d, favor)
     n_split, per = key_splits(b * h_kv, n_k, features, t)
     f32 = dict(dtype=torch.float32, device=q.device)
-    part_s = torch.empty(b * h_kv, n_split, features, d, **f32)
-    part_z = torch.empty(b * h_kv, n_split, features, **f32)
-    part_m = torch.empty(b * h_kv, n_split, features, **f32) if favor else part_z
+    part_s, part_z, part_m = partial_states(b * h_kv, n_split, features, d, favor, q.device)
     state = torch.empty(b * h_kv, features, d, **f32)
     sums = torch.empty(b * h_kv, features, **f32)
     w = w.contiguous() if favor else part_z  # unread without FAVOR+
     f_blocks = -(-features // t["BLOCK_F"])
-    precision = "ieee" if q.device.type == "cpu" else (
-        "tf32x3" if q.dtype == torch.float32 else "tf32")
+    precision = dot_precision(q)
     common = dict(D=d, BLOCK_D=t["BLOCK_D"], BLOCK_F=t["BLOCK_F"],
                   MAP=int(favor), num_warps=t["num_warps"])
     kern = feature_kernels
@@ -323,15 +338,11 @@ def chunk_attention(q: Tensor, k: Tensor, v: Tensor, w: Tensor | None = None,
             return out
     t, c = tiles(d, favor), chunk_tiles(d, features if favor else 0)
     n_split, per = key_splits(b * h_kv, n, features, t)
-    f32 = dict(dtype=torch.float32, device=q.device)
-    part_s = torch.empty(b * h_kv, n_split, features, d, **f32)
-    part_z = torch.empty(b * h_kv, n_split, features, **f32)
-    part_m = torch.empty(b * h_kv, n_split, features, **f32) if favor else part_z
-    top = torch.empty(b * h_kv, **f32) if favor else part_z
+    part_s, part_z, part_m = partial_states(b * h_kv, n_split, features, d, favor, q.device)
+    top = torch.empty(b * h_kv, dtype=torch.float32, device=q.device) if favor else part_z
     w = w.contiguous() if favor else part_z  # unread without FAVOR+
     f_blocks = -(-features // t["BLOCK_F"])
-    precision = "ieee" if q.device.type == "cpu" else (
-        "tf32x3" if q.dtype == torch.float32 else "tf32")
+    precision = dot_precision(q)
     common = dict(D=d, BLOCK_D=t["BLOCK_D"], MAP=int(favor), num_warps=t["num_warps"])
     with _on_device(q):
         launch("feature_state", feature_kernels.feature_state, (n_split, b * h_kv, f_blocks),

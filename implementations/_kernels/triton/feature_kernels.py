@@ -58,6 +58,15 @@ def load_tile(base, rows, ok, cols, stride_n, D):
 
 
 @triton.jit
+def store_rows(base, rows, ok, stride_n, x, D, BLOCK_D: tl.constexpr):
+    """Store x (R, BLOCK_D) fp32 as rows ``rows`` of a (n, D) matrix with unit column stride,
+    in the matrix's dtype; rows not ``ok`` and columns >= D untouched."""
+    dd = tl.arange(0, BLOCK_D)
+    ptrs = base + rows[:, None].to(tl.int64) * stride_n + dd[None, :]
+    tl.store(ptrs, x.to(base.dtype.element_ty), mask=ok[:, None] & (dd[None, :] < D))
+
+
+@triton.jit
 def favor_logits(x, W, f0, F, D, BLOCK_F: tl.constexpr, BLOCK_D: tl.constexpr,
                  PRECISION: tl.constexpr):
     """x (R, BLOCK_D) fp32 times rows f0 .. f0 + BLOCK_F of W' -> (R, BLOCK_F) fp32, NEG in the
@@ -144,6 +153,31 @@ def feature_state(K, V, W, PART_S, PART_Z, PART_M, skb, skh, skn, svb, svh, svn,
 
 
 @triton.jit
+def head_max(PART_M, head, n_split, F, BLOCK_F: tl.constexpr, MAP: tl.constexpr):
+    """FAVOR+: M, the largest partial maximum m_{s,f} over every split and feature of the head
+    whose partials start at ``head`` (PART_M: (…, n_split, F)), the head's largest key logit;
+    φ = elu + 1: NEG (unused)."""
+    top = tl.zeros([BLOCK_F], dtype=tl.float32) + NEG
+    if MAP == FAVOR:
+        for s in range(0, n_split):
+            for f0 in range(0, F, BLOCK_F):
+                every = f0 + tl.arange(0, BLOCK_F)
+                got = tl.load(PART_M + head + s * F + every, mask=every < F, other=NEG)
+                top = tl.maximum(top, got)
+    return tl.max(top, 0)
+
+
+@triton.jit
+def split_weight(PART_M, part, f_ok, big, BLOCK_F: tl.constexpr, MAP: tl.constexpr):
+    """The weight of one split's partial feature rows ``part`` (BLOCK_F) in a sum under the
+    head's shift ``big``: FAVOR+ exp(m_{s,f} − M) <= 1, φ = elu + 1: 1."""
+    w = tl.zeros([BLOCK_F], dtype=tl.float32) + 1.0
+    if MAP == FAVOR:
+        w = tl.exp(tl.load(PART_M + part, mask=f_ok, other=NEG) - big)
+    return w
+
+
+@triton.jit
 def combine_head(PART_S, PART_Z, PART_M, S, Z, bhk, fc, n_split, F,
                  D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_F: tl.constexpr,
                  MAP: tl.constexpr):
@@ -154,21 +188,12 @@ def combine_head(PART_S, PART_Z, PART_M, S, Z, bhk, fc, n_split, F,
     dd = tl.arange(0, BLOCK_D)
     ld = f_ok[:, None] & (dd[None, :] < D)
     head = bhk.to(tl.int64) * n_split * F
-    top = tl.zeros([BLOCK_F], dtype=tl.float32) + NEG
-    if MAP == FAVOR:  # M: the largest m over every split and every feature of the head
-        for s in range(0, n_split):
-            for f0 in range(0, F, BLOCK_F):
-                every = f0 + tl.arange(0, BLOCK_F)
-                got = tl.load(PART_M + head + s * F + every, mask=every < F, other=NEG)
-                top = tl.maximum(top, got)
-    big = tl.max(top, 0)
+    big = head_max(PART_M, head, n_split, F, BLOCK_F, MAP)
     acc = tl.zeros([BLOCK_F, BLOCK_D], dtype=tl.float32)
     z = tl.zeros([BLOCK_F], dtype=tl.float32)
     for s in range(0, n_split):
         part = head + s * F + ff
-        w = tl.zeros([BLOCK_F], dtype=tl.float32) + 1.0
-        if MAP == FAVOR:
-            w = tl.exp(tl.load(PART_M + part, mask=f_ok, other=NEG) - big)
+        w = split_weight(PART_M, part, f_ok, big, BLOCK_F, MAP)
         acc += w[:, None] * tl.load(PART_S + part[:, None] * D + dd[None, :], mask=ld, other=0.0)
         z += w * tl.load(PART_Z + part, mask=f_ok, other=0.0)
     out = bhk.to(tl.int64) * F + ff
@@ -230,5 +255,5 @@ def feature_output(Q, W, S, Z, Out, sqb, sqh, sqn, sob, soh, son, H, GROUP, n_q,
             den += tl.sum(phi * tl.load(z_base + ff, mask=ff < F, other=0.0)[None, :], 1)
     has = den > 0.0
     out = tl.where(has[:, None], acc / tl.where(has, den, 1.0)[:, None], 0.0)
-    o_ptrs = Out + b.to(tl.int64) * sob + h.to(tl.int64) * soh + rows[:, None] * son + dd[None, :]
-    tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=ok[:, None] & (dd[None, :] < D))
+    store_rows(Out + b.to(tl.int64) * sob + h.to(tl.int64) * soh, rows, ok, son, out, D,
+               BLOCK_D)

@@ -45,7 +45,12 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from implementations._kernels.triton.feature_kernels import FAVOR, elu_features
+from implementations._kernels.triton.feature_kernels import (
+    FAVOR,
+    elu_features,
+    head_max,
+    split_weight,
+)
 from implementations._kernels.triton.primitives import NEG
 
 
@@ -63,14 +68,7 @@ def feature_prefix(PART_S, PART_Z, PART_M, TOP, n_split, F,
     dd = tl.arange(0, BLOCK_D)
     ld = f_ok[:, None] & (dd[None, :] < D)
     head = bhk.to(tl.int64) * n_split * F
-    top = tl.zeros([BLOCK_F], dtype=tl.float32) + NEG
-    if MAP == FAVOR:  # M: the largest m over every split and every feature of the head
-        for s in range(0, n_split):
-            for f0 in range(0, F, BLOCK_F):
-                every = f0 + tl.arange(0, BLOCK_F)
-                got = tl.load(PART_M + head + s * F + every, mask=every < F, other=NEG)
-                top = tl.maximum(top, got)
-    big = tl.max(top, 0)
+    big = head_max(PART_M, head, n_split, F, BLOCK_F, MAP)  # M, the head's largest key logit
     if MAP == FAVOR:
         tl.store(TOP + bhk, big, mask=fc == 0)
     acc = tl.zeros([BLOCK_F, BLOCK_D], dtype=tl.float32)
@@ -78,9 +76,7 @@ def feature_prefix(PART_S, PART_Z, PART_M, TOP, n_split, F,
     for s in range(0, n_split):
         part = head + s * F + ff
         s_ptrs = PART_S + part[:, None] * D + dd[None, :]
-        w = tl.zeros([BLOCK_F], dtype=tl.float32) + 1.0
-        if MAP == FAVOR:
-            w = tl.exp(tl.load(PART_M + part, mask=f_ok, other=NEG) - big)
+        w = split_weight(PART_M, part, f_ok, big, BLOCK_F, MAP)
         own = w[:, None] * tl.load(s_ptrs, mask=ld, other=0.0)
         own_z = w * tl.load(PART_Z + part, mask=f_ok, other=0.0)
         tl.store(s_ptrs, acc, mask=ld)

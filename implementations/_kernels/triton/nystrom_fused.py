@@ -18,6 +18,7 @@ from torch import Tensor
 
 from harness.spec import Param, Problem
 from implementations._kernels.triton import fused_path
+from implementations._kernels.triton.feature_attention import dot_precision
 
 IMPORT_ERROR: str | None = None
 """Why the kernels failed to import (None: they imported)."""
@@ -118,16 +119,6 @@ def workspace_bytes(p: Problem) -> int:
                     + bh * n_split * (p.head_dim + 2))
 
 
-def pinv_precision(q: Tensor) -> str:
-    """The pseudo-inverse's products: IEEE in the interpreter; on a GPU "tf32x3" (about fp32's
-    accuracy) for fp32 inputs, one TF32 product for 16-bit inputs, whose output rounding
-    (2^-8 for bf16) is far above TF32's 2^-11 (and tf32x3 spills: 112-280 bytes at 8 warps,
-    ``docs/linear_attention.md``)."""
-    if q.device.type == "cpu":
-        return "ieee"
-    return "tf32x3" if q.dtype == torch.float32 else "tf32"
-
-
 def nystrom_fused(q: Tensor, k: Tensor, v: Tensor, landmarks: int, pinv_iters: int,
                   scale: float) -> Tensor:
     """Nyströmformer in four launches. q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D), H a
@@ -150,8 +141,7 @@ def nystrom_fused(q: Tensor, k: Tensor, v: Tensor, landmarks: int, pinv_iters: i
     part_m = torch.empty(b * h, n_split, m, **f32)
     part_l = torch.empty(b * h, n_split, m, **f32)
     w = torch.empty(b * h, m, d, **f32)
-    precision = "ieee" if q.device.type == "cpu" else (
-        "tf32x3" if q.dtype == torch.float32 else "tf32")
+    precision = dot_precision(q)
     warps = 8 if block_d > 64 else 4
     # D = 256: 64-row output blocks spilled 368 B (sm_80); the key pass holds the 64 × 256
     # landmarks beside its tiles: 16 key rows and 64 value columns a program (32 rows and 128
@@ -170,8 +160,7 @@ def nystrom_fused(q: Tensor, k: Tensor, v: Tensor, landmarks: int, pinv_iters: i
                     BLOCK_V=block_v, PRECISION=precision, num_warps=warps))
         launch("nys_pinv", kern.nys_pinv, (b * h,),
                (q_t, k_t, part_o, part_m, part_l, w, h, group, n_split, m, pinv_iters, scale),
-               dict(sizes, BLOCK_L=block_l, PRECISION=precision, num_warps=8,
-                    PINV_PRECISION=pinv_precision(q)))
+               dict(sizes, BLOCK_L=block_l, PRECISION=precision, num_warps=8))
         launch("nys_output", kern.nys_output, (-(-n_q // out_rows), b * h),
                (q, k_t, w, out, *q.stride()[:3], *out.stride()[:3], h, group, n_q, m, scale),
                dict(sizes, BLOCK_L=block_l, BLOCK_M=out_rows, PRECISION=precision,

@@ -13,10 +13,10 @@ keys, the m × m pseudo-inverse, the outputs.
 3. :func:`nys_pinv`, grid (B·H): the partials combined (each rescaled to the row's largest
    maximum, as a split-KV decode combines), Ã = softmax(s·Q̃K̃ᵀ) in registers, Z₀ = Ãᵀ /
    (‖Ã‖₁‖Ã‖∞), ``iters`` times Z ← ¼ Z (13I − ÃZ (15I − ÃZ (7I − ÃZ))), then W = Z·B̃V
-   (m × D), the only m-sized buffer the outputs read. The iteration's products run in
-   ``PINV_PRECISION``: "tf32x3" on a GPU (three TF32 products, about fp32's accuracy: the
-   iteration is not stable in less; IEEE fp32 FMA products spilled thousands of bytes), IEEE in
-   the interpreter.
+   (m × D), the only m-sized buffer the outputs read. The iteration's products take the
+   call's precision: tf32x3 (about fp32's accuracy: the iteration is not stable in half
+   precision) for fp32 inputs, TF32 for 16-bit ones (whose output rounding, 2^-8 for bf16, is
+   far above TF32's 2^-11), IEEE in the interpreter.
 4. :func:`nys_output`, grid (n_q / BLOCK_M, B·H): softmax(s·Q K̃ᵀ) of a block of query rows
    (m columns, in registers) times W, stored in the output's dtype.
 
@@ -31,41 +31,41 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from implementations._kernels.triton.feature_kernels import load_tile, store_rows
 from implementations._kernels.triton.primitives import NEG
+
+
+@triton.jit
+def segment_mean(base, stride_n, i, n, m, D, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The mean of segment i of the m segments of a (n, D) matrix at ``base`` (unit column
+    stride): rows ⌈i·n/m⌉ .. ⌈(i+1)·n/m⌉ − 1, fp32 (BLOCK_D)."""
+    dd = tl.arange(0, BLOCK_D)
+    start = (i * n + m - 1) // m
+    end = ((i + 1) * n + m - 1) // m
+    acc = tl.zeros([BLOCK_D], dtype=tl.float32)
+    for r0 in range(start, end, BLOCK_N):
+        r = r0 + tl.arange(0, BLOCK_N)
+        acc += tl.sum(load_tile(base, r, r < end, dd, stride_n, D), 0)
+    return acc / (end - start)
 
 
 @triton.jit
 def nys_landmarks(Q, K, QT, KT, sqb, sqh, sqn, skb, skh, skn, H, GROUP, n_q, n_k, m,
                   D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Grid (m, B·H). QT: (B·H, m, D), KT: (B·H_kv, m, D) fp32; segment i of n rows holds rows
-    ⌈i·n/m⌉ .. ⌈(i+1)·n/m⌉ − 1."""
+    """Grid (m, B·H). QT: (B·H, m, D), KT: (B·H_kv, m, D) fp32 (:func:`segment_mean`); the
+    first query head of each K/V head makes its key landmark."""
     i, bh = tl.program_id(0), tl.program_id(1)
     b, h = bh // H, bh % H
     dd = tl.arange(0, BLOCK_D)
-    rows = tl.arange(0, BLOCK_N)
-    start = (i * n_q + m - 1) // m
-    end = ((i + 1) * n_q + m - 1) // m
-    acc = tl.zeros([BLOCK_D], dtype=tl.float32)
-    base = Q + b.to(tl.int64) * sqb + h.to(tl.int64) * sqh
-    for r0 in range(start, end, BLOCK_N):
-        r = r0 + rows
-        x = tl.load(base + r[:, None].to(tl.int64) * sqn + dd[None, :],
-                    mask=(r < end)[:, None] & (dd < D)[None, :], other=0.0)
-        acc += tl.sum(x.to(tl.float32), 0)
-    tl.store(QT + (bh.to(tl.int64) * m + i) * D + dd, acc / (end - start), mask=dd < D)
-    if h % GROUP == 0:  # the K/V head's first query head makes its key landmark
+    q_base = Q + b.to(tl.int64) * sqb + h.to(tl.int64) * sqh
+    mean = segment_mean(q_base, sqn, i, n_q, m, D, BLOCK_D, BLOCK_N)
+    tl.store(QT + (bh.to(tl.int64) * m + i) * D + dd, mean, mask=dd < D)
+    if h % GROUP == 0:
         hk = h // GROUP
-        start = (i * n_k + m - 1) // m
-        end = ((i + 1) * n_k + m - 1) // m
-        acc = tl.zeros([BLOCK_D], dtype=tl.float32)
-        base = K + b.to(tl.int64) * skb + hk.to(tl.int64) * skh
-        for r0 in range(start, end, BLOCK_N):
-            r = r0 + rows
-            x = tl.load(base + r[:, None].to(tl.int64) * skn + dd[None, :],
-                        mask=(r < end)[:, None] & (dd < D)[None, :], other=0.0)
-            acc += tl.sum(x.to(tl.float32), 0)
+        k_base = K + b.to(tl.int64) * skb + hk.to(tl.int64) * skh
+        mean = segment_mean(k_base, skn, i, n_k, m, D, BLOCK_D, BLOCK_N)
         bhk = b * (H // GROUP) + hk
-        tl.store(KT + (bhk.to(tl.int64) * m + i) * D + dd, acc / (end - start), mask=dd < D)
+        tl.store(KT + (bhk.to(tl.int64) * m + i) * D + dd, mean, mask=dd < D)
 
 
 @triton.jit
@@ -119,7 +119,7 @@ def nys_key_pass(QT, K, V, PART_O, PART_M, PART_L, skb, skh, skn, svb, svh, svn,
 @triton.jit
 def nys_pinv(QT, KT, PART_O, PART_M, PART_L, W, H, GROUP, n_split, m, iters, scale,
              D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr,
-             PRECISION: tl.constexpr, PINV_PRECISION: tl.constexpr):
+             PRECISION: tl.constexpr):
     """Grid (B·H): B̃V from the partials, Ã, its iterative pseudo-inverse Z, W = Z·B̃V.
     W: (B·H, m, D) fp32."""
     bh = tl.program_id(0)
@@ -144,13 +144,13 @@ def nys_pinv(QT, KT, PART_O, PART_M, PART_L, W, H, GROUP, n_split, m, iters, sca
     z = tl.trans(a) / (norm_1 * norm_inf)
     diag = (ll[:, None] == lc[None, :]) & l_ok[:, None]  # cI − X as where(diag, c − X, −X)
     for _ in range(0, iters):
-        az = tl.dot(a, z, input_precision=PINV_PRECISION)
+        az = tl.dot(a, z, input_precision=PRECISION)
         t = tl.where(diag, 7.0 - az, -az)
-        t = tl.dot(az, t, input_precision=PINV_PRECISION)
+        t = tl.dot(az, t, input_precision=PRECISION)
         t = tl.where(diag, 15.0 - t, -t)
-        t = tl.dot(az, t, input_precision=PINV_PRECISION)
+        t = tl.dot(az, t, input_precision=PRECISION)
         t = tl.where(diag, 13.0 - t, -t)
-        z = 0.25 * tl.dot(z, t, input_precision=PINV_PRECISION)
+        z = 0.25 * tl.dot(z, t, input_precision=PRECISION)
     # B̃V from the partials, after the iteration: its tile is not live during it
     head = bh.to(tl.int64) * n_split * m
     top = tl.zeros([BLOCK_L], dtype=tl.float32) + NEG
@@ -164,7 +164,7 @@ def nys_pinv(QT, KT, PART_O, PART_M, PART_L, W, H, GROUP, n_split, m, iters, sca
         bv += w[:, None] * tl.load(PART_O + part[:, None] * D + dd[None, :], mask=ld, other=0.0)
         total += w * tl.load(PART_L + part, mask=l_ok, other=0.0)
     bv = bv / tl.where(l_ok, total, 1.0)[:, None]
-    w_out = tl.dot(z, bv, input_precision=PINV_PRECISION)
+    w_out = tl.dot(z, bv, input_precision=PRECISION)
     tl.store(W + (bh.to(tl.int64) * m + ll[:, None]) * D + dd[None, :], w_out, mask=ld)
 
 
@@ -182,8 +182,7 @@ def nys_output(Q, KT, W, Out, sqb, sqh, sqn, sob, soh, son, H, GROUP, n_q, m, sc
     ll = tl.arange(0, BLOCK_L)
     dd = tl.arange(0, BLOCK_D)
     l_ok, d_ok = ll < m, dd < D
-    q = tl.load(Q + b.to(tl.int64) * sqb + h.to(tl.int64) * sqh + rows[:, None].to(tl.int64) * sqn
-                + dd[None, :], mask=ok[:, None] & d_ok[None, :], other=0.0).to(tl.float32)
+    q = load_tile(Q + b.to(tl.int64) * sqb + h.to(tl.int64) * sqh, rows, ok, dd, sqn, D)
     kt = tl.load(KT + (bhk.to(tl.int64) * m + ll[:, None]) * D + dd[None, :],
                  mask=l_ok[:, None] & d_ok[None, :], other=0.0)
     scores = tl.dot(q, tl.trans(kt * scale), input_precision=PRECISION)
@@ -194,5 +193,4 @@ def nys_output(Q, KT, W, Out, sqb, sqh, sqn, sob, soh, son, H, GROUP, n_q, m, sc
     w = tl.load(W + (bh.to(tl.int64) * m + ll[:, None]) * D + dd[None, :],
                 mask=l_ok[:, None] & d_ok[None, :], other=0.0)
     out = tl.dot(p, w, input_precision=PRECISION)
-    o_ptrs = Out + b.to(tl.int64) * sob + h.to(tl.int64) * soh + rows[:, None] * son + dd[None, :]
-    tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=ok[:, None] & d_ok[None, :])
+    store_rows(Out + b.to(tl.int64) * sob + h.to(tl.int64) * soh, rows, ok, son, out, D, BLOCK_D)
