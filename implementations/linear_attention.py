@@ -95,16 +95,14 @@ def linear_reference(
     k: Tensor,
     v: Tensor,
     mask: MaskSpec,
-    scale: float | None = None,
-    chunk_size: int = 64,
-    segment_bytes: int = 0,
     rows: Tensor | None = None,
-    fused: int = -1,
+    scale: float | None = None,
+    **execution: object,
 ) -> Tensor:
     """The definition in the inputs' dtype (float64 inputs: the float64 reference), O(n²):
-    weights φ(q_i)ᵀφ(k_j) over the kept pairs, normalised. ``chunk_size``, ``segment_bytes``
-    and ``fused`` are not part of the definition (accepted so the signature matches);
-    ``rows`` limits the output to those rows."""
+    weights φ(q_i)ᵀφ(k_j) over the kept pairs, normalised; ``rows`` limits the output to those
+    rows. ``execution``: how a call runs (``chunk_size``, ``segment_bytes``, ``fused``), not
+    what it computes: accepted with the call's parameters and ignored."""
     no_scale(scale)
     return feature_definition(F.elu(q) + 1, F.elu(k) + 1, v, mask, rows)
 

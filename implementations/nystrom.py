@@ -84,16 +84,16 @@ def nystrom_reference(
     k: Tensor,
     v: Tensor,
     mask: MaskSpec,
+    rows: Tensor | None = None,
     scale: float | None = None,
     landmarks: int = 64,
     pinv_iters: int = 6,
-    rows: Tensor | None = None,
-    fused: int = -1,
+    **execution: object,
 ) -> Tensor:
     """The definition in the inputs' dtype (float64 inputs: the float64 reference), written
     out: landmarks as an explicit (m, n) averaging matrix times Q and K, K/V heads repeated,
-    the three softmax kernels and the same iteration; ``rows`` limits the output rows;
-    ``fused`` is not part of the definition."""
+    the three softmax kernels and the same iteration; ``rows`` limits the output rows.
+    ``execution``: how a call runs (``fused``), not what it computes: accepted and ignored."""
     group = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
     s = _scale(scale, q.shape[-1])

@@ -183,17 +183,15 @@ def performer_reference(
     k: Tensor,
     v: Tensor,
     mask: MaskSpec,
+    rows: Tensor | None = None,
     scale: float | None = None,
     features: int = 256,
-    chunk_size: int = 64,
-    segment_bytes: int = 0,
-    rows: Tensor | None = None,
-    fused: int = -1,
+    **execution: object,
 ) -> Tensor:
     """The definition in the inputs' dtype (float64 inputs: the float64 reference), O(n²): the
-    same W and stabilisers, weights φ(q_i)ᵀφ(k_j) over the kept pairs, normalised.
-    ``chunk_size``, ``segment_bytes`` and ``fused`` are not part of the definition; ``rows``
-    limits the output to those rows."""
+    same W and stabilisers, weights φ(q_i)ᵀφ(k_j) over the kept pairs, normalised; ``rows``
+    limits the output to those rows. ``execution``: how a call runs (``chunk_size``,
+    ``segment_bytes``, ``fused``), not what it computes: accepted and ignored."""
     w = orthogonal_features(features, q.shape[-1], mask.seed).to(q.device, q.dtype)
     s = _scale(scale, q.shape[-1])
     lq, lk = favor_logits(q, w, s), favor_logits(k, w, s)

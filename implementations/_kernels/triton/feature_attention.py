@@ -197,6 +197,14 @@ def dot_precision(q: Tensor) -> str:
     return "tf32x3" if q.dtype == torch.float32 else "tf32"
 
 
+def _unit_stride(*xs: Tensor) -> tuple[Tensor, ...]:
+    """The inputs with unit column stride (the kernels' loads assume it), after checking the
+    kernels imported (RuntimeError with the reason otherwise)."""
+    if feature_kernels is None:
+        raise RuntimeError(fused_path.unavailable_reason(IMPORT_ERROR))
+    return tuple(x if x.stride(-1) == 1 else x.contiguous() for x in xs)
+
+
 def _on_device(t: Tensor):
     return torch.cuda.device(t.device) if t.is_cuda else contextlib.nullcontext()
 
@@ -224,9 +232,7 @@ def feature_attention(q: Tensor, k: Tensor, v: Tensor, w: Tensor | None = None,
     ``scale`` (the keys' −scale·|k|²/2). ``combine``: two launches, the key pass combining its
     own partial states (``fused`` = 2, a candidate; :func:`.feature_kernels.feature_state`'s
     ``COMBINE``). CUDA tensors, or CPU tensors under ``TRITON_INTERPRET=1``."""
-    if feature_kernels is None:
-        raise RuntimeError(fused_path.unavailable_reason(IMPORT_ERROR))
-    q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
+    q, k, v = _unit_stride(q, k, v)
     b, h, n_q, d = q.shape
     h_kv, n_k = k.shape[1], k.shape[2]
     favor = w is not None
@@ -321,9 +327,7 @@ def chunk_attention(q: Tensor, k: Tensor, v: Tensor, w: Tensor | None = None,
     with W' as (2, m, D) fp32 (:func:`split_weights`, m <= :data:`CHUNK_FEATURES`) and softmax
     scale ``scale``, as :func:`feature_attention`. CUDA tensors, or CPU tensors under
     ``TRITON_INTERPRET=1``."""
-    if feature_kernels is None:
-        raise RuntimeError(fused_path.unavailable_reason(IMPORT_ERROR))
-    q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
+    q, k, v = _unit_stride(q, k, v)
     b, h, n_q, d = q.shape
     h_kv, n = k.shape[1], k.shape[2]
     favor = w is not None

@@ -58,6 +58,16 @@ def load_tile(base, rows, ok, cols, stride_n, D):
 
 
 @triton.jit
+def query_block(H, GROUP, n_q, BLOCK_M: tl.constexpr):
+    """An output program of grid (cdiv(n_q, BLOCK_M), B·H): its batch b, query head h, K/V
+    head row b·H_kv + h // GROUP, its BLOCK_M query rows and which of them exist."""
+    qb, bh = tl.program_id(0), tl.program_id(1)
+    b, h = bh // H, bh % H
+    rows = qb * BLOCK_M + tl.arange(0, BLOCK_M)
+    return b, h, b * (H // GROUP) + h // GROUP, rows, rows < n_q
+
+
+@triton.jit
 def store_rows(base, rows, ok, stride_n, x, D, BLOCK_D: tl.constexpr):
     """Store x (R, BLOCK_D) fp32 as rows ``rows`` of a (n, D) matrix with unit column stride,
     in the matrix's dtype; rows not ``ok`` and columns >= D untouched."""
@@ -217,11 +227,7 @@ def feature_output(Q, W, S, Z, Out, sqb, sqh, sqn, sob, soh, son, H, GROUP, n_q,
                    BLOCK_F: tl.constexpr, MAP: tl.constexpr, PRECISION: tl.constexpr):
     """Grid (cdiv(n_q, BLOCK_M), B·H): ``φ(Q)·S / φ(Q)·z`` of BLOCK_M query rows of one head,
     stored in Out's dtype. S, Z: the combined state (B·H_kv, F, D), (B·H_kv, F) fp32."""
-    qb, bh = tl.program_id(0), tl.program_id(1)
-    b, h = bh // H, bh % H
-    bhk = b * (H // GROUP) + h // GROUP
-    rows = qb * BLOCK_M + tl.arange(0, BLOCK_M)
-    ok = rows < n_q
+    b, h, bhk, rows, ok = query_block(H, GROUP, n_q, BLOCK_M)
     dd = tl.arange(0, BLOCK_D)
     q_base = Q + b.to(tl.int64) * sqb + h.to(tl.int64) * sqh
     s_base = S + bhk.to(tl.int64) * F * D

@@ -31,7 +31,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from implementations._kernels.triton.feature_kernels import load_tile, store_rows
+from implementations._kernels.triton.feature_kernels import load_tile, query_block, store_rows
 from implementations._kernels.triton.primitives import NEG
 
 
@@ -174,11 +174,7 @@ def nys_output(Q, KT, W, Out, sqb, sqh, sqn, sob, soh, son, H, GROUP, n_q, m, sc
                BLOCK_M: tl.constexpr, PRECISION: tl.constexpr):
     """Grid (cdiv(n_q, BLOCK_M), B·H): softmax(s·Q K̃ᵀ) W for BLOCK_M query rows, stored in
     Out's dtype."""
-    qb, bh = tl.program_id(0), tl.program_id(1)
-    b, h = bh // H, bh % H
-    bhk = b * (H // GROUP) + h // GROUP
-    rows = qb * BLOCK_M + tl.arange(0, BLOCK_M)
-    ok = rows < n_q
+    b, h, bhk, rows, ok = query_block(H, GROUP, n_q, BLOCK_M)
     ll = tl.arange(0, BLOCK_L)
     dd = tl.arange(0, BLOCK_D)
     l_ok, d_ok = ll < m, dd < D
@@ -190,7 +186,7 @@ def nys_output(Q, KT, W, Out, sqb, sqh, sqn, sob, soh, son, H, GROUP, n_q, m, sc
     p = tl.exp(scores - tl.max(scores, 1)[:, None])
     p = tl.where(l_ok[None, :], p, 0.0)
     p = p / tl.sum(p, 1)[:, None]
-    w = tl.load(W + (bh.to(tl.int64) * m + ll[:, None]) * D + dd[None, :],
+    w = tl.load(W + ((b * H + h).to(tl.int64) * m + ll[:, None]) * D + dd[None, :],
                 mask=l_ok[:, None] & d_ok[None, :], other=0.0)
     out = tl.dot(p, w, input_precision=PRECISION)
     store_rows(Out + b.to(tl.int64) * sob + h.to(tl.int64) * soh, rows, ok, son, out, D, BLOCK_D)
