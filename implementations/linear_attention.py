@@ -95,8 +95,8 @@ def linear_reference(
     k: Tensor,
     v: Tensor,
     mask: MaskSpec,
-    rows: Tensor | None = None,
     scale: float | None = None,
+    rows: Tensor | None = None,
     **execution: object,
 ) -> Tensor:
     """The definition in the inputs' dtype (float64 inputs: the float64 reference), O(n²):

@@ -96,9 +96,9 @@ def linformer_reference(
     k: Tensor,
     v: Tensor,
     mask: MaskSpec,
-    rows: Tensor | None = None,
     scale: float | None = None,
     projected_len: int = 256,
+    rows: Tensor | None = None,
 ) -> Tensor:
     """The definition in the inputs' dtype (float64 inputs: the float64 reference): the same
     E and F, ``softmax(s·Q (EK)ᵀ) (FV)`` written out; ``rows`` limits it to those query rows."""

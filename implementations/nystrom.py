@@ -84,10 +84,10 @@ def nystrom_reference(
     k: Tensor,
     v: Tensor,
     mask: MaskSpec,
-    rows: Tensor | None = None,
     scale: float | None = None,
     landmarks: int = 64,
     pinv_iters: int = 6,
+    rows: Tensor | None = None,
     **execution: object,
 ) -> Tensor:
     """The definition in the inputs' dtype (float64 inputs: the float64 reference), written

@@ -183,9 +183,9 @@ def performer_reference(
     k: Tensor,
     v: Tensor,
     mask: MaskSpec,
-    rows: Tensor | None = None,
     scale: float | None = None,
     features: int = 256,
+    rows: Tensor | None = None,
     **execution: object,
 ) -> Tensor:
     """The definition in the inputs' dtype (float64 inputs: the float64 reference), O(n²): the

@@ -32,6 +32,16 @@ PARAMS = {"linear": {"fused": 1}, "performer": {"features": 48, "fused": 1}}
 SHAPES = [(2, 4, 2, 97, 130, 59), (1, 2, 2, 161, 33, 16), (2, 3, 3, 97, 97, 59)]
 
 
+def _agreement(impl, out, q, k, v, mask, **params) -> dict:
+    """The harness's agreement of ``out`` with ``impl``'s float64 definition on q, k, v (its
+    error scaled by the naive definition's in q's dtype); ``rows=`` compares those rows."""
+    ref = impl.reference(q.double(), k.double(), v.double(), mask, **params)
+    naive = impl.reference(q, k, v, mask, **params)
+    rows = params.get("rows")
+    got = out if rows is None else out[:, :, rows.to(out.device)]
+    return output_agreement(got, ref, q.dtype, naive=naive)
+
+
 def _inputs(shape, dtype, seed):
     b, h, hk, n_q, n_k, d = shape
     return [t.to(DEVICE) for t in make_qkv(b, h, n_q, n_k, d, kv_heads=hk, dtype=dtype,
@@ -49,9 +59,7 @@ def test_fused_path_matches_the_float64_definition(name, shape, dtype):
     assert fa.runs_fused(problem_of(q, k, v, mask, tuple(sorted(PARAMS[name].items()))))
     with torch.no_grad():
         out = impl(q, k, v, mask, **PARAMS[name])
-    ref = impl.reference(q.double(), k.double(), v.double(), mask, **PARAMS[name])
-    naive = impl.reference(q, k, v, mask, **PARAMS[name])
-    result = output_agreement(out, ref, dtype, naive=naive)
+    result = _agreement(impl, out, q, k, v, mask, **PARAMS[name])
     assert out.dtype == dtype and result["agree"], result
 
 
@@ -61,9 +69,7 @@ def test_a_wrong_state_is_caught():
     impl = registry.get("linear")
     with torch.no_grad():
         out = impl(q, k[:, :, 1:], v[:, :, 1:], MaskSpec(), fused=1)  # one key short
-    ref = impl.reference(q.double(), k.double(), v.double(), MaskSpec())
-    assert not output_agreement(out, ref, torch.float32, naive=impl.reference(q, k, v,
-                                                                             MaskSpec()))["agree"]
+    assert not _agreement(impl, out, q, k, v, MaskSpec())["agree"]
 
 
 @pytest.mark.parametrize("name", sorted(PARAMS))
@@ -101,10 +107,8 @@ def test_favor_stabiliser_is_exact_when_key_logits_differ_by_over_100():
     impl = registry.get("performer")
     with torch.no_grad():
         out = impl(q, k, v, mask, features=m, scale=s, fused=1)
-    ref = impl.reference(q.double(), k.double(), v.double(), mask, scale=s, features=m)
-    naive = impl.reference(q, k, v, mask, scale=s, features=m)
     assert torch.isfinite(out).all()
-    result = output_agreement(out, ref, torch.float32, naive=naive)
+    result = _agreement(impl, out, q, k, v, mask, scale=s, features=m)
     assert result["agree"], result
 
 
@@ -185,9 +189,7 @@ def test_auto_takes_the_fused_path_on_cuda_and_agrees(name):
         out = impl(q, k, v, mask)
     assert [x.name for x in launches] == ["feature_state", "feature_combine", "feature_output"]
     rows = torch.arange(0, 4096, 61)
-    ref = impl.reference(q.double(), k.double(), v.double(), mask, rows=rows)
-    naive = impl.reference(q, k, v, mask, rows=rows)
-    result = output_agreement(out[:, :, rows.to(out.device)], ref, torch.bfloat16, naive=naive)
+    result = _agreement(impl, out, q, k, v, mask, rows=rows)
     assert result["agree"], result
 
 
@@ -211,8 +213,7 @@ def test_causal_chunk_kernel_matches_the_float64_definition(shape, dtype):
     with torch.no_grad(), launch_modes.watching(launches.append):
         out = impl(q, k, v, mask, fused=1)
     assert [x.name for x in launches] == ["feature_state", "feature_prefix", "feature_chunk"]
-    ref = impl.reference(q.double(), k.double(), v.double(), mask)
-    result = output_agreement(out, ref, dtype, naive=impl.reference(q, k, v, mask))
+    result = _agreement(impl, out, q, k, v, mask)
     assert out.dtype == dtype and result["agree"], result
 
 
@@ -230,8 +231,7 @@ def test_causal_chunk_kernel_with_unequal_lengths(shape, dtype):
     with torch.no_grad(), launch_modes.watching(launches.append):
         out = impl(q, k, v, mask, fused=1)
     assert [x.name for x in launches] == ["feature_state", "feature_prefix", "feature_chunk"]
-    ref = impl.reference(q.double(), k.double(), v.double(), mask)
-    result = output_agreement(out, ref, dtype, naive=impl.reference(q, k, v, mask))
+    result = _agreement(impl, out, q, k, v, mask)
     assert result["agree"], result
     if shape[3] > shape[4]:
         assert (out[:, :, : shape[3] - shape[4]] == 0).all()
@@ -244,9 +244,7 @@ def test_causal_chunk_kernel_is_causal():
     impl = registry.get("linear")
     with torch.no_grad():
         out = impl(q, k, v, MaskSpec(causal=True), fused=1)
-    ref = impl.reference(q.double(), k.double(), v.double(), MaskSpec())
-    naive = impl.reference(q, k, v, MaskSpec())
-    assert not output_agreement(out, ref, torch.float32, naive=naive)["agree"]
+    assert not _agreement(impl, out, q, k, v, MaskSpec())["agree"]
     fq, fk = (torch.nn.functional.elu(x.double()) + 1 for x in (q, k))
     fk = fk.repeat_interleave(2 // k.shape[1], 1)
     weights = (fq @ fk.transpose(-1, -2)).tril(1)  # one key past the diagonal
@@ -329,9 +327,7 @@ def test_causal_favor_chunk_kernel_matches_the_float64_definition(shape, dtype):
     with torch.no_grad(), launch_modes.watching(launches.append):
         out = impl(q, k, v, mask, features=m, fused=1)
     assert [x.name for x in launches] == ["feature_state", "feature_prefix", "feature_chunk"]
-    ref = impl.reference(q.double(), k.double(), v.double(), mask, features=m)
-    naive = impl.reference(q, k, v, mask, features=m)
-    result = output_agreement(out, ref, dtype, naive=naive)
+    result = _agreement(impl, out, q, k, v, mask, features=m)
     assert out.dtype == dtype and result["agree"], result
 
 
@@ -344,9 +340,7 @@ def test_causal_favor_chunk_kernel_with_unequal_lengths(shape):
     mask, impl = MaskSpec(causal=True, seed=2), registry.get("performer")
     with torch.no_grad():
         out = impl(q, k, v, mask, features=40, fused=1)
-    ref = impl.reference(q.double(), k.double(), v.double(), mask, features=40)
-    naive = impl.reference(q, k, v, mask, features=40)
-    result = output_agreement(out, ref, torch.float32, naive=naive)
+    result = _agreement(impl, out, q, k, v, mask, features=40)
     assert result["agree"], result
     if shape[3] > shape[4]:
         assert (out[:, :, : shape[3] - shape[4]] == 0).all()
@@ -376,10 +370,8 @@ def test_causal_favor_stabiliser_is_exact_across_splits():
     impl = registry.get("performer")
     with torch.no_grad():
         out = impl(q, k, v, mask, features=m, scale=s, fused=1)
-    ref = impl.reference(q.double(), k.double(), v.double(), mask, scale=s, features=m)
-    naive = impl.reference(q, k, v, mask, scale=s, features=m)
     assert torch.isfinite(out).all()
-    result = output_agreement(out, ref, torch.float32, naive=naive)
+    result = _agreement(impl, out, q, k, v, mask, scale=s, features=m)
     assert result["agree"], result
 
 
@@ -433,9 +425,7 @@ def test_two_launch_path_is_the_three_launch_path_bit_for_bit(name, shape, dtype
     assert [x.name for x in launches] == ["feature_state", "feature_output"]
     assert torch.equal(out, three) and torch.equal(again, out)
     assert all(int(c.count_nonzero()) == 0 for c in fa._COUNTERS.values())
-    ref = impl.reference(q.double(), k.double(), v.double(), mask, **PARAMS[name])
-    result = output_agreement(out, ref, dtype, naive=impl.reference(q, k, v, mask,
-                                                                    **PARAMS[name]))
+    result = _agreement(impl, out, q, k, v, mask, **PARAMS[name])
     assert result["agree"], result
 
 
@@ -453,10 +443,8 @@ def test_two_launch_counters_are_what_chooses_the_combining_program():
         out = impl(q, k, v, MaskSpec(), fused=2)
         for c in fa._COUNTERS.values():
             c.zero_()
-    ref = impl.reference(q.double(), k.double(), v.double(), MaskSpec())
     assert fa.key_splits(2, 161, 16, fa.tiles(16, False))[0] >= 2
-    assert not output_agreement(out, ref, torch.float32,
-                                naive=impl.reference(q, k, v, MaskSpec()))["agree"]
+    assert not _agreement(impl, out, q, k, v, MaskSpec())["agree"]
 
 
 def test_two_launch_launches_do_not_grow_with_n():

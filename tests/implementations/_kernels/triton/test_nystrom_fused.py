@@ -30,6 +30,12 @@ SHAPES = [(2, 4, 2, 97, 130, 59, 13), (1, 2, 2, 161, 33, 16, 33), (1, 1, 1, 100,
           (1, 1, 1, 70, 90, 200, 16), (1, 2, 1, 256, 256, 64, 64)]
 
 
+def _agreement(impl, out, q, k, v, mask, **params) -> dict:
+    """The harness's agreement of ``out`` with ``impl``'s float64 definition on q, k, v."""
+    ref = impl.reference(q.double(), k.double(), v.double(), mask, **params)
+    return output_agreement(out, ref, q.dtype, naive=impl.reference(q, k, v, mask, **params))
+
+
 def _inputs(shape, dtype, seed):
     b, h, hk, n_q, n_k, d, _ = shape
     return [t.to(DEVICE) for t in make_qkv(b, h, n_q, n_k, d, kv_heads=hk, dtype=dtype,
@@ -48,8 +54,7 @@ def test_fused_nystrom_matches_the_float64_definition(shape, dtype):
     with torch.no_grad(), launch_modes.watching(launches.append):
         out = impl(q, k, v, mask, landmarks=m, fused=1)
     assert [x.name for x in launches] == LAUNCHES
-    ref = impl.reference(q.double(), k.double(), v.double(), mask, landmarks=m)
-    result = output_agreement(out, ref, dtype, naive=impl.reference(q, k, v, mask, landmarks=m))
+    result = _agreement(impl, out, q, k, v, mask, landmarks=m)
     assert out.dtype == dtype and result["agree"], result
     if shape[4] > 64:
         assert nf.splits(shape[0] * shape[1], shape[4])[0] >= 2
@@ -63,9 +68,7 @@ def test_a_wrong_iteration_count_is_caught():
     impl = registry.get("nystrom")
     with torch.no_grad():
         out = impl(q, k, v, MaskSpec(), landmarks=13, pinv_iters=1, fused=1)
-    ref = impl.reference(q.double(), k.double(), v.double(), MaskSpec(), landmarks=13)
-    naive = impl.reference(q, k, v, MaskSpec(), landmarks=13)
-    assert not output_agreement(out, ref, torch.float32, naive=naive)["agree"]
+    assert not _agreement(impl, out, q, k, v, MaskSpec(), landmarks=13)["agree"]
 
 
 def test_launches_and_host_ops_do_not_grow_with_n():
