@@ -104,7 +104,14 @@ def linear_reference(
     rows. ``execution``: how a call runs (``chunk_size``, ``segment_bytes``, ``fused``), not
     what it computes: accepted with the call's parameters and ignored."""
     no_scale(scale)
-    return feature_definition(F.elu(q) + 1, F.elu(k) + 1, v, mask, rows)
+    return elu_definition(q, k, v, mask, rows)
+
+
+def elu_definition(q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, rows: Tensor | None = None,
+                   eps: float = 0.0) -> Tensor:
+    """Feature-space attention with φ = elu + 1 written out, O(n²), in the inputs' dtype:
+    ``linear``'s definition (eps = 0) and ``fla-linear``'s (1e-10 added to the normaliser)."""
+    return feature_definition(F.elu(q) + 1, F.elu(k) + 1, v, mask, rows, eps=eps)
 
 
 def _map_temps(p: Problem) -> int:
