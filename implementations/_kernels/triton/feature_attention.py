@@ -8,13 +8,16 @@ the method parameter ``fused`` (:data:`FUSED`): -1 (the default) decides by that
 forces the kernels (refused, with the reason, where they cannot run), 0 forces PyTorch.
 
 A call is three launches, whatever n: the keys' partial states, their combine, the outputs
-(:func:`feature_attention`); no host synchronization. ``linear``'s causal calls have the
-chunkwise kernel (:func:`chunk_attention`, :mod:`.linear_chunk`: the partial states,
-their prefix, the chunks), a candidate that ``fused`` = 1 forces (:data:`AUTO_CAUSAL`).
-Block sizes are pinned (:func:`tiles`, :func:`chunk_tiles`), chosen so no tile spills
-(``benchmarks/aot_kernels.py --workloads feature-linear feature-performer
-feature-linear-causal`` compiles them for sm_80 and sm_90 and reads registers, spills and
-shared memory). Triton is optional: without it this module imports and
+(:func:`feature_attention`); no host synchronization; ``fused`` = 2 makes it two, the key
+pass combining its own partial states (a candidate). Causal calls of both maps have the
+chunkwise kernel (:func:`chunk_attention`, :mod:`.linear_chunk`: the partial states, their
+prefix, the chunks; FAVOR+ with m <= :data:`CHUNK_FEATURES`), a candidate that ``fused`` = 1
+forces (:data:`AUTO_CAUSAL`). Block sizes are pinned (:func:`tiles`, :func:`chunk_tiles`,
+:data:`FAVOR_CHUNK`), chosen from ``benchmarks/aot_kernels.py --workloads feature-linear
+feature-performer feature-linear-causal feature-performer-causal feature-linear-combine
+feature-performer-combine`` (registers, spills and shared memory on sm_80 and sm_90; FAVOR+'s
+chunk kernel and its combining key pass still spill a few bytes on sm_80, none on sm_90).
+Triton is optional: without it this module imports and
 :func:`feature_reasons` says why the kernels cannot run (the limits both fused
 families share are in :mod:`.fused_path`).
 """
