@@ -16,7 +16,7 @@ forces (:data:`AUTO_CAUSAL`). Block sizes are pinned (:func:`tiles`, :func:`chun
 :data:`FAVOR_CHUNK`), chosen from ``benchmarks/aot_kernels.py --workloads feature-linear
 feature-performer feature-linear-causal feature-performer-causal feature-linear-combine
 feature-performer-combine`` (registers, spills and shared memory on sm_80 and sm_90; FAVOR+'s
-chunk kernel and its combining key pass still spill a few bytes on sm_80, none on sm_90).
+chunk kernel still spills 8 bytes on sm_80, none on sm_90).
 Triton is optional: without it this module imports and
 :func:`feature_reasons` says why the kernels cannot run (the limits both fused
 families share are in :mod:`.fused_path`).
