@@ -15,7 +15,10 @@ the registry as a user calls it (``impl(q, k, v, mask)``):
 
 ``linear`` and ``performer`` not causal run the fused Triton kernels by default on CUDA
 (``fused = -1``); ``linear-causal-chunk`` forces the causal chunk kernel (``fused = 1``, a
-candidate beside ``linear-causal``'s PyTorch path and fla-linear); the rows ``linear-torch``
+candidate beside ``linear-causal``'s PyTorch path and fla-linear), ``*-2launch`` the
+two-launch non-causal candidate (``fused = 2``), ``performer-causal-chunk`` FAVOR+ in the chunk
+kernel beside ``performer-causal``'s PyTorch path, ``nystrom-fused`` the four-launch Nyström
+beside ``nystrom``'s PyTorch path (candidates all); the rows ``linear-torch``
 and ``performer-torch`` force the PyTorch path (``fused = 0``) in the same process, and each
 row's ``path`` says which ran (``triton``: the fused kernels' launches were seen; ``torch``
 otherwise).
@@ -72,11 +75,16 @@ ROWS = [
     ("linear-torch", "linear", False, {"fused": 0}),
     ("linear-causal", "linear", True, {}),
     ("linear-causal-chunk", "linear", True, {"fused": 1}),
+    ("linear-2launch", "linear", False, {"fused": 2}),
     ("performer", "performer", False, {"features": 256}),
     ("performer-torch", "performer", False, {"features": 256, "fused": 0}),
+    ("performer-2launch", "performer", False, {"features": 256, "fused": 2}),
+    ("performer-causal", "performer", True, {"features": 256}),
+    ("performer-causal-chunk", "performer", True, {"features": 256, "fused": 1}),
     ("linformer", "linformer", False, {"projected_len": 256}),
     ("sdpa-flash", "sdpa-flash", False, {}),
     ("nystrom", "nystrom", False, {}),
+    ("nystrom-fused", "nystrom", False, {"fused": 1}),
 ]
 LAST_ROWS = [("fla-linear", "fla-linear", True, {})]
 TARGETED = ("linear", "linear-causal", "performer", "linformer")
@@ -154,8 +162,9 @@ def measure_row(name: str, impl_name: str, causal: bool, params: dict, qkv: tupl
                       device=device.type, mask=MaskSpec(causal=causal),
                       params=tuple(sorted(params.items())))
     reasons = impl.not_supported(problem)
-    if device.type == "cpu" and params.get("fused") == 1:  # TRITON_INTERPRET=1: it would run
-        reasons = reasons or ["fused = 1 on the CPU runs Triton's interpreter: not timed"]
+    if device.type == "cpu" and params.get("fused", 0) >= 1:  # TRITON_INTERPRET=1: it would run
+        reasons = reasons or [f"fused = {params['fused']} on the CPU runs Triton's interpreter: "
+                              "not timed"]
     if reasons:
         row["skipped"] = "; ".join(reasons)
         return row
@@ -205,13 +214,14 @@ def measure_row(name: str, impl_name: str, causal: bool, params: dict, qkv: tupl
 
 
 def path_of(call: Call) -> str:
-    """``triton`` when one call launches the fused feature-map kernels, else ``torch``."""
+    """``triton`` when one call launches the fused kernels (feature maps, Nyström), else
+    ``torch``."""
     if launch_modes is None:
         return "torch"
     seen: list = []
     with launch_modes.watching(seen.append):
         call()
-    return "triton" if any(x.name.startswith("feature_") for x in seen) else "torch"
+    return "triton" if any(x.name.startswith(("feature_", "nys_")) for x in seen) else "torch"
 
 
 def fmt(x: float | None) -> str:

@@ -15,12 +15,15 @@ from harness.spec import Problem
 from implementations._feature_maps import (
     BLOCKED_REDUCTION_DEVICES,
     REDUCE_ROWS,
+    SEGMENT,
+    cap_reason,
     chunk_bytes,
     compute_dtype,
     piece_lengths,
     segment_positions,
     split_blocks,
 )
+from implementations._kernels.triton import feature_attention as fused
 
 
 def kernel_flops(p: Problem, features: int) -> int:
@@ -143,6 +146,30 @@ def kernel_chunk_bytes(p: Problem, features: int, chunk: int, map_temps: int = 0
     return chunk_bytes(
         p.batch, p.heads, p.n_kv_heads, features, map_temps, p.head_dim, c, chunk, p.mask.causal
     )
+
+
+def method_workspace(p: Problem, features: int, chunk: int, map_temps: int, favor: bool) -> int:
+    """The registered memory model of ``linear`` (F = D) and ``performer`` (``favor``, F = m):
+    the fused path's workspace where a call of ``p`` takes it (causal: the chunk kernel's),
+    else the PyTorch path's (:func:`kernel_workspace`, chunks of ``chunk`` positions, the
+    ``segment_bytes`` cap)."""
+    m = features if favor else 0
+    if fused.runs_fused(p, chunked=True, features=m):
+        if p.mask.causal:
+            return fused.chunk_workspace_bytes(p, m)
+        return fused.feature_workspace_bytes(p, features, favor)
+    cap = int(p.param("segment_bytes", SEGMENT.default))
+    return kernel_workspace(p, features, chunk, map_temps, cap)
+
+
+def method_reasons(p: Problem, features: int, chunk: int, map_temps: int, favor: bool
+                   ) -> list[str]:
+    """The registry's extra reasons of ``linear`` and ``performer``: a ``segment_bytes`` cap
+    below one chunk's workspace, a forced fused path that cannot run."""
+    need = kernel_chunk_bytes(p, features, chunk, map_temps)
+    reason = cap_reason(int(p.param("segment_bytes", SEGMENT.default)), need, chunk)
+    return ([reason] if reason else []) + fused.path_reasons(p, chunked=True,
+                                                             features=features if favor else 0)
 
 
 def repeat_heads(x: Tensor, heads: int) -> Tensor:

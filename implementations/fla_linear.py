@@ -30,7 +30,8 @@ from torch import Tensor
 from harness.masks import MaskSpec
 from harness.registry import register, tiny_qkv
 from harness.spec import HALF_DTYPES, Capabilities, Cost, Problem
-from implementations._feature_maps_spec import feature_definition, kernel_flops
+from implementations._feature_maps_spec import kernel_flops
+from implementations.linear_attention import elu_definition
 from implementations.linear_attention import no_scale as _no_scale
 
 FLA_EPS = 1e-10  # fla.ops.linear_attn.utils: denominator + 1e-10
@@ -67,7 +68,7 @@ def fla_reference(
 ) -> Tensor:
     """fla's definition in the inputs' dtype: ``linear``'s with 1e-10 added to the normaliser."""
     _no_scale(scale)
-    return feature_definition(F.elu(q) + 1, F.elu(k) + 1, v, mask, rows, eps=FLA_EPS)
+    return elu_definition(q, k, v, mask, rows, eps=FLA_EPS)
 
 
 def _workspace(p: Problem) -> int:

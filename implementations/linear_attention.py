@@ -33,7 +33,6 @@ from harness.spec import FLOAT_DTYPES, Capabilities, Cost, Param, Problem, Recur
 from implementations._feature_maps import (
     SEGMENT,
     FeatureState,
-    cap_reason,
     check_inputs,
     compute_dtype,
     feature_state_attention,
@@ -41,19 +40,15 @@ from implementations._feature_maps import (
 )
 from implementations._feature_maps_spec import (
     feature_definition,
-    kernel_chunk_bytes,
     kernel_flops,
-    kernel_workspace,
+    method_reasons,
+    method_workspace,
     state_bytes,
 )
 from implementations._kernels.triton.feature_attention import (
     FUSED,
     chunk_attention,
-    chunk_workspace_bytes,
     feature_attention,
-    feature_workspace_bytes,
-    path_reasons,
-    runs_fused,
     takes_fused,
 )
 
@@ -101,17 +96,22 @@ def linear_reference(
     v: Tensor,
     mask: MaskSpec,
     scale: float | None = None,
-    chunk_size: int = 64,
-    segment_bytes: int = 0,
     rows: Tensor | None = None,
-    fused: int = -1,
+    **execution: object,
 ) -> Tensor:
     """The definition in the inputs' dtype (float64 inputs: the float64 reference), O(n²):
-    weights φ(q_i)ᵀφ(k_j) over the kept pairs, normalised. ``chunk_size``, ``segment_bytes``
-    and ``fused`` are not part of the definition (accepted so the signature matches);
-    ``rows`` limits the output to those rows."""
+    weights φ(q_i)ᵀφ(k_j) over the kept pairs, normalised; ``rows`` limits the output to those
+    rows. ``execution``: how a call runs (``chunk_size``, ``segment_bytes``, ``fused``), not
+    what it computes: accepted with the call's parameters and ignored."""
     no_scale(scale)
-    return feature_definition(F.elu(q) + 1, F.elu(k) + 1, v, mask, rows)
+    return elu_definition(q, k, v, mask, rows)
+
+
+def elu_definition(q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, rows: Tensor | None = None,
+                   eps: float = 0.0) -> Tensor:
+    """Feature-space attention with φ = elu + 1 written out, O(n²), in the inputs' dtype:
+    ``linear``'s definition (eps = 0) and ``fla-linear``'s (1e-10 added to the normaliser)."""
+    return feature_definition(F.elu(q) + 1, F.elu(k) + 1, v, mask, rows, eps=eps)
 
 
 def _map_temps(p: Problem) -> int:
@@ -126,18 +126,11 @@ def chunk_of(p: Problem) -> int:
 
 
 def _workspace(p: Problem) -> int:
-    if runs_fused(p, chunked=True):
-        if p.mask.causal:
-            return chunk_workspace_bytes(p)
-        return feature_workspace_bytes(p, p.head_dim, favor=False)
-    cap = int(p.param("segment_bytes", SEGMENT.default))
-    return kernel_workspace(p, p.head_dim, chunk_of(p), _map_temps(p), cap)
+    return method_workspace(p, p.head_dim, chunk_of(p), _map_temps(p), favor=False)
 
 
 def _reasons(p: Problem) -> list[str]:
-    need = kernel_chunk_bytes(p, p.head_dim, chunk_of(p), _map_temps(p))
-    reason = cap_reason(int(p.param("segment_bytes", SEGMENT.default)), need, chunk_of(p))
-    return ([reason] if reason else []) + path_reasons(p, chunked=True)
+    return method_reasons(p, p.head_dim, chunk_of(p), _map_temps(p), favor=False)
 
 
 @register(
@@ -172,6 +165,8 @@ def linear_attention(
     no_scale(scale)
     check_inputs(q, k, v)
     if takes_fused(int(fused), q, k, v, mask.causal, chunked=True):
-        return chunk_attention(q, k, v) if mask.causal else feature_attention(q, k, v)
+        if mask.causal:
+            return chunk_attention(q, k, v)
+        return feature_attention(q, k, v, combine=int(fused) == 2)
     state = LinearState(problem_of(q, k, v, mask), chunk_size, segment_bytes)
     return feature_state_attention(state, q, k, v, mask.causal)

@@ -35,6 +35,7 @@ from harness.masks import MaskSpec
 from harness.registry import register
 from harness.spec import FLOAT_DTYPES, HALF_DTYPES, Capabilities, Cost, Param, Problem
 from implementations._feature_maps import check_inputs
+from implementations._kernels.triton import nystrom_fused
 
 LANDMARKS = Param(64, "landmarks m: segment means of Q and K (m <= n)", minimum=1)
 PINV_ITERS = Param(
@@ -87,10 +88,12 @@ def nystrom_reference(
     landmarks: int = 64,
     pinv_iters: int = 6,
     rows: Tensor | None = None,
+    **execution: object,
 ) -> Tensor:
     """The definition in the inputs' dtype (float64 inputs: the float64 reference), written
     out: landmarks as an explicit (m, n) averaging matrix times Q and K, K/V heads repeated,
-    the three softmax kernels and the same iteration; ``rows`` limits the output rows."""
+    the three softmax kernels and the same iteration; ``rows`` limits the output rows.
+    ``execution``: how a call runs (``fused``), not what it computes: accepted and ignored."""
     group = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
     s = _scale(scale, q.shape[-1])
@@ -115,7 +118,7 @@ def _reasons(p: Problem) -> list[str]:
     short = min(p.n_q, p.n_k)
     if m > short:
         return [f"landmarks m = {m} > sequence length {short}: a segment would be empty"]
-    return []
+    return nystrom_fused.path_reasons(p)
 
 
 def _flops(p: Problem) -> int:
@@ -131,7 +134,10 @@ def _workspace(p: Problem) -> int:
     """Peak bytes beyond inputs and output, over the call's phases: an n-sized kernel's scores
     and softmax (2·m·n per head), then the queries' softmax beside the output; the m-sized
     landmark, kernel and iteration temporaries (K̃ per K/V head); for half inputs float32
-    copies of q, k, v throughout and the float32 output while it is rounded."""
+    copies of q, k, v throughout and the float32 output while it is rounded. The fused path:
+    :func:`.nystrom_fused.workspace_bytes`."""
+    if nystrom_fused.runs_fused(p):
+        return nystrom_fused.workspace_bytes(p)
     m, d, bh = int(p.param("landmarks", LANDMARKS.default)), p.head_dim, p.batch * p.heads
     half = p.dtype in HALF_DTYPES
     c = 4 if half else p.dtype.itemsize
@@ -155,7 +161,7 @@ def _workspace(p: Problem) -> int:
     caps=Capabilities(dtypes=FLOAT_DTYPES, mask_features=frozenset(), grouped_kv=True),
     cost=Cost(time_exponent=1, memory_exponent=1, memory_model=_workspace, flops=_flops),
     description="Nyströmformer: m segment-mean landmarks, iterative pseudo-inverse, O(n·m·D)",
-    params={"landmarks": LANDMARKS, "pinv_iters": PINV_ITERS},
+    params={"landmarks": LANDMARKS, "pinv_iters": PINV_ITERS, "fused": nystrom_fused.FUSED},
     extra_reasons=_reasons,
     reference=nystrom_reference,
 )
@@ -167,9 +173,14 @@ def nystrom_attention(
     scale: float | None = None,
     landmarks: int = 64,
     pinv_iters: int = 6,
+    fused: int = -1,
 ) -> Tensor:
-    """q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D) -> (B, H, n_q, D)."""
+    """q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D) -> (B, H, n_q, D). ``fused`` = 1: the four
+    Triton launches of :mod:`implementations._kernels.triton.nystrom_kernels` (a candidate)."""
     check_inputs(q, k, v)
+    if nystrom_fused.takes_fused(int(fused), q, k, v, landmarks):
+        return nystrom_fused.nystrom_fused(q, k, v, landmarks, pinv_iters, _scale(scale,
+                                                                                  q.shape[-1]))
     b, h, n_q, d = q.shape
     kv = k.shape[1]
     c = torch.float32 if q.dtype in HALF_DTYPES else q.dtype

@@ -34,7 +34,9 @@ the same recurrent state as ``linear``.
   triton.feature_kernels`): each program of the key pass shifts its logits by its own running
   maximum per feature m_{s,f}; the combine weights each partial state by exp(m_{s,f} − M), M
   the head's largest key logit, which gives the global-key-maximum stabiliser above exactly
-  (in exact arithmetic), every exponent <= 0.
+  (in exact arithmetic), every exponent <= 0. The causal chunk kernel (``fused`` = 1, m <= 256;
+  :mod:`implementations._kernels.triton.linear_chunk`) makes its prefix states under the same
+  M and each chunk's key features under M too: the features never reach HBM.
 
 The agreement check holds it to :func:`performer_reference` (its own definition with the same
 W, in float64); its distance from exact softmax attention is the measured ``approx_err``.
@@ -54,7 +56,6 @@ from harness.spec import FLOAT_DTYPES, Capabilities, Cost, Param, Problem, Recur
 from implementations._feature_maps import (
     SEGMENT,
     FeatureState,
-    cap_reason,
     check_inputs,
     compute_dtype,
     feature_state_attention,
@@ -62,17 +63,15 @@ from implementations._feature_maps import (
 )
 from implementations._feature_maps_spec import (
     feature_definition,
-    kernel_chunk_bytes,
     kernel_flops,
-    kernel_workspace,
+    method_reasons,
+    method_workspace,
     state_bytes,
 )
 from implementations._kernels.triton.feature_attention import (
     FUSED,
+    chunk_attention,
     feature_attention,
-    feature_workspace_bytes,
-    path_reasons,
-    runs_fused,
     split_weights,
     takes_fused,
 )
@@ -186,15 +185,13 @@ def performer_reference(
     mask: MaskSpec,
     scale: float | None = None,
     features: int = 256,
-    chunk_size: int = 64,
-    segment_bytes: int = 0,
     rows: Tensor | None = None,
-    fused: int = -1,
+    **execution: object,
 ) -> Tensor:
     """The definition in the inputs' dtype (float64 inputs: the float64 reference), O(n²): the
-    same W and stabilisers, weights φ(q_i)ᵀφ(k_j) over the kept pairs, normalised.
-    ``chunk_size``, ``segment_bytes`` and ``fused`` are not part of the definition; ``rows``
-    limits the output to those rows."""
+    same W and stabilisers, weights φ(q_i)ᵀφ(k_j) over the kept pairs, normalised; ``rows``
+    limits the output to those rows. ``execution``: how a call runs (``chunk_size``,
+    ``segment_bytes``, ``fused``), not what it computes: accepted and ignored."""
     w = orthogonal_features(features, q.shape[-1], mask.seed).to(q.device, q.dtype)
     s = _scale(scale, q.shape[-1])
     lq, lk = favor_logits(q, w, s), favor_logits(k, w, s)
@@ -214,16 +211,11 @@ def _m(p: Problem) -> int:
 
 
 def _workspace(p: Problem) -> int:
-    if runs_fused(p):
-        return feature_workspace_bytes(p, _m(p), favor=True)
-    cap = int(p.param("segment_bytes", SEGMENT.default))
-    return kernel_workspace(p, _m(p), chunk_of(p), _map_temps(p), cap)
+    return method_workspace(p, _m(p), chunk_of(p), _map_temps(p), favor=True)
 
 
 def _reasons(p: Problem) -> list[str]:
-    need = kernel_chunk_bytes(p, _m(p), chunk_of(p), _map_temps(p))
-    reason = cap_reason(int(p.param("segment_bytes", SEGMENT.default)), need, chunk_of(p))
-    return ([reason] if reason else []) + path_reasons(p)
+    return method_reasons(p, _m(p), chunk_of(p), _map_temps(p), favor=True)
 
 
 def _flops(p: Problem) -> int:
@@ -269,11 +261,14 @@ def performer_attention(
     fused: int = -1,
 ) -> Tensor:
     """q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D) -> (B, H, n_q, D). Non-causal forward calls
-    on CUDA run the fused Triton kernels (``fused``: :data:`FUSED`), the rest the PyTorch path."""
+    on CUDA run the fused Triton kernels (``fused``: :data:`FUSED`; ``fused`` = 1 also causal
+    ones, the chunk kernel, m <= 256), the rest the PyTorch path."""
     check_inputs(q, k, v)
-    if takes_fused(int(fused), q, k, v, mask.causal):
+    if takes_fused(int(fused), q, k, v, mask.causal, chunked=True, features=features):
         s = _scale(scale, q.shape[-1])
-        return feature_attention(q, k, v, fused_features(features, q.shape[-1], mask.seed, s,
-                                                         q.device), s)
+        w = fused_features(features, q.shape[-1], mask.seed, s, q.device)
+        if mask.causal:
+            return chunk_attention(q, k, v, w, s)
+        return feature_attention(q, k, v, w, s, combine=int(fused) == 2)
     state = PerformerState(problem_of(q, k, v, mask), features, chunk_size, scale, segment_bytes)
     return feature_state_attention(state, q, k, v, mask.causal)

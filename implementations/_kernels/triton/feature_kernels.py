@@ -1,4 +1,5 @@
-"""Non-causal feature-map attention in three Triton launches: key state, combine, outputs.
+"""Non-causal feature-map attention in three Triton launches: key state, combine, outputs
+(two with the key pass combining its own partial states, ``COMBINE``).
 
     out_i = φ(q_i)ᵀ S / (φ(q_i)ᵀ z),  S = Σ_j φ(k_j) v_jᵀ (F, Dv),  z = Σ_j φ(k_j) (F)
 
@@ -57,6 +58,25 @@ def load_tile(base, rows, ok, cols, stride_n, D):
 
 
 @triton.jit
+def query_block(H, GROUP, n_q, BLOCK_M: tl.constexpr):
+    """An output program of grid (cdiv(n_q, BLOCK_M), B·H): its batch b, query head h, K/V
+    head row b·H_kv + h // GROUP, its BLOCK_M query rows and which of them exist."""
+    qb, bh = tl.program_id(0), tl.program_id(1)
+    b, h = bh // H, bh % H
+    rows = qb * BLOCK_M + tl.arange(0, BLOCK_M)
+    return b, h, b * (H // GROUP) + h // GROUP, rows, rows < n_q
+
+
+@triton.jit
+def store_rows(base, rows, ok, stride_n, x, D, BLOCK_D: tl.constexpr):
+    """Store x (R, BLOCK_D) fp32 as rows ``rows`` of a (n, D) matrix with unit column stride,
+    in the matrix's dtype; rows not ``ok`` and columns >= D untouched."""
+    dd = tl.arange(0, BLOCK_D)
+    ptrs = base + rows[:, None].to(tl.int64) * stride_n + dd[None, :]
+    tl.store(ptrs, x.to(base.dtype.element_ty), mask=ok[:, None] & (dd[None, :] < D))
+
+
+@triton.jit
 def favor_logits(x, W, f0, F, D, BLOCK_F: tl.constexpr, BLOCK_D: tl.constexpr,
                  PRECISION: tl.constexpr):
     """x (R, BLOCK_D) fp32 times rows f0 .. f0 + BLOCK_F of W' -> (R, BLOCK_F) fp32, NEG in the
@@ -80,11 +100,19 @@ def elu_features(x):
 
 @triton.jit
 def feature_state(K, V, W, PART_S, PART_Z, PART_M, skb, skh, skn, svb, svh, svn,
-                  H_KV, n_k, keys_per_split, F, half_scale,
+                  H_KV, n_k, keys_per_split, F, half_scale, S, Z, COUNT,
                   D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-                  BLOCK_F: tl.constexpr, MAP: tl.constexpr, PRECISION: tl.constexpr):
+                  BLOCK_F: tl.constexpr, MAP: tl.constexpr, PRECISION: tl.constexpr,
+                  COMBINE: tl.constexpr = False):
     """Grid (n_split, B·H_kv, cdiv(F, BLOCK_F)). PART_S: (B·H_kv, n_split, F, D) fp32,
-    PART_Z and PART_M (FAVOR+ only): (B·H_kv, n_split, F) fp32."""
+    PART_Z and PART_M (FAVOR+ only): (B·H_kv, n_split, F) fp32.
+
+    ``COMBINE``: the key pass also combines (two launches a call instead of three): after
+    storing its partial state a program counts itself in COUNT[head, feature block] (int32,
+    zero on entry) with an acquire-release atomic, after a barrier so every thread's stores
+    precede it; the program that counts last (it has seen every other program's release) runs
+    :func:`combine_head` into S, Z and sets the counter back to zero for the next call. The
+    sum is in split order whichever program combines: the same bits every call."""
     split, bhk, fc = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     n_split = tl.num_programs(0)
     b, hk = bhk // H_KV, bhk % H_KV
@@ -125,36 +153,58 @@ def feature_state(K, V, W, PART_S, PART_Z, PART_M, skb, skh, skn, svb, svh, svn,
     tl.store(PART_Z + part, z, mask=f_ok)
     if MAP == FAVOR:
         tl.store(PART_M + part, m, mask=f_ok)
+    if COMBINE:
+        tl.debug_barrier()  # every thread's partial stores before the release below
+        slot = COUNT + bhk * tl.num_programs(2) + fc
+        if tl.atomic_add(slot, 1, sem="acq_rel") == n_split - 1:
+            combine_head(PART_S, PART_Z, PART_M, S, Z, bhk, fc, n_split, F, D, BLOCK_D,
+                         BLOCK_F, MAP)
+            tl.atomic_xchg(slot, 0)  # ready for the next call: no memset launch
 
 
 @triton.jit
-def feature_combine(PART_S, PART_Z, PART_M, S, Z, n_split, F,
-                    D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_F: tl.constexpr,
-                    MAP: tl.constexpr):
-    """Grid (B·H_kv, cdiv(F, BLOCK_F)): the partial states of one head's features summed in
-    split order, FAVOR+'s rescaled to the head's largest key logit. S: (B·H_kv, F, D), Z:
-    (B·H_kv, F) fp32."""
-    bhk, fc = tl.program_id(0), tl.program_id(1)
-    ff = fc * BLOCK_F + tl.arange(0, BLOCK_F)
-    f_ok = ff < F
-    dd = tl.arange(0, BLOCK_D)
-    ld = f_ok[:, None] & (dd[None, :] < D)
-    head = bhk.to(tl.int64) * n_split * F
+def head_max(PART_M, head, n_split, F, BLOCK_F: tl.constexpr, MAP: tl.constexpr):
+    """FAVOR+: M, the largest partial maximum m_{s,f} over every split and feature of the head
+    whose partials start at ``head`` (PART_M: (…, n_split, F)), the head's largest key logit;
+    φ = elu + 1: NEG (unused)."""
     top = tl.zeros([BLOCK_F], dtype=tl.float32) + NEG
-    if MAP == FAVOR:  # M: the largest m over every split and every feature of the head
+    if MAP == FAVOR:
         for s in range(0, n_split):
             for f0 in range(0, F, BLOCK_F):
                 every = f0 + tl.arange(0, BLOCK_F)
                 got = tl.load(PART_M + head + s * F + every, mask=every < F, other=NEG)
                 top = tl.maximum(top, got)
-    big = tl.max(top, 0)
+    return tl.max(top, 0)
+
+
+@triton.jit
+def split_weight(PART_M, part, f_ok, big, BLOCK_F: tl.constexpr, MAP: tl.constexpr):
+    """The weight of one split's partial feature rows ``part`` (BLOCK_F) in a sum under the
+    head's shift ``big``: FAVOR+ exp(m_{s,f} − M) <= 1, φ = elu + 1: 1."""
+    w = tl.zeros([BLOCK_F], dtype=tl.float32) + 1.0
+    if MAP == FAVOR:
+        w = tl.exp(tl.load(PART_M + part, mask=f_ok, other=NEG) - big)
+    return w
+
+
+@triton.jit(noinline=True)
+def combine_head(PART_S, PART_Z, PART_M, S, Z, bhk, fc, n_split, F,
+                 D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_F: tl.constexpr,
+                 MAP: tl.constexpr):
+    """The partial states of features ``fc·BLOCK_F ..`` of K/V head ``bhk`` summed in split
+    order into S, Z, FAVOR+'s rescaled to the head's largest key logit. Not inlined: inside
+    FAVOR+'s key pass (``COMBINE``) it spilled 24 bytes on sm_80 at D = 64, as a call none."""
+    ff = fc * BLOCK_F + tl.arange(0, BLOCK_F)
+    f_ok = ff < F
+    dd = tl.arange(0, BLOCK_D)
+    ld = f_ok[:, None] & (dd[None, :] < D)
+    head = bhk.to(tl.int64) * n_split * F
+    big = head_max(PART_M, head, n_split, F, BLOCK_F, MAP)
     acc = tl.zeros([BLOCK_F, BLOCK_D], dtype=tl.float32)
     z = tl.zeros([BLOCK_F], dtype=tl.float32)
     for s in range(0, n_split):
         part = head + s * F + ff
-        w = tl.zeros([BLOCK_F], dtype=tl.float32) + 1.0
-        if MAP == FAVOR:
-            w = tl.exp(tl.load(PART_M + part, mask=f_ok, other=NEG) - big)
+        w = split_weight(PART_M, part, f_ok, big, BLOCK_F, MAP)
         acc += w[:, None] * tl.load(PART_S + part[:, None] * D + dd[None, :], mask=ld, other=0.0)
         z += w * tl.load(PART_Z + part, mask=f_ok, other=0.0)
     out = bhk.to(tl.int64) * F + ff
@@ -163,16 +213,22 @@ def feature_combine(PART_S, PART_Z, PART_M, S, Z, n_split, F,
 
 
 @triton.jit
+def feature_combine(PART_S, PART_Z, PART_M, S, Z, n_split, F,
+                    D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_F: tl.constexpr,
+                    MAP: tl.constexpr):
+    """Grid (B·H_kv, cdiv(F, BLOCK_F)): :func:`combine_head` of each head and feature block.
+    S: (B·H_kv, F, D), Z: (B·H_kv, F) fp32."""
+    combine_head(PART_S, PART_Z, PART_M, S, Z, tl.program_id(0), tl.program_id(1), n_split, F,
+                 D, BLOCK_D, BLOCK_F, MAP)
+
+
+@triton.jit
 def feature_output(Q, W, S, Z, Out, sqb, sqh, sqn, sob, soh, son, H, GROUP, n_q, F,
                    D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
                    BLOCK_F: tl.constexpr, MAP: tl.constexpr, PRECISION: tl.constexpr):
     """Grid (cdiv(n_q, BLOCK_M), B·H): ``φ(Q)·S / φ(Q)·z`` of BLOCK_M query rows of one head,
     stored in Out's dtype. S, Z: the combined state (B·H_kv, F, D), (B·H_kv, F) fp32."""
-    qb, bh = tl.program_id(0), tl.program_id(1)
-    b, h = bh // H, bh % H
-    bhk = b * (H // GROUP) + h // GROUP
-    rows = qb * BLOCK_M + tl.arange(0, BLOCK_M)
-    ok = rows < n_q
+    b, h, bhk, rows, ok = query_block(H, GROUP, n_q, BLOCK_M)
     dd = tl.arange(0, BLOCK_D)
     q_base = Q + b.to(tl.int64) * sqb + h.to(tl.int64) * sqh
     s_base = S + bhk.to(tl.int64) * F * D
@@ -206,5 +262,5 @@ def feature_output(Q, W, S, Z, Out, sqb, sqh, sqn, sob, soh, son, H, GROUP, n_q,
             den += tl.sum(phi * tl.load(z_base + ff, mask=ff < F, other=0.0)[None, :], 1)
     has = den > 0.0
     out = tl.where(has[:, None], acc / tl.where(has, den, 1.0)[:, None], 0.0)
-    o_ptrs = Out + b.to(tl.int64) * sob + h.to(tl.int64) * soh + rows[:, None] * son + dd[None, :]
-    tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=ok[:, None] & (dd[None, :] < D))
+    store_rows(Out + b.to(tl.int64) * sob + h.to(tl.int64) * soh, rows, ok, son, out, D,
+               BLOCK_D)

@@ -1,6 +1,7 @@
-"""The fused non-causal feature-map attention (``linear``, ``performer`` with ``fused = 1``)
-against the float64 definitions, at odd sizes, n_q != n_k, grouped K/V, fp32 and bf16; its
-launches per call; FAVOR+'s stabiliser across key splits; its workspace formula; the path rule.
+"""The fused feature-map attention (``linear``, ``performer`` with ``fused = 1``), non-causal
+and the causal chunk kernel, against the float64 definitions, at odd sizes, n_q != n_k,
+grouped K/V, fp32 and bf16; its launches per call; FAVOR+'s stabiliser across key splits; its
+workspace formula; the path rule.
 
 Without CUDA the kernels run in Triton's interpreter (``TRITON_INTERPRET=1``, tests/conftest.py).
 """
@@ -31,6 +32,16 @@ PARAMS = {"linear": {"fused": 1}, "performer": {"features": 48, "fused": 1}}
 SHAPES = [(2, 4, 2, 97, 130, 59), (1, 2, 2, 161, 33, 16), (2, 3, 3, 97, 97, 59)]
 
 
+def _agreement(impl, out, q, k, v, mask, **params) -> dict:
+    """The harness's agreement of ``out`` with ``impl``'s float64 definition on q, k, v (its
+    error scaled by the naive definition's in q's dtype); ``rows=`` compares those rows."""
+    ref = impl.reference(q.double(), k.double(), v.double(), mask, **params)
+    naive = impl.reference(q, k, v, mask, **params)
+    rows = params.get("rows")
+    got = out if rows is None else out[:, :, rows.to(out.device)]
+    return output_agreement(got, ref, q.dtype, naive=naive)
+
+
 def _inputs(shape, dtype, seed):
     b, h, hk, n_q, n_k, d = shape
     return [t.to(DEVICE) for t in make_qkv(b, h, n_q, n_k, d, kv_heads=hk, dtype=dtype,
@@ -48,9 +59,7 @@ def test_fused_path_matches_the_float64_definition(name, shape, dtype):
     assert fa.runs_fused(problem_of(q, k, v, mask, tuple(sorted(PARAMS[name].items()))))
     with torch.no_grad():
         out = impl(q, k, v, mask, **PARAMS[name])
-    ref = impl.reference(q.double(), k.double(), v.double(), mask, **PARAMS[name])
-    naive = impl.reference(q, k, v, mask, **PARAMS[name])
-    result = output_agreement(out, ref, dtype, naive=naive)
+    result = _agreement(impl, out, q, k, v, mask, **PARAMS[name])
     assert out.dtype == dtype and result["agree"], result
 
 
@@ -60,9 +69,7 @@ def test_a_wrong_state_is_caught():
     impl = registry.get("linear")
     with torch.no_grad():
         out = impl(q, k[:, :, 1:], v[:, :, 1:], MaskSpec(), fused=1)  # one key short
-    ref = impl.reference(q.double(), k.double(), v.double(), MaskSpec())
-    assert not output_agreement(out, ref, torch.float32, naive=impl.reference(q, k, v,
-                                                                             MaskSpec()))["agree"]
+    assert not _agreement(impl, out, q, k, v, MaskSpec())["agree"]
 
 
 @pytest.mark.parametrize("name", sorted(PARAMS))
@@ -100,10 +107,8 @@ def test_favor_stabiliser_is_exact_when_key_logits_differ_by_over_100():
     impl = registry.get("performer")
     with torch.no_grad():
         out = impl(q, k, v, mask, features=m, scale=s, fused=1)
-    ref = impl.reference(q.double(), k.double(), v.double(), mask, scale=s, features=m)
-    naive = impl.reference(q, k, v, mask, scale=s, features=m)
     assert torch.isfinite(out).all()
-    result = output_agreement(out, ref, torch.float32, naive=naive)
+    result = _agreement(impl, out, q, k, v, mask, scale=s, features=m)
     assert result["agree"], result
 
 
@@ -145,12 +150,15 @@ def test_path_rule_and_refusals():
     assert not fa.runs_fused(Problem(1, 2, 64, 64, 64, device="cuda", params=(("fused", 0),)))
     q, k, v = _inputs((1, 2, 2, 33, 33, 16), torch.float32, seed=2)
     impl, performer = registry.get("linear"), registry.get("performer")
-    with pytest.raises(NotSupportedError, match="fused = 1: the fused kernels cover non-causal"):
-        performer(q, k, v, MaskSpec(causal=True), fused=1)
+    many = "fused = 1: the causal chunk kernel holds at most 256 random features, not 300"
+    with pytest.raises(NotSupportedError, match=many):
+        performer(q, k, v, MaskSpec(causal=True), features=300, fused=1)
     with pytest.raises(NotSupportedError, match="forward-only"):
         impl(q.requires_grad_(), k, v, MaskSpec(), fused=1)
-    with pytest.raises(ValueError, match="fused = 1: the fused kernels cover non-causal"):
-        performer.fn(q.detach(), k, v, MaskSpec(causal=True), fused=1)
+    with pytest.raises(ValueError, match=many):
+        performer.fn(q.detach(), k, v, MaskSpec(causal=True), features=300, fused=1)
+    with torch.no_grad():  # the non-causal kernels take any m
+        performer(q.detach(), k, v, MaskSpec(), features=300, fused=1)
     q64 = q.detach().double()
     reasons = impl.not_supported(problem_of(q64, k.double(), v.double(), MaskSpec(),
                                             (("fused", 1),)))
@@ -181,9 +189,7 @@ def test_auto_takes_the_fused_path_on_cuda_and_agrees(name):
         out = impl(q, k, v, mask)
     assert [x.name for x in launches] == ["feature_state", "feature_combine", "feature_output"]
     rows = torch.arange(0, 4096, 61)
-    ref = impl.reference(q.double(), k.double(), v.double(), mask, rows=rows)
-    naive = impl.reference(q, k, v, mask, rows=rows)
-    result = output_agreement(out[:, :, rows.to(out.device)], ref, torch.bfloat16, naive=naive)
+    result = _agreement(impl, out, q, k, v, mask, rows=rows)
     assert result["agree"], result
 
 
@@ -207,8 +213,7 @@ def test_causal_chunk_kernel_matches_the_float64_definition(shape, dtype):
     with torch.no_grad(), launch_modes.watching(launches.append):
         out = impl(q, k, v, mask, fused=1)
     assert [x.name for x in launches] == ["feature_state", "feature_prefix", "feature_chunk"]
-    ref = impl.reference(q.double(), k.double(), v.double(), mask)
-    result = output_agreement(out, ref, dtype, naive=impl.reference(q, k, v, mask))
+    result = _agreement(impl, out, q, k, v, mask)
     assert out.dtype == dtype and result["agree"], result
 
 
@@ -226,8 +231,7 @@ def test_causal_chunk_kernel_with_unequal_lengths(shape, dtype):
     with torch.no_grad(), launch_modes.watching(launches.append):
         out = impl(q, k, v, mask, fused=1)
     assert [x.name for x in launches] == ["feature_state", "feature_prefix", "feature_chunk"]
-    ref = impl.reference(q.double(), k.double(), v.double(), mask)
-    result = output_agreement(out, ref, dtype, naive=impl.reference(q, k, v, mask))
+    result = _agreement(impl, out, q, k, v, mask)
     assert result["agree"], result
     if shape[3] > shape[4]:
         assert (out[:, :, : shape[3] - shape[4]] == 0).all()
@@ -240,9 +244,7 @@ def test_causal_chunk_kernel_is_causal():
     impl = registry.get("linear")
     with torch.no_grad():
         out = impl(q, k, v, MaskSpec(causal=True), fused=1)
-    ref = impl.reference(q.double(), k.double(), v.double(), MaskSpec())
-    naive = impl.reference(q, k, v, MaskSpec())
-    assert not output_agreement(out, ref, torch.float32, naive=naive)["agree"]
+    assert not _agreement(impl, out, q, k, v, MaskSpec())["agree"]
     fq, fk = (torch.nn.functional.elu(x.double()) + 1 for x in (q, k))
     fk = fk.repeat_interleave(2 // k.shape[1], 1)
     weights = (fq @ fk.transpose(-1, -2)).tril(1)  # one key past the diagonal
@@ -301,3 +303,159 @@ def test_causal_chunk_workspace_formula_is_the_measured_peak():
     assert impl.cost.memory_model(problem) == formula == 4 * 4 * n_split * 59 * 60
     extra = prepared_peak_beyond_output(impl.name, problem, q, k, v) - formula
     assert extra == 0 or (DEVICE == "cuda" and 0 <= extra < 3 * 512), (extra, formula)
+
+
+# the causal chunk kernel with FAVOR+ (``performer``, fused = 1): (batch, heads, kv_heads, n,
+# head_dim, m), odd sizes (n = 97: 6 chunks of 16 and a tail of 1; m = 48, 20 below a power of
+# two) and GPU tile sizes (n = 256, D = 64, m = 256: whole chunks, whole splits)
+FAVOR_CAUSAL = [(2, 4, 2, 97, 59, 48), (1, 2, 2, 161, 16, 20), (1, 2, 1, 256, 64, 256)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("shape", FAVOR_CAUSAL, ids=lambda s: "x".join(map(str, s)))
+def test_causal_favor_chunk_kernel_matches_the_float64_definition(shape, dtype):
+    """FAVOR+ through the chunk kernel (the splits' states under their own maxima, the prefix
+    under the head's, the chunks' features made in registers) within the agreement rule of the
+    float64 definition; more than one split, so the prefix and its rescaling count."""
+    b, h, hk, n, d, m = shape
+    q, k, v = _inputs((b, h, hk, n, n, d), dtype, seed=n + m)
+    mask, impl = MaskSpec(causal=True, seed=7), registry.get("performer")
+    params = (("features", m), ("fused", 1))
+    assert fa.key_splits(b * hk, n, m, fa.tiles(d, True))[0] >= 2
+    assert fa.runs_fused(problem_of(q, k, v, mask, params), chunked=True, features=m)
+    launches = []
+    with torch.no_grad(), launch_modes.watching(launches.append):
+        out = impl(q, k, v, mask, features=m, fused=1)
+    assert [x.name for x in launches] == ["feature_state", "feature_prefix", "feature_chunk"]
+    result = _agreement(impl, out, q, k, v, mask, features=m)
+    assert out.dtype == dtype and result["agree"], result
+
+
+@pytest.mark.parametrize("shape", [(1, 2, 2, 33, 50, 16), (2, 4, 2, 50, 33, 59),
+                                   (1, 1, 1, 1, 70, 32)], ids=lambda s: "x".join(map(str, s)))
+def test_causal_favor_chunk_kernel_with_unequal_lengths(shape):
+    """n_q != n_k, bottom-right, as the φ = elu + 1 kernel: n_q < n_k (one query: a decode
+    step), n_q > n_k (the first n_q - n_k queries keep no key: zeros)."""
+    q, k, v = _inputs(shape, torch.float32, seed=shape[3] * shape[4])
+    mask, impl = MaskSpec(causal=True, seed=2), registry.get("performer")
+    with torch.no_grad():
+        out = impl(q, k, v, mask, features=40, fused=1)
+    result = _agreement(impl, out, q, k, v, mask, features=40)
+    assert result["agree"], result
+    if shape[3] > shape[4]:
+        assert (out[:, :, : shape[3] - shape[4]] == 0).all()
+
+
+def test_causal_favor_stabiliser_is_exact_across_splits():
+    """Every key along a row of W: key logits above 88.7 (exp overflows fp32 unshifted), the
+    first splits' maxima 30 below the later ones'. The prefix rescales every
+    split to the head's largest key logit and the chunks shift their keys by it, so the output
+    is the float64 definition under its global key maximum."""
+    d, m, n, s = 256, 64, 97, 1.0 / 16
+    mask = MaskSpec(causal=True, seed=3)
+    q, k, v = _inputs((1, 1, 1, n, n, d), torch.float32, seed=9)
+    w = orthogonal_features(m, d, mask.seed) * math.sqrt(s)  # W' (m, D) float64
+    # key j = a_j·W'_f/|W'_f| (f = j mod m; W's m < D rows are orthogonal): its largest logit
+    # a|W'_f| − s·a²/2 is 70 for the first 48 keys, 100 after
+    target = torch.where(torch.arange(n) < 48, 70.0, 100.0).double()
+    rows = w[torch.arange(n) % m]
+    length = rows.norm(dim=-1)
+    a = (length - (length**2 - 2 * s * target).sqrt()) / s
+    k[0, 0] = (rows / length[:, None] * a[:, None]).to(k)
+    lk = k[0, 0].double().cpu() @ w.T - s * (k[0, 0].double().cpu() ** 2).sum(-1)[:, None] / 2
+    top = lk.amax(-1)
+    assert top.max() > 88.8 and top.max() - top[:48].max() > 20
+    assert top.max() - top.min() < 60  # no key feature underflows fp32 under the global shift
+    assert fa.key_splits(1, n, m, fa.tiles(d, True))[0] >= 3
+    impl = registry.get("performer")
+    with torch.no_grad():
+        out = impl(q, k, v, mask, features=m, scale=s, fused=1)
+    assert torch.isfinite(out).all()
+    result = _agreement(impl, out, q, k, v, mask, scale=s, features=m)
+    assert result["agree"], result
+
+
+def test_causal_favor_launches_do_not_grow_with_n():
+    """Three launches and the same host ops at n = 64 and n = 4096 (recorded, not run)."""
+    counts = []
+    for n in (64, 4096):
+        q, k, v = _inputs((1, 4, 2, n, n, 32), torch.float32, seed=n)
+        launches, impl = [], registry.get("performer")
+        with torch.no_grad():
+            impl(q, k, v, MaskSpec(causal=True), features=64, fused=1)  # W made once
+            with launch_modes.watching(launches.append, execute=False), OpCount() as ops:
+                impl(q, k, v, MaskSpec(causal=True), features=64, fused=1)
+        counts.append(([x.name for x in launches], ops.ops))
+    assert counts[0] == counts[1]
+    assert counts[0][0] == ["feature_state", "feature_prefix", "feature_chunk"]
+
+
+def test_causal_favor_workspace_formula_is_the_measured_peak():
+    """Peak bytes above the inputs and output = the causal FAVOR+ workspace formula (the
+    splits' states, sums and maxima, the heads' largest logits), the registered memory model of
+    a causal call with fused = 1."""
+    q, k, v = _inputs((2, 4, 2, 97, 97, 59), torch.float32, seed=1)
+    impl, mask = registry.get("performer"), MaskSpec(causal=True)
+    problem = problem_of(q, k, v, mask, (("features", 48), ("fused", 1)))
+    formula = fa.chunk_workspace_bytes(problem, 48)
+    n_split = fa.key_splits(4, 97, 48, fa.tiles(59, True))[0]
+    assert impl.cost.memory_model(problem) == formula == 4 * 4 * (n_split * 48 * 61 + 1)
+    extra = prepared_peak_beyond_output(impl.name, problem, q, k, v) - formula
+    assert extra == 0 or (DEVICE == "cuda" and 0 <= extra < 5 * 512), (extra, formula)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("shape", [*SHAPES[:2], (1, 2, 1, 256, 256, 64)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("name", sorted(PARAMS))
+def test_two_launch_path_is_the_three_launch_path_bit_for_bit(name, shape, dtype):
+    """fused = 2: the key pass's last program per (head, feature block) combines the partial
+    states in split order, so the output is the three-launch path's, bit for bit, and within
+    the agreement rule of the float64 definition; its counters are back at zero after each
+    call (a second call gives the same bits)."""
+    q, k, v = _inputs(shape, dtype, seed=sum(shape))
+    mask, impl = MaskSpec(seed=5), registry.get(name)
+    two = dict(PARAMS[name], fused=2)
+    launches = []
+    with torch.no_grad():
+        three = impl(q, k, v, mask, **PARAMS[name])
+        with launch_modes.watching(launches.append):
+            out = impl(q, k, v, mask, **two)
+        again = impl(q, k, v, mask, **two)
+    assert [x.name for x in launches] == ["feature_state", "feature_output"]
+    assert torch.equal(out, three) and torch.equal(again, out)
+    assert all(int(c.count_nonzero()) == 0 for c in fa._COUNTERS.values())
+    result = _agreement(impl, out, q, k, v, mask, **PARAMS[name])
+    assert result["agree"], result
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+def test_two_launch_counters_are_what_chooses_the_combining_program():
+    """A counter left non-zero (a planted fault: as if an earlier call had stopped midway)
+    makes the wrong program combine early (over partial states not yet written), and the
+    output is off the definition: the test above would see a counter that did not reset."""
+    q, k, v = _inputs((1, 2, 2, 161, 161, 16), torch.float32, seed=3)
+    impl = registry.get("linear")
+    with torch.no_grad():
+        impl(q, k, v, MaskSpec(), fused=2)
+        for c in fa._COUNTERS.values():
+            c.fill_(1)
+        out = impl(q, k, v, MaskSpec(), fused=2)
+        for c in fa._COUNTERS.values():
+            c.zero_()
+    assert fa.key_splits(2, 161, 16, fa.tiles(16, False))[0] >= 2
+    assert not _agreement(impl, out, q, k, v, MaskSpec())["agree"]
+
+
+def test_two_launch_launches_do_not_grow_with_n():
+    """Two launches and the same host ops at n = 64 and 4096 (recorded, not run)."""
+    counts = []
+    for n in (64, 4096):
+        q, k, v = _inputs((1, 4, 4, n, n, 32), torch.float32, seed=n)
+        launches = []
+        with torch.no_grad():
+            registry.get("linear")(q, k, v, MaskSpec(), fused=2)  # the counters, made once
+            with launch_modes.watching(launches.append, execute=False), OpCount() as ops:
+                registry.get("linear")(q, k, v, MaskSpec(), fused=2)
+        counts.append(([x.name for x in launches], ops.ops))
+    assert counts[0] == counts[1] and counts[0][0] == ["feature_state", "feature_output"]
