@@ -23,7 +23,7 @@ from harness.masks import MaskSpec
 from harness.registry import Implementation, NotSupportedError
 from harness.spec import FLOAT_DTYPES, MASK_FEATURES, Problem
 from tests.conftest import make_qkv
-from tests.implementations.test_plugin_features import EvenKeyGroups, EveryThirtiethKey
+from tests.implementations.test_plugin_features import MASKS as PLUGIN_MASKS
 
 N, N_Q, D = 40, 24, 16  # square and unequal (bottom-right) lengths
 BLOCK = 8
@@ -53,8 +53,7 @@ POOL = {  # valid masks at n = 40: every feature alone where it can be, and mixe
     "documents-global-positions": MaskSpec(causal=True, window=(3, 0), global_tokens=(0, 7),
                                            documents=(14, 1, 25)),
     # plug-in features (tests/implementations/test_plugin_features.py checks their answers)
-    "plugin-runs": MaskSpec(causal=True, window=(6, 0), extra=(EveryThirtiethKey(),)),
-    "plugin-predicate": MaskSpec(causal=True, window=(24, 0), extra=(EvenKeyGroups(),)),
+    **{f"plugin-{form}": mask for form, mask in PLUGIN_MASKS.items()},
 }
 REQUIRES = {"bigbird": frozenset({"block_sparse"})}  # refused without these features
 COMPILED_FAMILIES = {"flex"}  # each distinct mask is a kernel compile: support check only

@@ -16,8 +16,8 @@ from harness.compare.noise import CPU_CONTENTION, time_scatter
 from harness.compare.rules import CompareOptions, pair_basis, parse_thresholds
 from harness.compare.runs import compare_runs
 from harness.render.comparison import summary
-from harness.results import RowWriter, write_env
 from harness.scenarios.interface import Point
+from tests.harness.compare.test_noise import _write
 from tests.harness.compare.test_rerun import FakeRerun
 
 REPORT = CompareOptions(time_gate="report")  # what plain compare uses, without its rerun
@@ -48,14 +48,6 @@ def _row(point: Point, rng: np.random.Generator, cpu_s: float, wall_x: float = 1
                    pass_cpu_medians_s=[float(np.median(g)) for g in cpu_groups],
                    pass_ref_kernel_cpu_s=[REF_S] * 3, ref_kernel_cpu_s=REF_S)
     return row
-
-
-def _write(path: Path, rows: list[dict]) -> Path:
-    writer = RowWriter(path)
-    for row in rows:
-        writer.write(row)
-    write_env(path, {"suite": "s", "device": "cpu", "fingerprint": "f"})
-    return path
 
 
 def _run(path: Path, seed: int, slow: float = 1.0, wall_x: float = 1.0, **kw) -> Path:
