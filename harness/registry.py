@@ -182,6 +182,18 @@ class Implementation:
             raise NotSupportedError(f"{self.name} has no recurrent state (no `recurrence`)")
         return self.recurrence.new_state(problem, **self.param_values(dict(problem.params)))
 
+    def define(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, rows: Tensor | None = None,
+        **params: ParamValue,
+    ) -> Tensor:
+        """The implementation's own definition (its ``reference``) at ``params`` over the
+        declared defaults, in the inputs' dtype: q (B, H, n_q, D), k/v (B, H_kv, n_k, D) ->
+        (B, H, len(rows) or n_q, D). The reference is always called with every declared
+        parameter, so it reads them from ``**params`` without defaults of its own."""
+        if self.reference is None:
+            raise NotSupportedError(f"{self.name} is exact softmax attention: no `reference`")
+        return self.reference(q, k, v, mask, rows=rows, **self.param_values(params))
+
     def param_values(self, given: dict[str, ParamValue] | None = None) -> dict[str, ParamValue]:
         """Every declared parameter's value: ``given`` over the declared defaults."""
         return {name: (given or {}).get(name, p.default) for name, p in self.params.items()}
@@ -461,12 +473,12 @@ def reference_contract(impl: Implementation) -> str | None:
     if fit is None:
         return None  # no small CPU call fits its capabilities: the points themselves will tell
     q, k, v, mask = fit
-    n, params = q.shape[-2], impl.param_values()
+    n = q.shape[-2]
     rows = torch.tensor([0, 7, n - 1])
     try:
-        full = impl.reference(q, k, v, mask, rows=None, **params)
-        part = impl.reference(q, k, v, mask, rows=rows, **params)
-        wide = impl.reference(q.double(), k.double(), v.double(), mask, rows=None, **params)
+        full = impl.define(q, k, v, mask)
+        part = impl.define(q, k, v, mask, rows=rows)
+        wide = impl.define(q.double(), k.double(), v.double(), mask)
     except Exception as exc:  # whatever the plug-in raised: its first line says it
         return f"reference= failed on a small call: {first_line(exc, 300)}"
     if not all(isinstance(t, Tensor) for t in (full, part, wide)):

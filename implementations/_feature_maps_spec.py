@@ -178,13 +178,8 @@ def repeat_heads(x: Tensor, heads: int) -> Tensor:
 
 
 def feature_definition(
-    fq: Tensor,
-    fk: Tensor,
-    v: Tensor,
-    mask: MaskSpec,
-    rows: Tensor | None = None,
-    eps: float = 0.0,
-    chunk: int = 256,
+    fq: Tensor, fk: Tensor, v: Tensor, mask: MaskSpec, rows: Tensor | None = None,
+    eps: float = 0.0, chunk: int = 256,
 ) -> Tensor:
     """The definition written out, in the inputs' dtype: weights ``w_ij = φ(q_i)ᵀφ(k_j)`` on
     the kept pairs (:func:`harness.masks.keep_pairs`), ``out_i = Σ_j w_ij v_j / (Σ_j w_ij +

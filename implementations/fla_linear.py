@@ -30,8 +30,7 @@ from torch import Tensor
 from harness.masks import MaskSpec
 from harness.registry import register, tiny_qkv
 from harness.spec import HALF_DTYPES, Capabilities, Cost, Problem
-from implementations._feature_maps_spec import kernel_flops
-from implementations.linear_attention import elu_definition
+from implementations.linear_attention import elu_definition, elu_flops
 from implementations.linear_attention import no_scale as _no_scale
 
 FLA_EPS = 1e-10  # fla.ops.linear_attn.utils: denominator + 1e-10
@@ -58,16 +57,9 @@ def _reasons(p: Problem) -> list[str]:
     return []
 
 
-def fla_reference(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    mask: MaskSpec,
-    scale: float | None = None,
-    rows: Tensor | None = None,
-) -> Tensor:
+def fla_reference(q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, rows: Tensor | None = None
+                  ) -> Tensor:
     """fla's definition in the inputs' dtype: ``linear``'s with 1e-10 added to the normaliser."""
-    _no_scale(scale)
     return elu_definition(q, k, v, mask, rows, eps=FLA_EPS)
 
 
@@ -90,12 +82,7 @@ def _workspace(p: Problem) -> int:
         unequal_lengths=False,
         max_head_dim=256,
     ),
-    cost=Cost(
-        time_exponent=1,
-        memory_exponent=1,
-        memory_model=_workspace,
-        flops=lambda p: kernel_flops(p, p.head_dim),
-    ),
+    cost=Cost(time_exponent=1, memory_exponent=1, memory_model=_workspace, flops=elu_flops),
     description="flash-linear-attention chunk_linear_attn (Triton, CUDA), φ = elu + 1, causal",
     availability=_availability,
     probe=_probe,

@@ -90,20 +90,12 @@ def no_scale(scale: float | None) -> None:
         raise ValueError("linear attention has no softmax scale (φ(q)ᵀφ(k) is unscaled)")
 
 
-def linear_reference(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    mask: MaskSpec,
-    scale: float | None = None,
-    rows: Tensor | None = None,
-    **execution: object,
-) -> Tensor:
+def linear_reference(q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, rows: Tensor | None = None,
+                     **params: object) -> Tensor:
     """The definition in the inputs' dtype (float64 inputs: the float64 reference), O(n²):
     weights φ(q_i)ᵀφ(k_j) over the kept pairs, normalised; ``rows`` limits the output to those
-    rows. ``execution``: how a call runs (``chunk_size``, ``segment_bytes``, ``fused``), not
-    what it computes: accepted with the call's parameters and ignored."""
-    no_scale(scale)
+    rows. Every parameter (``chunk_size``, ``segment_bytes``, ``fused``) says how a call runs,
+    not what it computes: none is read."""
     return elu_definition(q, k, v, mask, rows)
 
 
@@ -112,6 +104,11 @@ def elu_definition(q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, rows: Tensor
     """Feature-space attention with φ = elu + 1 written out, O(n²), in the inputs' dtype:
     ``linear``'s definition (eps = 0) and ``fla-linear``'s (1e-10 added to the normaliser)."""
     return feature_definition(F.elu(q) + 1, F.elu(k) + 1, v, mask, rows, eps=eps)
+
+
+def elu_flops(p: Problem) -> int:
+    """φ = elu + 1 keeps D features: the feature-space attention's FLOPs at F = D."""
+    return kernel_flops(p, p.head_dim)
 
 
 def _map_temps(p: Problem) -> int:
@@ -141,7 +138,7 @@ def _reasons(p: Problem) -> list[str]:
         time_exponent=1,
         memory_exponent=1,
         memory_model=_workspace,
-        flops=lambda p: kernel_flops(p, p.head_dim),
+        flops=elu_flops,
     ),
     description="linear transformer, φ = elu + 1: O(n·D²); causal chunk by chunk with a state",
     params={"chunk_size": CHUNK, "segment_bytes": SEGMENT, "fused": FUSED},
@@ -150,14 +147,8 @@ def _reasons(p: Problem) -> list[str]:
     recurrence=Recurrence(new_state=LinearState, state_bytes=lambda p: state_bytes(p, p.head_dim)),
 )
 def linear_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    mask: MaskSpec,
-    scale: float | None = None,
-    chunk_size: int = 64,
-    segment_bytes: int = 0,
-    fused: int = -1,
+    q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, scale: float | None = None,
+    chunk_size: int = 64, segment_bytes: int = 0, fused: int = -1,
 ) -> Tensor:
     """q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D) -> (B, H, n_q, D). Non-causal forward calls
     on CUDA run the fused Triton kernels (``fused``: :data:`FUSED`; ``fused`` = 1 also causal

@@ -91,23 +91,17 @@ def project(q: Tensor, k: Tensor, v: Tensor, e: Tensor, f: Tensor, scale: float 
     return F.scaled_dot_product_attention(q, pk, pv, scale=scale, enable_gqa=gqa)
 
 
-def linformer_reference(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    mask: MaskSpec,
-    scale: float | None = None,
-    projected_len: int = 256,
-    rows: Tensor | None = None,
-) -> Tensor:
+def linformer_reference(q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec,
+                        rows: Tensor | None = None, **params: object) -> Tensor:
     """The definition in the inputs' dtype (float64 inputs: the float64 reference): the same
-    E and F, ``softmax(s·Q (EK)ᵀ) (FV)`` written out; ``rows`` limits it to those query rows."""
-    e, f = projections(projected_len, k.shape[-2], mask.seed, q.device, q.dtype)
+    E and F (``projected_len`` rows), ``softmax(s·Q (EK)ᵀ) (FV)`` written out; ``rows`` limits
+    it to those query rows."""
+    e, f = projections(int(params["projected_len"]), k.shape[-2], mask.seed, q.device, q.dtype)
     group = q.shape[1] // k.shape[1]
     pk = (e @ k).repeat_interleave(group, dim=1)  # (B, H, k, D)
     pv = (f @ v).repeat_interleave(group, dim=1)
     q = q if rows is None else q[..., rows.to(q.device), :]
-    s = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    s = 1.0 / math.sqrt(q.shape[-1])  # the harness passes no scale: the default
     return torch.softmax(q @ pk.transpose(-2, -1) * s, dim=-1) @ pv
 
 
@@ -214,11 +208,7 @@ def _workspace(p: Problem) -> int:
     reference=linformer_reference,
 )
 def linformer_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    mask: MaskSpec,
-    scale: float | None = None,
+    q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, scale: float | None = None,
     projected_len: int = 256,
 ) -> Tensor:
     """q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D) -> (B, H, n_q, D); E and F from the device

@@ -79,24 +79,16 @@ def _scale(scale: float | None, head_dim: int) -> float:
     return 1.0 / math.sqrt(head_dim) if scale is None else scale
 
 
-def nystrom_reference(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    mask: MaskSpec,
-    scale: float | None = None,
-    landmarks: int = 64,
-    pinv_iters: int = 6,
-    rows: Tensor | None = None,
-    **execution: object,
-) -> Tensor:
+def nystrom_reference(q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec,
+                      rows: Tensor | None = None, **params: object) -> Tensor:
     """The definition in the inputs' dtype (float64 inputs: the float64 reference), written
-    out: landmarks as an explicit (m, n) averaging matrix times Q and K, K/V heads repeated,
-    the three softmax kernels and the same iteration; ``rows`` limits the output rows.
-    ``execution``: how a call runs (``fused``), not what it computes: accepted and ignored."""
+    out: ``landmarks`` as an explicit (m, n) averaging matrix times Q and K, K/V heads
+    repeated, the three softmax kernels and ``pinv_iters`` iterations; ``rows`` limits the
+    output rows. ``fused`` says how a call runs, not what it computes."""
+    landmarks, pinv_iters = int(params["landmarks"]), int(params["pinv_iters"])
     group = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-    s = _scale(scale, q.shape[-1])
+    s = 1.0 / math.sqrt(q.shape[-1])  # the harness passes no scale: the default
     q_tilde = _averaging(q.shape[-2], landmarks, q) @ q
     k_tilde = _averaging(k.shape[-2], landmarks, k) @ k
     q_rows = q if rows is None else q[..., rows.to(q.device), :]
@@ -166,14 +158,8 @@ def _workspace(p: Problem) -> int:
     reference=nystrom_reference,
 )
 def nystrom_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    mask: MaskSpec,
-    scale: float | None = None,
-    landmarks: int = 64,
-    pinv_iters: int = 6,
-    fused: int = -1,
+    q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, scale: float | None = None,
+    landmarks: int = 64, pinv_iters: int = 6, fused: int = -1,
 ) -> Tensor:
     """q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D) -> (B, H, n_q, D). ``fused`` = 1: the four
     Triton launches of :mod:`implementations._kernels.triton.nystrom_kernels` (a candidate)."""

@@ -178,22 +178,15 @@ class PerformerState(FeatureState):
         return logits.sub_(shift.view(*logits.shape[:2], 1, 1) + self.log_root_m).exp_()
 
 
-def performer_reference(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    mask: MaskSpec,
-    scale: float | None = None,
-    features: int = 256,
-    rows: Tensor | None = None,
-    **execution: object,
-) -> Tensor:
+def performer_reference(q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec,
+                        rows: Tensor | None = None, **params: object) -> Tensor:
     """The definition in the inputs' dtype (float64 inputs: the float64 reference), O(n²): the
-    same W and stabilisers, weights φ(q_i)ᵀφ(k_j) over the kept pairs, normalised; ``rows``
-    limits the output to those rows. ``execution``: how a call runs (``chunk_size``,
-    ``segment_bytes``, ``fused``), not what it computes: accepted and ignored."""
+    same W (``features`` of them) and stabilisers, weights φ(q_i)ᵀφ(k_j) over the kept pairs,
+    normalised; ``rows`` limits the output to those rows. The other parameters
+    (``chunk_size``, ``segment_bytes``, ``fused``) say how a call runs, not what it computes."""
+    features = int(params["features"])
     w = orthogonal_features(features, q.shape[-1], mask.seed).to(q.device, q.dtype)
-    s = _scale(scale, q.shape[-1])
+    s = 1.0 / math.sqrt(q.shape[-1])  # the harness passes no scale: the default
     lq, lk = favor_logits(q, w, s), favor_logits(k, w, s)
     fq = torch.exp(lq - lq.amax(-1, keepdim=True)) / math.sqrt(features)
     fk = torch.exp(lk - lk.amax(dim=(-2, -1), keepdim=True)) / math.sqrt(features)
@@ -250,15 +243,8 @@ def _flops(p: Problem) -> int:
     ),
 )
 def performer_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    mask: MaskSpec,
-    scale: float | None = None,
-    features: int = 256,
-    chunk_size: int = 64,
-    segment_bytes: int = 0,
-    fused: int = -1,
+    q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, scale: float | None = None,
+    features: int = 256, chunk_size: int = 64, segment_bytes: int = 0, fused: int = -1,
 ) -> Tensor:
     """q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D) -> (B, H, n_q, D). Non-causal forward calls
     on CUDA run the fused Triton kernels (``fused``: :data:`FUSED`; ``fused`` = 1 also causal

@@ -54,7 +54,7 @@ class Definition:
         scales the agreement bound (float64 inputs: the float64 reference itself)."""
         if not self.approximate:
             return naive_attention(q, k, v, mask, rows=rows)
-        return self.impl.reference(q, k, v, mask, rows=rows, **self.params)
+        return self.impl.define(q, k, v, mask, rows=rows, **self.params)
 
     def float64(
         self, q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, rows: Tensor | None = None

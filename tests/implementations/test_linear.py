@@ -71,8 +71,8 @@ def test_matches_its_own_definition_in_every_dtype(name, shape, causal, dtype):
     assert impl.approximate
     assert not impl.not_supported(call_problem(name, q, k, v, mask))
     out = impl(q, k, v, mask, **PARAMS[name])
-    ref = impl.reference(q.double(), k.double(), v.double(), mask, **PARAMS[name])
-    naive = impl.reference(q, k, v, mask, **PARAMS[name])
+    ref = impl.define(q.double(), k.double(), v.double(), mask, **PARAMS[name])
+    naive = impl.define(q, k, v, mask, **PARAMS[name])
     result = output_agreement(out, ref, dtype, naive=naive)
     assert result["agree"], result
 
@@ -84,7 +84,7 @@ def test_float64_runs_in_float64(name):
     impl = registry.get(name)
     out = impl(q, k, v, mask, **PARAMS[name])
     assert out.dtype == torch.float64
-    ref = impl.reference(q, k, v, mask, **PARAMS[name])
+    ref = impl.define(q, k, v, mask, **PARAMS[name])
     assert output_agreement(out, ref, torch.float64)["agree"]
     assert rel_frobenius(out, ref) < 1e-13  # float32 arithmetic would be ~1e-7 off
 
@@ -93,8 +93,8 @@ def test_a_wrong_computation_is_caught():
     q, k, v = make_qkv(1, 2, 41, 41, 16, seed=4)
     impl = registry.get("linear")
     out = impl(q, k, v, MaskSpec(causal=False))  # ignores causality
-    ref = impl.reference(q.double(), k.double(), v.double(), MaskSpec(causal=True))
-    naive = impl.reference(q, k, v, MaskSpec(causal=True))
+    ref = impl.define(q.double(), k.double(), v.double(), MaskSpec(causal=True))
+    naive = impl.define(q, k, v, MaskSpec(causal=True))
     assert not output_agreement(out, ref, torch.float32, naive=naive)["agree"]
 
 
@@ -171,7 +171,7 @@ def test_gradients_match_the_definition(name, causal):
         registry.get(name),
         {**PARAMS[name], "chunk_size": 8} if name in CAUSAL else PARAMS[name],
     )
-    ref = torch.autograd.grad(impl.reference(q, k, v, mask, **params), (q, k, v), g)
+    ref = torch.autograd.grad(impl.define(q, k, v, mask, **params), (q, k, v), g)
     got = torch.autograd.grad(impl(q, k, v, mask, **params), (q, k, v), g)
     assert grad_agreement(got, ref, torch.float64)["grad_agree"]
     q32, k32, v32 = (t.detach().float().requires_grad_() for t in (q, k, v))
@@ -334,7 +334,7 @@ def test_fla_linear_declares_what_it_computes():
     assert impl.approximate and impl.caps.devices == frozenset({"cuda"})
     q, k, v = make_qkv(1, 2, 97, 97, 59, dtype=torch.float64, seed=8)
     mask = MaskSpec(causal=True)
-    ours, theirs = registry.get("linear").reference(q, k, v, mask), impl.reference(q, k, v, mask)
+    ours, theirs = registry.get("linear").define(q, k, v, mask), impl.define(q, k, v, mask)
     assert 0 < rel_frobenius(theirs, ours) < 1e-10
     problem = Problem(1, 2, 97, 97, 64, dtype=torch.float16, mask=MaskSpec(), device="cuda")
     if not torch.cuda.is_available():
@@ -369,8 +369,8 @@ def test_fla_kernels_under_the_triton_interpreter(monkeypatch):
             f"fla's kernels do not run in Triton's interpreter: {type(exc).__name__}: "
             f"{str(exc).splitlines()[0][:120]}"
         )
-    ref = impl.reference(q.double(), k.double(), v.double(), MaskSpec(causal=True))
-    naive = impl.reference(q, k, v, MaskSpec(causal=True))
+    ref = impl.define(q.double(), k.double(), v.double(), MaskSpec(causal=True))
+    naive = impl.define(q, k, v, MaskSpec(causal=True))
     assert output_agreement(out, ref, torch.float32, naive=naive)["agree"]
 
 
@@ -387,8 +387,8 @@ def test_fla_linear_matches_its_definition_on_cuda(shape, dtype):
     b, h, n, d = shape
     q, k, v = (t.cuda() for t in make_qkv(b, h, n, n, d, dtype=dtype, seed=n))
     mask = MaskSpec(causal=True)
-    ref = impl.reference(q.double(), k.double(), v.double(), mask)
-    result = output_agreement(impl(q, k, v, mask), ref, dtype, naive=impl.reference(q, k, v, mask))
+    ref = impl.define(q.double(), k.double(), v.double(), mask)
+    result = output_agreement(impl(q, k, v, mask), ref, dtype, naive=impl.define(q, k, v, mask))
     assert result["agree"], result
 
 

@@ -101,7 +101,7 @@ def test_segments_change_no_output(name, causal, n):
     for chunks in (1, 3):
         several = impl(q, k, v, mask, segment_bytes=chunks * chunk, **params)
         torch.testing.assert_close(several, one, rtol=1e-12, atol=1e-12)
-    ref = impl.reference(q, k, v, mask, **params)
+    ref = impl.define(q, k, v, mask, **params)
     torch.testing.assert_close(one, ref, rtol=1e-10, atol=1e-12)
 
 
@@ -154,7 +154,7 @@ def test_the_blocked_key_reduction_keeps_ops_and_outputs(blocked_on_cpu, name):
         q, k, v = make_qkv(1, 4, n_q, 2500, 16, kv_heads=2, dtype=torch.float64, seed=n_q)
         blocked = impl(q, k, v, mask, segment_bytes=ONE_SEGMENT, **params)
         torch.testing.assert_close(
-            blocked, impl.reference(q, k, v, mask, **params), rtol=1e-10, atol=1e-12
+            blocked, impl.define(q, k, v, mask, **params), rtol=1e-10, atol=1e-12
         )
 
 

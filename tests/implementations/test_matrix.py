@@ -168,8 +168,8 @@ def _definition(impl: Implementation, q, k, v, mask: MaskSpec, dtype: torch.dtyp
     """(float64 reference, the same definition evaluated naively in ``dtype``)."""
     if impl.approximate:
         params = impl.param_values()
-        ref = impl.reference(q.double(), k.double(), v.double(), mask, **params)
-        return ref, impl.reference(q, k, v, mask, **params)
+        ref = impl.define(q.double(), k.double(), v.double(), mask, **params)
+        return ref, impl.define(q, k, v, mask, **params)
     return reference_attention(q, k, v, mask), naive_attention(q, k, v, mask)
 
 
@@ -205,7 +205,7 @@ def test_gradients_match_the_definition(name, shape, mask, dtype):
     grads = torch.autograd.grad(out, (q, k, v), g)
     if impl.approximate:
         q64, k64, v64 = (t.detach().double().requires_grad_(True) for t in (q, k, v))
-        ref_out = impl.reference(q64, k64, v64, mask, **impl.param_values())
+        ref_out = impl.define(q64, k64, v64, mask, **impl.param_values())
         want = torch.autograd.grad(ref_out, (q64, k64, v64), g.double())
     else:
         want = reference_grads(q, k, v, g, mask)
@@ -229,7 +229,7 @@ def test_declared_float64_is_computed_in_float64(name, mask):
     _skip_unless_runnable(impl, Problem(1, 2, n, n, 59, dtype=torch.float64, mask=mask))
     q, k, v = make_qkv(1, 2, n, n, 59, dtype=torch.float64, seed=11)
     ref = (
-        impl.reference(q, k, v, mask, **impl.param_values())
+        impl.define(q, k, v, mask, **impl.param_values())
         if impl.approximate
         else reference_attention(q, k, v, mask)
     )

@@ -35,8 +35,8 @@ SHAPES = [(2, 4, 2, 97, 130, 59), (1, 2, 2, 161, 33, 16), (2, 3, 3, 97, 97, 59)]
 def _agreement(impl, out, q, k, v, mask, **params) -> dict:
     """The harness's agreement of ``out`` with ``impl``'s float64 definition on q, k, v (its
     error scaled by the naive definition's in q's dtype); ``rows=`` compares those rows."""
-    ref = impl.reference(q.double(), k.double(), v.double(), mask, **params)
-    naive = impl.reference(q, k, v, mask, **params)
+    ref = impl.define(q.double(), k.double(), v.double(), mask, **params)
+    naive = impl.define(q, k, v, mask, **params)
     rows = params.get("rows")
     got = out if rows is None else out[:, :, rows.to(out.device)]
     return output_agreement(got, ref, q.dtype, naive=naive)
@@ -250,7 +250,7 @@ def test_causal_chunk_kernel_is_causal():
     weights = (fq @ fk.transpose(-1, -2)).tril(1)  # one key past the diagonal
     shifted = weights @ v.double().repeat_interleave(2 // k.shape[1], 1)
     shifted = shifted / weights.sum(-1, keepdim=True)
-    assert (out.double() - shifted).abs().max() > 1e-3 > (out.double() - impl.reference(
+    assert (out.double() - shifted).abs().max() > 1e-3 > (out.double() - impl.define(
         q.double(), k.double(), v.double(), MaskSpec(causal=True))).abs().max()
 
 
@@ -276,7 +276,7 @@ def test_causal_chunk_refusals_and_the_default():
     launches = []
     with torch.no_grad(), launch_modes.watching(launches.append):
         out = impl(q, k, v, MaskSpec(causal=True))
-    ref = impl.reference(q.double(), k.double(), v.double(), MaskSpec(causal=True))
+    ref = impl.define(q.double(), k.double(), v.double(), MaskSpec(causal=True))
     assert launches == [] and (out.double() - ref).abs().max() < 1e-5
     for bad, why in (((1, 2, 2, 40, 40, 257), "D <= 256, not 257"),):
         q, k, v = _inputs(bad, torch.float32, seed=4)

@@ -32,8 +32,8 @@ SHAPES = [(2, 4, 2, 97, 130, 59, 13), (1, 2, 2, 161, 33, 16, 33), (1, 1, 1, 100,
 
 def _agreement(impl, out, q, k, v, mask, **params) -> dict:
     """The harness's agreement of ``out`` with ``impl``'s float64 definition on q, k, v."""
-    ref = impl.reference(q.double(), k.double(), v.double(), mask, **params)
-    return output_agreement(out, ref, q.dtype, naive=impl.reference(q, k, v, mask, **params))
+    ref = impl.define(q.double(), k.double(), v.double(), mask, **params)
+    return output_agreement(out, ref, q.dtype, naive=impl.define(q, k, v, mask, **params))
 
 
 def _inputs(shape, dtype, seed):
@@ -116,7 +116,7 @@ def test_refusals_and_the_default():
     launches = []
     with torch.no_grad(), launch_modes.watching(launches.append):
         out = impl(q.detach(), k, v, MaskSpec(), landmarks=8)
-    ref = impl.reference(q.double(), k.double(), v.double(), MaskSpec(), landmarks=8)
+    ref = impl.define(q.double(), k.double(), v.double(), MaskSpec(), landmarks=8)
     assert launches == [] and (out.double() - ref).abs().max() < 1e-5
     default = problem_of(q.detach(), k, v, MaskSpec(), (("landmarks", 8),))
     assert not nf.runs_fused(default) and not nf.AUTO
