@@ -19,6 +19,7 @@ from functools import lru_cache
 import torch
 from torch import Tensor
 
+from harness.mask_features.window import spelled
 from harness.masks import MaskSpec
 from harness.registry import TinyCall, register
 from harness.spec import HALF_DTYPES, Capabilities, Cost
@@ -59,7 +60,7 @@ def flash_attn_attention(
     """q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D) -> (B, H, n_q, D)."""
     from flash_attn import flash_attn_func, flash_attn_varlen_func
 
-    window = (-1 if mask.left is None else mask.left, -1 if mask.right is None else mask.right)
+    window = (spelled(mask.left), spelled(mask.right))  # flash-attn spells unbounded -1 too
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     b, h, n_q, _ = q.shape
     q, k, v = (x.transpose(1, 2) for x in (q, k, v))  # (B, N, H, D)
