@@ -111,8 +111,9 @@ def run_job(job: dict, arch: int) -> dict:
         error = f"{type(exc).__name__}: {_last_line(exc)}"
     finally:
         driver._active = saved
-    return {"kernel": job["kernel"], "config": job["config"], "head_dim": job["head_dim"],
-            "seconds": round(time.perf_counter() - start, 2), "error": error}
+    return {"step": job.get("step"), "kernel": job["kernel"], "config": job["config"],
+            "head_dim": job["head_dim"], "seconds": round(time.perf_counter() - start, 2),
+            "error": error}
 
 
 def _last_line(exc: Exception) -> str:

@@ -30,12 +30,15 @@ lease compiled, and Inductor's cache, under ``HARVEST_LIMIT`` bytes.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import inspect
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # triton_cache, beside this file
@@ -47,6 +50,8 @@ DEVICE = {"python": "3.12", "triton": "3.6.0"}  # the leases' (docs/gpu.md, FACT
 ARCHES = {"sm_90": 90, "sm_80": 80}
 SUITES = ("gpu-smoke", "gpu-smoke-decode", "claims-gpu", "claims-linear-gpu", "claims-gpu-local",
           "claims-gpu-decode", "claims-linear-gpu-decode", "claims-gpu-heads", "claims-gpu-block")
+JOBS = "jobs.json"  # DIR's list of the compiles, as --compile-jobs reads it
+STEPS = ("suites", "kernel-sweep", "linear-targets")  # the proof's steps whose launches are warmed
 BAND = {"local", "dilated", "longformer", "bigbird", "flash-tiled"}  # triton_attention
 FEATURE = {"linear": False, "performer": True}  # feature_attention: FAVOR+ or not
 
@@ -102,58 +107,305 @@ def _fused_shape(impl: str, p) -> tuple | None:
 
 def _encode(value):
     import torch
+    from torch._subclasses.fake_tensor import FakeTensor
 
     if isinstance(value, torch.Tensor):
-        # a meta tensor's data_ptr is its storage offset in bytes (from 0): a view the launch
-        # code makes at an offset is unaligned here as on the GPU, a fresh tensor aligned
-        return {"tensor": str(value.dtype).removeprefix("torch."),
-                "aligned": value.data_ptr() % 16 == 0}
+        # a meta tensor's data_ptr is its storage offset in bytes (from 0), and a fake tensor
+        # (lease_device) has none: its offset is taken. A view the launch code makes at an
+        # offset is unaligned here as on the GPU, a fresh tensor aligned
+        fake = isinstance(value, FakeTensor)
+        address = value.storage_offset() * value.element_size() if fake else value.data_ptr()
+        return {"tensor": str(value.dtype).removeprefix("torch."), "aligned": address % 16 == 0}
     if value is None or isinstance(value, bool | int | float | str):
         return value
     raise TypeError(f"cannot carry a {type(value).__name__} argument to the compile")
 
 
-def compile_jobs(arch: str, suites: tuple[str, ...] = SUITES) -> list[dict]:
-    """One job per distinct (kernel, config, constexprs, specialization) the suites launch:
-    the specialization as Triton's key takes it (``launch_modes.specialization`` for the
-    scalars; a tensor's dtype and alignment)."""
-    from implementations.triton_kernels import aot_check, autotune, launch_modes
+def compile_jobs(arch: str, suites: tuple[str, ...] = SUITES,
+                 steps: tuple[str, ...] = ("suites",)) -> list[dict]:
+    """One job per distinct (kernel, config, constexprs, specialization) that ``steps`` of the
+    proof launch (:data:`STEPS`; by default the suites' only), in the order of ``steps``, a
+    launch two steps share kept once (under the first): the specialization as Triton's key
+    takes it (``launch_modes.specialization`` for the scalars; a tensor's dtype and
+    alignment). Each job names its ``step``."""
+    unknown = sorted(set(steps) - set(STEPS))
+    if unknown:
+        raise ValueError(f"not steps of the proof: {unknown} (one of {list(STEPS)})")
+    makers = {"suites": lambda: suite_launches(arch, suites), "kernel-sweep": lambda:
+              sweep_launches(arch), "linear-targets": lambda: linear_target_launches(arch)}
+    from implementations.triton_kernels import launch_modes
 
-    modules = {name: module.__name__ for module, name in aot_check.KERNELS}
     jobs, seen = [], set()
-    for batch, d, dtype, shape in suite_shapes(suites):
-        for launch in aot_check.record(f"suite-D{d}", d, batch, shape, dtype):
-            args = [_encode(a) for a in launch.args]
-            spec = tuple(tuple(a.values()) if isinstance(a, dict)
-                         else launch_modes.specialization(a) for a in args)
-            for cfg in aot_check.listed(launch, arch) or aot_check.configs(launch, arch):
-                extra = cfg.all_kwargs() if hasattr(launch.kernel, "configs") else {}
-                label = autotune.config_label(cfg)
-                key = (launch.name, label, tuple(sorted(launch.kwargs.items())), spec)
+    for step in steps:
+        for name, kernel, args, kwargs, configs, d in makers[step]():
+            for job in _jobs(step, name, kernel, args, kwargs, configs, d):
+                spec = tuple(tuple(a.values()) if isinstance(a, dict)
+                             else launch_modes.specialization(a) for a in job["args"])
+                key = (job["kernel"], job["config"],
+                       json.dumps(job.pop("key_kwargs"), sort_keys=True, default=str), spec)
                 if key not in seen:
                     seen.add(key)
-                    jobs.append({"module": modules[launch.name], "kernel": launch.name,
-                                 "config": label, "head_dim": d, "args": args,
-                                 "kwargs": {**launch.kwargs, **extra}})
+                    jobs.append(job)
     return jobs
 
 
-def warm(arch: str, out: Path, python: str, workers: int) -> int:
-    """Compile every job into ``CACHE_DIR`` with ``python``, prune, pack into ``out``."""
+Recorded = tuple  # (kernel name, kernel object, args, kwargs, configs, head dim)
+
+
+def _jobs(step: str, name: str, kernel, args: tuple, kwargs: dict, configs: list,
+          d: int) -> list[dict]:
+    """The compile jobs of one recorded launch, one per config (an autotuned kernel's config
+    adds its keyword arguments; another kernel's config only names its own options)."""
+    from implementations.triton_kernels import aot_check, autotune
+
+    modules = {kernel_name: module.__name__ for module, kernel_name in aot_check.KERNELS}
+    if name not in modules:
+        raise ValueError(f"{name}: a kernel aot_check.KERNELS does not list (its module is "
+                         "needed to compile it)")
+    encoded = [_encode(a) for a in args]
+    tuned = hasattr(kernel, "configs")
+    # the key's view of the keyword arguments: a constexpr left at its default is the same
+    # compile as one passed with it (the chunk path's key pass leaves COMBINE out)
+    python_fn = (kernel.fn if tuned else kernel).fn
+    defaults = {k: p.default for k, p in inspect.signature(python_fn).parameters.items()
+                if p.default is not inspect.Parameter.empty and k not in kwargs}
+    return [{"step": step, "module": modules[name], "kernel": name,
+             "config": autotune.config_label(cfg), "head_dim": d, "args": encoded,
+             "kwargs": {**kwargs, **(cfg.all_kwargs() if tuned else {})},
+             "key_kwargs": {**defaults, **kwargs, **(cfg.all_kwargs() if tuned else {})}}
+            for cfg in configs]
+
+
+def suite_launches(arch: str, suites: tuple[str, ...] = SUITES) -> list[Recorded]:
+    """The suites' fused calls (:func:`suite_shapes`), each launch with every config its
+    autotuner may time on ``arch`` (the class list after the prune) or its own options."""
+    from implementations.triton_kernels import aot_check
+
+    out = []
+    for batch, d, dtype, shape in suite_shapes(suites):
+        for launch in aot_check.record(f"suite-D{d}", d, batch, shape, dtype):
+            configs = aot_check.listed(launch, arch) or aot_check.configs(launch, arch)
+            out.append((launch.name, launch.kernel, launch.args, launch.kwargs, configs, d))
+    return out
+
+
+def sweep_launches(arch: str) -> list[Recorded]:
+    """What ``kernel_sweep.py`` (as the proof runs it: every group, case and config) compiles
+    and launches on a GPU of ``arch``: each case's recorded launches (``Prepared``: the
+    forward, and the backward of the dense cases) with their own configs, every config of
+    ``sweep_configs`` (the class's list and ``autotune.CANDIDATES``) on the group's kernel,
+    the Hopper backward peers' candidates, and the decode cases recorded again at each
+    ``SPLIT_WAVES`` target (another split count: other arguments). Recorded from the script's
+    own code on a stand-in device (:func:`lease_device`)."""
+    import kernel_sweep as ks
+
+    capability = divmod(ARCHES[arch], 10)
+    out: list[Recorded] = []
+
+    def add(launch, configs) -> None:
+        d = launch.kwargs.get("D", 0)
+        out.append((launch.name, launch.kernel, launch.args, launch.kwargs, configs, d))
+
+    with lease_device(arch), _tuning_off():
+        for kernel, names, _, _ in ks.GROUPS.values():
+            for name in names:
+                case = ks.CASES[name]
+                p = _prepared(ks, name, case)
+                for launch in p.launches:
+                    add(launch, [_own_config(launch)])
+                add(p.by_name[kernel], [c for c, _, _ in ks.sweep_configs(kernel, case,
+                                                                           capability)])
+                if kernel == "band_fwd_split":  # the rows ``waves=W``: other split counts
+                    for waves in ks.SPLIT_WAVES:
+                        with ks.split_waves(waves):
+                            for launch in _prepared(ks, name, case).launches:
+                                add(launch, [_own_config(launch)])
+        for _, name, _, peers in ks.peer_items(list(ks.GROUPS)):
+            for peer in (x for x in peers if x in ks.HOPPER_BACKWARD):
+                picked = ks.hopper_backward(ks.CASES[name], ks.HOPPER_BACKWARD[peer],
+                                            capability)
+                p = _prepared(ks, name, ks.CASES[name])
+                for kernel, config in picked.items():
+                    add(p.by_name[kernel], [config])
+    return out
+
+
+def _prepared(ks, name: str, case):
+    """``kernel_sweep.Prepared`` of a case on stand-in CUDA tensors (no memory)."""
+    import torch
+
+    shape_q = (case.batch, case.heads, case.n_q, case.head_dim)
+    shape_kv = (case.batch, case.kv_heads, case.n_k, case.head_dim)
+    make = lambda s: torch.empty(s, device="cuda", dtype=torch.bfloat16)
+    inputs = (make(shape_q), make(shape_kv), make(shape_kv),
+              make(shape_q) if case.backward else None)
+    return ks.Prepared(name, case, "cpu", inputs)  # "cpu": its unused generator's device
+
+
+def _own_config(launch):
+    """The config a recorded launch runs with when replayed as recorded (pinned, or its own
+    options for a kernel that is not autotuned)."""
+    import triton
+
+    if launch.config is not None:
+        return launch.config
+    return triton.Config({}, num_warps=launch.kwargs.get("num_warps", 4),
+                         num_stages=launch.kwargs.get("num_stages", 3))
+
+
+def linear_target_launches(arch: str) -> list[Recorded]:
+    """What ``linear_targets.py`` (its default lengths, batch, heads, head dim and dtype, every
+    row of ``ROWS`` and ``LAST_ROWS``) launches of the fused kernels, each row called through
+    the registry's own function on stand-in CUDA tensors (:func:`lease_device`): the rows
+    that take the PyTorch path or another package's kernels launch none. A row that forces the
+    fused kernels (``fused`` >= 1) and launches none is an error (ValueError)."""
+    import linear_targets as lt
+
+    from harness import registry
+    from harness.masks import MaskSpec
+    from implementations.triton_kernels import launch_modes
+
+    args = lt.parse(["-"])
+    impls = {}
+    for _, impl_name, _, _ in (*lt.ROWS, *lt.LAST_ROWS):
+        try:  # loading checks a plug-in on a small CPU call: before the stand-in device
+            impls[impl_name] = registry.get(impl_name)
+        except Exception:  # not installed here (fla-linear): no kernel of ours either
+            continue
+    out: list[Recorded] = []
+    with lease_device(arch):
+        for n in args.lengths:
+            shape = (args.batch, args.heads, n, args.head_dim)
+            q, k, v = (torch_empty(shape, args.torch_dtype) for _ in range(3))
+            for row, impl_name, causal, params in (*lt.ROWS, *lt.LAST_ROWS):
+                seen: list = []
+                impl = impls.get(impl_name)
+                if impl is None:
+                    continue
+                with launch_modes.watching(seen.append, execute=False):
+                    try:
+                        impl.fn(q, k, v, MaskSpec(causal=causal), scale=None,
+                                **impl.param_values(params))
+                    except Exception as exc:  # the PyTorch path does not run on stand-ins
+                        if params.get("fused", 0) >= 1 or seen:
+                            raise ValueError(f"linear_targets row {row} (n {n}): "
+                                             f"{type(exc).__name__}: {exc}") from exc
+                if params.get("fused", 0) >= 1 and not seen:
+                    raise ValueError(f"linear_targets row {row} forces the fused kernels and "
+                                     "launched none")
+                for launch in seen:
+                    out.append((launch.name, launch.kernel, launch.args, launch.kwargs,
+                                [_own_config(launch)], args.head_dim))
+    return out
+
+
+def torch_empty(shape: tuple, dtype):
+    import torch
+
+    return torch.empty(shape, device="cuda", dtype=dtype)
+
+
+@contextlib.contextmanager
+def _tuning_off():
+    """``ATTNBENCH_AUTOTUNE=off`` for the duration, as kernel_sweep.py sets it: the recorded
+    launches carry their class defaults (pinned)."""
+    from implementations.triton_kernels import autotune
+
+    saved = os.environ.get(autotune.TUNING_ENV)
+    os.environ[autotune.TUNING_ENV] = "off"
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(autotune.TUNING_ENV, None)
+        else:
+            os.environ[autotune.TUNING_ENV] = saved
+
+
+@contextlib.contextmanager
+def lease_device(arch: str):
+    """For the duration, a tensor made on ``"cuda"`` is a fake tensor (torch's FakeTensorMode:
+    shapes, strides, dtypes and a device, no memory; a real tensor mixed in is allowed), and
+    ``torch.cuda`` answers as a GPU of ``arch`` with ``plan_tables.DEFAULT_SMS`` SMs (an
+    H100's and H200's 132) would: its capability, properties, device 0, a device context that
+    does nothing and a stream whose handle no real stream has (a cache keyed by it is never
+    read by a real call). So the scripts' own code runs as on the lease, down to each
+    launch's arguments, without a GPU. After it, every ``functools`` cache of ``harness`` and
+    ``implementations`` that computed something meanwhile is cleared (it may hold a fake
+    tensor)."""
+    from types import SimpleNamespace
+
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from implementations.triton_kernels import plan_tables
+
+    capability = divmod(ARCHES[arch], 10)
+    props = SimpleNamespace(name=f"stand-in sm_{ARCHES[arch]}", major=capability[0],
+                            minor=capability[1], multi_processor_count=plan_tables.DEFAULT_SMS)
+    stream = SimpleNamespace(cuda_stream=-1)
+    stand_ins = {"get_device_capability": lambda *a, **k: capability,
+                 "get_device_properties": lambda *a, **k: props,
+                 "current_device": lambda: 0, "current_stream": lambda *a, **k: stream,
+                 "device": lambda *a, **k: contextlib.nullcontext()}
+    saved = {name: getattr(torch.cuda, name) for name in stand_ins}
+    caches = _caches()
+    misses = {id(f): f.cache_info().misses for f in caches}
+    try:
+        for name, fn in stand_ins.items():
+            setattr(torch.cuda, name, fn)
+        with FakeTensorMode(allow_non_fake_inputs=True), warnings.catch_warnings():
+            # autotune.tma_allowed reads a tensor's data_ptr: a fake one's is 0 (aligned), as
+            # a fresh CUDA allocation's (the scripts' inputs are fresh)
+            warnings.filterwarnings("ignore", "Accessing the data pointer of FakeTensor")
+            yield
+    finally:
+        for name, fn in saved.items():
+            setattr(torch.cuda, name, fn)
+        for f in _caches():
+            if f.cache_info().misses != misses.get(id(f), 0):
+                f.cache_clear()
+
+
+def _caches() -> list:
+    """The ``functools`` caches (lru_cache) of the loaded ``harness`` and ``implementations``
+    modules."""
+    found = {}
+    for name, module in list(sys.modules.items()):
+        if name.split(".")[0] not in ("harness", "implementations") or module is None:
+            continue
+        for value in list(vars(module).values()):
+            if callable(getattr(value, "cache_info", None)) and callable(
+                    getattr(value, "cache_clear", None)):
+                found[id(value)] = value
+    return list(found.values())
+
+
+def warm(arch: str, out: Path, python: str, workers: int,
+         steps: tuple[str, ...] = STEPS) -> int:
+    """Compile every job of ``steps`` into ``CACHE_DIR`` with ``python``, prune, pack into
+    ``out``."""
     start = time.perf_counter()
-    jobs = compile_jobs(arch)
+    try:
+        jobs = compile_jobs(arch, steps=steps)
+    except ValueError as exc:  # a launch the recording cannot carry: one line
+        print(f"warm_cache: {exc}", file=sys.stderr)
+        return 1
+    recorded = time.perf_counter() - start
     cache = Path(tc.CACHE_DIR)
     shutil.rmtree(cache, ignore_errors=True)  # only what these jobs compile goes into DIR
     out.mkdir(parents=True, exist_ok=True)
-    jobs_file = out / "jobs.json"
+    jobs_file = out / JOBS  # kept: the same compiles again are the hit check (docs)
     jobs_file.write_text(json.dumps(jobs))
     env = {**os.environ, "TRITON_CACHE_DIR": tc.CACHE_DIR, "PYTHONPATH": str(ROOT)}
     env.pop("TRITON_INTERPRET", None)
-    print(f"warm_cache: {len(jobs)} compiles for {arch} in {python} on {workers} workers",
+    per_step = {step: sum(job["step"] == step for job in jobs) for step in steps}
+    print(f"warm_cache: {len(jobs)} compiles for {arch} ("
+          + ", ".join(f"{step} {count}" for step, count in per_step.items())
+          + f"; recorded in {recorded:.0f} s) in {python} on {workers} workers",
           file=sys.stderr)
     done = subprocess.run([python, __file__, "--compile-jobs", str(jobs_file), "--arch", arch,
                            "--workers", str(workers)], env=env, capture_output=True, text=True)
-    jobs_file.unlink()
     if done.returncode:
         print(f"warm_cache: the compiles failed: {done.stderr.strip()[-400:]}", file=sys.stderr)
         return 1
@@ -166,9 +418,12 @@ def warm(arch: str, out: Path, python: str, workers: int) -> int:
     kept_files, deleted = tc.prune(cache)
     tc.pack(cache, out / tc.ARCHIVE)
     failed = [r for r in rows if r["error"]]
-    manifest = {**facts, "cache_dir": tc.CACHE_DIR, "suites": list(SUITES),
+    manifest = {**facts, "cache_dir": tc.CACHE_DIR, "steps": per_step,
+                "suites": list(SUITES) if "suites" in steps else [],
                 "kernels": len(rows) - len(failed), "failed": failed,
                 "seconds": round(time.perf_counter() - start, 1),
+                "record_seconds": round(recorded, 1),
+                "compile_seconds": round(sum(r["seconds"] for r in rows), 1),
                 "compiles": rows}
     (out / tc.MANIFEST).write_text(json.dumps(manifest, indent=1))
     size = (out / tc.ARCHIVE).stat().st_size
@@ -176,8 +431,8 @@ def warm(arch: str, out: Path, python: str, workers: int) -> int:
           f"kept ({deleted} pruned), {out / tc.ARCHIVE}: {size / 2**20:.2f} MiB, "
           f"{manifest['seconds']:.0f} s")
     for row in failed:
-        print(f"warm_cache: {row['kernel']} {row['config']} D={row['head_dim']}: {row['error']}",
-              file=sys.stderr)
+        print(f"warm_cache: {row.get('step')} {row['kernel']} {row['config']} "
+              f"D={row['head_dim']}: {row['error']}", file=sys.stderr)
     return 1 if failed else 0
 
 
@@ -193,6 +448,8 @@ def main() -> int:
                         help="the device's Python with the device's Triton (default: "
                              ".venv312/bin/python when it exists, else this one)")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--steps", nargs="+", choices=STEPS, default=list(STEPS),
+                        help="the proof's steps whose launches --out compiles (default: all)")
     args = parser.parse_args()
     arch = ARCHES[args.arch]
     if args.compile_jobs:
@@ -208,7 +465,8 @@ def main() -> int:
             sys.path.insert(0, str(ROOT))
             default = ROOT / ".venv312" / "bin" / "python"
             python = args.python or (str(default) if default.exists() else sys.executable)
-            return warm(args.arch, args.out, python, args.workers)
+            steps = tuple(dict.fromkeys(args.steps))
+            return warm(args.arch, args.out, python, args.workers, steps)
         cache = Path(os.environ.get("TRITON_CACHE_DIR", tc.CACHE_DIR))
         if args.harvest and not args.harvest.parent.is_dir():
             print(f"warm_cache: {args.harvest.parent} is not a folder", file=sys.stderr)
