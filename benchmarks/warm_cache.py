@@ -133,16 +133,12 @@ def compile_jobs(arch: str, suites: tuple[str, ...] = SUITES,
         raise ValueError(f"not steps of the proof: {unknown} (one of {list(STEPS)})")
     makers = {"suites": lambda: suite_launches(arch, suites), "kernel-sweep": lambda:
               sweep_launches(arch), "linear-targets": lambda: linear_target_launches(arch)}
-    from implementations.triton_kernels import launch_modes
-
     jobs, seen = [], set()
     for step in steps:
         for name, kernel, args, kwargs, configs, d in makers[step]():
             for job in _jobs(step, name, kernel, args, kwargs, configs, d):
-                spec = tuple(tuple(a.values()) if isinstance(a, dict)
-                             else launch_modes.specialization(a) for a in job["args"])
-                key = (job["kernel"], job["config"],
-                       json.dumps(job.pop("key_kwargs"), sort_keys=True, default=str), spec)
+                key = compile_key(kernel, job["kernel"], job["config"], job["args"],
+                                  job["kwargs"])
                 if key not in seen:
                     seen.add(key)
                     jobs.append(job)
@@ -164,16 +160,25 @@ def _jobs(step: str, name: str, kernel, args: tuple, kwargs: dict, configs: list
                          "needed to compile it)")
     encoded = [_encode(a) for a in args]
     tuned = hasattr(kernel, "configs")
-    # the key's view of the keyword arguments: a constexpr left at its default is the same
-    # compile as one passed with it (the chunk path's key pass leaves COMBINE out)
-    python_fn = (kernel.fn if tuned else kernel).fn
-    defaults = {k: p.default for k, p in inspect.signature(python_fn).parameters.items()
-                if p.default is not inspect.Parameter.empty and k not in kwargs}
     return [{"step": step, "module": modules[name], "kernel": name,
              "config": autotune.config_label(cfg), "head_dim": d, "args": encoded,
-             "kwargs": {**kwargs, **(cfg.all_kwargs() if tuned else {})},
-             "key_kwargs": {**defaults, **kwargs, **(cfg.all_kwargs() if tuned else {})}}
-            for cfg in configs]
+             "kwargs": {**kwargs, **(cfg.all_kwargs() if tuned else {})}} for cfg in configs]
+
+
+def compile_key(kernel, name: str, label: str, args: list, kwargs: dict) -> tuple:
+    """What Triton's cache key sees of a job (``args`` encoded, ``kwargs`` with the config's):
+    the kernel, the config, the keyword arguments with every default the kernel's signature
+    fills (a constexpr left at its default is the compile of one passed with it: the chunk
+    path's key pass leaves ``COMBINE`` out) and the arguments' specialization
+    (``launch_modes.specialization`` for the scalars; a tensor's dtype and alignment)."""
+    from implementations.triton_kernels import launch_modes
+
+    python_fn = (kernel.fn if hasattr(kernel, "configs") else kernel).fn
+    defaults = {k: p.default for k, p in inspect.signature(python_fn).parameters.items()
+                if p.default is not inspect.Parameter.empty}
+    spec = tuple(tuple(a.values()) if isinstance(a, dict) else launch_modes.specialization(a)
+                 for a in args)
+    return name, label, json.dumps({**defaults, **kwargs}, sort_keys=True, default=str), spec
 
 
 def suite_launches(arch: str, suites: tuple[str, ...] = SUITES) -> list[Recorded]:

@@ -1,0 +1,167 @@
+"""benchmarks/warm_cache.py --steps: the launches of the proof's later steps are warmed too.
+
+The kernel sweep (``kernel_sweep.py``: every listed config and candidate of the band kernels
+and the backward's, the decode split kernels) and the linear targets (``linear_targets.py``:
+the linear family's fused kernels) launch kernels the suites never do. Here, without a compile:
+the job list holds every config the sweep's own plan (``--list``) times, a candidate added to
+``autotune.CANDIDATES`` is warmed without another edit (and the check below would catch one
+that is not), the linear rows' launches are the ones the AOT check records on meta tensors,
+and the stand-in CUDA device leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton")
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+warm_cache = _load("warm_cache", ROOT / "benchmarks" / "warm_cache.py")
+
+
+@pytest.fixture(scope="module")
+def sweep_jobs() -> list[dict]:
+    return warm_cache.compile_jobs("sm_90", steps=("kernel-sweep",))
+
+
+@pytest.fixture(scope="module")
+def linear_jobs() -> list[dict]:
+    return warm_cache.compile_jobs("sm_90", steps=("linear-targets",))
+
+
+def _sweep():
+    return importlib.import_module("kernel_sweep")  # as warm_cache imports it
+
+
+def _missing(jobs: list[dict]) -> list[tuple]:
+    """The (kernel, head dim, config) that the sweep times on sm_90 (its own ``--list`` plan)
+    or that ``autotune.CANDIDATES`` holds for an sm_90 class, and no job compiles."""
+    from implementations.triton_kernels import autotune
+
+    ks = _sweep()
+    have = {(j["kernel"], j["head_dim"], j["config"]) for j in jobs}
+    want = {(r["kernel"], ks.CASES[r["case"]].head_dim, r["config"])
+            for r in ks.plan(list(ks.GROUPS), (9, 0))
+            if r["impl"] == "flash-tiled" and r["kernel"] != "backward"}  # --list's count
+    for kernel in autotune.CANDIDATES:
+        for d in (64, 128):  # the sm_90 classes: sm90-d64, sm90-d128
+            want |= {(kernel, d, autotune.config_label(c))
+                     for c in autotune.candidate_configs(kernel, d, (9, 0))}
+    return sorted(want - have)
+
+
+def test_every_config_and_candidate_the_sweep_times_is_warmed(sweep_jobs):
+    assert _missing(sweep_jobs) == []
+    assert all(job["step"] == "kernel-sweep" for job in sweep_jobs)
+    kernels = {job["kernel"] for job in sweep_jobs}
+    # the sweep's groups' kernels and what their recorded calls launch beside them
+    assert kernels == {"band_fwd", "band_dq", "band_dkdv", "delta_kernel", "band_fwd_split",
+                       "split_combine"}
+    labels = {job["config"] for job in sweep_jobs}
+    assert any("tma" in label and "ws" in label for label in labels)  # warp-specialized
+    assert json.loads(json.dumps(sweep_jobs)) == sweep_jobs  # carried to the compile as JSON
+
+
+def test_every_candidate_kernel_is_one_the_sweep_times():
+    from implementations.triton_kernels import autotune
+
+    swept = {kernel for kernel, *_ in _sweep().GROUPS.values()}
+    assert set(autotune.CANDIDATES) <= swept, "a candidate no step launches is never warmed"
+
+
+def test_a_new_candidate_is_caught_then_warmed(sweep_jobs, monkeypatch):
+    from implementations.triton_kernels import autotune
+
+    planted = (64, 32, 2, 1, frozenset({"sm90-d64"}), {})  # a tile no list has
+    monkeypatch.setitem(autotune.CANDIDATES, "band_dq",
+                        [*autotune.CANDIDATES["band_dq"], planted])
+    assert _missing(sweep_jobs) == [("band_dq", 64, "64x32 w2 s1")]  # the check sees it
+    assert _missing(warm_cache.compile_jobs("sm_90", steps=("kernel-sweep",))) == []
+
+
+def test_the_decode_cases_are_warmed_at_every_split_target(sweep_jobs):
+    """The rows ``waves=W`` record the call again with another split count: other keys per
+    split, and at least one of them another specialization than the default's."""
+    split = [job for job in sweep_jobs if job["kernel"] == "band_fwd_split"]
+    defaults = {job["config"] for job in split}
+    assert len(split) > len(defaults)
+
+
+def _key(job: dict) -> tuple:
+    kernel = getattr(importlib.import_module(job["module"]), job["kernel"])
+    return warm_cache.compile_key(kernel, job["kernel"], job["config"], job["args"],
+                                  job["kwargs"])
+
+
+def test_the_linear_rows_launch_what_the_aot_check_records(linear_jobs):
+    """Each fused path ``linear_targets.py`` takes (the non-causal default, the two-launch
+    ``fused = 2``, the causal chunk kernel of both maps, the fused Nyström) at B1 H16 D64 bf16,
+    n 65536: the launches the AOT check records from the same launch code on meta tensors."""
+    import torch
+
+    from implementations.triton_kernels import aot_check
+
+    # the config label aside: a kernel that is not autotuned runs its own options (kwargs)
+    have = {(k[0], *k[2:]) for k in map(_key, linear_jobs)}
+    for workload, features in (("feature-linear", 0), ("feature-linear-combine", 0),
+                               ("feature-linear-causal", 0), ("feature-performer-causal", 256),
+                               ("feature-performer-combine", 256), ("nystrom", 64)):
+        for launch in aot_check.record(workload, 64, 1, (features, 65536, 16, 16),
+                                       torch.bfloat16):
+            key = warm_cache.compile_key(launch.kernel, launch.name, "- w4 s3",
+                                         [warm_cache._encode(a) for a in launch.args],
+                                         launch.kwargs)
+            assert (key[0], *key[2:]) in have, (workload, launch.name)
+    kernels = {j["kernel"] for j in linear_jobs}
+    assert kernels == {"feature_state", "feature_combine", "feature_output", "feature_prefix",
+                       "feature_chunk", "nys_landmarks", "nys_key_pass", "nys_pinv",
+                       "nys_output"}
+    assert {j["kwargs"]["MAP"] for j in linear_jobs if j["kernel"] == "feature_chunk"} == {0, 1}
+
+
+def test_the_steps_share_a_launch_once():
+    jobs = warm_cache.compile_jobs("sm_90", steps=("linear-targets", "suites"))
+    keys = [_key(j) for j in jobs]
+    assert len(keys) == len(set(keys))
+    with pytest.raises(ValueError, match="not steps of the proof"):
+        warm_cache.compile_jobs("sm_90", steps=("tests",))
+
+
+def test_the_stand_in_device_leaves_nothing_behind(linear_jobs):
+    """After recording: torch.cuda is torch's again, and a cache the calls filled (FAVOR+'s
+    random features) holds no fake tensor."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    from implementations import performer
+
+    with warm_cache.lease_device("sm_90"):
+        stand_in = torch.cuda.get_device_capability
+        w = performer.orthogonal_features(256, 64, 12345)
+        assert isinstance(w, FakeTensor)
+    assert torch.cuda.get_device_capability is not stand_in
+    assert not isinstance(performer.orthogonal_features(256, 64, 12345), FakeTensor)
+
+
+def test_steps_on_the_command_line_are_checked():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "warm_cache.py"),
+                           "--out", "unused", "--steps", "tests"], capture_output=True,
+                          text=True, cwd=ROOT)
+    assert done.returncode == 2 and "invalid choice: 'tests'" in done.stderr
