@@ -1,22 +1,35 @@
 """Triton's on-disk cache for sm_90, compiled on a CPU and carried to a GPU lease.
 
     python benchmarks/warm_cache.py --arch sm_90 --out DIR    # here: warm, prune, write DIR
+        [--steps suites kernel-sweep linear-targets]          # (default: all three)
     python benchmarks/warm_cache.py --install DIR             # on the lease, before the proof
     python benchmarks/warm_cache.py --harvest FILE.tar.gz     # on the lease, at its end
 
-Warming: every launch of the fused kernels that the GPU proof's suites make (``SUITES``: each
-CUDA point of a fused implementation, recorded from the real launch code on meta tensors by
-``aot_check.record`` with the point's batch, heads, lengths, head dim, dtype and mask), with
-every config the autotuner may time for the arch (the class list the prune keeps; the pinned
-default is its first), is compiled through the JIT's own binder (``fn.warmup`` under a
-stand-in driver) into ``CACHE_DIR``, the path the lease uses too (Triton's group files hold
-absolute paths). The compiles run in ``--python`` (default ``.venv312/bin/python`` when it
-exists): Triton's key hashes ``libtriton.so``, which differs per CPython minor, so that Python
-must be the device's (``DEVICE``) with the device's Triton; it needs no torch (the arguments
-are stand-ins with ``data_ptr`` and ``dtype``). The cache is pruned to ``__grp__*.json``,
+Warming: every launch of the fused kernels that the GPU proof's steps make (``STEPS``):
+
+- ``suites``: each CUDA point of a fused implementation in the suites the proof measures
+  (:func:`proof_suites`: its own plan, and the smokes), recorded from the real launch code on
+  meta tensors by ``aot_check.record`` with the point's batch, heads, lengths, head dim, dtype
+  and mask, with every config the autotuner may time for the arch (the class list the prune
+  keeps; the pinned default is its first);
+- ``kernel-sweep``: what ``kernel_sweep.py`` compiles and times (every group, case, listed
+  config and candidate, the decode split targets, the Hopper backward peers), from the
+  script's own ``Prepared`` and ``sweep_configs``;
+- ``linear-targets``: the fused launches of ``linear_targets.py``'s rows at its lengths, each
+  row called through the registry's own function;
+
+the last two on fake CUDA tensors (:func:`lease_device`: a GPU of the arch without one).
+Each distinct (kernel, config, constexprs, specialization) is compiled once
+(:func:`compile_key`), through the JIT's own binder (``fn.warmup`` under a stand-in driver),
+into ``CACHE_DIR``, the path the lease uses too (Triton's group files hold absolute paths).
+The compiles run in ``--python`` (default ``.venv312/bin/python`` when it exists): Triton's
+key hashes ``libtriton.so``, which differs per CPython minor, so that Python must be the
+device's (``DEVICE``) with the device's Triton; it needs no torch (the arguments are
+stand-ins with ``data_ptr`` and ``dtype``). The cache is pruned to ``__grp__*.json``,
 ``*.json`` and ``*.cubin`` and packed as ``DIR/cache.tar.gz`` beside ``DIR/manifest.json``
 (the Triton key's sha256, ``ptxas --version``, Python, arch, the cache-invalidating variables
-that were set, the kernels).
+that were set, the steps, the kernels) and ``DIR/jobs.json``, the compiles, which
+``--compile-jobs DIR/jobs.json`` runs again (the hit check of docs/triton_cache.md).
 
 Installing checks the manifest against the running Triton (key, ptxas, Python minor, arch of
 GPU 0 when torch sees one, those variables) and unpacks into ``$TRITON_CACHE_DIR`` (which must
@@ -48,8 +61,8 @@ import triton_cache as tc
 ROOT = tc.ROOT
 DEVICE = {"python": "3.12", "triton": "3.6.0"}  # the leases' (docs/gpu.md, FACTS.md)
 ARCHES = {"sm_90": 90, "sm_80": 80}
-SUITES = ("gpu-smoke", "gpu-smoke-decode", "claims-gpu", "claims-linear-gpu", "claims-gpu-local",
-          "claims-gpu-decode", "claims-linear-gpu-decode", "claims-gpu-heads", "claims-gpu-block")
+SMOKES = ("gpu-smoke", "gpu-smoke-decode")  # a lease's first checks, beside the proof
+PROOF = ROOT / "benchmarks" / "gpu_proof.sh"
 JOBS = "jobs.json"  # DIR's list of the compiles, as --compile-jobs reads it
 STEPS = ("suites", "kernel-sweep", "linear-targets")  # the proof's steps whose launches are warmed
 BAND = {"local", "dilated", "longformer", "bigbird", "flash-tiled"}  # triton_attention
@@ -58,7 +71,17 @@ FEATURE = {"linear": False, "performer": True}  # feature_attention: FAVOR+ or n
 
 # -- which compiles (the project's Python: torch, the harness) --------------------------------
 
-def suite_shapes(suites: tuple[str, ...] = SUITES) -> list[tuple]:
+def proof_suites() -> tuple[str, ...]:
+    """The smokes (:data:`SMOKES`) and every suite the proof's measure steps run, read from
+    the proof's own plan (``gpu_proof.sh --dry-run --plan-json``: no GPU, torch or pytest)."""
+    done = subprocess.run(["bash", str(PROOF), "--dry-run", "--plan-json"], capture_output=True,
+                          text=True, check=True)
+    measured = [step["step"].removeprefix("measure-") for step in json.loads(done.stdout)
+                if step["kind"] == "measure"]
+    return tuple(dict.fromkeys((*SMOKES, *measured)))
+
+
+def suite_shapes(suites: tuple[str, ...] | None = None) -> list[tuple]:
     """The fused calls of the suites' CUDA points, once each: (batch, head dim, dtype, shape)
     with shape as ``aot_check.record`` takes it. A decode point calls its core once per step
     at positions seq_len .. seq_len + gen_tokens - 1 (the timed step is the first); a
@@ -68,7 +91,7 @@ def suite_shapes(suites: tuple[str, ...] = SUITES) -> list[tuple]:
     from harness.sweep.suite import load_suite
 
     calls: dict[tuple, tuple] = {}
-    for name in suites:
+    for name in suites or proof_suites():
         for point in load_suite(ROOT / "suites" / f"{name}.toml").points:
             if point.device != "cuda" or point.impl not in BAND | set(FEATURE):
                 continue
@@ -121,7 +144,7 @@ def _encode(value):
     raise TypeError(f"cannot carry a {type(value).__name__} argument to the compile")
 
 
-def compile_jobs(arch: str, suites: tuple[str, ...] = SUITES,
+def compile_jobs(arch: str, suites: tuple[str, ...] | None = None,
                  steps: tuple[str, ...] = ("suites",)) -> list[dict]:
     """One job per distinct (kernel, config, constexprs, specialization) that ``steps`` of the
     proof launch (:data:`STEPS`; by default the suites' only), in the order of ``steps``, a
@@ -181,7 +204,7 @@ def compile_key(kernel, name: str, label: str, args: list, kwargs: dict) -> tupl
     return name, label, json.dumps({**defaults, **kwargs}, sort_keys=True, default=str), spec
 
 
-def suite_launches(arch: str, suites: tuple[str, ...] = SUITES) -> list[Recorded]:
+def suite_launches(arch: str, suites: tuple[str, ...] | None = None) -> list[Recorded]:
     """The suites' fused calls (:func:`suite_shapes`), each launch with every config its
     autotuner may time on ``arch`` (the class list after the prune) or its own options."""
     from implementations.triton_kernels import aot_check
@@ -424,7 +447,7 @@ def warm(arch: str, out: Path, python: str, workers: int,
     tc.pack(cache, out / tc.ARCHIVE)
     failed = [r for r in rows if r["error"]]
     manifest = {**facts, "cache_dir": tc.CACHE_DIR, "steps": per_step,
-                "suites": list(SUITES) if "suites" in steps else [],
+                "suites": list(proof_suites()) if "suites" in steps else [],
                 "kernels": len(rows) - len(failed), "failed": failed,
                 "seconds": round(time.perf_counter() - start, 1),
                 "record_seconds": round(recorded, 1),

@@ -165,3 +165,17 @@ def test_steps_on_the_command_line_are_checked():
                            "--out", "unused", "--steps", "tests"], capture_output=True,
                           text=True, cwd=ROOT)
     assert done.returncode == 2 and "invalid choice: 'tests'" in done.stderr
+
+
+def test_the_suites_step_reads_the_proofs_own_plan():
+    """Every suite a measure step of ``gpu_proof.sh`` runs (its --plan-json), and the smokes."""
+    import subprocess
+
+    plan = json.loads(subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_proof.sh"),
+                                      "--dry-run", "--plan-json"], capture_output=True,
+                                     text=True, check=True).stdout)
+    measured = {s["step"].removeprefix("measure-") for s in plan if s["kind"] == "measure"}
+    suites = warm_cache.proof_suites()
+    assert "claims-linear-gpu-scaling" in measured
+    assert set(suites) == measured | set(warm_cache.SMOKES)
+    assert all((ROOT / "suites" / f"{name}.toml").is_file() for name in suites)
