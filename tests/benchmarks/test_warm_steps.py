@@ -179,3 +179,27 @@ def test_the_suites_step_reads_the_proofs_own_plan():
     assert "claims-linear-gpu-scaling" in measured
     assert set(suites) == measured | set(warm_cache.SMOKES)
     assert all((ROOT / "suites" / f"{name}.toml").is_file() for name in suites)
+
+
+@pytest.mark.parametrize("name", ["d64", "decode-32k"])
+def test_a_sweep_case_on_the_stand_in_device_launches_as_on_meta_tensors(name):
+    """The sweep's case recorded on fake CUDA tensors (its own ``Prepared``) and the same
+    shape recorded by the AOT check on meta tensors: the same kernels, compile-time arguments
+    and argument specializations."""
+    import torch
+
+    from implementations.triton_kernels import aot_check
+
+    ks = _sweep()
+    case = ks.CASES[name]
+    with warm_cache.lease_device("sm_90"), warm_cache._tuning_off():
+        fake = warm_cache._prepared(ks, name, case).launches
+    shape = (case.mask, case.n_q, case.n_k, case.heads, case.kv_heads, case.backward)
+    meta = aot_check.record(name, case.head_dim, case.batch, shape, torch.bfloat16)
+
+    def keys(launches) -> list[tuple]:
+        return [warm_cache.compile_key(x.kernel, x.name, "", [warm_cache._encode(a)
+                                                              for a in x.args], x.kwargs)
+                for x in launches]
+
+    assert keys(fake) == keys(meta) and len(fake) >= 1
