@@ -494,6 +494,12 @@ def main() -> int:
             default = ROOT / ".venv312" / "bin" / "python"
             python = args.python or (str(default) if default.exists() else sys.executable)
             steps = tuple(dict.fromkeys(args.steps))
+            if args.arch != "sm_90" and "kernel-sweep" in steps:
+                # launches.forward_blocks reads autotune.current_capability(): (9, 0) without
+                # a GPU, so another arch's backward and decode tiles would be recorded wrong
+                print(f"warm_cache: kernel-sweep left out for {args.arch}: its launches are "
+                      "recorded for sm_90 only", file=sys.stderr)
+                steps = tuple(step for step in steps if step != "kernel-sweep")
             return warm(args.arch, args.out, python, args.workers, steps)
         cache = Path(os.environ.get("TRITON_CACHE_DIR", tc.CACHE_DIR))
         if args.harvest and not args.harvest.parent.is_dir():
