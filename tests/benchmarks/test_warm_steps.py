@@ -93,12 +93,15 @@ def test_a_new_candidate_is_caught_then_warmed(sweep_jobs, monkeypatch):
     assert _missing(warm_cache.compile_jobs("sm_90", steps=("kernel-sweep",))) == []
 
 
-def test_the_decode_cases_are_warmed_at_every_split_target(sweep_jobs):
-    """The rows ``waves=W`` record the call again with another split count: other keys per
-    split, and at least one of them another specialization than the default's."""
-    split = [job for job in sweep_jobs if job["kernel"] == "band_fwd_split"]
-    defaults = {job["config"] for job in split}
-    assert len(split) > len(defaults)
+def test_the_decode_cases_are_warmed_at_every_split_target(sweep_jobs, monkeypatch):
+    """The rows ``waves=W`` record a decode call again with another split count: a split
+    count divisible by 16 (or not) is another specialization, so the targets add compiles."""
+    def split(jobs: list[dict]) -> int:
+        return sum(job["kernel"] in ("band_fwd_split", "split_combine") for job in jobs)
+
+    monkeypatch.setattr(_sweep(), "SPLIT_WAVES", ())
+    without = warm_cache.compile_jobs("sm_90", steps=("kernel-sweep",))
+    assert split(sweep_jobs) > split(without) > 0
 
 
 def _key(job: dict) -> tuple:
