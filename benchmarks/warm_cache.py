@@ -288,12 +288,13 @@ def linear_target_launches(arch: str) -> list[Recorded]:
     that take the PyTorch path or another package's kernels launch none. A row that forces the
     fused kernels (``fused`` >= 1) and launches none is an error (ValueError)."""
     import linear_targets as lt
+    import torch
 
     from harness import registry
     from harness.masks import MaskSpec
     from implementations.triton_kernels import launch_modes
 
-    args = lt.parse(["-"])
+    args = lt.parse(["-"])  # the script's defaults ("-": its output file, unused here)
     impls = {}
     for _, impl_name, _, _ in (*lt.ROWS, *lt.LAST_ROWS):
         try:  # loading checks a plug-in on a small CPU call: before the stand-in device
@@ -304,7 +305,8 @@ def linear_target_launches(arch: str) -> list[Recorded]:
     with lease_device(arch):
         for n in args.lengths:
             shape = (args.batch, args.heads, n, args.head_dim)
-            q, k, v = (torch_empty(shape, args.torch_dtype) for _ in range(3))
+            q, k, v = (torch.empty(shape, device="cuda", dtype=args.torch_dtype)
+                       for _ in range(3))
             for row, impl_name, causal, params in (*lt.ROWS, *lt.LAST_ROWS):
                 seen: list = []
                 impl = impls.get(impl_name)
@@ -325,12 +327,6 @@ def linear_target_launches(arch: str) -> list[Recorded]:
                     out.append((launch.name, launch.kernel, launch.args, launch.kwargs,
                                 [_own_config(launch)], args.head_dim))
     return out
-
-
-def torch_empty(shape: tuple, dtype):
-    import torch
-
-    return torch.empty(shape, device="cuda", dtype=dtype)
 
 
 @contextlib.contextmanager
