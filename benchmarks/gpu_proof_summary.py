@@ -100,16 +100,28 @@ def run_rows(out: Path, name: str) -> tuple[list[str], int, pd.DataFrame | None]
 
 
 def triton_misses(out: Path) -> list[str]:
-    """Triton compiles per measure step (cache misses), from the listener's JSON lines."""
+    """Triton compiles per step (cache misses), from the listener's JSON lines: a line whose
+    ``hit`` is true is a disk-cache hit (the warm cache serving it), counted apart."""
     folder = out / "triton-misses"
     if not folder.is_dir():
         return []
-    counts = {path.stem: sum(1 for line in path.read_text().splitlines() if line.strip())
-              for path in sorted(folder.glob("*.jsonl"))}
+    counts = {}
+    for path in sorted(folder.glob("*.jsonl")):
+        hits = [_is_hit(line) for line in path.read_text().splitlines() if line.strip()]
+        counts[path.stem] = (hits.count(False), hits.count(True))
     if not counts:
         return ["triton compiles (cache misses): none logged (no listener on PYTHONPATH?)"]
     return ["triton compiles (cache misses), 0 expected with a warm cache: " + ", ".join(
-        f"{step} {n}" for step, n in counts.items())]
+        f"{step} {misses}" + (f" ({hits} hits)" if hits else "")
+        for step, (misses, hits) in counts.items())]
+
+
+def _is_hit(line: str) -> bool:
+    """Whether a listener line is a disk-cache hit (an unreadable line counts as a miss)."""
+    try:
+        return json.loads(line).get("hit") is True
+    except (ValueError, AttributeError):
+        return False
 
 
 def _span(values: pd.Series, digits: int = 2) -> str:

@@ -206,3 +206,22 @@ def test_a_sweep_case_on_the_stand_in_device_launches_as_on_meta_tensors(name):
                 for x in launches]
 
     assert keys(fake) == keys(meta) and len(fake) >= 1
+
+
+def test_the_proof_summary_counts_hits_apart_from_misses(tmp_path):
+    """On a warm lease the listener logs a line per disk hit too: the summary's count is the
+    misses (a line without ``hit``, or unreadable, is one), the hits beside them."""
+    summary = _load("gpu_proof_summary", ROOT / "benchmarks" / "gpu_proof_summary.py")
+    folder = tmp_path / "triton-misses"
+    folder.mkdir()
+    (folder / "kernel-sweep.jsonl").write_text(
+        '{"kernel": "band_fwd", "hit": true}\n' * 3 + '{"kernel": "band_dq", "hit": false}\n')
+    (folder / "measure-claims-gpu.jsonl").write_text('{"k": 1}\nnot json\n')
+    (line,) = summary.triton_misses(tmp_path)
+    assert line.endswith("kernel-sweep 1 (3 hits), measure-claims-gpu 2"), line
+
+
+def test_the_proof_counts_the_sweeps_compiles():
+    text = (ROOT / "benchmarks" / "gpu_proof.sh").read_text()
+    body = text[text.index("kernel_sweep() {"):text.index("\n}\n", text.index("kernel_sweep() {"))]
+    assert 'ATTNBENCH_TRITON_MISSES="$OUT/triton-misses/kernel-sweep.jsonl"' in body
