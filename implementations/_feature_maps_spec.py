@@ -7,11 +7,14 @@ profiler's measured peak."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
 from harness.masks import MaskSpec, keep_pairs
-from harness.spec import Problem
+from harness.spec import Param, Problem
 from implementations._feature_maps import (
     BLOCKED_REDUCTION_DEVICES,
     REDUCE_ROWS,
@@ -24,6 +27,43 @@ from implementations._feature_maps import (
     split_blocks,
 )
 from implementations._kernels.triton import feature_attention as fused
+
+CHUNK = Param(
+    64,
+    "causal chunk size C: positions per masked C×C block between state updates "
+    "(time O(n·(C + F)·D); no effect without causal)",
+    minimum=1,
+)
+# how a call runs, not what it computes: the parameters ``linear`` and ``performer`` share
+EXECUTION = {"chunk_size": CHUNK, "segment_bytes": SEGMENT, "fused": fused.FUSED}
+
+
+def chunk_of(p: Problem) -> int:
+    """``p``'s ``chunk_size`` (the default where the point names none)."""
+    return int(p.param("chunk_size", CHUNK.default))
+
+
+@dataclass(frozen=True)
+class FeatureCosts:
+    """The registry declarations of one feature-map method, from its feature count F and its
+    map's temporaries: ``linear`` (F = D) and ``performer`` (FAVOR+, F = m, a running
+    stabiliser per K/V head in its state)."""
+
+    features: Callable[[Problem], int]  # F of a call
+    map_temps: Callable[[Problem], int]  # elements per row beside F while a map runs
+    favor: bool = False
+
+    def workspace(self, p: Problem) -> int:
+        """The memory model (:func:`method_workspace`)."""
+        return method_workspace(p, self.features(p), chunk_of(p), self.map_temps(p), self.favor)
+
+    def reasons(self, p: Problem) -> list[str]:
+        """The extra reasons (:func:`method_reasons`)."""
+        return method_reasons(p, self.features(p), chunk_of(p), self.map_temps(p), self.favor)
+
+    def state_bytes(self, p: Problem) -> int:
+        """The recurrent state's bytes (:func:`state_bytes`)."""
+        return state_bytes(p, self.features(p), 1 if self.favor else 0)
 
 
 def kernel_flops(p: Problem, features: int) -> int:

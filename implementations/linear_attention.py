@@ -29,9 +29,8 @@ from torch import Tensor
 
 from harness.masks import MaskSpec
 from harness.registry import problem_of, register
-from harness.spec import FLOAT_DTYPES, Capabilities, Cost, Param, Problem, Recurrence
+from harness.spec import FLOAT_DTYPES, Capabilities, Cost, Problem, Recurrence
 from implementations._feature_maps import (
-    SEGMENT,
     FeatureState,
     check_inputs,
     compute_dtype,
@@ -39,24 +38,15 @@ from implementations._feature_maps import (
     state_dims,
 )
 from implementations._feature_maps_spec import (
+    EXECUTION,
+    FeatureCosts,
     feature_definition,
     kernel_flops,
-    method_reasons,
-    method_workspace,
-    state_bytes,
 )
 from implementations._kernels.triton.feature_attention import (
-    FUSED,
     chunk_attention,
     feature_attention,
     takes_fused,
-)
-
-CHUNK = Param(
-    64,
-    "causal chunk size C: positions per masked C×C block between state updates "
-    "(time O(n·(C + D)·D); no effect without causal)",
-    minimum=1,
 )
 
 
@@ -117,17 +107,7 @@ def _map_temps(p: Problem) -> int:
     return p.head_dim if p.dtype != compute_dtype(p.dtype) else 0
 
 
-def chunk_of(p: Problem) -> int:
-    """``p``'s ``chunk_size`` (the default where the point names none)."""
-    return int(p.param("chunk_size", CHUNK.default))
-
-
-def _workspace(p: Problem) -> int:
-    return method_workspace(p, p.head_dim, chunk_of(p), _map_temps(p), favor=False)
-
-
-def _reasons(p: Problem) -> list[str]:
-    return method_reasons(p, p.head_dim, chunk_of(p), _map_temps(p), favor=False)
+COSTS = FeatureCosts(features=lambda p: p.head_dim, map_temps=_map_temps)
 
 
 @register(
@@ -137,14 +117,14 @@ def _reasons(p: Problem) -> list[str]:
     cost=Cost(
         time_exponent=1,
         memory_exponent=1,
-        memory_model=_workspace,
+        memory_model=COSTS.workspace,
         flops=elu_flops,
     ),
     description="linear transformer, φ = elu + 1: O(n·D²); causal chunk by chunk with a state",
-    params={"chunk_size": CHUNK, "segment_bytes": SEGMENT, "fused": FUSED},
-    extra_reasons=_reasons,
+    params={**EXECUTION},
+    extra_reasons=COSTS.reasons,
     reference=linear_reference,
-    recurrence=Recurrence(new_state=LinearState, state_bytes=lambda p: state_bytes(p, p.head_dim)),
+    recurrence=Recurrence(new_state=LinearState, state_bytes=COSTS.state_bytes),
 )
 def linear_attention(
     q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, scale: float | None = None,

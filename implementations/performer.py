@@ -54,7 +54,6 @@ from harness.masks import MaskSpec
 from harness.registry import problem_of, register
 from harness.spec import FLOAT_DTYPES, Capabilities, Cost, Param, Problem, Recurrence
 from implementations._feature_maps import (
-    SEGMENT,
     FeatureState,
     check_inputs,
     compute_dtype,
@@ -62,20 +61,17 @@ from implementations._feature_maps import (
     state_dims,
 )
 from implementations._feature_maps_spec import (
+    EXECUTION,
+    FeatureCosts,
     feature_definition,
     kernel_flops,
-    method_reasons,
-    method_workspace,
-    state_bytes,
 )
 from implementations._kernels.triton.feature_attention import (
-    FUSED,
     chunk_attention,
     feature_attention,
     split_weights,
     takes_fused,
 )
-from implementations.linear_attention import CHUNK, chunk_of
 
 FEATURES = Param(256, "random features m of the FAVOR+ estimator (error ~ m^-1/2)", minimum=1)
 
@@ -203,17 +199,12 @@ def _m(p: Problem) -> int:
     return int(p.param("features", FEATURES.default))
 
 
-def _workspace(p: Problem) -> int:
-    return method_workspace(p, _m(p), chunk_of(p), _map_temps(p), favor=True)
-
-
-def _reasons(p: Problem) -> list[str]:
-    return method_reasons(p, _m(p), chunk_of(p), _map_temps(p), favor=True)
+COSTS = FeatureCosts(features=_m, map_temps=_map_temps, favor=True)
 
 
 def _flops(p: Problem) -> int:
     """Feature maps (2·m·D per query and per key row) plus the feature-space attention."""
-    m = int(p.param("features", FEATURES.default))
+    m = _m(p)
     maps = 2 * m * p.head_dim * p.batch * (p.heads * p.n_q + p.n_kv_heads * p.n_k)
     return maps + kernel_flops(p, m)
 
@@ -225,22 +216,15 @@ def _flops(p: Problem) -> int:
     cost=Cost(
         time_exponent=1,
         memory_exponent=1,
-        memory_model=_workspace,
+        memory_model=COSTS.workspace,
         flops=_flops,
-        io_bytes=lambda p: (
-            int(p.param("features", FEATURES.default))
-            * p.head_dim
-            * compute_dtype(p.dtype).itemsize
-        ),
+        io_bytes=lambda p: _m(p) * p.head_dim * compute_dtype(p.dtype).itemsize,  # W
     ),
     description="Performer FAVOR+, positive orthogonal random features: O(n·m·D)",
-    params={"features": FEATURES, "chunk_size": CHUNK, "segment_bytes": SEGMENT, "fused": FUSED},
-    extra_reasons=_reasons,
+    params={"features": FEATURES, **EXECUTION},
+    extra_reasons=COSTS.reasons,
     reference=performer_reference,
-    recurrence=Recurrence(
-        new_state=PerformerState,
-        state_bytes=lambda p: state_bytes(p, int(p.param("features", FEATURES.default)), 1),
-    ),
+    recurrence=Recurrence(new_state=PerformerState, state_bytes=COSTS.state_bytes),
 )
 def performer_attention(
     q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, scale: float | None = None,
