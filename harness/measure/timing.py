@@ -90,6 +90,8 @@ class Measurement:
     host_status: str = "ok"  # or "unavailable: <reason>" when host_samples is empty
     # per-call CPU time of each sample (CPU devices; empty where the device gives none)
     cpu_samples: tuple[float, ...] = ()
+    # the host allocator's state the samples saw (CPU devices, harness.measure.allocator)
+    malloc_tuning: str | None = None
 
     @property
     def median(self) -> float:
@@ -123,6 +125,7 @@ class Measurement:
             "l2": self.l2,
             **self.host_columns(),
             **self.cpu_columns(),
+            **({"malloc_tuning": self.malloc_tuning} if self.malloc_tuning else {}),
         }
 
     def cpu_columns(self) -> dict:
@@ -185,7 +188,8 @@ def measure(
     status = "ok" if len(host) == len(samples) else reason
     return Measurement(tuple(samples), calls, first_call_s, l2,
                        tuple(host) if status == "ok" else (), status,
-                       tuple(cpu) if len(cpu) == len(samples) else ())
+                       tuple(cpu) if len(cpu) == len(samples) else (),
+                       getattr(device, "malloc_tuning", None))
 
 
 def _rel_halfwidth(samples: list[float]) -> float:

@@ -1,0 +1,113 @@
+"""The C allocator's state while CPU points are timed: one fixed state, whatever ran before.
+
+Why: torch's CPU tensors come from ``malloc`` (glibc's ptmalloc). For a block of 128 KiB to
+32 MiB, glibc decides at every call whether it comes from ``mmap`` (fresh pages: a minor
+page fault per 4 KiB page on first touch, counted as *system* CPU time) or from the heap, by a
+threshold that moves with the process's history (freeing an mmapped block raises it to that
+block's size), and whether a freed heap block goes back to the OS (the heap top is trimmed
+once it exceeds ``M_TRIM_THRESHOLD``, twice the moving mmap threshold) depends on what lies
+above it in the heap. So ``full`` and ``sdpa-math`` at n = 1024 (16 MiB score matrices) timed
+in one of two modes per process: ~0 faults a call (~10 ms CPU) or the whole 32 MiB of scores
+faulted in again every call (~8,300 faults, ~20-28 ms CPU of which ~10-20 ms system time;
+docs/noise.md, "Two modes of the memory-heavy points"; ``scripts/malloc_modes.py``).
+
+The fixed state (:func:`tune`, applied when a :class:`~harness.measure.device.CpuDevice` is
+made, so in every process that measures on a CPU: an in-process run, each isolated child, the
+environment child, a rerun): ``M_MMAP_MAX = 0`` (no block from ``mmap``: every block comes
+from the heap) and ``M_TRIM_THRESHOLD = -1`` (the heap is never trimmed on ``free``). Setting
+either also switches glibc's moving threshold off. A timed call then reuses the memory the
+warm-up calls faulted in, at every size, as a caching allocator would (CUDA's, jemalloc,
+tcmalloc): its time is the algorithm's work and memory traffic, not the kernel handing out
+zeroed pages. The first call (``first_call_s``) still pays for fresh memory.
+
+What it does not change: peak memory. ``torch-profiler`` (the CPU method) sums torch's own
+allocation events, which no allocator setting moves; ``rss-hwm`` (its fallback) calls
+``malloc_trim(0)`` before the call, which returns every free heap page to the OS whatever the
+trim threshold, so the call's pages are counted again. Freed memory is handed back between
+points (:func:`release`, from ``CpuDevice.release_memory``), so a large point's heap does not
+stay resident through the rest of a run.
+
+``ATTNBENCH_MALLOC=default`` leaves glibc as it comes (to measure what an untuned process
+sees); the row's ``malloc_tuning`` column and ``env.json`` say which state the numbers were
+taken in.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+from functools import cache
+
+from harness.errors import CliError
+
+MALLOC_ENV = "ATTNBENCH_MALLOC"
+MODES = ("tuned", "default")
+# mallopt parameter numbers (glibc <malloc.h>)
+M_TRIM_THRESHOLD = -1
+M_MMAP_MAX = -4
+
+TUNED = "glibc: M_MMAP_MAX=0 M_TRIM_THRESHOLD=-1"
+DEFAULT = f"glibc default ({MALLOC_ENV}=default)"
+UNTUNED = "untuned: no CPU device made in this process"
+
+_state: str | None = None  # what tune() set in this process (a fork inherits both)
+
+
+def mode() -> str:
+    """``tuned`` (unset or empty) or ``default``, from ``ATTNBENCH_MALLOC``; another value is
+    a one-line error."""
+    value = os.environ.get(MALLOC_ENV, "").strip() or "tuned"
+    if value not in MODES:
+        raise CliError(f"{MALLOC_ENV}={value!r}: expected one of {', '.join(MODES)}")
+    return value
+
+
+@cache
+def _libc() -> ctypes.CDLL | None:
+    """This process's glibc (the ``malloc`` torch calls), or None elsewhere."""
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return None
+    try:
+        libc = ctypes.CDLL(None)
+        libc.mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+        libc.malloc_trim.argtypes = (ctypes.c_size_t,)
+        return libc
+    except (OSError, AttributeError):
+        return None
+
+
+def tune() -> str:
+    """Put this process's allocator into the fixed state (once; later calls return the state
+    set the first time) and return what the ``malloc_tuning`` column records."""
+    global _state
+    wanted = mode()  # a bad setting is an error whenever a device is made
+    if _state is not None:
+        return _state
+    if wanted == "default":
+        _state = DEFAULT
+        return _state
+    libc = _libc()
+    preload = os.environ.get("LD_PRELOAD", "")
+    if libc is None:
+        _state = f"unavailable: not glibc ({platform.system()} {platform.libc_ver()[0]})"
+    elif "malloc" in preload:  # jemalloc/tcmalloc replace malloc: glibc's settings are moot
+        _state = f"unavailable: LD_PRELOAD={preload} replaces malloc"
+    elif libc.mallopt(M_MMAP_MAX, 0) and libc.mallopt(M_TRIM_THRESHOLD, -1):
+        _state = TUNED
+    else:
+        _state = "unavailable: glibc refused mallopt(M_MMAP_MAX / M_TRIM_THRESHOLD)"
+    return _state
+
+
+def state() -> str:
+    """The allocator state this process's CPU numbers are taken in."""
+    return _state or UNTUNED
+
+
+def release() -> None:
+    """Hand the heap's free pages back to the OS (``malloc_trim(0)``), where :func:`tune` keeps
+    them: between points, never inside a timed pass."""
+    libc = _libc()
+    if _state == TUNED and libc is not None:
+        libc.malloc_trim(0)
