@@ -23,9 +23,9 @@ zeroed pages. The first call (``first_call_s``) still pays for fresh memory.
 What it does not change: peak memory. ``torch-profiler`` (the CPU method) sums torch's own
 allocation events, which no allocator setting moves; ``rss-hwm`` (its fallback) calls
 ``malloc_trim(0)`` before the call, which returns every free heap page to the OS whatever the
-trim threshold, so the call's pages are counted again. Freed memory is handed back between
-points (:func:`release`, from ``CpuDevice.release_memory``), so a large point's heap does not
-stay resident through the rest of a run.
+trim threshold, so the call's pages are counted again. Between points, a free heap of more
+than 512 MiB goes back to the OS (:func:`release`, from ``CpuDevice.release_memory``), so a
+large point's memory does not stay resident through the rest of a run.
 
 ``ATTNBENCH_MALLOC=default`` leaves glibc as it comes (to measure what an untuned process
 sees); the row's ``malloc_tuning`` column and ``env.json`` say which state the numbers were
@@ -50,6 +50,9 @@ M_MMAP_MAX = -4
 TUNED = "glibc: M_MMAP_MAX=0 M_TRIM_THRESHOLD=-1"
 DEFAULT = f"glibc default ({MALLOC_ENV}=default)"
 UNTUNED = "untuned: no CPU device made in this process"
+
+# free heap kept between points (release); above it the free pages go back to the OS
+RELEASE_ABOVE = 512 * 2**20
 
 _state: str | None = None  # what tune() set in this process (a fork inherits both)
 
@@ -105,9 +108,38 @@ def state() -> str:
     return _state or UNTUNED
 
 
-def release() -> None:
-    """Hand the heap's free pages back to the OS (``malloc_trim(0)``), where :func:`tune` keeps
-    them: between points, never inside a timed pass."""
+MALLINFO2_FIELDS = ("arena", "ordblks", "smblks", "hblks", "hblkhd",
+                    "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")
+
+
+class _Info(ctypes.Structure):
+    """glibc's ``struct mallinfo2`` (glibc >= 2.33)."""
+
+    _fields_ = [(name, ctypes.c_size_t) for name in MALLINFO2_FIELDS]
+
+
+def mallinfo() -> dict[str, int] | None:
+    """glibc's allocator counters now (``mallinfo2``: ``arena`` heap bytes, ``hblkhd`` bytes
+    in mmapped blocks, ``fordblks`` free heap bytes, ...); None without ``mallinfo2``."""
     libc = _libc()
-    if _state == TUNED and libc is not None:
-        libc.malloc_trim(0)
+    if libc is None or not hasattr(libc, "mallinfo2"):
+        return None
+    libc.mallinfo2.restype = _Info
+    info = libc.mallinfo2()
+    return {name: int(getattr(info, name)) for name in MALLINFO2_FIELDS}
+
+
+def release() -> bool:
+    """Between points (never inside a timed pass): hand the heap's free pages back to the OS
+    (``malloc_trim(0)``) once it holds more than :data:`RELEASE_ABOVE` free, so a large point's
+    memory does not stay resident through the rest of a run. Below that the pages stay: a
+    point's next pass then reuses memory that is touched already, where a trimmed heap made
+    its first samples fault their buffers in again. Returns whether it trimmed."""
+    libc = _libc()
+    if _state != TUNED or libc is None:
+        return False
+    info = mallinfo()
+    if info is not None and info["fordblks"] <= RELEASE_ABOVE:
+        return False
+    libc.malloc_trim(0)
+    return True

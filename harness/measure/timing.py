@@ -19,6 +19,10 @@ with more runnable tasks than cores, a one-thread point's wall time grew 2-4x by
 a core while the work it did stayed the same (docs/noise.md), and ``compare`` gates one-thread
 rows on CPU time for that reason. It still moves with what time-sharing cannot hide: memory
 bandwidth and caches shared with the other tasks, and the host's clock speed.
+
+CPU samples are taken with ``malloc`` in the fixed state of :mod:`harness.measure.allocator`
+(the ``malloc_tuning`` column): a timed call reuses heap memory the warm-up calls touched,
+instead of faulting in fresh pages in some processes and not in others.
 """
 
 from __future__ import annotations
