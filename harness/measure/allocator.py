@@ -129,17 +129,18 @@ def mallinfo() -> dict[str, int] | None:
     return {name: int(getattr(info, name)) for name in MALLINFO2_FIELDS}
 
 
-def release() -> bool:
+def release(keep: int | None = None) -> bool:
     """Between points (never inside a timed pass): hand the heap's free pages back to the OS
-    (``malloc_trim(0)``) once it holds more than :data:`RELEASE_ABOVE` free, so a large point's
-    memory does not stay resident through the rest of a run. Below that the pages stay: a
-    point's next pass then reuses memory that is touched already, where a trimmed heap made
-    its first samples fault their buffers in again. Returns whether it trimmed."""
+    (``malloc_trim(0)``) once it holds more than ``keep`` bytes free (default
+    :data:`RELEASE_ABOVE`), so a large point's memory does not stay resident through the rest
+    of a run. Below that the pages stay: a point's next pass then reuses memory that is
+    touched already, where a trimmed heap made its first samples fault their buffers in
+    again. Returns whether it trimmed (never when the allocator is not tuned)."""
     libc = _libc()
     if _state != TUNED or libc is None:
         return False
     info = mallinfo()
-    if info is not None and info["fordblks"] <= RELEASE_ABOVE:
+    if info is not None and info["fordblks"] <= (RELEASE_ABOVE if keep is None else keep):
         return False
     libc.malloc_trim(0)
     return True
