@@ -74,12 +74,15 @@ def child(seq_len: int, passes: int, seed: int) -> list[dict]:
             return times
 
     torch.set_num_threads(1)
-    doc = {"name": "malloc-modes", "scenario": "attention", "implementations": list(IMPLS),
-           "device": "cpu",
-           "fixed": {"batch": 1, "heads": 4, "head_dim": 32, "dtype": "float32",
-                     "seq_len": seq_len},
-           "sweep": {"causal": [False, True]},
-           "measure": {"budget_s": 0.25, "min_samples": 5, "threads": 1, "passes": passes}}
+    doc = {
+        "name": "malloc-modes",
+        "scenario": "attention",
+        "implementations": list(IMPLS),
+        "device": "cpu",
+        "fixed": {"batch": 1, "heads": 4, "head_dim": 32, "dtype": "float32", "seq_len": seq_len},
+        "sweep": {"causal": [False, True]},
+        "measure": {"budget_s": 0.25, "min_samples": 5, "threads": 1, "passes": passes},
+    }
     suite = parse_suite(doc)
     device = CountingCpu()
     ref = ReferenceKernel(CpuDevice())  # its own device: its calls are not counted
@@ -93,17 +96,24 @@ def child(seq_len: int, passes: int, seed: int) -> list[dict]:
             else:
                 out = time_pass(point, suite.measure, device, ref)
             n = max(device.calls, 1)
-            records.append({
-                "impl": point.impl + (" causal" if point.mask.causal else ""), "pass": k,
-                "status": out.get("status"),
-                "cpu_ms": 1e3 * float(np.median(out.get("cpu_time_samples_s") or [np.nan])),
-                "wall_ms": 1e3 * float(np.median(out.get("time_samples_s") or [np.nan])),
-                "user_ms": 1e3 * device.user / n, "sys_ms": 1e3 * device.system / n,
-                "faults": device.faults / n, "calls": device.calls,
-                "samples": device.samples, "faulting_samples": device.faulting,
-                "peak_mem_bytes": out.get("peak_mem_bytes"), "mem_method": out.get("mem_method"),
-                "malloc_tuning": allocator.state(),
-            })
+            records.append(
+                {
+                    "impl": point.impl + (" causal" if point.mask.causal else ""),
+                    "pass": k,
+                    "status": out.get("status"),
+                    "cpu_ms": 1e3 * float(np.median(out.get("cpu_time_samples_s") or [np.nan])),
+                    "wall_ms": 1e3 * float(np.median(out.get("time_samples_s") or [np.nan])),
+                    "user_ms": 1e3 * device.user / n,
+                    "sys_ms": 1e3 * device.system / n,
+                    "faults": device.faults / n,
+                    "calls": device.calls,
+                    "samples": device.samples,
+                    "faulting_samples": device.faulting,
+                    "peak_mem_bytes": out.get("peak_mem_bytes"),
+                    "mem_method": out.get("mem_method"),
+                    "malloc_tuning": allocator.state(),
+                }
+            )
     return records
 
 
@@ -115,8 +125,17 @@ def run_processes(args: argparse.Namespace) -> list[dict]:
     found = []
     for proc in range(args.processes):
         load = os.getloadavg()[0]
-        cmd = [sys.executable, __file__, "--child", "--passes", str(args.passes),
-               "--seq-len", str(args.seq_len), "--seed", str(proc)]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--child",
+            "--passes",
+            str(args.passes),
+            "--seq-len",
+            str(args.seq_len),
+            "--seed",
+            str(proc),
+        ]
         out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, check=False)
         if out.returncode != 0:
             sys.exit(f"process {proc} failed: {(out.stderr.strip().splitlines() or ['?'])[-1]}")
@@ -125,9 +144,12 @@ def run_processes(args: argparse.Namespace) -> list[dict]:
         rows = [r for r in found if r["process"] == proc]
         print(f"process {proc:2d} (load {load:4.1f}):", flush=True)
         for r in sorted(rows, key=lambda r: (r["impl"], r["pass"])):
-            print(f"  {r['impl']:17s} pass {r['pass']}: {r['cpu_ms']:5.1f} ms CPU (user "
-                  f"{r['user_ms']:5.1f}, sys {r['sys_ms']:4.1f}), {r['faults']:6.0f} faults/call, "
-                  f"{r['faulting_samples']}/{r['samples']} samples faulting", flush=True)
+            print(
+                f"  {r['impl']:17s} pass {r['pass']}: {r['cpu_ms']:5.1f} ms CPU (user "
+                f"{r['user_ms']:5.1f}, sys {r['sys_ms']:4.1f}), {r['faults']:6.0f} faults/call, "
+                f"{r['faulting_samples']}/{r['samples']} samples faulting",
+                flush=True,
+            )
     return found
 
 
@@ -141,8 +163,9 @@ def histogram(records: list[dict], impl: str, width: float = 2.0) -> str:
     edge = low
     while edge <= values[-1]:
         count = sum(edge <= v < edge + width for v in values)
-        faults = [r["faults"] for r in records
-                  if r["impl"] == impl and edge <= r["cpu_ms"] < edge + width]
+        faults = [
+            r["faults"] for r in records if r["impl"] == impl and edge <= r["cpu_ms"] < edge + width
+        ]
         tail = f"  faults/call {min(faults):.0f}-{max(faults):.0f}" if faults else ""
         lines.append(f"  {edge:5.1f}-{edge + width:5.1f} | {'#' * count}{tail}")
         edge += width
@@ -168,8 +191,10 @@ def main(argv: list[str] | None = None) -> int:
     for impl in sorted({r["impl"] for r in records}):
         print(histogram(records, impl))
     states = sorted({r["malloc_tuning"] for r in records})
-    print(f"malloc_tuning: {', '.join(states)}; load {min(r['load_1m'] for r in records):.1f}"
-          f"-{max(r['load_1m'] for r in records):.1f}")
+    print(
+        f"malloc_tuning: {', '.join(states)}; load {min(r['load_1m'] for r in records):.1f}"
+        f"-{max(r['load_1m'] for r in records):.1f}"
+    )
     if args.json:
         Path(args.json).write_text("".join(json.dumps(r) + "\n" for r in records))
     return 0

@@ -7,9 +7,10 @@ threshold that moves with the process's history (freeing an mmapped block raises
 block's size), and whether a freed heap block goes back to the OS (the heap top is trimmed
 once it exceeds ``M_TRIM_THRESHOLD``, twice the moving mmap threshold) depends on what lies
 above it in the heap. So ``full`` and ``sdpa-math`` at n = 1024 (16 MiB score matrices) timed
-in one of two modes per process: ~0 faults a call (~10 ms CPU) or the whole 32 MiB of scores
-faulted in again every call (~8,300 faults, ~20-28 ms CPU of which ~10-20 ms system time;
-docs/noise.md, "Two modes of the memory-heavy points"; ``scripts/malloc_modes.py``).
+in one of two modes per process or pass: ~0 faults a call, or every buffer of the call faulted
+in again on every call (2,700-10,700 faults a call; ``sdpa-math`` causal 45.7 against 26.1 ms
+CPU, 15.9 ms of it system time; docs/noise.md, "Two modes of the memory-heavy points";
+``scripts/malloc_modes.py``).
 
 The fixed state (:func:`tune`, applied when a :class:`~harness.measure.device.CpuDevice` is
 made, so in every process that measures on a CPU: an in-process run, each isolated child, the
