@@ -14,12 +14,16 @@ CPU, 15.9 ms of it system time; docs/noise.md, "Two modes of the memory-heavy po
 
 The fixed state (:func:`tune`, applied when a :class:`~harness.measure.device.CpuDevice` is
 made, so in every process that measures on a CPU: an in-process run, each isolated child, the
-environment child, a rerun): ``M_MMAP_MAX = 0`` (no block from ``mmap``: every block comes
-from the heap) and ``M_TRIM_THRESHOLD = -1`` (the heap is never trimmed on ``free``). Setting
-either also switches glibc's moving threshold off. A timed call then reuses the memory the
-warm-up calls faulted in, at every size, as a caching allocator would (CUDA's, jemalloc,
-tcmalloc): its time is the algorithm's work and memory traffic, not the kernel handing out
-zeroed pages. The first call (``first_call_s``) still pays for fresh memory.
+environment child, a rerun): ``M_MMAP_THRESHOLD = 32 MiB`` (glibc's largest: every block below
+it comes from the heap, every block from it up from ``mmap``, whatever ran before) and
+``M_TRIM_THRESHOLD = -1`` (the heap is never trimmed on ``free``). Setting either also switches
+the moving threshold off. A timed call then reuses the heap memory the warm-up calls faulted
+in for every block under 32 MiB, as a caching allocator would: its time is the algorithm's
+work and memory traffic, not the kernel handing out zeroed pages. Blocks of 32 MiB and more
+are fresh pages on every call, as they always were with glibc (its moving threshold stops at
+32 MiB): their rows keep that cost, and the heap is not asked to hold them (a heap reusing
+blocks that large held about twice a call's peak: measured at n = 2048, docs/noise.md). The
+first call (``first_call_s``) still pays for fresh memory.
 
 What it does not change: peak memory. ``torch-profiler`` (the CPU method) sums torch's own
 allocation events, which no allocator setting moves; ``rss-hwm`` (its fallback) calls
@@ -46,9 +50,10 @@ MALLOC_ENV = "ATTNBENCH_MALLOC"
 MODES = ("tuned", "default")
 # mallopt parameter numbers (glibc <malloc.h>)
 M_TRIM_THRESHOLD = -1
-M_MMAP_MAX = -4
+M_MMAP_THRESHOLD = -3
+MMAP_THRESHOLD = 32 * 2**20  # glibc's largest (HEAP_MAX_SIZE / 2 on 64-bit)
 
-TUNED = "glibc: M_MMAP_MAX=0 M_TRIM_THRESHOLD=-1"
+TUNED = "glibc: M_MMAP_THRESHOLD=32MiB M_TRIM_THRESHOLD=-1"
 DEFAULT = f"glibc default ({MALLOC_ENV}=default)"
 UNTUNED = "untuned: no CPU device made in this process"
 
@@ -97,10 +102,10 @@ def tune() -> str:
         _state = f"unavailable: not glibc ({platform.system()} {platform.libc_ver()[0]})"
     elif "malloc" in preload:  # jemalloc/tcmalloc replace malloc: glibc's settings are moot
         _state = f"unavailable: LD_PRELOAD={preload} replaces malloc"
-    elif libc.mallopt(M_MMAP_MAX, 0) and libc.mallopt(M_TRIM_THRESHOLD, -1):
+    elif libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) and libc.mallopt(M_TRIM_THRESHOLD, -1):
         _state = TUNED
     else:
-        _state = "unavailable: glibc refused mallopt(M_MMAP_MAX / M_TRIM_THRESHOLD)"
+        _state = "unavailable: glibc refused mallopt(M_MMAP_THRESHOLD / M_TRIM_THRESHOLD)"
     return _state
 
 

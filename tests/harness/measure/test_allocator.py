@@ -26,7 +26,8 @@ from harness.sweep.suite import MeasureConfig, Suite, load_suite
 
 ROOT = Path(__file__).resolve().parents[3]
 MiB = 2**20
-BLOCK = 64 * MiB  # above glibc's largest dynamic mmap threshold (32 MiB): mmapped by default
+BLOCK = 16 * MiB  # a score matrix of n = 1024, four heads: under the fixed 32 MiB threshold
+LARGE = 64 * MiB  # above it (and above glibc's largest moving threshold): always mmapped
 
 glibc_only = pytest.mark.skipif(
     platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
@@ -43,6 +44,8 @@ from harness.measure.device import CpuDevice
 torch.set_num_threads(1)  # every page is touched by this thread, whose faults are counted
 device = CpuDevice()
 floats = {block} // 4
+if {settle}:  # a block freed from mmap raises glibc's moving threshold: the history a run has
+    torch.empty(floats).fill_(1.0)
 
 def cycle():
     faults = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
@@ -60,12 +63,12 @@ print(json.dumps({{"state": device.malloc_tuning, "mmapped_while_held": held["hb
 """
 
 
-def probe(malloc_env: str | None) -> dict:
+def probe(malloc_env: str | None, block: int = BLOCK, settle: bool = False) -> dict:
     env = {k: v for k, v in os.environ.items() if k != allocator.MALLOC_ENV}
     if malloc_env is not None:
         env[allocator.MALLOC_ENV] = malloc_env
     out = subprocess.run(
-        [sys.executable, "-c", PROBE.format(block=BLOCK)],
+        [sys.executable, "-c", PROBE.format(block=block, settle=settle)],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -77,10 +80,11 @@ def probe(malloc_env: str | None) -> dict:
 
 
 @glibc_only
-def test_tuned_a_large_block_comes_from_the_heap_and_stays_there():
-    """Tuned: the 64 MiB block is heap memory (not mmapped), the heap keeps it after free, and
-    once the heap has settled (the second block may still land in a free region no call has
-    touched yet) allocating it again faults in no fresh page (under 1 % of its 16384)."""
+def test_tuned_a_block_under_32_mib_comes_from_the_heap_and_stays_there():
+    """Tuned: a 16 MiB block (one n = 1024 score matrix) is heap memory, not mmapped, the heap
+    keeps it after free, and once the heap has settled (the second block may still land in a
+    free region no call has touched yet) allocating it again faults in no fresh page (under
+    1 % of its 4096)."""
     found = probe(None)
     assert found["state"] == allocator.TUNED
     assert found["mmapped_while_held"] < BLOCK
@@ -89,12 +93,22 @@ def test_tuned_a_large_block_comes_from_the_heap_and_stays_there():
 
 
 @glibc_only
-def test_untuned_the_same_block_is_mmapped():
-    """The control: with ATTNBENCH_MALLOC=default glibc mmaps a block above its largest
-    dynamic threshold, so the tuned test above would fail if tune() changed nothing."""
+def test_untuned_the_first_such_block_is_mmapped():
+    """The control: glibc as it comes starts with a 128 KiB threshold, so a fresh process's
+    first 16 MiB block is mmapped (its later ones depend on what was freed before: the two
+    modes), and the tuned test above would fail if tune() changed nothing."""
     found = probe("default")
     assert found["state"] == allocator.DEFAULT
     assert found["mmapped_while_held"] >= BLOCK
+
+
+@glibc_only
+def test_tuned_a_block_of_32_mib_or_more_is_still_mmapped():
+    """The boundary: from 32 MiB up a block comes from mmap in the tuned state too (fresh pages
+    every call, as glibc always gave a block that large), so the heap never holds one."""
+    found = probe(None, LARGE)
+    assert found["state"] == allocator.TUNED
+    assert found["mmapped_while_held"] >= LARGE
 
 
 SUITE = """name = "alloc"
@@ -175,7 +189,7 @@ def test_a_bad_setting_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
 @glibc_only
 def test_memory_readings_stay_the_calls_own_in_the_tuned_state():
     """The tuned heap keeps freed pages resident, yet both CPU methods still read the call's
-    own 64 MiB every time: the profiler sums torch's allocation events, and the RSS method
+    own 16 MiB every time: the profiler sums torch's allocation events, and the RSS method
     trims the heap first (without that its second reading would be ~0: the pages are kept)."""
     CpuDevice()  # this process tuned, as in a run
     if allocator.state() != allocator.TUNED:
