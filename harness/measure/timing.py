@@ -21,8 +21,8 @@ rows on CPU time for that reason. It still moves with what time-sharing cannot h
 bandwidth and caches shared with the other tasks, and the host's clock speed.
 
 CPU samples are taken with ``malloc`` in the fixed state of :mod:`harness.measure.allocator`
-(the ``malloc_tuning`` column): a timed call reuses heap memory the warm-up calls touched,
-instead of faulting in fresh pages in some processes and not in others.
+(the ``malloc_tuning`` column): a timed call's blocks under 32 MiB reuse heap memory the
+warm-up calls touched, instead of faulting in fresh pages in some processes and not in others.
 """
 
 from __future__ import annotations
