@@ -116,9 +116,10 @@ class CpuDevice(Device):
     """Timing with ``perf_counter``, and the CPU time of the same calls (:func:`cpu_clock`);
     peak memory from the profiler's allocation events.
 
-    Making one puts this process's ``malloc`` into one fixed state (:mod:`harness.measure.
-    allocator`): otherwise whether a timed call's large buffers reuse heap memory or fault in
-    fresh pages depends on the process's history, and memory-heavy points time in two modes."""
+    Making one puts this process's ``malloc`` into one fixed state
+    (:mod:`harness.measure.allocator`): otherwise whether a timed call's buffers of up to
+    32 MiB reuse heap memory or fault in fresh pages depends on the process's history, and
+    memory-heavy points time in two modes."""
 
     kind = "cpu"
     warm_l2 = "n/a (cpu)"  # no cache flush on CPU: caches stay as the previous call left them
@@ -128,7 +129,8 @@ class CpuDevice(Device):
         self.malloc_tuning = allocator.tune()
 
     def release_memory(self) -> None:
-        """Give the heap's free pages back between points (the tuned allocator keeps them)."""
+        """Between points: give the heap's free pages back once more than 512 MiB is free (the
+        tuned allocator keeps them; :func:`harness.measure.allocator.release`)."""
         allocator.release()
 
     def time_calls(self, fn: Callable[[], object], calls: int) -> float:
