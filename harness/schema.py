@@ -205,6 +205,11 @@ TAIL: tuple[Column, ...] = (
       "before every call, each call timed with its own event pair, as "
       "`triton.testing.do_bench` does), `warm` (calls batched without a flush: flushing off, "
       "or one call under 10 µs, too short to time alone), `n/a (cpu)`"),
+    C("malloc_tuning", "", "text",
+      "CPU: the host allocator's state the samples saw (`harness/measure/allocator.py`): "
+      "`glibc: M_MMAP_THRESHOLD=32MiB M_TRIM_THRESHOLD=-1` (blocks under 32 MiB reused from "
+      "the heap, larger ones mmapped each call), `glibc default (ATTNBENCH_MALLOC=default)` "
+      "or `unavailable: ...`"),
     C("host_issue_s", "s", "seconds",
       "CUDA: per call, the host's time to issue the timed calls (`perf_counter` around each "
       "sample's launch loop, stopped before its end event is recorded): Python, dispatch and "

@@ -41,7 +41,7 @@ import torch
 from harness import registry, scenarios
 from harness.errors import CliError
 from harness.execute.runner import default_budget, point_row, run_point, time_pass
-from harness.measure import calibrate, env
+from harness.measure import allocator, calibrate, env
 from harness.measure.device import get_device
 from harness.scenarios.case import CaseOptions
 from harness.scenarios.interface import Point, point_from_row, scenario_of
@@ -138,6 +138,7 @@ def capped_run_task(payload: dict) -> dict:
     warmup = dataclasses.replace(point, seq_len=payload["warmup_len"])
     device.peak_memory(lambda: call(warmup))  # library buffers, thread pools, profiler: uncapped
     gc.collect()
+    allocator.release(keep=0)  # the tuned CPU heap keeps freed blocks: give them back first
     limit = limit_memory(device, payload["budget"])
     start = time.perf_counter()
     try:

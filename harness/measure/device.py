@@ -26,7 +26,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from harness.errors import DeviceUnavailable
-from harness.measure import nvml
+from harness.measure import allocator, nvml
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,8 @@ class Device:
     torch_device = torch.device("cpu")  # where its tensors live (a CUDA device: its index)
     flush_l2 = False  # whether flush_cache() really evicts a cache between timed calls
     warm_l2 = "warm"  # the ``l2`` column when calls are timed without a flush before each
+    # the ``malloc_tuning`` column: the host allocator's state the samples saw (CPU devices)
+    malloc_tuning: str | None = None
     # why a row has no host issue time (``host_frac_status``); None where time_issue gives one
     host_issue_reason: str | None = (
         "unavailable: this device does not time the host's issue apart from the calls"
@@ -112,11 +114,24 @@ def cpu_clock() -> Callable[[], int]:
 
 class CpuDevice(Device):
     """Timing with ``perf_counter``, and the CPU time of the same calls (:func:`cpu_clock`);
-    peak memory from the profiler's allocation events."""
+    peak memory from the profiler's allocation events.
+
+    Making one puts this process's ``malloc`` into one fixed state
+    (:mod:`harness.measure.allocator`): otherwise whether a timed call's buffers of up to
+    32 MiB reuse heap memory or fault in fresh pages depends on the process's history, and
+    memory-heavy points time in two modes."""
 
     kind = "cpu"
     warm_l2 = "n/a (cpu)"  # no cache flush on CPU: caches stay as the previous call left them
     host_issue_reason = "unavailable: on a CPU the host runs the calls itself (no device clock)"
+
+    def __init__(self) -> None:
+        self.malloc_tuning = allocator.tune()
+
+    def release_memory(self) -> None:
+        """Between points: give the heap's free pages back once more than 512 MiB is free (the
+        tuned allocator keeps them; :func:`harness.measure.allocator.release`)."""
+        allocator.release()
 
     def time_calls(self, fn: Callable[[], object], calls: int) -> float:
         start = time.perf_counter()
@@ -163,6 +178,7 @@ class CpuDevice(Device):
             "cpu_count": os.cpu_count(),
             "nvml": nvml.unavailable_reason() or "available",
             "cuda": "unavailable: torch.cuda.is_available() is False",
+            "malloc_tuning": self.malloc_tuning,
         }
 
 

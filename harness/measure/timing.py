@@ -19,6 +19,10 @@ with more runnable tasks than cores, a one-thread point's wall time grew 2-4x by
 a core while the work it did stayed the same (docs/noise.md), and ``compare`` gates one-thread
 rows on CPU time for that reason. It still moves with what time-sharing cannot hide: memory
 bandwidth and caches shared with the other tasks, and the host's clock speed.
+
+CPU samples are taken with ``malloc`` in the fixed state of :mod:`harness.measure.allocator`
+(the ``malloc_tuning`` column): a timed call's blocks under 32 MiB reuse heap memory the
+warm-up calls touched, instead of faulting in fresh pages in some processes and not in others.
 """
 
 from __future__ import annotations
@@ -90,6 +94,8 @@ class Measurement:
     host_status: str = "ok"  # or "unavailable: <reason>" when host_samples is empty
     # per-call CPU time of each sample (CPU devices; empty where the device gives none)
     cpu_samples: tuple[float, ...] = ()
+    # the host allocator's state the samples saw (CPU devices, harness.measure.allocator)
+    malloc_tuning: str | None = None
 
     @property
     def median(self) -> float:
@@ -123,6 +129,7 @@ class Measurement:
             "l2": self.l2,
             **self.host_columns(),
             **self.cpu_columns(),
+            **({"malloc_tuning": self.malloc_tuning} if self.malloc_tuning else {}),
         }
 
     def cpu_columns(self) -> dict:
@@ -185,7 +192,8 @@ def measure(
     status = "ok" if len(host) == len(samples) else reason
     return Measurement(tuple(samples), calls, first_call_s, l2,
                        tuple(host) if status == "ok" else (), status,
-                       tuple(cpu) if len(cpu) == len(samples) else ())
+                       tuple(cpu) if len(cpu) == len(samples) else (),
+                       getattr(device, "malloc_tuning", None))
 
 
 def _rel_halfwidth(samples: list[float]) -> float:
