@@ -55,6 +55,12 @@ def _env_notes(base: dict, cur: dict, opts: CompareOptions) -> list[str]:
             f"torch versions differ ({base.get('torch')} vs {cur.get('torch')}): "
             "CPU memory figures (profiler allocation events) may differ slightly"
         )
+    if cur.get("malloc_tuning") and base.get("malloc_tuning") != cur.get("malloc_tuning"):
+        notes.append(
+            f"host allocator states differ (baseline {base.get('malloc_tuning') or 'not recorded'}"
+            f", current {cur['malloc_tuning']}): CPU points with buffers of 128 KiB to 32 MiB "
+            "may time apart by their page faults (docs/noise.md, the allocator)"
+        )
     if base.get("suite") != cur.get("suite"):
         notes.append(f"suites differ: {base.get('suite')!r} vs {cur.get('suite')!r}")
     return notes

@@ -20,6 +20,7 @@ from harness.cli import main
 from harness.compare.noise import time_scatter
 from harness.compare.rules import CompareOptions, Threshold, parse_thresholds, time_change
 from harness.compare.runs import compare_runs
+from harness.measure import allocator
 from harness.render.comparison import markdown
 from harness.results import ENV_FILE, ROWS_FILE, RowWriter, write_env
 from harness.scenarios.interface import Point, point_fields
@@ -459,3 +460,12 @@ def test_a_file_gets_the_whole_table_uncut(tmp_path: Path, capsys) -> None:
     assert "…" not in out and "..." not in out
     for point in points:
         assert point.label() in out  # each whole label on one line
+
+
+def test_allocator_state_difference_warns(base: Path, tmp_path: Path, capsys) -> None:
+    """A baseline taken in another malloc state (or before it was recorded) is said, not failed."""
+    tuned = variant(base, tmp_path, lambda i, r: r, env={**ENV, "malloc_tuning": allocator.TUNED})
+    assert run_cli(base, tuned) == 0
+    assert "allocator states differ (baseline not recorded" in capsys.readouterr().out
+    assert run_cli(tuned, tuned) == 0
+    assert "allocator states differ" not in capsys.readouterr().out
