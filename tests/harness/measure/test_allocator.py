@@ -82,15 +82,15 @@ def probe(malloc_env: str | None, block: int = BLOCK, settle: bool = False) -> d
 
 @glibc_only
 def test_tuned_a_block_under_32_mib_comes_from_the_heap_and_stays_there():
-    """Tuned: a 16 MiB block (one n = 1024 score matrix) is heap memory, not mmapped, the heap
-    keeps it after free, and once the heap has settled (the second block may still land in a
-    free region no call has touched yet) allocating it again faults in no fresh page (under
-    1 % of its 4096)."""
+    """Tuned: a 16 MiB block (one n = 1024 score matrix) is heap memory, not mmapped, and the
+    heap keeps it after free. Whether the next such block reuses those pages is not asserted:
+    under CPU contention torch's block sometimes lands 16 MiB + 128 B higher each cycle (a
+    small allocation taken from the freed block's tail), in fresh pages (docs/noise.md, what
+    the tuning does not fix)."""
     found = probe(None)
     assert found["state"] == allocator.TUNED
     assert found["mmapped_while_held"] < BLOCK
     assert found["heap_kept_after_free"] >= BLOCK
-    assert found["later_cycle_faults"][-1] < BLOCK // 4096 // 100
 
 
 @glibc_only
