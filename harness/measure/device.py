@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import os
 import platform
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -112,6 +113,18 @@ def cpu_clock() -> Callable[[], int]:
     return time.thread_time_ns if torch.get_num_threads() == 1 else time.process_time_ns
 
 
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off inside the block (restored as it was after)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 class CpuDevice(Device):
     """Timing with ``perf_counter``, and the CPU time of the same calls (:func:`cpu_clock`);
     peak memory from the profiler's allocation events.
@@ -142,11 +155,18 @@ class CpuDevice(Device):
     def time_issue(self, fn: Callable[[], object], calls: int) -> CallTimes:
         """Wall seconds of ``calls`` calls (``device_s``, as :meth:`time_calls`) and the CPU
         seconds they used (``cpu_s``): on a time-shared core the wall time grows by the wait
-        for a CPU, the CPU time does not."""
+        for a CPU, the CPU time does not.
+
+        Python's cyclic garbage collector is paused for the sample (as ``timeit`` does): a
+        full collection of a large heap takes tenths of a second, which is not the calls', and
+        one that fell between the CPU clock's first reading and the wall clock's start made a
+        one-thread sample's CPU time exceed its wall time."""
         clock = cpu_clock()
-        cpu0 = clock()
-        wall = self.time_calls(fn, calls)
-        return CallTimes(wall, None, (clock() - cpu0) / 1e9)
+        with gc_paused():
+            cpu0 = clock()
+            wall = self.time_calls(fn, calls)
+            cpu = clock() - cpu0
+        return CallTimes(wall, None, cpu / 1e9)
 
     def peak_memory(self, fn: Callable[[], object]) -> MemoryReading:
         try:

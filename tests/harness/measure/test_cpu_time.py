@@ -4,6 +4,7 @@ same calls with each other, never with a fixed duration of this machine."""
 
 from __future__ import annotations
 
+import gc
 import json
 import threading
 import time
@@ -104,6 +105,43 @@ def test_the_reference_kernel_keeps_its_cpu_time_where_the_device_has_one(one_th
     assert ref.samples(1)[0] > 0  # the wall-only view is kept
     other = ReferenceKernel(_NoCpuClock())
     assert pass_columns(other.timed(1), other.timed(1)) == {"ref_kernel_s": pytest.approx(1e-3)}
+
+
+class _Cycle:
+    """An object in a reference cycle: only the cyclic collector frees it, and says so."""
+
+    freed = 0
+
+    def __init__(self) -> None:
+        self.me = self
+
+    def __del__(self) -> None:
+        _Cycle.freed += 1
+
+
+def _makes_cycles() -> None:
+    for _ in range(50):
+        _Cycle()
+
+
+def test_no_garbage_collection_runs_inside_a_cpu_sample(one_thread) -> None:
+    """A collection inside a sample would be timed as the calls' work (a full one of a test
+    worker's heap took 0.19 s): the same calls collect outside a sample and not inside one."""
+    threshold = gc.get_threshold()
+    gc.set_threshold(10)
+    try:
+        start = _Cycle.freed
+        _makes_cycles()
+        outside = _Cycle.freed - start
+        device, seen = CpuDevice(), []
+        start = _Cycle.freed
+        times = device.time_issue(lambda: (_makes_cycles(), seen.append(_Cycle.freed)), 20)
+        inside = seen[-1] - start  # freed by the end of the last call, inside the window
+    finally:
+        gc.set_threshold(*threshold)
+    assert outside > 0 and inside == 0
+    assert gc.isenabled()  # restored after the sample
+    assert 0 < times.cpu_s <= times.device_s * 1.01 + 1e-5  # one thread: no more than wall
 
 
 def _record(cpu: list[float] | None, ref_cpu: float | None = 1e-3) -> dict:
