@@ -37,6 +37,56 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items.sort(key=lambda item: not all(part in item.nodeid for part in COMPILE_HEAVY))
 
 
+HEAVY_FILES = (
+    "tests/implementations/_kernels/triton/test_aot_check.py",  # 270 s: 112 compiles, 2 procs
+    "tests/harness/render/test_report.py",  # 192 s
+    "tests/harness/execute/test_reliability.py",  # 177 s
+    "tests/implementations/_kernels/triton/test_feature_attention.py",  # 162 s
+    "tests/benchmarks/test_gpu_scripts.py",  # 153 s
+    "tests/benchmarks/test_kernel_sweep.py",  # 116 s
+    "tests/harness/distributed/test_launch.py",  # 84 s
+    "tests/harness/analysis/test_plateau.py",  # 73 s
+    "tests/harness/distributed/test_shard.py",  # 52 s
+    "tests/harness/analysis/test_packing_claims.py",  # 44 s
+)
+"""The test files that take longest (seconds on 2 busy cores, ``--durations``, 2026-11-28),
+dearest first. pytest-xdist's ``--dist loadfile`` hands files out in order of their test
+counts, so a dear file with few tests (the AOT compiles: 11 tests, one 270 s fixture) came late
+and ended the run alone; handed out first, they run beside the many small files."""
+
+
+def heavy_first(counts: dict[str, int]) -> list[str]:
+    """The test files of ``counts`` (file -> number of tests) in the order to hand them out:
+    :data:`HEAVY_FILES` first, in their order, then the others by their number of tests, most
+    first (xdist's own order; a tie keeps the order given)."""
+    rank = {f: i for i, f in enumerate(HEAVY_FILES)}
+    return sorted(counts, key=lambda f: (rank.get(f, len(rank)), -counts[f]))
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist loadfile`` with :func:`heavy_first`'s order of files (the longest-first rule:
+    the workers finish together); any other ``--dist`` is xdist's own."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class HeavyFirst(LoadFileScheduling):
+        ordered = False
+
+        def _assign_work_unit(self, node) -> None:
+            # the queue of files (file -> its tests) is complete at the first hand-out; the
+            # workers' own collections (what a hand-out's indexes point into) stay as they are
+            if not self.ordered:
+                self.ordered = True
+                counts = {scope: len(tests) for scope, tests in self.workqueue.items()}
+                for scope in heavy_first(counts):
+                    self.workqueue.move_to_end(scope)
+            super()._assign_work_unit(node)
+
+    return HeavyFirst(config, log)
+
+
 # The core implementations: every test over the core set uses this list.
 CORE_IMPLEMENTATIONS = [
     "full",
