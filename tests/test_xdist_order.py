@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import HEAVY_FILES, heavy_first
+from tests.conftest import HEAVY_FILES, heavy_first
 
 ROOT = Path(__file__).resolve().parents[1]
 
