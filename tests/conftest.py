@@ -50,10 +50,12 @@ HEAVY_FILES = (
     "tests/harness/distributed/test_shard.py",  # 52 s
     "tests/harness/analysis/test_packing_claims.py",  # 44 s
 )
-"""The test files that take longest (seconds on 2 busy cores, ``--durations``, 2026-11-28),
-dearest first. pytest-xdist's ``--dist loadfile`` hands files out in order of their test
-counts, so a dear file with few tests (the AOT compiles: 11 tests, one 270 s fixture) came late
-and ended the run alone; handed out first, they run beside the many small files."""
+"""The test files that took longest, dearest first (their slowest tests' seconds in
+``pytest -n 2 --dist loadfile --durations=80`` on 2 cores at load ~4.5, 2026-11-28, before
+:func:`_frozen_heap` cut the plateau, shard and packing files to a quarter or less).
+pytest-xdist's ``--dist loadfile`` hands files out in order of their test counts, so a dear
+file with few tests (the AOT compiles: 11 tests, one 270 s fixture) came late and ended the
+run alone; handed out first, they run beside the many small files."""
 
 
 def heavy_first(counts: dict[str, int]) -> list[str]:
