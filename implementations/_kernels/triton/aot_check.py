@@ -425,7 +425,25 @@ def ci_jobs(head_dims: tuple[int, ...], targets: tuple[str, ...]) -> list[Job]:
 
 
 def _flags(launch: Launch) -> tuple:
-    return tuple(sorted((k, v) for k, v in launch.kwargs.items() if k.isupper()))
+    """What makes two launches of a kernel one compile: its constexpr flags with the kernel's
+    defaults filled in (a flag a launch leaves out is its default: ``linear``'s causal key pass
+    is the non-causal one's ``feature_state``), its launch options, and how each other
+    argument specializes (a tensor's dtype; an int's being 1 or a multiple of 16)."""
+    fn = launch.kernel.fn if hasattr(launch.kernel, "configs") else launch.kernel
+    params = getattr(fn, "params", ())
+    flags = {p.name: p.default for p in params if p.is_constexpr and p.has_default}
+    flags.update((k, v) for k, v in launch.kwargs.items() if k.isupper())
+    options = tuple((k, launch.kwargs.get(k)) for k in ("num_warps", "num_stages"))
+    args = tuple(_specialized(a) for a in launch.args)
+    return tuple(sorted((k, v) for k, v in flags.items() if k.isupper())), options, args
+
+
+def _specialized(arg: object) -> object:
+    if isinstance(arg, torch.Tensor):
+        return str(arg.dtype)
+    if isinstance(arg, bool) or not isinstance(arg, int):
+        return arg if arg is None or isinstance(arg, bool) else type(arg).__name__
+    return (arg == 1, arg % 16 == 0)
 
 
 def run_job(job: Job) -> dict:
