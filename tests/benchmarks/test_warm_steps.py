@@ -22,15 +22,7 @@ pytest.importorskip("triton")
 
 ROOT = Path(__file__).resolve().parents[2]
 
-
-def _load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-warm_cache = _load("warm_cache", ROOT / "benchmarks" / "warm_cache.py")
+from tests.benchmarks.test_warm_cache import _load, warm_cache  # noqa: E402 (after the skip)
 
 
 @pytest.fixture(scope="module")
