@@ -247,6 +247,25 @@ class _PointState:
     records: dict[int, dict] = field(default_factory=dict)
 
 
+@contextlib.contextmanager
+def frozen_heap() -> Iterator[None]:
+    """The objects alive when a sweep starts (torch, pandas, the harness, the suite: ~280k in
+    the CLI) out of the cyclic collector's sight while it runs (``gc.freeze``), handed back
+    at its end: the collection after every point (:func:`_released`) then walks only what the
+    points made (5 µs, not 95 ms a call). A heap someone else froze already (a caller's own
+    ``gc.freeze``) is left as it is: unfreezing it here would undo theirs."""
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+@frozen_heap()
 def run_points(
     points: list[Point],
     writer: RowWriter,
@@ -304,61 +323,48 @@ def run_points(
     queue = deque(_tasks(len(points), total, config.order_seed, first_order))
     measured = [st.first for st in state.values() if (st.first or {}).get("status") == "ok"]
     deferred: set[str] = set()
-    with frozen_heap():
-        while queue:
-            k, index = queue.popleft()
-            point, st = points[index], state[points[index].point_id]
-            if k > 0 and (st.first or {}).get("status") != "ok":
-                continue  # skipped or failed in its first pass: its row is written already
-            if deadline is not None and deadline.dropped(point.point_id):
-                continue  # an earlier pass of it did not fit: no later one runs
-            pending = st.first is None if k == 0 else k not in st.records
-            if (pending and deadline is not None and k == 0 and wanted is not None
-                    and not wanted(point.point_id, deadline.left_out)):
-                deadline.leave(point.point_id, k)  # its groups lost an end: no fit to serve
-                continue
-            if pending and deadline is not None and not deadline.fits(point, k == 0):
-                deadline.leave(point.point_id, k)
-                continue
-            ran = None
-            if k == 0 and st.first is None:
-                ran = st.first = _first_pass(point, config, executor, devices, refs, mem_budget)
-                st.first["point_id"] = st.first.get("point_id") or point.point_id
-                st.records[0] = pass_record(st.first)
-                log.write(point.point_id, 0, st.records[0], st.first)
-            elif k not in st.records:
-                record = _later_pass(point, config, executor, devices, refs, k)
-                ran = st.records[k] = {"pass": k, **record}
-                log.write(point.point_id, k, st.records[k])
-            if ran is not None and deadline is not None:
-                deadline.record(point, k == 0, record=ran)
-            if ran is not None and on_pass is not None:
-                on_pass(point, k, ran)
-            if ran is not None and executor is None and after_fault and device_fault(ran):
-                executor = after_fault(point, ran)  # this process's context may be poisoned
-            if k == total - 1 or st.first.get("status") != "ok":
-                finish(point)
-            if ran is not None and k == 0 and defer is not None and ran.get("status") == "ok":
-                measured.append(ran)
-                decided = defer(measured) - deferred
-                if decided:
-                    deferred |= decided
-                    queue = _to_back(queue, points, deferred)
+    while queue:
+        k, index = queue.popleft()
+        point, st = points[index], state[points[index].point_id]
+        if k > 0 and (st.first or {}).get("status") != "ok":
+            continue  # skipped or failed in its first pass: its row is written already
+        if deadline is not None and deadline.dropped(point.point_id):
+            continue  # an earlier pass of it did not fit: no later one runs
+        pending = st.first is None if k == 0 else k not in st.records
+        if (pending and deadline is not None and k == 0 and wanted is not None
+                and not wanted(point.point_id, deadline.left_out)):
+            deadline.leave(point.point_id, k)  # its groups lost an end: no fit to serve
+            continue
+        if pending and deadline is not None and not deadline.fits(point, k == 0):
+            deadline.leave(point.point_id, k)
+            continue
+        ran = None
+        if k == 0 and st.first is None:
+            ran = st.first = _first_pass(point, config, executor, devices, refs, mem_budget)
+            st.first["point_id"] = st.first.get("point_id") or point.point_id
+            st.records[0] = pass_record(st.first)
+            log.write(point.point_id, 0, st.records[0], st.first)
+        elif k not in st.records:
+            record = _later_pass(point, config, executor, devices, refs, k)
+            ran = st.records[k] = {"pass": k, **record}
+            log.write(point.point_id, k, st.records[k])
+        if ran is not None and deadline is not None:
+            deadline.record(point, k == 0, record=ran)
+        if ran is not None and on_pass is not None:
+            on_pass(point, k, ran)
+        if ran is not None and executor is None and after_fault and device_fault(ran):
+            executor = after_fault(point, ran)  # this process's context may be poisoned
+        if k == total - 1 or st.first.get("status") != "ok":
+            finish(point)
+        if ran is not None and k == 0 and defer is not None and ran.get("status") == "ok":
+            measured.append(ran)
+            decided = defer(measured) - deferred
+            if decided:
+                deferred |= decided
+                queue = _to_back(queue, points, deferred)
     return counts
 
 
-@contextlib.contextmanager
-def frozen_heap() -> Iterator[None]:
-    """The objects alive when a sweep starts (torch, pandas, the harness, the suite: ~280k in
-    the CLI) out of the cyclic collector's sight while it runs (``gc.freeze``), handed back
-    at its end: the collection after every point (:func:`_released`) then walks only what the
-    points made (5 µs, not 95 ms a call)."""
-    gc.collect()
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
 
 
 def _tasks(count: int, total: int, seed: int,

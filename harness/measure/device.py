@@ -157,15 +157,17 @@ class CpuDevice(Device):
         seconds they used (``cpu_s``): on a time-shared core the wall time grows by the wait
         for a CPU, the CPU time does not.
 
-        Python's cyclic garbage collector is paused for the sample (as ``timeit`` does): a
-        full collection of a large heap takes tenths of a second, which is not the calls', and
-        one that fell between the CPU clock's first reading and the wall clock's start made a
-        one-thread sample's CPU time exceed its wall time."""
+        The CPU clock is read inside the wall window (the loop is :meth:`time_calls`'s), so
+        with one thread ``cpu_s <= device_s`` however short the calls. Python's cyclic garbage
+        collector is paused for the sample (as ``timeit`` does): a full collection of a large
+        heap takes tenths of a second, which is not the calls'."""
         clock = cpu_clock()
         with gc_paused():
+            start = time.perf_counter()
             cpu0 = clock()
-            wall = self.time_calls(fn, calls)
+            self.time_calls(fn, calls)
             cpu = clock() - cpu0
+            wall = time.perf_counter() - start
         return CallTimes(wall, None, cpu / 1e9)
 
     def peak_memory(self, fn: Callable[[], object]) -> MemoryReading:

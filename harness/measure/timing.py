@@ -193,7 +193,7 @@ def measure(
     return Measurement(tuple(samples), calls, first_call_s, l2,
                        tuple(host) if status == "ok" else (), status,
                        tuple(cpu) if len(cpu) == len(samples) else (),
-                       getattr(device, "malloc_tuning", None))
+                       device.malloc_tuning)
 
 
 def _rel_halfwidth(samples: list[float]) -> float:
