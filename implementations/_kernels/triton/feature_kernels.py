@@ -32,7 +32,7 @@ output once, and per (batch, K/V head) ``n_split`` partial states of F·(Dv + 2)
 Matrix products take fp32 operands (16-bit inputs are upcast in registers, exactly: bf16 and
 fp16 fit TF32) on TF32 tensor cores for 16-bit inputs (the features and the state then carry
 TF32's 2^-11 rounding, below fp16's output rounding; the FAVOR+ logits, which an exponential
-amplifies, come from W' split in two, :func:`favor_logits`), "tf32x3" (three TF32 products,
+amplifies, come from W' split in two, :func:`logit_product`), "tf32x3" (three TF32 products,
 about fp32's accuracy) for fp32 inputs, IEEE in the interpreter. Odd D: loads are masked to
 BLOCK_D, a power of two >= 16.
 """
@@ -80,16 +80,33 @@ def store_rows(base, rows, ok, stride_n, x, D, BLOCK_D: tl.constexpr):
 def favor_logits(x, W, f0, F, D, BLOCK_F: tl.constexpr, BLOCK_D: tl.constexpr,
                  PRECISION: tl.constexpr):
     """x (R, BLOCK_D) fp32 times rows f0 .. f0 + BLOCK_F of W' -> (R, BLOCK_F) fp32, NEG in the
-    columns of features >= F. W: (2, F, D), W' = W[0] + W[1] with W[0] W' rounded to bf16:
-    with x exact in TF32 (16-bit inputs), two TF32 products give the logits to ~2^-19."""
+    columns of features >= F. W: (2, F, D), W' = W[0] + W[1] with W[0] W' rounded to bf16.
+    :func:`logit_product` forms the product."""
     ff = f0 + tl.arange(0, BLOCK_F)
     dd = tl.arange(0, BLOCK_D)
     ptrs = W + ff[:, None] * D + dd[None, :]
     ld = (ff[:, None] < F) & (dd[None, :] < D)
-    logits = tl.dot(x, tl.trans(tl.load(ptrs, mask=ld, other=0.0)), input_precision=PRECISION)
-    low = tl.load(ptrs + F * D, mask=ld, other=0.0)
-    logits = tl.dot(x, tl.trans(low), logits, input_precision=PRECISION)
+    logits = tl.zeros([x.shape[0], BLOCK_F], dtype=tl.float32)
+    logits = logit_product(x, tl.load(ptrs, mask=ld, other=0.0),
+                           tl.load(ptrs + F * D, mask=ld, other=0.0), logits, PRECISION)
     return tl.where((ff < F)[None, :], logits, NEG)
+
+
+@triton.jit
+def logit_product(x, high, low, acc, PRECISION: tl.constexpr):
+    """``acc + x·(high + low)ᵀ`` in fp32, x (R, C), high/low (F, C) the two parts of W'.
+    TF32 (16-bit inputs, which TF32 holds exactly): two products, x·highᵀ exact and x·lowᵀ
+    rounded far below it, so the logits come to ~2^-19 where one TF32 product of W' would
+    round W' to 2^-11. "tf32x3" and IEEE products already resolve an fp32 W', so there one
+    product of ``high + low`` (exactly W' in fp32: the split is exact): a second product
+    would only add its own rounding of the logits' full magnitude, which the exponential
+    amplifies (twice the logit error in the interpreter's IEEE products, measured)."""
+    if PRECISION == "tf32":
+        acc = tl.dot(x, tl.trans(high), acc, input_precision=PRECISION)
+        acc = tl.dot(x, tl.trans(low), acc, input_precision=PRECISION)
+    else:
+        acc = tl.dot(x, tl.trans(high + low), acc, input_precision=PRECISION)
+    return acc
 
 
 @triton.jit

@@ -49,6 +49,7 @@ from implementations._kernels.triton.feature_kernels import (
     FAVOR,
     elu_features,
     head_max,
+    logit_product,
     split_weight,
 )
 from implementations._kernels.triton.primitives import NEG
@@ -91,10 +92,10 @@ def favor_chunk_features(base, row_off, ok, W, top, F, D, half_scale, QUERY: tl.
                          PRECISION: tl.constexpr):
     """FAVOR+ features of a chunk's rows (C, BLOCK_F) fp32, zero in rows not ``ok`` and in
     features >= F: the logits x·W'ᵀ over BLOCK_K columns of x at a time (rows at ``base +
-    row_off``, unit column stride; W: (2, F, D) as :func:`.feature_kernels.favor_logits`, two
-    TF32 products per slice), so neither a whole row of x nor a whole W' tile is held; a query
-    row shifted by its own largest logit, a key by s|k|²/2 and the head's largest key logit
-    ``top``."""
+    row_off``, unit column stride; W: (2, F, D) as :func:`.feature_kernels.favor_logits`,
+    formed by :func:`.feature_kernels.logit_product` per slice), so neither a whole row of x
+    nor a whole W' tile is held; a query row shifted by its own largest logit, a key by
+    s|k|²/2 and the head's largest key logit ``top``."""
     ff = tl.arange(0, BLOCK_F)
     f_ok = ff < F
     kk = tl.arange(0, BLOCK_K)
@@ -106,10 +107,8 @@ def favor_chunk_features(base, row_off, ok, W, top, F, D, half_scale, QUERY: tl.
                     mask=ok[:, None] & c_ok[None, :], other=0.0).to(tl.float32)
         w_ptrs = W + d0 + ff[:, None] * D + kk[None, :]
         ld = f_ok[:, None] & c_ok[None, :]
-        logits = tl.dot(x, tl.trans(tl.load(w_ptrs, mask=ld, other=0.0)), logits,
-                        input_precision=PRECISION)
-        logits = tl.dot(x, tl.trans(tl.load(w_ptrs + F * D, mask=ld, other=0.0)), logits,
-                        input_precision=PRECISION)
+        logits = logit_product(x, tl.load(w_ptrs, mask=ld, other=0.0),
+                               tl.load(w_ptrs + F * D, mask=ld, other=0.0), logits, PRECISION)
         if not QUERY:  # a query's −s|q|²/2 cancels: not formed
             norm += tl.sum(x * x, 1)
     logits = tl.where(f_ok[None, :], logits, NEG)

@@ -24,7 +24,7 @@ from harness.spec import Problem
 from implementations._kernels.triton import feature_attention as fa
 from implementations._kernels.triton import fused_path, launch_modes
 from implementations.performer import orthogonal_features
-from tests.conftest import make_qkv, prepared_peak_beyond_output
+from tests.conftest import kernel_arithmetic, make_qkv, prepared_peak_beyond_output
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 PARAMS = {"linear": {"fused": 1}, "performer": {"features": 48, "fused": 1}}
@@ -34,9 +34,11 @@ SHAPES = [(2, 4, 2, 97, 130, 59), (1, 2, 2, 161, 33, 16), (2, 3, 3, 97, 97, 59)]
 
 def _agreement(impl, out, q, k, v, mask, **params) -> dict:
     """The harness's agreement of ``out`` with ``impl``'s float64 definition on q, k, v (its
-    error scaled by the naive definition's in q's dtype); ``rows=`` compares those rows."""
+    error scaled by the naive definition's in q's dtype, evaluated in the kernels' arithmetic:
+    :func:`tests.conftest.kernel_arithmetic`); ``rows=`` compares those rows."""
     ref = impl.define(q.double(), k.double(), v.double(), mask, **params)
-    naive = impl.define(q, k, v, mask, **params)
+    with kernel_arithmetic():
+        naive = impl.define(q, k, v, mask, **params)
     rows = params.get("rows")
     got = out if rows is None else out[:, :, rows.to(out.device)]
     return output_agreement(got, ref, q.dtype, naive=naive)

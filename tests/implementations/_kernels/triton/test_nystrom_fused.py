@@ -19,7 +19,7 @@ from harness.oracle.agreement import output_agreement
 from harness.registry import NotSupportedError, problem_of
 from implementations._kernels.triton import launch_modes
 from implementations._kernels.triton import nystrom_fused as nf
-from tests.conftest import make_qkv, prepared_peak_beyond_output
+from tests.conftest import kernel_arithmetic, make_qkv, prepared_peak_beyond_output
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 LAUNCHES = ["nys_landmarks", "nys_key_pass", "nys_pinv", "nys_output"]
@@ -31,9 +31,12 @@ SHAPES = [(2, 4, 2, 97, 130, 59, 13), (1, 2, 2, 161, 33, 16, 33), (1, 1, 1, 100,
 
 
 def _agreement(impl, out, q, k, v, mask, **params) -> dict:
-    """The harness's agreement of ``out`` with ``impl``'s float64 definition on q, k, v."""
+    """The harness's agreement of ``out`` with ``impl``'s float64 definition on q, k, v (the
+    naive scale in the kernels' arithmetic: :func:`tests.conftest.kernel_arithmetic`)."""
     ref = impl.define(q.double(), k.double(), v.double(), mask, **params)
-    return output_agreement(out, ref, q.dtype, naive=impl.define(q, k, v, mask, **params))
+    with kernel_arithmetic():
+        naive = impl.define(q, k, v, mask, **params)
+    return output_agreement(out, ref, q.dtype, naive=naive)
 
 
 def _inputs(shape, dtype, seed):
