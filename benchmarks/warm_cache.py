@@ -356,7 +356,8 @@ def lease_device(arch: str):
     read by a real call). So the scripts' own code runs as on the lease, down to each
     launch's arguments, without a GPU. After it, every ``functools`` cache of ``harness`` and
     ``implementations`` that computed something meanwhile is cleared (it may hold a fake
-    tensor)."""
+    tensor), and so is every entry of their module-level dicts that holds a fake tensor (the
+    fused linear path's counters, say): nothing made on the stand-in outlives it."""
     from types import SimpleNamespace
 
     import torch
@@ -389,6 +390,24 @@ def lease_device(arch: str):
         for f in _caches():
             if f.cache_info().misses != misses.get(id(f), 0):
                 f.cache_clear()
+        for table, key in fake_entries():
+            del table[key]
+
+
+def fake_entries() -> list[tuple[dict, object]]:
+    """(dict, key) of every entry of a module-level dict of the loaded ``harness``,
+    ``implementations`` and ``benchmarks`` modules whose value is a fake tensor (torch's
+    FakeTensor): what a stand-in device left behind."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    found = []
+    for name, module in list(sys.modules.items()):
+        if name.split(".")[0] not in ("harness", "implementations", "benchmarks") or not module:
+            continue
+        for value in list(vars(module).values()):
+            if isinstance(value, dict):
+                found += [(value, k) for k, x in list(value.items()) if isinstance(x, FakeTensor)]
+    return found
 
 
 def _caches() -> list:

@@ -215,7 +215,11 @@ def _on_device(t: Tensor):
 def counters(device: torch.device, size: int) -> Tensor:
     """The key pass's per-(head, feature block) counters for ``combine`` (int32, zero between
     calls: the program that combines sets its counter back), one buffer per device and
-    stream, grown as needed; made outside any call's workspace after the first."""
+    stream, grown as needed; made outside any call's workspace after the first. On the
+    ``meta`` device (the AOT check's recording) a fresh one each call: kept, a data-less
+    tensor would be read by whoever checks the counters next."""
+    if device.type == "meta":
+        return torch.zeros(max(size, 1024), dtype=torch.int32, device=device)
     stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
     key = (str(device), stream)
     have = _COUNTERS.get(key)
