@@ -210,8 +210,14 @@ def suite_launches(arch: str, suites: tuple[str, ...] | None = None) -> list[Rec
     from implementations.triton_kernels import aot_check
 
     out = []
-    for batch, d, dtype, shape in suite_shapes(suites):
-        for launch in aot_check.record(f"suite-D{d}", d, batch, shape, dtype):
+    calls = [(d, aot_check.record(f"suite-D{d}", d, batch, shape, dtype))
+             for batch, d, dtype, shape in suite_shapes(suites)]
+    # the paged decode at the GPU serving suite's shapes (Llama-3-8B attention, D 128, bf16,
+    # pages of 16 and 64 tokens, one query a step: aot_check.PAGED_SHAPE); its batch and
+    # lengths change no compile (the kernels do not specialize on them)
+    calls += [(128, aot_check.record(workload, 128)) for workload in aot_check.PAGED_CI]
+    for d, launches in calls:
+        for launch in launches:
             configs = aot_check.listed(launch, arch) or aot_check.configs(launch, arch)
             out.append((launch.name, launch.kernel, launch.args, launch.kwargs, configs, d))
     return out
