@@ -7,7 +7,8 @@ a program holds the slot's rows of all GROUP query heads of its K/V head as one 
 t: query head ``t // ROWS``, slot row ``t % ROWS``), so grouped-query heads read each K/V block
 once. Each program writes its partial softmax state (unnormalized acc, scaled row max m, row
 sum l); :func:`split_combine` merges the chunks of each row:
-``out = Σ 2^(m_s − M) acc_s / Σ 2^(m_s − M) l_s``, ``lse = M + log2 Σ 2^(m_s − M) l_s``.
+``out = Σ 2^(m_s − M) acc_s / Σ 2^(m_s − M) l_s``, ``lse = M + log2 Σ 2^(m_s − M) l_s``
+(:func:`merge_splits`, which the paged decode's combine shares: :mod:`.paged_decode`).
 Masks, slots and the band walk are the prefill kernels' (:mod:`.forward`).
 """
 

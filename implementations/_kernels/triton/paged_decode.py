@@ -43,6 +43,8 @@ PAGED_KEY = ["n_bucket", "BLOCK_M", "BLOCK_D", "PAGE"]  # the autotuner's key, p
 LARGEST_BLOCK_N = max(shape[1] for shape in SHAPES["paged_decode"])
 
 
+# the kernels keep their arguments several to a line, as the folder's kernels do
+# fmt: off
 @triton.autotune(configs=configs("paged_decode"), key=PAGED_KEY,
                  prune_configs_by={"early_config_prune": prune("paged_decode")})
 @triton.jit(do_not_specialize=["sbt", "q_len", "split_keys", "n_bucket"])
@@ -142,9 +144,17 @@ def paged_combine(PART_O, PART_ML, LENS, Out, sob, soh, son, H, q_len, split_key
     o_ptrs = Out + b.to(tl.int64) * sob + h.to(tl.int64) * soh + i[:, None] * son + dd[None, :]
     tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=ok[:, None] & (dd[None, :] < D))
 
+# fmt: on
 
-def paged_decode_attention(q: Tensor, k_pages: Tensor, v_pages: Tensor, block_table: Tensor,
-                           context_lens: Tensor, scale: float | None = None) -> Tensor:
+
+def paged_decode_attention(
+    q: Tensor,
+    k_pages: Tensor,
+    v_pages: Tensor,
+    block_table: Tensor,
+    context_lens: Tensor,
+    scale: float | None = None,
+) -> Tensor:
     """Attention of a decode step over a paged KV cache, two launches (splits, combine).
 
     q: (B, H, q_len, D), q_len 1..16, the step's queries; k_pages, v_pages: (num_pages,
@@ -179,20 +189,52 @@ def paged_decode_attention(q: Tensor, k_pages: Tensor, v_pages: Tensor, block_ta
     part_ml = torch.empty((n_split, b * h, q_len, 2), dtype=torch.float32, device=q.device)
     n_bucket = triton.next_power_of_2(max_pages * page)
     with _on_device(q):
-        launch("paged_decode", paged_decode, (n_split, b * h_kv),
-               (q, k_pages, v_pages, block_table, context_lens, part_o, part_ml,
-                *q.stride()[:3], *k_pages.stride()[:3], *v_pages.stride()[:3],
-                block_table.stride(0), h, group, q_len, pps * page, scale * LOG2E, n_bucket),
-               dict(D=d, BLOCK_D=block_d(d), PAGE=page, ROWS=rows, BLOCK_M=block_m,
-                    PRECISION=_precision(q.dtype, q.device), enable_fp_fusion=True))
-        launch("paged_combine", paged_combine, (triton.cdiv(q_len, MAX_ROWS), b * h),
-               (part_o, part_ml, context_lens, out, *out.stride()[:3], h, q_len, pps * page),
-               dict(D=d, BLOCK_D=block_d(d), BLOCK=MAX_ROWS, enable_fp_fusion=True))
+        launch(
+            "paged_decode",
+            paged_decode,
+            (n_split, b * h_kv),
+            (
+                q,
+                k_pages,
+                v_pages,
+                block_table,
+                context_lens,
+                part_o,
+                part_ml,
+                *q.stride()[:3],
+                *k_pages.stride()[:3],
+                *v_pages.stride()[:3],
+                block_table.stride(0),
+                h,
+                group,
+                q_len,
+                pps * page,
+                scale * LOG2E,
+                n_bucket,
+            ),
+            dict(
+                D=d,
+                BLOCK_D=block_d(d),
+                PAGE=page,
+                ROWS=rows,
+                BLOCK_M=block_m,
+                PRECISION=_precision(q.dtype, q.device),
+                enable_fp_fusion=True,
+            ),
+        )
+        launch(
+            "paged_combine",
+            paged_combine,
+            (triton.cdiv(q_len, MAX_ROWS), b * h),
+            (part_o, part_ml, context_lens, out, *out.stride()[:3], h, q_len, pps * page),
+            dict(D=d, BLOCK_D=block_d(d), BLOCK=MAX_ROWS, enable_fp_fusion=True),
+        )
     return out
 
 
-def split_pages(batch_kv_heads: int, max_pages: int, page_size: int,
-                device: torch.device | str) -> tuple[int, int]:
+def split_pages(
+    batch_kv_heads: int, max_pages: int, page_size: int, device: torch.device | str
+) -> tuple[int, int]:
     """(pages per split, n_split) of a call: the split-KV decode's count
     (:func:`.plan_tables.split_count`: ``DECODE_WAVES`` programs per SM, each split at least
     ``MIN_SPLIT_KEYS`` keys) for ``batch_kv_heads`` (sequence, K/V head) pairs over the
@@ -206,34 +248,51 @@ def split_pages(batch_kv_heads: int, max_pages: int, page_size: int,
     return pps, triton.cdiv(max_pages, pps)
 
 
-def _check(q: Tensor, k_pages: Tensor, v_pages: Tensor, block_table: Tensor,
-           context_lens: Tensor) -> None:
+def _check(
+    q: Tensor, k_pages: Tensor, v_pages: Tensor, block_table: Tensor, context_lens: Tensor
+) -> None:
     """One ValueError line for arguments the kernels cannot take."""
     if q.dim() != 4 or k_pages.dim() != 4:
-        raise ValueError(f"paged decode: q must be (B, H, q_len, D) and the pages (num_pages, "
-                         f"page_size, H_kv, D); got {tuple(q.shape)}, {tuple(k_pages.shape)}")
+        raise ValueError(
+            f"paged decode: q must be (B, H, q_len, D) and the pages (num_pages, "
+            f"page_size, H_kv, D); got {tuple(q.shape)}, {tuple(k_pages.shape)}"
+        )
     b, h, q_len, d = q.shape
     if v_pages.shape != k_pages.shape:
-        raise ValueError(f"paged decode: v_pages {tuple(v_pages.shape)} is not k_pages' shape "
-                         f"{tuple(k_pages.shape)}")
+        raise ValueError(
+            f"paged decode: v_pages {tuple(v_pages.shape)} is not k_pages' shape "
+            f"{tuple(k_pages.shape)}"
+        )
     _, page, h_kv, d_kv = k_pages.shape
     problems = [
         (not 1 <= q_len <= MAX_ROWS, f"q_len {q_len} outside 1..{MAX_ROWS}"),
         (d_kv != d, f"head dim {d} of q is not the pages' {d_kv}"),
         (page < 1, f"page_size {page} < 1"),
         (h_kv < 1 or h % h_kv != 0, f"{h} query heads are not a multiple of {h_kv} K/V heads"),
-        (block_table.dim() != 2 or block_table.shape[0] != b,
-         f"block_table {tuple(block_table.shape)} is not (B={b}, max_pages)"),
-        (tuple(context_lens.shape) != (b,), f"context_lens {tuple(context_lens.shape)} is not "
-                                            f"(B={b},)"),
-        (block_table.dtype != torch.int32 or context_lens.dtype != torch.int32,
-         "block_table and context_lens must be int32"),
-        (q.dtype != k_pages.dtype or q.dtype != v_pages.dtype,
-         f"dtypes differ: q {q.dtype}, pages {k_pages.dtype}, {v_pages.dtype}"),
-        (k_pages.stride(-1) != 1 or v_pages.stride(-1) != 1, "the pages' last dim must be "
-                                                             "contiguous"),
-        (len({t.device for t in (q, k_pages, v_pages, block_table, context_lens)}) != 1,
-         "tensors on different devices"),
+        (
+            block_table.dim() != 2 or block_table.shape[0] != b,
+            f"block_table {tuple(block_table.shape)} is not (B={b}, max_pages)",
+        ),
+        (
+            tuple(context_lens.shape) != (b,),
+            f"context_lens {tuple(context_lens.shape)} is not (B={b},)",
+        ),
+        (
+            block_table.dtype != torch.int32 or context_lens.dtype != torch.int32,
+            "block_table and context_lens must be int32",
+        ),
+        (
+            q.dtype != k_pages.dtype or q.dtype != v_pages.dtype,
+            f"dtypes differ: q {q.dtype}, pages {k_pages.dtype}, {v_pages.dtype}",
+        ),
+        (
+            k_pages.stride(-1) != 1 or v_pages.stride(-1) != 1,
+            "the pages' last dim must be contiguous",
+        ),
+        (
+            len({t.device for t in (q, k_pages, v_pages, block_table, context_lens)}) != 1,
+            "tensors on different devices",
+        ),
     ]
     found = [why for bad, why in problems if bad]
     if found:

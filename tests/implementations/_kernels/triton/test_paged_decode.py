@@ -29,8 +29,17 @@ pytestmark = pytest.mark.cuda
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def paged_batch(lens: list[int], heads: int, kv_heads: int, q_len: int, d: int, page: int,
-                dtype: torch.dtype, seed: int, spare: int = 2) -> dict:
+def paged_batch(
+    lens: list[int],
+    heads: int,
+    kv_heads: int,
+    q_len: int,
+    d: int,
+    page: int,
+    dtype: torch.dtype,
+    seed: int,
+    spare: int = 2,
+) -> dict:
     """A ragged batch: q (B, H, q_len, D), the pools (pages, page, H_kv, D) in shuffled order
     with ``spare`` NaN pages, the block table (a column more than the longest sequence needs,
     entries past each last page naming a NaN page), context lengths."""
@@ -45,13 +54,18 @@ def paged_batch(lens: list[int], heads: int, kv_heads: int, q_len: int, d: int, 
         for pool in pools:
             keys = torch.randn(n, kv_heads, d, generator=g).to(dtype)
             for lp in range(n_pages[b]):
-                chunk = keys[lp * page:(lp + 1) * page]
-                pool[order[taken + lp], :len(chunk)] = chunk
-        table[b, :n_pages[b]] = torch.tensor(order[taken:taken + n_pages[b]])
+                chunk = keys[lp * page : (lp + 1) * page]
+                pool[order[taken + lp], : len(chunk)] = chunk
+        table[b, : n_pages[b]] = torch.tensor(order[taken : taken + n_pages[b]])
         taken += n_pages[b]
     q = torch.randn(len(lens), heads, q_len, d, generator=g).to(dtype)
-    return {"q": q, "k_pages": pools[0], "v_pages": pools[1], "block_table": table,
-            "context_lens": torch.tensor(lens, dtype=torch.int32)}
+    return {
+        "q": q,
+        "k_pages": pools[0],
+        "v_pages": pools[1],
+        "block_table": table,
+        "context_lens": torch.tensor(lens, dtype=torch.int32),
+    }
 
 
 def reference(batch: dict, dtype: torch.dtype = torch.float64) -> torch.Tensor:
@@ -63,9 +77,15 @@ def reference(batch: dict, dtype: torch.dtype = torch.float64) -> torch.Tensor:
     out = torch.zeros(q.shape, dtype=dtype)
     for i in range(b):
         n = int(lens[i])
-        pages = table[i, :-(-n // page)].long()
-        k, v = (batch[name][pages].reshape(-1, h_kv, d)[:n].to(dtype).transpose(0, 1)
-                .repeat_interleave(h // h_kv, 0) for name in ("k_pages", "v_pages"))  # (H, n, D)
+        pages = table[i, : -(-n // page)].long()
+        k, v = (
+            batch[name][pages]
+            .reshape(-1, h_kv, d)[:n]
+            .to(dtype)
+            .transpose(0, 1)
+            .repeat_interleave(h // h_kv, 0)
+            for name in ("k_pages", "v_pages")
+        )  # (H, n, D)
         scores = q[i].to(dtype) @ k.transpose(-1, -2) * d**-0.5  # (H, q_len, n)
         keep = torch.arange(n)[None, :] <= (n - q_len + torch.arange(q_len))[:, None]
         weights = torch.softmax(scores.masked_fill(~keep, -math.inf), -1).nan_to_num(0.0)
@@ -74,8 +94,9 @@ def reference(batch: dict, dtype: torch.dtype = torch.float64) -> torch.Tensor:
 
 
 def run(batch: dict) -> torch.Tensor:
-    return paged_decode_attention(*(batch[k].to(DEVICE) for k in (
-        "q", "k_pages", "v_pages", "block_table", "context_lens"))).cpu()
+    return paged_decode_attention(
+        *(batch[k].to(DEVICE) for k in ("q", "k_pages", "v_pages", "block_table", "context_lens"))
+    ).cpu()
 
 
 def agreement(out: torch.Tensor, batch: dict) -> dict:
@@ -113,8 +134,10 @@ def test_paged_decode_matches_float64(case, monkeypatch):
         assert torch.equal(out[lens.index(0)], torch.zeros_like(out[0]))
     short = [i for i, n in enumerate(lens) if 0 < n < q_len]
     for i in short:  # rows before the first key see none
-        assert torch.equal(out[i, :, :q_len - lens[i]], torch.zeros_like(out[i, :, :1]).expand(
-            -1, q_len - lens[i], -1))
+        assert torch.equal(
+            out[i, :, : q_len - lens[i]],
+            torch.zeros_like(out[i, :, :1]).expand(-1, q_len - lens[i], -1),
+        )
 
 
 def test_a_wrong_block_table_entry_fails_the_comparison():
@@ -174,8 +197,14 @@ def test_a_program_past_its_sequences_pages_writes_nothing(monkeypatch):
 def test_split_pages_cover_the_table_in_whole_blocks():
     """Every split is whole pages and whole largest key blocks; the splits cover the longest
     sequence; one split when the (sequence, K/V head) programs already fill the SMs."""
-    for pairs, max_pages, page in [(8, 2048, 16), (16, 500, 64), (4, 33, 16), (1, 1, 16),
-                                   (2048, 4096, 16), (8, 7, 64)]:
+    for pairs, max_pages, page in [
+        (8, 2048, 16),
+        (16, 500, 64),
+        (4, 33, 16),
+        (1, 1, 16),
+        (2048, 4096, 16),
+        (8, 7, 64),
+    ]:
         pps, n_split = split_pages(pairs, max_pages, page, "cpu")
         assert (pps * page) % LARGEST_BLOCK_N == 0  # pages of 16 and 64 tokens
         assert n_split * pps >= max_pages > (n_split - 1) * pps
