@@ -167,6 +167,8 @@ def paged_decode_attention(
     K/V head ``h // (H / H_kv)``); ``scale`` default 1/sqrt(D); a sequence of 0 keys gives zeros.
     Raises ValueError (one line) on shapes, dtypes or devices that do not fit."""
     _check(q, k_pages, v_pages, block_table, context_lens)
+    # the host's helpers import the harness (and numpy): here, not at the top, so that the
+    # kernels import where only Triton is (the warm cache's compiles: benchmarks/triton_cache.py)
     from implementations._kernels.triton.launches import _on_device, _precision
     from implementations._kernels.triton.plan_tables import block_d, decode_tiles
 
@@ -284,6 +286,10 @@ def _check(
         (
             q.dtype != k_pages.dtype or q.dtype != v_pages.dtype,
             f"dtypes differ: q {q.dtype}, pages {k_pages.dtype}, {v_pages.dtype}",
+        ),
+        (
+            q.dtype not in (torch.float32, torch.float16, torch.bfloat16),
+            f"dtype {q.dtype} is not one of float32, float16, bfloat16",
         ),
         (
             k_pages.stride(-1) != 1 or v_pages.stride(-1) != 1,

@@ -10,6 +10,10 @@ with the interpreter's pinned config (16 keys a block); one test forces GPU tile
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -228,8 +232,33 @@ def test_bad_arguments_are_one_line_errors():
     assert "context_lens" in error(context_lens=torch.tensor([5], dtype=torch.int32))
     assert "block_table" in error(block_table=batch["block_table"][:1])
     assert "dtypes" in error(q=batch["q"].double())
+    assert "float64" in error(**{k: batch[k].double() for k in ("q", "k_pages", "v_pages")})
     assert "v_pages" in error(v_pages=batch["v_pages"][:, :8])
 
 
 def test_module_names_its_kernels_for_the_aot_check():
     assert paged_decode.paged_decode.fn.arg_names[0] == "Q"  # the prune reads Q's device
+
+
+def test_the_kernels_import_where_only_triton_is():
+    """The warm cache compiles in a Python with Triton alone, behind a torch stand-in
+    (``benchmarks/triton_cache.py``): the kernel module imports there (no numpy, no harness
+    at import time)."""
+    code = (
+        "import sys, types\n"
+        "stub = types.ModuleType('torch'); stub.Tensor = type('Tensor', (), {})\n"
+        "sys.modules.update(torch=stub, numpy=None, pandas=None)\n"
+        "from implementations.triton_kernels import import_jit_modules\n"
+        "import_jit_modules(('paged_decode',))\n"
+    )
+    root = Path(__file__).resolve().parents[4]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=root,
+        env={**env, "PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
