@@ -11,7 +11,8 @@ Warming: every launch of the fused kernels that the GPU proof's steps make (``ST
   (:func:`proof_suites`: its own plan, and the smokes), recorded from the real launch code on
   meta tensors by ``aot_check.record`` with the point's batch, heads, lengths, head dim, dtype
   and mask, with every config the autotuner may time for the arch (the class list the prune
-  keeps; the pinned default is its first);
+  keeps; the pinned default is its first), and the paged decode at the GPU serving suite's
+  shapes (:func:`paged_launches`);
 - ``kernel-sweep``: what ``kernel_sweep.py`` compiles and times (every group, case, listed
   config and candidate, the decode split targets, the Hopper backward peers), from the
   script's own ``Prepared`` and ``sweep_configs``;
@@ -206,7 +207,8 @@ def compile_key(kernel, name: str, label: str, args: list, kwargs: dict) -> tupl
 
 def suite_launches(arch: str, suites: tuple[str, ...] | None = None) -> list[Recorded]:
     """The suites' fused calls (:func:`suite_shapes`), each launch with every config its
-    autotuner may time on ``arch`` (the class list after the prune) or its own options."""
+    autotuner may time on ``arch`` (the class list after the prune) or its own options; for
+    the proof's own list (``suites`` None) the paged decode's too (:func:`paged_launches`)."""
     from implementations.triton_kernels import aot_check
 
     out = []
@@ -214,7 +216,20 @@ def suite_launches(arch: str, suites: tuple[str, ...] | None = None) -> list[Rec
         for launch in aot_check.record(f"suite-D{d}", d, batch, shape, dtype):
             configs = aot_check.listed(launch, arch) or aot_check.configs(launch, arch)
             out.append((launch.name, launch.kernel, launch.args, launch.kwargs, configs, d))
-    return out
+    return out + (paged_launches(arch) if suites is None else [])
+
+
+def paged_launches(arch: str) -> list[Recorded]:
+    """The paged decode at the GPU serving suite's shapes (``aot_check.PAGED_SHAPE``: Llama-3-8B
+    attention, D 128, bf16, one query a step, pages of 16 and 64 tokens), each launch with
+    every config its autotuner may time on ``arch``: part of the proof's suites until that
+    suite's points are read here. Its batch and lengths change no compile (the kernels do
+    not specialize on them)."""
+    from implementations.triton_kernels import aot_check
+
+    return [(launch.name, launch.kernel, launch.args, launch.kwargs,
+             aot_check.listed(launch, arch) or aot_check.configs(launch, arch), 128)
+            for workload in aot_check.PAGED_CI for launch in aot_check.record(workload, 128)]
 
 
 def sweep_launches(arch: str) -> list[Recorded]:

@@ -34,7 +34,7 @@ MODULES = ("aot_check", "autotune", "feature_attention", "fused_path", "launch_m
 __all__ = [*MODULES, "JIT_MODULES", "MODULES", "import_jit_modules"]
 
 JIT_MODULES = ("forward", "backward", "backward_blocks", "decode_split_kv", "feature_kernels",
-               "linear_chunk")
+               "linear_chunk", "paged_decode")
 """The modules whose ``@triton.jit`` kernels a compile or a cache warm-up reaches."""
 
 _PACKAGE = "implementations._kernels.triton"

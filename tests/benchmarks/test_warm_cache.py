@@ -230,6 +230,23 @@ def test_the_smoke_jobs_are_every_listed_sm90_config_of_each_mask_once():
     assert len(keys) == len(jobs)
 
 
+def test_the_paged_decode_is_warmed_at_both_page_sizes_with_every_listed_config():
+    """The GPU serving suite's paged decode (D 128, bf16, pages of 16 and 64 tokens): each
+    split launch with every sm_90 config its autotuner may time, each combine with its own."""
+    pytest.importorskip("triton")
+    from implementations._kernels.triton import autotune
+
+    recorded = warm_cache.paged_launches("sm_90")
+    assert [r[0] for r in recorded] == ["paged_decode", "paged_combine"] * 2
+    split = [r for r in recorded if r[0] == "paged_decode"]
+    assert {r[3]["PAGE"] for r in split} == {16, 64}
+    listed = autotune.class_configs("paged_decode", 128, (9, 0))
+    assert all(r[4] == listed and r[5] == 128 for r in split) and len(listed) > 1
+    jobs = [j for r in recorded for j in warm_cache._jobs("suites", *r)]
+    assert {j["kernel"] for j in jobs} == {"paged_decode", "paged_combine"}
+    assert json.loads(json.dumps(jobs)) == jobs
+
+
 # -- the listener ---------------------------------------------------------------------------
 
 def test_record_appends_a_line_per_compile_and_count_counts_misses(tmp_path, monkeypatch):

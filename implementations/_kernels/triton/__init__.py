@@ -10,8 +10,9 @@ The way in is :mod:`.masked_attention`: ``triton_attention`` (autograd), the dis
   forced) and who watches it;
 - the kernels: :mod:`.forward` (the fused forward, band and block lists), :mod:`.backward`
   (delta, dQ, dK/dV over the band), :mod:`.backward_blocks` (dQ, dK/dV over block lists),
-  :mod:`.decode_split_kv` (split-KV decode and its combine), all built from
-  :mod:`.primitives` (the ``@triton.jit`` building blocks);
+  :mod:`.decode_split_kv` (split-KV decode and its combine), :mod:`.paged_decode` (split-KV
+  decode over a paged KV cache: ``paged_decode_attention``, the decode scenario's paged
+  cache calls it), all built from :mod:`.primitives` (the ``@triton.jit`` building blocks);
 - the plan, built on the host without Triton: :mod:`.plan_band` (band slots),
   :mod:`.plan_blocks` (BigBird block lists), :mod:`.plan_tables` (both as cached device
   tables, and the autotuner's key);

@@ -49,6 +49,7 @@ from implementations._kernels.triton import (
     linear_chunk,
     nystrom_fused,
     nystrom_kernels,
+    paged_decode,
 )
 from implementations._kernels.triton.autotune import (
     candidate_configs,
@@ -77,6 +78,7 @@ KERNELS = (  # (module, name): every kernel the launches use
     (linear_chunk, "feature_prefix"), (linear_chunk, "feature_chunk"),
     (nystrom_kernels, "nys_landmarks"), (nystrom_kernels, "nys_key_pass"),
     (nystrom_kernels, "nys_pinv"), (nystrom_kernels, "nys_output"),
+    (paged_decode, "paged_decode"), (paged_decode, "paged_combine"),
 )
 BIGBIRD = MaskSpec(causal=True, window=(3, 0), block_size=64, random_blocks=2, global_tokens=64)
 # workload -> (mask, n_q, n_k, H, H_kv, backward); the first mask of each family is the CI one
@@ -111,7 +113,20 @@ FEATURE_WORKLOADS: dict[str, tuple[int, int, int, int]] = {
 # sm_90; docs/linear_attention.md), a candidate until a spill-free sm_80 tile is found;
 # ``--workloads feature-performer-causal`` compiles it
 CI_LEFT_OUT = ("feature-performer-causal",)
-ALL_WORKLOADS = (*WORKLOADS, *FEATURE_WORKLOADS)
+# workload -> (page size, dtype): the paged decode (``paged_decode_attention``) of the issue's
+# GPU serving suite, Llama-3-8B attention (``PAGED_SHAPE``); the CI compiles bf16 at every
+# target, head dim and page size, and the fp16 split kernel at ``PAGED_CI_EXTRA`` (each page
+# size and target once)
+PAGED_WORKLOADS: dict[str, tuple[int, torch.dtype]] = {
+    "paged-16": (16, torch.bfloat16),
+    "paged-64": (64, torch.bfloat16),
+    "paged-16-fp16": (16, torch.float16),
+    "paged-64-fp16": (64, torch.float16),
+}
+PAGED_SHAPE = (16, 32, 8, 1, 32768)  # batch, H, H_kv, q_len, the longest context
+PAGED_CI = ("paged-16", "paged-64")
+PAGED_CI_EXTRA = (("paged-16-fp16", 128, "sm_90"), ("paged-64-fp16", 64, "sm_80"))
+ALL_WORKLOADS = (*WORKLOADS, *FEATURE_WORKLOADS, *PAGED_WORKLOADS)
 CI_WORKLOADS = ("band", "decode", "blocks")
 # the kernels with Hopper paths (TMA, warp-specialized): the CI compiles the first of each
 HOPPER_KERNELS = ("band_fwd", "band_dq", "band_dkdv")
@@ -212,7 +227,11 @@ def record(workload: str, head_dim: int, batch: int = 2, shape: tuple | None = N
     the real launch code on meta tensors: the forward, then (when it has one) the backward.
     ``shape``: a workload not in the tables, as ``WORKLOADS`` (6 fields) or
     ``FEATURE_WORKLOADS`` (4, and n_q when it is not n) spell one
-    (``benchmarks/warm_cache.py``: a suite's points)."""
+    (``benchmarks/warm_cache.py``: a suite's points). A ``PAGED_WORKLOADS`` one is
+    :func:`record_paged`'s at ``PAGED_SHAPE``."""
+    if workload in PAGED_WORKLOADS and shape is None:
+        page, dtype = PAGED_WORKLOADS[workload]
+        return record_paged(workload, head_dim, (page, *PAGED_SHAPE), dtype)
     seen: list[Launch] = []
     shape = shape or FEATURE_WORKLOADS.get(workload) or WORKLOADS[workload]
     if len(shape) < 6:  # the feature-map attention
@@ -220,22 +239,10 @@ def record(workload: str, head_dim: int, batch: int = 2, shape: tuple | None = N
         mask, n_q, n_k, with_backward = None, rows[0] if rows else n, n, False
     else:
         mask, n_q, n_k, heads, kv_heads, with_backward = shape
-
-    class Recorder:
-        def __init__(self, name: str, kernel):
-            self.name, self.kernel = name, kernel
-
-        def __getitem__(self, grid):
-            return lambda *a, **kw: seen.append(Launch(self.name, self.kernel, a, kw, workload))
-
     meta = dict(device="meta", dtype=dtype)
     q = torch.empty(batch, heads, n_q, head_dim, **meta)
     k, v = (torch.empty(batch, kv_heads, n_k, head_dim, **meta) for _ in range(2))
-    with contextlib.ExitStack() as stack:
-        for module, name in KERNELS:
-            original = getattr(module, name)
-            stack.callback(setattr, module, name, original)
-            setattr(module, name, Recorder(name, original))
+    with _recording(seen, workload):
         if mask is None:  # the feature-map attention: three launches
             w = torch.empty(2, features, head_dim, device="meta") if features else None
             if workload == "nystrom":
@@ -250,6 +257,44 @@ def record(workload: str, head_dim: int, batch: int = 2, shape: tuple | None = N
         if with_backward:
             launches.attention_backward(q, k, v, out, lse, out, mask, head_dim**-0.5)
     return seen
+
+
+def record_paged(workload: str, head_dim: int, shape: tuple[int, ...],
+                 dtype: torch.dtype) -> list[Launch]:
+    """The two launches of a paged decode call (``paged_decode.paged_decode_attention``) of
+    ``shape`` = (page size, batch, H, H_kv, q_len, longest context), on meta tensors: a block
+    table as wide as the longest context needs (the split count reads its width only)."""
+    page, batch, heads, kv_heads, q_len, context = shape
+    pages = -(-context // page)
+    meta = dict(device="meta", dtype=dtype)
+    q = torch.empty(batch, heads, q_len, head_dim, **meta)
+    k, v = (torch.empty(batch * pages, page, kv_heads, head_dim, **meta) for _ in range(2))
+    table = torch.empty(batch, pages, device="meta", dtype=torch.int32)
+    lens = torch.empty(batch, device="meta", dtype=torch.int32)
+    seen: list[Launch] = []
+    with _recording(seen, workload):
+        paged_decode.paged_decode_attention(q, k, v, table, lens, head_dim**-0.5)
+    return seen
+
+
+@contextlib.contextmanager
+def _recording(seen: list[Launch], workload: str):
+    """Every kernel of ``KERNELS`` replaced, for the duration, by a recorder that appends its
+    launches to ``seen`` instead of running them."""
+
+    class Recorder:
+        def __init__(self, name: str, kernel):
+            self.name, self.kernel = name, kernel
+
+        def __getitem__(self, grid):
+            return lambda *a, **kw: seen.append(Launch(self.name, self.kernel, a, kw, workload))
+
+    with contextlib.ExitStack() as stack:
+        for module, name in KERNELS:
+            original = getattr(module, name)
+            stack.callback(setattr, module, name, original)
+            setattr(module, name, Recorder(name, original))
+        yield
 
 
 def configs(launch: Launch, target: str) -> list[triton.Config]:
@@ -400,14 +445,19 @@ def jobs(workloads: tuple[str, ...], head_dims: tuple[int, ...], targets: tuple[
 
 
 def ci_jobs(head_dims: tuple[int, ...], targets: tuple[str, ...]) -> list[Job]:
-    """The CI's compiles: the default config of each launch of ``CI_WORKLOADS`` and
-    ``FEATURE_WORKLOADS`` (the feature-map attention's pinned tiles), then the
+    """The CI's compiles: the default config of each launch of ``CI_WORKLOADS``,
+    ``FEATURE_WORKLOADS`` (the feature-map attention's pinned tiles) and ``PAGED_CI`` (and
+    the fp16 ``PAGED_CI_EXTRA``), then the
     ``CI_EXTRA`` defaults, then on sm_90 the first config of each Hopper path (TMA; TMA with a
     warp-specialized loop) of the forward, dQ and dK/dV (``HOPPER_KERNELS``), a listed one
     before the candidates, within ``head_dims`` and ``targets``."""
     out = jobs(CI_WORKLOADS, head_dims, targets, False)
     out += jobs(tuple(w for w in FEATURE_WORKLOADS if w not in CI_LEFT_OUT), head_dims,
                 targets, False)
+    out += jobs(PAGED_CI, head_dims, targets, False)
+    for workload, d, target in PAGED_CI_EXTRA:  # the split kernel (the combine stores fp16 alike)
+        if d in head_dims and target in targets:
+            out.append((workload, d, target, 0, 0))
     for workload, kernel, d, target in CI_EXTRA:
         if d in head_dims and target in targets:
             names = [launch.name for launch in record(workload, d)]

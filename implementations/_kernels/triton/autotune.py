@@ -46,6 +46,7 @@ _TUNING = {"on": True, "1": True, "true": True, "yes": True,
            "off": False, "0": False, "false": False, "no": False}
 INTERPRET_BLOCK_M = 32
 INTERPRET_BLOCK_N = 16
+KEY_BLOCK_ONLY = ("band_fwd_split", "paged_decode")  # decode kernels: BLOCK_N tuned, not BLOCK_M
 ALL = frozenset({"sm90-d64", "sm90-d128", "sm80-d64", "sm80-d128"})
 D64 = frozenset({"sm90-d64", "sm80-d64"})
 
@@ -116,6 +117,15 @@ SHAPES: dict[str, list[tuple]] = {
         (0, 64, 4, 2, ALL),
         (0, 128, 4, 2, ALL),
         (0, 64, 4, 3, frozenset({"sm90-d64", "sm80-d64", "sm80-d128"})),
+        (0, 128, 8, 2, ALL),
+    ],
+    # paged decode (paged_decode.py): keys per block, over 16- and 64-token pages (a block of
+    # 64 keys over 16-token pages reads 4 pages); not measured on a GPU: the split-KV decode's
+    # list, each checked spill-free ahead of time (aot_kernels.py --workloads paged-*)
+    "paged_decode": [
+        (0, 64, 4, 2, ALL),
+        (0, 128, 4, 2, ALL),
+        (0, 64, 4, 3, ALL),
         (0, 128, 8, 2, ALL),
     ],
     # block-list kernels: the tile is the layout block, only the pipeline is tuned
@@ -275,7 +285,7 @@ def gpu_class(block_d: int, capability: tuple[int, int]) -> str:
 def _config(kernel: str, m: int, n: int, w: int, s: int, extra: dict | None = None
             ) -> triton.Config:
     tiles = {} if kernel.startswith("blocks") else (
-        {"BLOCK_N": n} if kernel == "band_fwd_split" else {"BLOCK_M": m, "BLOCK_N": n})
+        {"BLOCK_N": n} if kernel in KEY_BLOCK_ONLY else {"BLOCK_M": m, "BLOCK_N": n})
     return triton.Config({**tiles, **(extra or {})}, num_warps=w, num_stages=s)
 
 

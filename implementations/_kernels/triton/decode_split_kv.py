@@ -7,7 +7,8 @@ a program holds the slot's rows of all GROUP query heads of its K/V head as one 
 t: query head ``t // ROWS``, slot row ``t % ROWS``), so grouped-query heads read each K/V block
 once. Each program writes its partial softmax state (unnormalized acc, scaled row max m, row
 sum l); :func:`split_combine` merges the chunks of each row:
-``out = Σ 2^(m_s − M) acc_s / Σ 2^(m_s − M) l_s``, ``lse = M + log2 Σ 2^(m_s − M) l_s``.
+``out = Σ 2^(m_s − M) acc_s / Σ 2^(m_s − M) l_s``, ``lse = M + log2 Σ 2^(m_s − M) l_s``
+(:func:`merge_splits`, which the paged decode's combine shares: :mod:`.paged_decode`).
 Masks, slots and the band walk are the prefill kernels' (:mod:`.forward`).
 """
 
@@ -114,6 +115,21 @@ def split_combine(PART_O, PART_ML, Out, LSE, sob, soh, son, H, n_q, n_split,
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     ok = i < n_q
     dd = tl.arange(0, BLOCK_D)
+    out, lse = merge_splits(PART_O, PART_ML, bh, i, ok, n_q, n_split, D, BLOCK_D, BLOCK)
+    b, h = bh // H, bh % H
+    o_ptrs = Out + b.to(tl.int64) * sob + h.to(tl.int64) * soh + i[:, None] * son + dd[None, :]
+    tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=ok[:, None] & (dd[None, :] < D))
+    tl.store(LSE + bh.to(tl.int64) * n_q + i, lse, mask=ok)
+
+
+@triton.jit
+def merge_splits(PART_O, PART_ML, bh, i, ok, n_q, n_split, D: tl.constexpr,
+                 BLOCK_D: tl.constexpr, BLOCK: tl.constexpr):
+    """(out (BLOCK, BLOCK_D) fp32, lse (BLOCK,)) of rows ``i`` (valid ``ok``) of head ``bh``
+    (of ``tl.num_programs(1)``) from the first ``n_split`` chunks' partial states (layout of
+    :func:`band_fwd_split`'s PART_O, PART_ML); a row no chunk kept a key for gets zeros and
+    lse = +inf."""
+    dd = tl.arange(0, BLOCK_D)
     ld = ok[:, None] & (dd[None, :] < D)
     m_all = tl.zeros([BLOCK], dtype=tl.float32) + NEG
     for s in range(0, n_split):
@@ -129,8 +145,4 @@ def split_combine(PART_O, PART_ML, Out, LSE, sob, soh, son, H, n_q, n_split,
         acc += w[:, None] * o
     has = l_all > 0.0
     l_safe = tl.where(has, l_all, 1.0)
-    b, h = bh // H, bh % H
-    o_ptrs = Out + b.to(tl.int64) * sob + h.to(tl.int64) * soh + i[:, None] * son + dd[None, :]
-    tl.store(o_ptrs, (acc / l_safe[:, None]).to(Out.dtype.element_ty), mask=ld)
-    lse = tl.where(has, m_all + tl.math.log2(l_safe), float("inf"))
-    tl.store(LSE + bh.to(tl.int64) * n_q + i, lse, mask=ok)
+    return acc / l_safe[:, None], tl.where(has, m_all + tl.math.log2(l_safe), float("inf"))

@@ -4,9 +4,10 @@ One subprocess compiles, through the real launch code (meta tensors, bf16, D = 6
 the config each kernel starts from before autotuning (``benchmarks/aot_kernels.py --ci``: one
 mask per family, the prefix-with-dilation defaults nearest the register limit, and on sm_90 the
 forward's first config of each Hopper path, listed or candidate), with ``TRITON_CACHE_DIR`` in
-this run's temporary directory. The checks: every kernel compiles for both targets at both head
-dims; shared memory within each target's limit; no default config spills (so each kernel and
-head dim has a spill-free config); the prefill kernels run on Hopper's ``wgmma``; a default's
+this run's temporary directory; the paged decode at pages of 16 and 64 tokens, bf16, and two
+fp16 compiles. The checks: every kernel compiles for both targets at both head dims; shared
+memory within each target's limit; no default config spills (so each kernel and head dim has
+a spill-free config); the prefill kernels run on Hopper's ``wgmma``; a default's
 masked loop is at most 1.5x the unmasked one in SASS instructions, except a default a GPU
 measurement chose (``autotune.MEASURED``), whose ratio is reported and not gated (the
 ratio is a proxy of speed; the speed was measured); the forward's default at D = 64 on sm_90
@@ -41,7 +42,8 @@ pytestmark = pytest.mark.skipif(
 KERNELS = {"band_fwd", "band_dq", "band_dkdv", "delta_kernel", "band_fwd_split",
            "split_combine", "blocks_fwd", "blocks_dq", "blocks_dkdv", "feature_state",
            "feature_combine", "feature_output", "feature_prefix", "feature_chunk",
-           "nys_landmarks", "nys_key_pass", "nys_pinv", "nys_output"}
+           "nys_landmarks", "nys_key_pass", "nys_pinv", "nys_output", "paged_decode",
+           "paged_combine"}
 PREFILL = {"band_fwd", "band_dq", "band_dkdv", "blocks_fwd", "blocks_dq", "blocks_dkdv"}
 
 
@@ -90,7 +92,19 @@ def test_prefill_kernels_run_on_wgmma_on_hopper(compiled):
     """Decode tiles are 16 rows (a few query rows): mma.sync there, as wgmma needs 64."""
     kinds = {(r["kernel"], r["head_dim"]): r["mma"] for r in compiled if r["target"] == "sm_90"}
     assert {k: v for k, v in kinds.items() if k[0] in PREFILL and v != "wgmma"} == {}
-    assert {v for k, v in kinds.items() if k[0] == "band_fwd_split"} == {"mma.sync"}
+    assert {v for k, v in kinds.items() if k[0] in ("band_fwd_split", "paged_decode")} == {
+        "mma.sync"}
+
+
+def test_paged_decode_compiles_at_each_page_size_and_dtype(compiled):
+    """The paged decode's default (a decode tile: 16 rows) at pages of 16 and 64 tokens, bf16
+    at every target and head dim, fp16 once per page size and target; spill-free."""
+    paged = [r for r in compiled if r["kernel"] == "paged_decode"]
+    assert {(r["workload"], r["head_dim"], r["target"]) for r in paged} == {
+        *((w, d, t) for w in ("paged-16", "paged-64") for d in (64, 128)
+          for t in ("sm_90", "sm_80")),
+        ("paged-16-fp16", 128, "sm_90"), ("paged-64-fp16", 64, "sm_80")}
+    assert all(r["default"] and r["spill_bytes"] == 0 and r["mma"] == "mma.sync" for r in paged)
 
 
 def _aot():
