@@ -203,7 +203,7 @@ def record(workload: str, head_dim: int, batch: int = 2, shape: tuple | None = N
     forward, then (when it has one) the backward.
     ``shape``: a workload not in the tables, as ``WORKLOADS`` (6 fields) or
     ``FEATURE_WORKLOADS`` (4, and n_q when it is not n) spell one
-    (``benchmarks/warm_cache.py``: a suite's points)."""
+    (``benchmarks/lease/warm_cache.py``: a suite's points)."""
     seen: list[Launch] = []
     shape = shape or FEATURE_WORKLOADS.get(workload) or WORKLOADS[workload]
     if len(shape) < 6:  # the feature-map attention
