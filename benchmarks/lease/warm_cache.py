@@ -80,10 +80,10 @@ def proof_suites() -> tuple[str, ...]:
 
 
 def suite_shapes(suites: tuple[str, ...] | None = None) -> list[tuple]:
-    """The fused calls of the suites' CUDA points, once each: (batch, head dim, dtype, shape)
-    with shape as ``aot_check.record`` takes it. A decode point calls its core once per step
-    at positions seq_len .. seq_len + gen_tokens - 1 (the timed step is the first); a
-    ``state`` cache steps its recurrence (no fused call)."""
+    """The fused calls of the suites' CUDA points, once each: (batch, head dim, dtype, shape,
+    workload name) with shape and name as ``aot_check.record`` takes them. A decode point
+    calls its core once per step at positions seq_len .. seq_len + gen_tokens - 1 (the timed
+    step is the first); a ``state`` cache steps its recurrence (no fused call)."""
     from harness.scenarios.decode.caches import CACHES
     from harness.spec import torch_dtype
     from harness.sweep.suite import load_suite
@@ -106,8 +106,11 @@ def suite_shapes(suites: tuple[str, ...] | None = None) -> list[tuple]:
                 shape = _fused_shape(point.impl, p)
                 if shape is not None:
                     dtype = torch_dtype(p.dtype)
-                    calls.setdefault((p.batch, p.head_dim, str(dtype), repr(shape)),
-                                     (p.batch, p.head_dim, dtype, shape))
+                    # a causal feature-map call runs the chunk kernel (aot_check's "-causal")
+                    name = f"suite-D{p.head_dim}" + ("-causal" if len(shape) == 5
+                                                     and p.mask.causal else "")
+                    calls.setdefault((p.batch, name, str(dtype), repr(shape)),
+                                     (p.batch, p.head_dim, dtype, shape, name))
     return list(calls.values())
 
 
@@ -208,8 +211,8 @@ def suite_launches(arch: str, suites: tuple[str, ...] | None = None) -> list[Rec
     from implementations.triton_kernels import aot_check
 
     out = []
-    for batch, d, dtype, shape in suite_shapes(suites):
-        for launch in aot_check.record(f"suite-D{d}", d, batch, shape, dtype):
+    for batch, d, dtype, shape, name in suite_shapes(suites):
+        for launch in aot_check.record(name, d, batch, shape, dtype):
             configs = aot_check.listed(launch, arch) or aot_check.configs(launch, arch)
             out.append((launch.name, launch.kernel, launch.args, launch.kwargs, configs, d))
     return out

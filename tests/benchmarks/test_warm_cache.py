@@ -137,7 +137,8 @@ def _compiling_env(**extra: str) -> dict[str, str]:
 
 
 def _cli(*args: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "warm_cache.py"), *args],
+    script = ROOT / "benchmarks" / "lease" / "warm_cache.py"
+    return subprocess.run([sys.executable, str(script), *args],
                           capture_output=True, text=True, timeout=300, env=_compiling_env(**env))
 
 
