@@ -5,24 +5,14 @@
 #   bash benchmarks/lease/proof.sh OUT_DIR [--minutes M] [--archive FILE]
 #   bash benchmarks/lease/proof.sh --dry-run [--minutes M] [--plan-json]
 #
-# --dry-run lists the CUDA tests the proof would run; with --plan-json it prints the plan
-# instead: a JSON list of {"step", "kind", "cap_s"} in the order the steps run (no GPU, torch or
-# pytest needed). The steps, in shares of the budget B = 60·M seconds (M default 10):
-#   setup      6%   install in place (no network), the Triton cache from .triton-cache/
-#                   (warm_cache.py), the device, `attnbench list`
-#   verdicts  75%   `attnbench verdicts --device cuda --minutes ...`: every GPU claims suite under
-#                   one deadline, then every claim judged (verdicts.md, verdicts.json, report)
-#   tests    <=15%  the CUDA tests (at most 90 s): `cuda and not gpu_alone` on xdist workers,
-#                   then the `gpu_alone` ones (timing, NVML) by themselves
-#   kernels   rest  benchmarks/kernel_sweep.py with what is left (when 40 s or more), less 15 s
-#                   for the Triton harvest (warm_cache.py --harvest) and the summary
-# Everything is written under OUT_DIR as it goes (steps.tsv: one line per finished step);
-# --archive FILE re-packs OUT_DIR into FILE (a .tar.gz, replaced atomically) after every step,
-# and puts beside FILE what a reader opens first: report.html, verdicts.md, summary.txt and
-# triton-harvest.tar.gz.
-# Python: $PYTHON, else the checkout's .venv/bin/python, else python3. Exit status: 0 when every
-# step ran and passed (the kernel sweep may be skipped at short budgets); 1 when a step failed
-# or did not fit; 2 without a CUDA GPU, a Python without torch or pytest, or bad arguments.
+# --dry-run lists the CUDA tests the proof would run; --plan-json prints the plan instead (a
+# JSON list of {"step", "kind", "cap_s"}; no GPU, torch or pytest needed). The steps, in shares
+# of the budget B = 60·M s (M default 10): setup 6%, `attnbench verdicts --device cuda` 75%, the
+# CUDA tests <= 15% (at most 90 s), the kernel sweep the rest less 15 s for the harvest and the
+# summary. Everything lands under OUT_DIR as it goes; --archive FILE re-packs it after every
+# step and puts report.html, verdicts.md, summary.txt and triton-harvest.tar.gz beside FILE.
+# Exit status: 0 every step ran and passed (the kernel sweep may be skipped); 1 a step failed or
+# did not fit; 2 no CUDA GPU, a Python without torch or pytest, or bad arguments (one line).
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)

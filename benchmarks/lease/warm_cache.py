@@ -5,37 +5,13 @@
     python benchmarks/lease/warm_cache.py --install DIR            # on the lease, before the proof
     python benchmarks/lease/warm_cache.py --harvest FILE.tar.gz    # on the lease, at its end
 
-Warming: every launch of the fused kernels that the GPU proof's steps make (``STEPS``):
-
-- ``suites``: each CUDA point of a fused implementation in the suites the proof measures
-  (:func:`proof_suites`: the GPU claims suites ``attnbench verdicts --device cuda`` runs, and
-  the smokes), recorded from the real launch code on
-  meta tensors by ``aot_check.record`` with the point's batch, heads, lengths, head dim, dtype
-  and mask, with every config the autotuner may time for the arch (the class list the prune
-  keeps; the pinned default is its first);
-- ``kernel-sweep``: what ``kernel_sweep.py`` compiles and times (every group, case, listed
-  config and candidate, the decode split targets, the Hopper backward peers), from the
-  script's own ``Prepared`` and ``sweep_configs``, on fake CUDA tensors
-  (:func:`lease_device`: a GPU of the arch without one).
-Each distinct (kernel, config, constexprs, specialization) is compiled once
-(:func:`compile_key`), through the JIT's own binder (``fn.warmup`` under a stand-in driver),
-into ``CACHE_DIR``, the path the lease uses too (Triton's group files hold absolute paths).
-The compiles run in ``--python`` (default ``.venv312/bin/python`` when it exists): Triton's
-key hashes ``libtriton.so``, which differs per CPython minor, so that Python must be the
-device's (``DEVICE``) with the device's Triton; it needs no torch (the arguments are
-stand-ins with ``data_ptr`` and ``dtype``). The cache is pruned to ``__grp__*.json``,
-``*.json`` and ``*.cubin`` and packed as ``DIR/cache.tar.gz`` beside ``DIR/manifest.json``
-(the Triton key's sha256, ``ptxas --version``, Python, arch, the cache-invalidating variables
-that were set, the steps, the kernels) and ``DIR/jobs.json``, the compiles, which
-``--compile-jobs DIR/jobs.json`` runs again (the hit check of docs/lease.md).
-
-Installing checks the manifest against the running Triton (key, ptxas, Python minor, arch of
-GPU 0 when torch sees one, those variables) and unpacks into ``$TRITON_CACHE_DIR`` (which must
-be ``CACHE_DIR``), or prints one line ``compiling: cache is for ...`` and installs nothing;
-exit 0 either way. ``DIR/harvest.tar.gz`` (a past lease's ``--harvest``) is installed the
-same way, by its own manifest. Harvesting packs what a lease built that a CPU cannot: the
-launcher ``.so`` files, the autotuner's json (``TRITON_CACHE_AUTOTUNING=1``), the kernels the
-lease compiled, and Inductor's cache, under ``HARVEST_LIMIT`` bytes.
+Warming compiles every launch of the fused kernels that the proof's steps make (``STEPS``:
+the GPU claims suites' points and the smokes, ``suites``; the kernel sweep's configs,
+``kernel-sweep``), each distinct (kernel, config, constexprs, specialization) once, in the
+device's Python and Triton (``--python``, ``DEVICE``), into ``CACHE_DIR``; the cache is pruned
+and packed beside its manifest. Installing checks the manifest against the running Triton and
+installs nothing (one line, exit 0) when it cannot hit; harvesting packs what only a lease
+builds. How, and what was measured: docs/lease.md ("Kernels that arrive compiled").
 """
 
 from __future__ import annotations
