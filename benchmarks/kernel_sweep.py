@@ -10,8 +10,9 @@ Groups, 3 shapes each, bf16 (:data:`CASES`, :data:`GROUPS`):
 
 Each config of the GPU's class (``autotune.SHAPES``) and each candidate
 (``autotune.CANDIDATES``) runs with that config forced: the call's launches are recorded
-once (``launch_modes.watching``) and replayed (no autotuning), timed by
-``triton.testing.do_bench`` (median, L2 flushed between calls) and compared with the class
+once (``launch_modes.watching``) and replayed (no autotuning), timed by the harness's timer
+(:func:`harness.measure.timing.measure`: CUDA events, median, the L2 flushed before each call,
+time budgets in ms: Triton's benchmark helper's rules) and compared with the class
 default's output (``rel_err``: relative Frobenius distance; a config above ``TOLERANCE`` fails).
 Then, per shape and in the same process, the peers: ``sdpa`` (torch's default backend; its row
 names the backend that ran and cuDNN's version), ``sdpa-flash`` (FlashAttention-2) and ``flex``
@@ -71,7 +72,6 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 try:
     import triton
-    from triton.testing import do_bench
 
     from implementations.triton_kernels import (
         autotune,
@@ -88,13 +88,16 @@ except Exception as exc:  # no Triton, or kernels that do not import: nothing to
 from harness.cost.components import attention_tensor_bytes, bandwidth_fraction
 from harness.masks import MaskSpec, kept_pairs
 from harness.measure import calibrate
+from harness.measure.device import get_device
+from harness.measure.timing import TimingConfig
+from harness.measure.timing import measure as time_call
 from harness.render.page import markdown_table
 from harness.spec import Problem
 
 TOLERANCE = 2e-2  # rel. Frobenius distance from the default's output (bf16 outputs, fp32 sums)
 WINDOW = MaskSpec(causal=True, window=(255, 0))
 RESERVE_S = 5.0  # kept back for the last tables
-EST_CONFIG_S = 0.4  # one config: do_bench (warm-up, repeats, L2 flushes) and the check
+EST_CONFIG_S = 0.4  # one config: its timing (warm-up, repeats, L2 flushes) and the check
 EST_COMPILE_S = 3.0  # one Triton compile of these kernels on the GPU machine's CPU
 EST_PEER_S = {"sdpa": 1.0, "sdpa-flash": 0.6, "flex": 20.0, "flash-tiled": 0.6,
               "flash-tiled-tma": 0.6 + 2 * EST_COMPILE_S, "flash-tiled-ws": 0.6 + 2 * EST_COMPILE_S,
@@ -228,11 +231,11 @@ class Budget:
     """Seconds left before ``--minutes`` run out (less :data:`RESERVE_S`)."""
 
     def __init__(self, minutes: float):
-        self.start = time.perf_counter()
+        self.start = time.monotonic()
         self.end = self.start + minutes * 60 - RESERVE_S
 
     def left(self) -> float:
-        return self.end - time.perf_counter()
+        return self.end - time.monotonic()
 
     def fits(self, seconds: float) -> bool:
         return self.left() >= seconds
@@ -309,16 +312,19 @@ def kernel_bytes(group: str, case: Case) -> int:
 
 
 def measure(fn, rep_ms: int) -> float:
-    """Median ms of ``fn``: do_bench on a GPU (warm-up, L2 flushed before each call); off one
-    (the smoke run) the clock's median of 3 calls."""
-    if torch.cuda.is_available():
-        return float(do_bench(fn, warmup=max(rep_ms // 4, 5), rep=rep_ms, return_mode="median"))
-    times = []
-    for _ in range(3):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1e3)
-    return sorted(times)[1]
+    """Median ms of ``fn`` by the harness's timer (:func:`harness.measure.timing.measure`): on
+    a GPU CUDA events with the L2 flushed before each call, for ``rep_ms`` after warm-up; off
+    one (the smoke run) the clock, 2 samples after the first call (interpreted calls take
+    seconds: as many calls as the sweep made before it used the harness's timer)."""
+    cuda = torch.cuda.is_available()
+    if DEVICE[0] not in _DEVICES:
+        _DEVICES[DEVICE[0]] = get_device(DEVICE[0], flush_l2=cuda)
+    config = TimingConfig(budget_s=rep_ms / 1e3, min_samples=10 if cuda else 2,
+                          warmup_calls=2 if cuda else 0)
+    return time_call(fn, _DEVICES[DEVICE[0]], config).median * 1e3
+
+
+_DEVICES: dict = {}  # device kind -> the harness's Device (one L2 flush buffer a run)
 
 
 class Skip(Exception):
@@ -508,20 +514,20 @@ def compile_all(jobs: list[tuple], workers: int, budget: Budget) -> tuple[int, f
     threads, until :data:`COMPILE_SHARE` of the budget is spent (the rest compile when first
     run); (jobs compiled, seconds). A compile that fails raises again when its config first
     runs (its row's error)."""
-    start = time.perf_counter()
+    start = time.monotonic()
     if autotune.interpreted():  # nothing compiles
         return 0, 0.0
     stop = start + COMPILE_SHARE * (budget.end - budget.start)
     done = 0
     with ThreadPoolExecutor(workers) as pool:
-        while done < len(jobs) and time.perf_counter() < stop:
+        while done < len(jobs) and time.monotonic() < stop:
             chunk = jobs[done:done + 2 * workers]
             with triton.AsyncCompileMode(pool, ignore_errors=True):
                 for launch, config in chunk:
                     with contextlib.suppress(Exception):  # its row says so later
                         launch.compile(config)
             done += len(chunk)
-    return done, time.perf_counter() - start
+    return done, time.monotonic() - start
 
 
 def sweep_case(group: str, p: Prepared, capability, args, budget: Budget, bandwidth: float,
@@ -736,7 +742,7 @@ def run(args, capability: tuple[int, int]) -> int:
     table = writer.tables()
     skipped = table["status"].str.startswith("skipped: budget").sum()
     print("\n".join(summary(table)))
-    print(f"kernel_sweep: {len(table)} rows in {time.perf_counter() - budget.start:.0f} s "
+    print(f"kernel_sweep: {len(table)} rows in {time.monotonic() - budget.start:.0f} s "
           f"({skipped} skipped for the budget, {failed} failed); {out}/sweep.md")
     return 1 if failed else 0
 
@@ -752,7 +758,8 @@ def main() -> int:
     parser.add_argument("--out", default="kernel-sweep", help="folder for rows and tables")
     parser.add_argument("--minutes", type=float, default=4.0, help="the whole sweep's budget")
     parser.add_argument("--groups", nargs="+", choices=list(GROUPS), default=list(GROUPS))
-    parser.add_argument("--rep-ms", type=int, default=100, help="do_bench's repeat time (ms)")
+    parser.add_argument("--rep-ms", type=int, default=100,
+                        help="timing budget per config after warm-up (ms)")
     parser.add_argument("--cases", nargs="+", choices=list(CASES),
                         help="only these shapes (default: each group's three)")
     parser.add_argument("--configs", type=int, default=None,

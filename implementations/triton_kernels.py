@@ -1,8 +1,8 @@
 """The fused Triton kernels' public face, for the benchmarks and tools that drive them.
 
 The kernels live in :mod:`implementations._kernels.triton`, private to the implementations;
-the scripts of ``benchmarks/`` (``kernel_sweep.py``, ``aot_kernels.py``, ``warm_cache.py``,
-``triton_cache.py``, ``linear_targets.py``, ``linear_launches.py``) reach them through this
+the scripts of ``benchmarks/`` (``kernel_sweep.py``, ``aot_kernels.py``, ``lease/warm_cache.py``,
+``lease/triton_cache.py``) reach them through this
 module only, so a change inside the folder breaks no script that this list does not name.
 Not a plug-in: it registers no implementation. The modules load on first use (most import
 Triton, an optional dependency, and :mod:`.aot_check` Triton's NVIDIA backend), so importing

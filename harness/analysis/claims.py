@@ -19,6 +19,9 @@ filters ``impl``, ``scenario``, ``where = {column = value}``, ``range = [lo, hi]
   ``relative_to`` (a column, e.g. ``d_model``) the crossover is in units of that column
   ("cheaper while n < d"); without it, in units of ``over`` itself, an absolute range of the
   swept axis ("crosses over between n = 512 and 1024").
+- bound: ``expect_value_min`` and/or ``expect_value_max``: the metric itself at every point
+  (``bw_fraction >= 0.8``, ``time_median_s <= 1e-3``), each point's interval from its samples
+  (:mod:`harness.analysis.bounds`), judged along the axis as a ratio claim is.
 
 Regime keys (all optional; docs/claims.md): ``concerns = "work" | "device" | "both"`` (default:
 both for an exponent of a timed metric, else device), ``work = "flops" | "bytes"`` (the
@@ -84,6 +87,8 @@ class Claim:
     expect_ratio_max: float | None = None
     expect_crossover_min: float | None = None
     expect_crossover_max: float | None = None
+    expect_value_min: float | None = None
+    expect_value_max: float | None = None
     relative_to: str | None = None
     cheaper: str = "below"
     min_x: float | None = None
@@ -113,6 +118,8 @@ class Claim:
             return "exponent"
         if self.expect_crossover_min is not None or self.expect_crossover_max is not None:
             return "crossover"
+        if self.expect_value_min is not None or self.expect_value_max is not None:
+            return "bound"
         return "ratio"
 
     @property
@@ -125,11 +132,11 @@ class Claim:
                 -inf if self.bound == "upper" else e - t,
                 inf if self.bound == "lower" else e + t,
             )
-        lo, hi = (
-            (self.expect_ratio_min, self.expect_ratio_max)
-            if self.kind == "ratio"
-            else (self.expect_crossover_min, self.expect_crossover_max)
-        )
+        lo, hi = {
+            "ratio": (self.expect_ratio_min, self.expect_ratio_max),
+            "crossover": (self.expect_crossover_min, self.expect_crossover_max),
+            "bound": (self.expect_value_min, self.expect_value_max),
+        }[self.kind]
         return (-inf if lo is None else lo, inf if hi is None else hi)
 
     def expected(self) -> str:
@@ -137,6 +144,9 @@ class Claim:
             sign = {"both": "±", "upper": "≤ +", "lower": "≥ -"}[self.bound]
             return f"{self.expect_exponent:g} {sign}{self.tolerance:g}"
         lo, hi = self.band
+        if self.kind == "bound":
+            return " and ".join(([f"{self.metric} >= {lo:g}"] if lo > -float("inf") else [])
+                                + ([f"{self.metric} <= {hi:g}"] if hi < float("inf") else []))
         if self.kind == "ratio":
             return f"[{lo:g}, {hi:g}]"
         unit = f" x {self.relative_to}" if self.relative_to else f" {self.over}"
@@ -210,13 +220,14 @@ def parse_claims(doc: dict, where: str = "<claims>") -> list[Claim]:
 
 
 def _forms(entry: dict) -> list[bool]:
-    """Which expectation keys an entry sets: [exponent, ratio, crossover]."""
+    """Which expectation keys an entry sets: [exponent, ratio, crossover, bound]."""
     return [
         any(k in entry for k in keys)
         for keys in (
             ("expect_exponent",),
             ("expect_ratio_min", "expect_ratio_max"),
             ("expect_crossover_min", "expect_crossover_max"),
+            ("expect_value_min", "expect_value_max"),
         )
     ]
 
@@ -258,10 +269,16 @@ def _parse_one(entry: dict, at: str) -> Claim:
     if sum(forms) != 1:
         fail(
             "id",
-            "set exactly one of expect_exponent, expect_ratio_min/max, expect_crossover_min/max",
+            "set exactly one of expect_exponent, expect_ratio_min/max, "
+            "expect_crossover_min/max, expect_value_min/max",
         )
-    if not forms[0] and "baseline" not in entry:
+    if (forms[1] or forms[2]) and "baseline" not in entry:
         fail("baseline", "ratio and crossover claims need a baseline implementation")
+    if forms[3] and ("baseline" in entry or "baseline_where" in entry):
+        fail("baseline", "a bound claim is on one implementation's rows: no baseline")
+    lo, hi = values.get("expect_value_min"), values.get("expect_value_max")
+    if lo is not None and hi is not None and lo > hi:
+        fail("expect_value_min", f"must be <= expect_value_max ({hi!r})")
     for key in ("relative_to", "cheaper"):
         if key in entry and not forms[2]:
             fail(key, "only crossover claims take this key")

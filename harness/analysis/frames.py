@@ -28,7 +28,8 @@ KEY_FIELDS: tuple[str, ...] = (*POINT_COLUMNS, "d_model")
 # matched without them
 IMPL_FIELDS: tuple[str, ...] = tuple(c.name for c in COLUMNS if c.point and c.follows_impl)
 # metric -> power of time it scales with; their bootstrap resamples time_samples_s
-TIME_METRICS = {"time_median_s": 1.0, "tokens_per_s": -1.0, "tflops_per_s": -1.0}
+TIME_METRICS = {"time_median_s": 1.0, "tokens_per_s": -1.0, "tflops_per_s": -1.0,
+                "bw_fraction": -1.0}
 MISSING = "-"  # group-key stand-in for None/NaN (pandas cannot group or merge on them reliably)
 
 

@@ -64,7 +64,7 @@ def judged_groups(points: Sequence[Point], claims: Sequence[Claim]) -> list[Judg
         sub = subject_rows(df, claim)
         if not len(sub):
             continue
-        if claim.kind == "exponent":
+        if claim.kind in ("exponent", "bound"):  # one implementation's rows
             out += _exponent_groups(sub, claim)
         else:
             out += _paired_groups(sub, subject_rows(df, claim, baseline=True), claim)

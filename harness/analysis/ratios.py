@@ -99,7 +99,7 @@ def ratio_groups(pairs: Pairs, claim: Claim) -> list[dict]:
             "measured": float(np.exp(est.mean())),
             "ci_low": float(np.exp(lo.min())),
             "ci_high": float(np.exp(hi.max())),
-            "unjudged": _too_few(part, need, claim) if k < need else None,
+            "unjudged": too_few(part, need, claim) if k < need else None,
             "short": k < need,
             "verdict": verdict,
             "why": why,
@@ -117,7 +117,7 @@ def points_needed(claim: Claim) -> int:
     return 1 if claim.range is not None and claim.range[0] == claim.range[1] else 2
 
 
-def _too_few(part: pd.DataFrame, need: int, claim: Claim) -> str:
+def too_few(part: pd.DataFrame, need: int, claim: Claim) -> str:
     """``one point (seq_len 1024; the claim's range 1024..8192 needs 2)``."""
     k = len(part)
     at = ", ".join(f"{x:g}" for x in part["x"])

@@ -10,7 +10,8 @@ the one judging path: ``attnbench claims`` and ``attnbench report`` both call
 on the *device*, the time exponent over the region where utilization is level along the axis
 (:mod:`harness.analysis.exponents`, :mod:`harness.analysis.regime`), judged against the
 executed work there. Outside any plateau there is no time verdict and never "refuted". Ratio
-and crossover claims are measured at matched points (:mod:`harness.analysis.ratios`).
+and crossover claims are measured at matched points (:mod:`harness.analysis.ratios`), bound
+claims point by point on the subject's rows (:mod:`harness.analysis.bounds`).
 
 **How it is judged.** Per group, then across the groups with enough data:
 :mod:`harness.analysis.judging`. The verdict reports the group that decided it, and every
@@ -25,6 +26,7 @@ import pandas as pd
 
 from harness import fmt
 from harness.analysis import regime
+from harness.analysis.bounds import bound_groups
 from harness.analysis.claims import TIMED_METRICS, Claim
 from harness.analysis.evidence import (
     ALLOW_CONTENDED,
@@ -193,18 +195,29 @@ def _device(claim: Claim, df: pd.DataFrame, rows: pd.DataFrame, envs, allow: boo
         return [], subject.why, left_out(subject)
     if claim.kind == "exponent":
         return device_groups(subject.rows, claim, envs), "", left_out(subject)
+    if claim.kind == "bound":
+        groups = bound_groups(subject.rows, claim)
+        _attach_utilization(groups, subject.rows, envs, claim)
+        return groups, "", left_out(subject)
     base = Evidence(subject_rows(df, claim, baseline=True), claim, allow,
                      describe(claim, baseline=True))
     if base.why:
         return [], base.why, left_out(subject, base)
     pairs, why = matched(subject.rows, base.rows, claim)
     groups = (ratio_groups if claim.kind == "ratio" else crossover_groups)(pairs, claim)
-    if groups:  # utilization of the subject rows the ratios used
-        data = regime.attach(subject.rows, envs, claim.metric, rule=claim.saturation_rule)
-        lo, hi = regime.util_range(data["utilization"])
-        for g in groups:
-            g.update(util_low=lo, util_high=hi, regime="not gated" if lo is not None else "unknown")
+    _attach_utilization(groups, subject.rows, envs, claim)
     return groups, why, left_out(subject, base)
+
+
+def _attach_utilization(groups: list[dict], rows: pd.DataFrame, envs, claim: Claim) -> None:
+    """Each group of a ratio, crossover or bound claim gets the utilization range of the
+    subject rows it used (not gated: the plateau rule is for exponents)."""
+    if not groups:
+        return
+    data = regime.attach(rows, envs, claim.metric, rule=claim.saturation_rule)
+    lo, hi = regime.util_range(data["utilization"])
+    for g in groups:
+        g.update(util_low=lo, util_high=hi, regime="not gated" if lo is not None else "unknown")
 
 
 def evaluate(
@@ -257,7 +270,7 @@ def _absent(df: pd.DataFrame, claim: Claim, rows: pd.DataFrame) -> bool:
     rows contended, say), so such a claim is folded, not listed."""
     if not len(rows) or not len(select(rows, claim.metric)):
         return True
-    if claim.kind == "exponent":
+    if claim.kind in ("exponent", "bound"):
         return False
     return not len(select(subject_rows(df, claim, baseline=True), claim.metric))
 

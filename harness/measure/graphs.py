@@ -45,7 +45,7 @@ REPLAY_ULPS = 16
 
 
 @dataclass(frozen=True)
-class Launch:
+class TimedCall:
     """The timed call and how it is launched: ``mode`` the one used (a :data:`MODES` word),
     ``reason`` why a requested mode was not (None when it was, or when none was asked)."""
 
@@ -103,7 +103,7 @@ def launch(
     mode: str,
     reason: str | None = None,
     capturable: Callable[[], Callable[[], object]] | None = None,
-) -> Launch:
+) -> TimedCall:
     """``eager`` launched as ``mode`` (a :data:`MODES` word, already resolved for the device),
     or ``eager`` itself with the reason when that fails or the replay differs from an eager
     call. ``capturable()`` makes the form of the call a graph captures (static buffers; None:
@@ -112,7 +112,7 @@ def launch(
     if mode not in MODES:
         raise ValueError(f"launch mode must be one of {MODES}, got {mode!r}")
     if mode == "none":
-        return Launch(eager, "none", reason)
+        return TimedCall(eager, "none", reason)
     try:
         call = capturable() if capturable is not None else eager
         run, note = (GraphedCall(call), None) if mode == "cuda-graph" else reduce_overhead(call)
@@ -120,10 +120,10 @@ def launch(
             poison(run.out)  # a replay must write every element of its output again
         differs = replay_difference(run(), call())
     except Exception as exc:  # a call that syncs with the host cannot be captured: say so
-        return Launch(eager, "none", f"{mode} failed: {first_line(exc)}"[:300])
+        return TimedCall(eager, "none", f"{mode} failed: {first_line(exc)}"[:300])
     if differs is not None:
-        return Launch(eager, "none", f"{mode} replay differs from the eager call: {differs}")
-    return Launch(run, mode, note)
+        return TimedCall(eager, "none", f"{mode} replay differs from the eager call: {differs}")
+    return TimedCall(run, mode, note)
 
 
 def poison(out: object) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from harness.measure import graphs
-from harness.measure.graphs import NO_CUDA, Launch
+from harness.measure.graphs import NO_CUDA, TimedCall
 from harness.measure.timing import Measurement
 
 # [measure] check: how much of the output is compared with the float64 reference
@@ -98,7 +98,7 @@ class Case:
     graph: str = "auto"  # the launch the scenario's own option asks for (GRAPH_MODES)
     graph_default: str = "none"  # the launch on CUDA when nothing asks for one
     # columns the scenario adds about the launch (decode's own names for it)
-    launch_columns: Callable[[Launch], dict] = field(default=lambda launch: {})
+    launch_columns: Callable[[TimedCall], dict] = field(default=lambda launch: {})
     eager: Callable[[], object] | None = None  # set by launch_case: ``run`` before launching
 
 
@@ -119,7 +119,7 @@ def launch_mode(requested: str, cuda_graph: bool | None, default: str,
     return requested, None
 
 
-def launch_case(case: Case, cuda_graph: bool | None, device_kind: str) -> Launch:
+def launch_case(case: Case, cuda_graph: bool | None, device_kind: str) -> TimedCall:
     """Launch ``case.run`` as :func:`launch_mode` says (captured or compiled here, outside the
     timing); ``case.run`` becomes the launched call, ``case.eager`` the call before, and the
     row's ``cuda_graph`` / ``cuda_graph_reason`` (plus the scenario's ``launch_columns``) say

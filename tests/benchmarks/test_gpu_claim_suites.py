@@ -23,7 +23,7 @@ from harness.analysis.claims import DEFAULT_CLAIMS, Claim, load_claims
 from harness.analysis.evidence import subject_rows
 from harness.analysis.exponents import thin
 from harness.analysis.frames import aggregate, group_keys, group_label, iter_groups, select
-from harness.analysis.ratios import matched
+from harness.analysis.ratios import matched, points_needed
 from harness.execute.runner import point_row
 from harness.scenarios.interface import cost_of
 from harness.sweep.suite import Suite, load_suite
@@ -40,7 +40,8 @@ HEADLINE = {
 }
 H100_FLOPS, H100_BYTES = 740e12, 2.83e12  # env.json's calibration on the lease (FACTS.md)
 BUSY_S = 50e-6  # an eager call shorter than this at the roofline may leave the GPU waiting
-METRICS = ("time_median_s", "peak_mem_bytes", "mixer_time_s", "state_bytes", "approx_err")
+METRICS = ("time_median_s", "peak_mem_bytes", "mixer_time_s", "state_bytes", "approx_err",
+           "bw_fraction", "tflops_per_s")
 
 
 def gpu_suites() -> list[Suite]:
@@ -68,7 +69,7 @@ def groups_of(claim: Claim, df: pd.DataFrame) -> list[tuple[str, int]]:
     one-point group beside swept ones is dropped, as ``device_groups`` does), or the groups of
     matched subject/baseline points."""
     rows = select(subject_rows(df, claim), claim.metric)
-    if claim.kind == "exponent":
+    if claim.kind in ("exponent", "bound"):
         keys = group_keys(rows, claim.over, claim.hold)
         agg = aggregate(rows, claim.over, claim.metric, keys)
         if claim.min_x is not None:
@@ -91,7 +92,9 @@ def too_thin(claim: Claim, df: pd.DataFrame) -> list[str]:
     if claim.kind == "exponent":
         return [f"{claim.id}: {label}: {k} points" for label, k in groups
                 if thin(k, claim.model, claim.min_points or 3)]
-    return [f"{claim.id}: {label}: {k} pairs" for label, k in groups if k < 5]
+    need = 5 if points_needed(claim) > 1 else 1  # a claim about one point: that point
+    what = "points" if claim.kind == "bound" else "pairs"
+    return [f"{claim.id}: {label}: {k} {what}" for label, k in groups if k < need]
 
 
 @pytest.fixture(scope="module")
@@ -172,10 +175,10 @@ def test_the_busy_rule_would_catch_an_eager_linear_suite(rows, served):
 
 def test_each_header_states_the_time_derived_from_the_lease_rows():
     """The '# Run time on one H100: ~N seconds' line of each GPU claims suite is what
-    benchmarks/gpu_suite_time.py derives from the lease rows (within 10%): a suite changed
+    benchmarks/lease/suite_time.py derives from the lease rows (within 10%): a suite changed
     without its figure, or a figure made up, fails here."""
-    spec = importlib.util.spec_from_file_location("gpu_suite_time",
-                                                  ROOT / "benchmarks/gpu_suite_time.py")
+    spec = importlib.util.spec_from_file_location("suite_time",
+                                                  ROOT / "benchmarks/lease/suite_time.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclass looks its module up there
     spec.loader.exec_module(module)

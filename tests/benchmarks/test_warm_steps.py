@@ -1,12 +1,12 @@
-"""benchmarks/warm_cache.py --steps: the launches of the proof's later steps are warmed too.
+"""benchmarks/lease/warm_cache.py --steps: the launches of the proof's kernel sweep are warmed
+too.
 
 The kernel sweep (``kernel_sweep.py``: every listed config and candidate of the band kernels
-and the backward's, the decode split kernels) and the linear targets (``linear_targets.py``:
-the linear family's fused kernels) launch kernels the suites never do. Here, without a compile:
-the job list holds every config the sweep's own plan (``--list``) times, a candidate added to
-``autotune.CANDIDATES`` is warmed without another edit (and the check below would catch one
-that is not), the linear rows' launches are the ones the AOT check records on meta tensors,
-and the stand-in CUDA device leaves nothing behind.
+and the backward's, the decode split kernels) launches kernels the suites never do. Here,
+without a compile: the job list holds every config the sweep's own plan (``--list``) times, a
+candidate added to ``autotune.CANDIDATES`` is warmed without another edit (and the check below
+would catch one that is not), the suites' fused calls are the GPU claims suites', and the
+stand-in CUDA device leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -28,11 +28,6 @@ from tests.benchmarks.test_warm_cache import _load, warm_cache  # noqa: E402 (af
 @pytest.fixture(scope="module")
 def sweep_jobs() -> list[dict]:
     return warm_cache.compile_jobs("sm_90", steps=("kernel-sweep",))
-
-
-@pytest.fixture(scope="module")
-def linear_jobs() -> list[dict]:
-    return warm_cache.compile_jobs("sm_90", steps=("linear-targets",))
 
 
 def _sweep():
@@ -102,41 +97,16 @@ def _key(job: dict) -> tuple:
                                   job["kwargs"])
 
 
-def test_the_linear_rows_launch_what_the_aot_check_records(linear_jobs):
-    """Each fused path ``linear_targets.py`` takes (the non-causal default, the two-launch
-    ``fused = 2``, the causal chunk kernel of both maps, the fused Nyström) at B1 H16 D64 bf16,
-    n 65536: the launches the AOT check records from the same launch code on meta tensors."""
-    import torch
-
-    from implementations.triton_kernels import aot_check
-
-    # the config label aside: a kernel that is not autotuned runs its own options (kwargs)
-    have = {(k[0], *k[2:]) for k in map(_key, linear_jobs)}
-    for workload, features in (("feature-linear", 0), ("feature-linear-combine", 0),
-                               ("feature-linear-causal", 0), ("feature-performer-causal", 256),
-                               ("feature-performer-combine", 256), ("nystrom", 64)):
-        for launch in aot_check.record(workload, 64, 1, (features, 65536, 16, 16),
-                                       torch.bfloat16):
-            key = warm_cache.compile_key(launch.kernel, launch.name, "- w4 s3",
-                                         [warm_cache._encode(a) for a in launch.args],
-                                         launch.kwargs)
-            assert (key[0], *key[2:]) in have, (workload, launch.name)
-    kernels = {j["kernel"] for j in linear_jobs}
-    assert kernels == {"feature_state", "feature_combine", "feature_output", "feature_prefix",
-                       "feature_chunk", "nys_landmarks", "nys_key_pass", "nys_pinv",
-                       "nys_output"}
-    assert {j["kwargs"]["MAP"] for j in linear_jobs if j["kernel"] == "feature_chunk"} == {0, 1}
-
-
 def test_the_steps_share_a_launch_once():
-    jobs = warm_cache.compile_jobs("sm_90", steps=("linear-targets", "suites"))
+    jobs = warm_cache.compile_jobs("sm_90", suites=("claims-linear-gpu-fla", "gpu-smoke"),
+                                   steps=("kernel-sweep", "suites"))
     keys = [_key(j) for j in jobs]
     assert len(keys) == len(set(keys))
     with pytest.raises(ValueError, match="not steps of the proof"):
         warm_cache.compile_jobs("sm_90", steps=("tests",))
 
 
-def test_the_stand_in_device_leaves_nothing_behind(linear_jobs):
+def test_the_stand_in_device_leaves_nothing_behind(sweep_jobs):
     """After recording: torch.cuda is torch's again, and a cache the calls filled (FAVOR+'s
     random features) holds no fake tensor."""
     import torch
@@ -156,24 +126,26 @@ def test_steps_on_the_command_line_are_checked():
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "warm_cache.py"),
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "lease" / "warm_cache.py"),
                            "--out", "unused", "--steps", "tests"], capture_output=True,
                           text=True, cwd=ROOT)
     assert done.returncode == 2 and "invalid choice: 'tests'" in done.stderr
 
 
-def test_the_suites_step_reads_the_proofs_own_plan():
-    """Every suite a measure step of ``gpu_proof.sh`` runs (its --plan-json), and the smokes."""
-    import subprocess
+def test_the_suites_step_warms_every_gpu_claims_suite_and_the_smokes():
+    """Every claims suite for a CUDA device (what ``attnbench verdicts --device cuda``, the
+    proof's verdicts step, measures) and the smokes; the linear family's B1 points of
+    ``claims-linear-gpu-fla`` launch the causal chunk kernel of both paths."""
+    from harness.sweep.suite import load_suite
 
-    plan = json.loads(subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_proof.sh"),
-                                      "--dry-run", "--plan-json"], capture_output=True,
-                                     text=True, check=True).stdout)
-    measured = {s["step"].removeprefix("measure-") for s in plan if s["kind"] == "measure"}
     suites = warm_cache.proof_suites()
-    assert "claims-linear-gpu-scaling" in measured
-    assert set(suites) == measured | set(warm_cache.SMOKES)
-    assert all((ROOT / "suites" / f"{name}.toml").is_file() for name in suites)
+    gpu = {p.stem for p in (ROOT / "suites").glob("claims-*.toml")
+           if load_suite(p).points[0].device == "cuda"}
+    assert "claims-linear-gpu-scaling" in gpu and "claims-gpu-backward" in gpu
+    assert set(suites) == gpu | set(warm_cache.SMOKES)
+    kernels = {j["kernel"] for j in warm_cache.compile_jobs(
+        "sm_90", suites=("claims-linear-gpu-fla",))}
+    assert {"feature_state", "feature_output", "feature_chunk", "feature_prefix"} <= kernels
 
 
 @pytest.mark.parametrize("name", ["d64", "decode-32k"])
@@ -203,17 +175,17 @@ def test_a_sweep_case_on_the_stand_in_device_launches_as_on_meta_tensors(name):
 def test_the_proof_summary_counts_hits_apart_from_misses(tmp_path):
     """On a warm lease the listener logs a line per disk hit too: the summary's count is the
     misses (a line without ``hit``, or unreadable, is one), the hits beside them."""
-    summary = _load("gpu_proof_summary", ROOT / "benchmarks" / "gpu_proof_summary.py")
+    summary = _load("summary", ROOT / "benchmarks" / "lease" / "summary.py")
     folder = tmp_path / "triton-misses"
     folder.mkdir()
     (folder / "kernel-sweep.jsonl").write_text(
         '{"kernel": "band_fwd", "hit": true}\n' * 3 + '{"kernel": "band_dq", "hit": false}\n')
-    (folder / "measure-claims-gpu.jsonl").write_text('{"k": 1}\nnot json\n')
+    (folder / "verdicts.jsonl").write_text('{"k": 1}\nnot json\n')
     (line,) = summary.triton_misses(tmp_path)
-    assert line.endswith("kernel-sweep 1 (3 hits), measure-claims-gpu 2"), line
+    assert line.endswith("kernel-sweep 1 (3 hits), verdicts 2"), line
 
 
 def test_the_proof_counts_the_sweeps_compiles():
-    text = (ROOT / "benchmarks" / "gpu_proof.sh").read_text()
+    text = (ROOT / "benchmarks" / "lease" / "proof.sh").read_text()
     body = text[text.index("kernel_sweep() {"):text.index("\n}\n", text.index("kernel_sweep() {"))]
     assert 'ATTNBENCH_TRITON_MISSES="$OUT/triton-misses/kernel-sweep.jsonl"' in body

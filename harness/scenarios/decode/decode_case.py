@@ -35,7 +35,7 @@ from torch import Tensor
 from harness.masks import MaskSpec
 from harness.measure import calibrate
 from harness.measure.device import Device
-from harness.measure.graphs import Launch
+from harness.measure.graphs import TimedCall
 from harness.model import FFNS, NORMS, POSITIONS
 from harness.model.transformer import BlockConfig, build_block
 from harness.oracle.agreement import output_agreement, tolerance
@@ -220,7 +220,7 @@ class Decode(Scenario):
             "prefill_mode": "stepwise" if stack.stepwise_prefill else "parallel",
             "step_keys": cost.step.n_k,
             "step_bytes": cost.step_bytes,
-            **step_launch.launch_columns(Launch(eager, "none")),  # until the runner launches
+            **step_launch.launch_columns(TimedCall(eager, "none")),  # until the runner launches
         }
         case = Case(
             run=eager, tokens=point.batch, check=check, extra=extra, columns=columns,

@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from harness.measure.graphs import Launch
+from harness.measure.graphs import TimedCall
 from harness.scenarios.case import GRAPH_MODES, MeasureOption
 from harness.scenarios.decode.stack import DecoderStack
 
@@ -62,7 +62,7 @@ class StaticStep:
         return [self.x, self.index, *caches, *tokens]
 
 
-def launch_columns(launched: Launch) -> dict:
+def launch_columns(launched: TimedCall) -> dict:
     """Decode's names for how its step ran: ``decode_graph`` (the mode) and
     ``decode_graph_reason`` (why a requested mode was not used)."""
     return {"decode_graph": launched.mode, "decode_graph_reason": launched.reason}

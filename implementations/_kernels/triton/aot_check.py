@@ -1,7 +1,7 @@
 """Ahead-of-time compilation of the fused kernels for GPUs this machine does not have.
 
-The real launch code (:mod:`.launches`) runs on ``meta`` tensors
-with every kernel replaced by a recorder, so each kernel is compiled with exactly the
+The real launch code (:mod:`.launches`) runs on ``meta`` tensors with its launches recorded
+and not run (:func:`.launch_modes.watching`), so each kernel is compiled with exactly the
 arguments, specializations and compile-time constants a CUDA call of that shape would give it.
 Triton then compiles each recorded launch for a target (``sm_90``: Hopper, ``sm_80``: Ampere)
 through a stand-in driver that names the target; ``ptxas`` (bundled with Triton) produces the
@@ -21,7 +21,6 @@ table) and the CPU tests (one config per kernel).
 
 from __future__ import annotations
 
-import contextlib
 import multiprocessing
 import re
 import shutil
@@ -45,6 +44,7 @@ from implementations._kernels.triton import (
     feature_attention,
     feature_kernels,
     forward,
+    launch_modes,
     launches,
     linear_chunk,
     nystrom_fused,
@@ -58,6 +58,7 @@ from implementations._kernels.triton.autotune import (
     measured,
     usable,
 )
+from implementations._kernels.triton.launch_modes import Launch
 
 TARGETS = {"sm_90": 90, "sm_80": 80}
 SMEM_LIMIT = {90: 232448, 80: 166912}  # opt-in shared memory per block: H100, A100 (bytes)
@@ -141,17 +142,6 @@ CI_EXTRA = (
 
 
 @dataclass(frozen=True)
-class Launch:
-    """One recorded kernel launch: the kernel object, its arguments, the workload's name."""
-
-    name: str
-    kernel: object  # triton Autotuner or JITFunction
-    args: tuple
-    kwargs: dict
-    workload: str
-
-
-@dataclass(frozen=True)
 class Compiled:
     """What one (kernel, config, head dim, target) compiled to."""
 
@@ -224,10 +214,11 @@ class _Target:
 def record(workload: str, head_dim: int, batch: int = 2, shape: tuple | None = None,
            dtype: torch.dtype = torch.bfloat16) -> list[Launch]:
     """The launches a CUDA call of ``workload`` at ``head_dim`` (``dtype``) makes, recorded from
-    the real launch code on meta tensors: the forward, then (when it has one) the backward.
+    the real launch code on meta tensors (:func:`.launch_modes.watching`, not executed): the
+    forward, then (when it has one) the backward.
     ``shape``: a workload not in the tables, as ``WORKLOADS`` (6 fields) or
     ``FEATURE_WORKLOADS`` (4, and n_q when it is not n) spell one
-    (``benchmarks/warm_cache.py``: a suite's points). A ``PAGED_WORKLOADS`` one is
+    (``benchmarks/lease/warm_cache.py``: a suite's points). A ``PAGED_WORKLOADS`` one is
     :func:`record_paged`'s at ``PAGED_SHAPE``."""
     if workload in PAGED_WORKLOADS and shape is None:
         page, dtype = PAGED_WORKLOADS[workload]
@@ -242,7 +233,7 @@ def record(workload: str, head_dim: int, batch: int = 2, shape: tuple | None = N
     meta = dict(device="meta", dtype=dtype)
     q = torch.empty(batch, heads, n_q, head_dim, **meta)
     k, v = (torch.empty(batch, kv_heads, n_k, head_dim, **meta) for _ in range(2))
-    with _recording(seen, workload):
+    with launch_modes.watching(seen.append, execute=False):
         if mask is None:  # the feature-map attention: three launches
             w = torch.empty(2, features, head_dim, device="meta") if features else None
             if workload == "nystrom":
@@ -272,29 +263,9 @@ def record_paged(workload: str, head_dim: int, shape: tuple[int, ...],
     table = torch.empty(batch, pages, device="meta", dtype=torch.int32)
     lens = torch.empty(batch, device="meta", dtype=torch.int32)
     seen: list[Launch] = []
-    with _recording(seen, workload):
+    with launch_modes.watching(seen.append, execute=False):
         paged_decode.paged_decode_attention(q, k, v, table, lens, head_dim**-0.5)
     return seen
-
-
-@contextlib.contextmanager
-def _recording(seen: list[Launch], workload: str):
-    """Every kernel of ``KERNELS`` replaced, for the duration, by a recorder that appends its
-    launches to ``seen`` instead of running them."""
-
-    class Recorder:
-        def __init__(self, name: str, kernel):
-            self.name, self.kernel = name, kernel
-
-        def __getitem__(self, grid):
-            return lambda *a, **kw: seen.append(Launch(self.name, self.kernel, a, kw, workload))
-
-    with contextlib.ExitStack() as stack:
-        for module, name in KERNELS:
-            original = getattr(module, name)
-            stack.callback(setattr, module, name, original)
-            setattr(module, name, Recorder(name, original))
-        yield
 
 
 def configs(launch: Launch, target: str) -> list[triton.Config]:
@@ -328,8 +299,9 @@ def _named(launch: Launch) -> dict:
     return dict(zip(launch.kernel.arg_names, launch.args, strict=False))
 
 
-def compile_launch(launch: Launch, index: int, target: str) -> Compiled:
-    """Compile config ``index`` of ``launch`` for ``target`` and read its resources."""
+def compile_launch(launch: Launch, index: int, target: str, workload: str = "") -> Compiled:
+    """Compile config ``index`` of ``launch`` (recorded for ``workload``) for ``target`` and read
+    its resources."""
     cfg = configs(launch, target)[index]
     capability = TARGETS[target]
     fn = launch.kernel.fn if hasattr(launch.kernel, "configs") else launch.kernel  # autotuned
@@ -348,7 +320,7 @@ def compile_launch(launch: Launch, index: int, target: str) -> Compiled:
     found = measured(launch.name, launch.kwargs.get("BLOCK_D", 0), divmod(capability, 10), label,
                      launch.kwargs) if index == 0 and hasattr(launch.kernel, "configs") else None
     return Compiled(
-        launch.name, launch.workload, label, index == 0,
+        launch.name, workload, label, index == 0,
         index >= max(len(listed(launch, target)), 1), found and found.source,
         launch.kwargs.get("D", 0), target, regs,
         stack, int(kernel.metadata.shared), SMEM_LIMIT[capability], mma_kind(sass), len(sass),
@@ -501,7 +473,7 @@ def run_job(job: Job) -> dict:
     workload, d, target, i, c = job
     launch = record(workload, d)[i]
     try:
-        return compile_launch(launch, c, target).row()
+        return compile_launch(launch, c, target, workload).row()
     except Exception as exc:  # one failing compile is its row; the table goes on
         return {"kernel": launch.name, "workload": workload, "head_dim": d, "target": target,
                 "config": config_label(configs(launch, target)[c]), "default": c == 0,

@@ -55,7 +55,7 @@ FUSED = Param(
 AUTO_CAUSAL = False
 """Whether ``fused`` = -1 takes the causal chunk kernel (:func:`chunk_attention`) on CUDA. No:
 it is a candidate until a GPU lease measures it beside fla-linear and the PyTorch path
-(``benchmarks/linear_targets.py``); a default changes only on a lease's numbers."""
+(the claims of ``claims-linear-gpu-fla.toml``); a default changes only on a lease's numbers."""
 CHUNK_FEATURES = 256
 """The most random features the causal chunk kernel takes: a program holds a chunk's whole
 feature rows (C × m for the queries and the keys) and its m × BLOCK_V state in registers."""

@@ -65,7 +65,7 @@ def test_seed_claims_file_parses_with_the_required_claims():
         "attention-cheaper-than-recurrent-below-d",
     } <= ids
     kinds = {c.kind for c in claims}
-    assert kinds == {"exponent", "ratio", "crossover"}
+    assert kinds == {"exponent", "ratio", "crossover", "bound"}
 
 
 @pytest.mark.parametrize(

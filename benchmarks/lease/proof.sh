@@ -1,47 +1,27 @@
 #!/usr/bin/env bash
 # The GPU proof in one command, from a bare CUDA machine to verdicts inside a time budget.
-# It measures first: the lease's time goes to the claims, not to compiling (docs/proof.md).
+# It measures first: the lease's time goes to the claims, not to compiling (docs/lease.md).
 #
-#   bash benchmarks/gpu_proof.sh OUT_DIR [--minutes M] [--archive FILE]
-#   bash benchmarks/gpu_proof.sh --dry-run [--minutes M] [--plan-json]
+#   bash benchmarks/lease/proof.sh OUT_DIR [--minutes M] [--archive FILE]
+#   bash benchmarks/lease/proof.sh --dry-run [--minutes M] [--plan-json]
 #
-# --dry-run lists the CUDA tests the proof would run; with --plan-json it prints the plan
-# instead: a JSON list of {"step", "kind", "cap_s"} in the order the steps run, kind one of
-# setup, measure, verdicts, tests, kernels (no GPU, torch or pytest needed). The plan for
-# --minutes M (default 10), in shares of the budget B = 60·M seconds:
-#   setup      6%   install in place (no network), Triton cache installed from .triton-cache/
-#                   (benchmarks/warm_cache.py, when both are there), the device, `attnbench list`
-#   measure   70%   every GPU claims suite, one step each, most-cited claims first; each gets
-#                   the share of the measure time its H100 time (the suite's header) is of the
-#                   rest, plus whatever the steps before it left; `attnbench run SUITE
-#                   --time-limit CAP` stops it at its cap with its finished rows
-#   verdicts   5%   `attnbench claims` (text and JSON) and `attnbench report` (HTML, markdown)
-#   tests    <=15%  the CUDA tests (at most 90 s): `cuda and not gpu_alone` on xdist workers,
-#                   then the `gpu_alone` ones (timing, NVML) by themselves
-#   kernels   rest  benchmarks/kernel_sweep.py with what is left (when 40 s or more), less 15 s
-#                   kept for the Triton harvest (benchmarks/warm_cache.py --harvest) and the
-#                   summary
-# Everything is written under OUT_DIR as it goes (steps.tsv: one line per finished step);
-# --archive FILE re-packs OUT_DIR into FILE (a .tar.gz, replaced atomically) after every step,
-# and puts beside FILE what a reader opens first: report.html, report.md, claims.txt,
-# summary.txt and triton-harvest.tar.gz (six files with the archive: a lease returns at most
-# eight, none in sub-folders). summary.txt names each claim with its verdict, n range, points
-# per group, host_frac range and timing mode, and counts the Triton compiles (cache misses)
-# of each measure step.
-#
-# Python: $PYTHON, else the checkout's .venv/bin/python (README's set-up), else python3.
-# Exit status: 0 when every step ran and passed (the kernel sweep may be skipped: under 40 s
-# left is by design at short budgets); 1 when a step failed or did not fit; 2 on a
-# machine without a CUDA GPU, a Python without torch or pytest, or bad arguments (one line on
-# stderr).
+# --dry-run lists the CUDA tests the proof would run; --plan-json prints the plan instead (a
+# JSON list of {"step", "kind", "cap_s"}; no GPU, torch or pytest needed). The steps, in shares
+# of the budget B = 60·M s (M default 10): setup 6%, `attnbench verdicts --device cuda` 75%, the
+# CUDA tests <= 15% (at most 90 s), the kernel sweep the rest less 15 s for the harvest and the
+# summary. Everything lands under OUT_DIR as it goes; --archive FILE re-packs it after every
+# step and puts report.html, verdicts.md, summary.txt and triton-harvest.tar.gz beside FILE.
+# Exit status: 0 every step ran and passed (the kernel sweep may be skipped); 1 a step failed or
+# did not fit; 2 no CUDA GPU, a Python without torch or pytest, or bad arguments (one line).
 set -uo pipefail
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+LEASE=$ROOT/benchmarks/lease
 cd "$ROOT" || exit 2
 export PYTHONUNBUFFERED=1
 
 usage() {
-  echo "usage: bash benchmarks/gpu_proof.sh OUT_DIR [--minutes M] [--archive FILE]" \
+  echo "usage: bash benchmarks/lease/proof.sh OUT_DIR [--minutes M] [--archive FILE]" \
     "| --dry-run [--minutes M] [--plan-json]" >&2
   exit 2
 }
@@ -60,49 +40,25 @@ while [ $# -gt 0 ]; do
 done
 case "$MINUTES" in
   '' | *[!0-9.]* | *.*.* | .)
-    echo "gpu_proof: --minutes $MINUTES: not a number of minutes" >&2; exit 2 ;;
+    echo "proof: --minutes $MINUTES: not a number of minutes" >&2; exit 2 ;;
 esac
 if [ "$PLAN_JSON" -eq 1 ] && [ "$DRY" -eq 0 ]; then
-  echo "gpu_proof: --plan-json goes with --dry-run" >&2; exit 2
+  echo "proof: --plan-json goes with --dry-run" >&2; exit 2
 fi
 
-# The measure steps, most-cited claims first (the seeds' headline claims are in the first
-# five), each with its time on one H100 in seconds as the suite's header states it
-# (benchmarks/gpu_suite_time.py derives it from the leases' rows). The caps are shares of these.
-MEASURE_SUITES=(
-  "claims-gpu:28"
-  "claims-linear-gpu-scaling:29"
-  "claims-linear-gpu:108"
-  "claims-gpu-decode:53"
-  "claims-gpu-local:34"
-  "claims-linear-gpu-decode:39"
-  "claims-gpu-heads:24"
-  "claims-gpu-block:61"
-  "claims-linear-gpu-fla:61"
-)
 TESTS_MAX_S=90      # the CUDA tests' target on an H100, whatever the budget
 FINAL_RESERVE_S=15  # after the kernel sweep: the Triton harvest and the summary
 
 # plan: "step kind cap_s" lines for a budget of $1 seconds (integers, in the order they run;
-# the caps sum to at most the budget; measure >= 60% of it)
+# the caps sum to at most the budget; the verdicts >= 60% of it)
 plan() {
-  awk -v budget="$1" -v tests_max="$TESTS_MAX_S" -v reserve="$FINAL_RESERVE_S" \
-      -v suites="${MEASURE_SUITES[*]}" 'BEGIN {
-    setup = int(budget * 0.06); verdicts = int(budget * 0.05)
+  awk -v budget="$1" -v tests_max="$TESTS_MAX_S" -v reserve="$FINAL_RESERVE_S" 'BEGIN {
+    setup = int(budget * 0.06); verdicts = int(budget * 0.75)
     tests = int(budget * 0.15); if (tests > tests_max) tests = tests_max
-    measure = int(budget * 0.70)
-    kernels = budget - setup - measure - verdicts - tests - reserve
+    kernels = budget - setup - verdicts - tests - reserve
     if (kernels < 0) kernels = 0
-    measure += budget - setup - measure - verdicts - tests - reserve - kernels  # leftover whole s
-    n = split(suites, s, " "); total = 0
-    for (i = 1; i <= n; i++) { split(s[i], f, ":"); name[i] = f[1]; est[i] = f[2]; total += f[2] }
+    verdicts += budget - setup - verdicts - tests - reserve - kernels  # leftover whole seconds
     print "setup setup " setup
-    given = 0
-    for (i = 1; i <= n; i++) {
-      cap = (i < n) ? int(measure * est[i] / total) : measure - given
-      given += cap
-      print "measure-" name[i] " measure " cap
-    }
     print "verdicts verdicts " verdicts
     print "tests-parallel tests " int(tests * 0.75)
     print "tests-serial tests " tests - int(tests * 0.75)
@@ -125,7 +81,7 @@ elif [ -x "$ROOT/.venv/bin/python" ]; then PY=$ROOT/.venv/bin/python
 else PY=$(command -v python3 || command -v python || echo python3)
 fi
 why=$("$PY" -c 'import torch, pytest' 2>&1) || {
-  echo "gpu_proof: $PY cannot run the proof (${why##*$'\n'});" \
+  echo "proof: $PY cannot run the proof (${why##*$'\n'});" \
     "set PYTHON= or set up .venv as README.md says" >&2
   exit 2
 }
@@ -149,7 +105,7 @@ collect() {  # collect NAME ARGS...: print "NAME: test id" lines, or the cause o
   log=$("$PY" -m pytest --collect-only -q "${PYTEST_OPTS[@]}" "$@" 2>&1)
   local rc=$?
   if [ $rc -ne 0 ] && [ $rc -ne 5 ]; then  # 5: nothing collected (no test has that marker)
-    echo "gpu_proof: collecting '$name' failed (pytest exit $rc):" >&2
+    echo "proof: collecting '$name' failed (pytest exit $rc):" >&2
     grep -E "Error|error:" <<<"$log" | head -n 5 >&2
     return 1
   fi
@@ -170,8 +126,8 @@ if not torch.cuda.is_available():
     raise SystemExit(f"no CUDA GPU here (torch {torch.__version__}: torch.cuda.is_available() "
                      "is False); nothing to prove (--dry-run lists the tests)")
 PY
-) || { echo "gpu_proof: ${why##*$'\n'}" >&2; exit 2; }
-mkdir -p "$OUT" || { echo "gpu_proof: cannot create $OUT" >&2; exit 2; }
+) || { echo "proof: ${why##*$'\n'}" >&2; exit 2; }
+mkdir -p "$OUT" || { echo "proof: cannot create $OUT" >&2; exit 2; }
 OUT=$(cd "$OUT" && pwd)
 BESIDE=""  # where the files a reader opens first go: beside the archive
 if [ -n "$ARCHIVE" ]; then
@@ -219,7 +175,7 @@ step() {
     left=$(( BUDGET - $(date +%s) + START ))
     printf '%s\tnot run\t0\t%s\tdid not fit: %s s left of %s\n' "$name" "$cap" "$left" \
       "$BUDGET" >>"$OUT/steps.tsv"
-    echo "gpu_proof: $name did not fit ($left s left)"
+    echo "proof: $name did not fit ($left s left)"
     archive
     return 1
   fi
@@ -233,13 +189,13 @@ step() {
   rm -f "$OUT/.capped"
   printf '%s\t%s\t%s\t%s\t\n' "$name" "$status" "$(( $(date +%s) - t0 ))" "$cap" \
     >>"$OUT/steps.tsv"
-  echo "gpu_proof: $name $status in $(( $(date +%s) - t0 )) s" \
+  echo "proof: $name $status in $(( $(date +%s) - t0 )) s" \
     "(cap $cap s; $(( $(date +%s) - START )) s of $BUDGET)"
   archive
   return $rc
 }
 
-# Kernels arrive compiled (benchmarks/warm_cache.py): Triton's cache at a fixed absolute path
+# Kernels arrive compiled (warm_cache.py): Triton's cache at a fixed absolute path
 # (its group files name their children by absolute path), and Triton's own ptxas named, so
 # Inductor does not pick another (the cache key holds `ptxas --version`)
 export TRITON_CACHE_DIR=/tmp/attnbench-triton-cache
@@ -250,17 +206,17 @@ print(path if path.is_file() else "")
 PY
 )
 [ -n "$ptxas" ] && export TRITON_PTXAS_PATH=$ptxas
-# each measure step counts Triton's compiles (cache misses) into its own file, through the
-# sitecustomize in benchmarks/triton_listen (where that folder is there)
-[ -d benchmarks/triton_listen ] && export PYTHONPATH="$ROOT/benchmarks/triton_listen${PYTHONPATH:+:$PYTHONPATH}"
+# each step counts Triton's compiles (cache misses) into its own file, through the
+# sitecustomize in triton_listen/
+export PYTHONPATH="$LEASE/triton_listen${PYTHONPATH:+:$PYTHONPATH}"
 mkdir -p "$OUT/triton-misses"
 
 setup() {
   "$PY" -m pip install -q --no-deps --no-build-isolation -e . || return 1
-  if [ -d .triton-cache ] && [ -f benchmarks/warm_cache.py ]; then
-    "$PY" benchmarks/warm_cache.py --install .triton-cache || echo "warm cache: not installed"
+  if [ -d .triton-cache ]; then
+    "$PY" "$LEASE/warm_cache.py" --install .triton-cache || echo "warm cache: not installed"
   else
-    echo "warm cache: none carried (.triton-cache/ or benchmarks/warm_cache.py absent)"
+    echo "warm cache: none carried (.triton-cache/ absent)"
   fi
   "$PY" - <<'PY'
 import torch
@@ -272,32 +228,11 @@ PY
   echo "attnbench list: $(( SECONDS - t0 )) s"
 }
 
-# `attnbench run --time-limit` (stops at the limit, keeps finished rows, exits 0, coarse
-# points first) where this checkout has it; else the step's watchdog stops the run at its cap
-TIME_LIMIT=0
-"$PY" -m harness.cli run --help 2>/dev/null | grep -q -- "--time-limit" && TIME_LIMIT=1
-
-measure() {  # measure SUITE: one claims suite, kernels at their pinned defaults (recorded in
-  # env.json: exponents, not peak speeds, and no autotuning on the lease's clock)
-  local suite=$1 limit=()
-  [ "$TIME_LIMIT" -eq 1 ] && limit=(--time-limit "${STEP_CAP}s")
-  rm -rf "${OUT:?}/measure-$suite"
-  ATTNBENCH_AUTOTUNE=off ATTNBENCH_TRITON_MISSES="$OUT/triton-misses/measure-$suite.jsonl" \
-    "$PY" -m harness.cli run "suites/$suite.toml" --out "$OUT/measure-$suite" --no-progress \
-    --no-table "${limit[@]}"
-}
-
-verdicts() {
-  local runs=() dir
-  for dir in "$OUT"/measure-*; do [ -s "$dir/rows.jsonl" ] && runs+=("$dir"); done
-  [ ${#runs[@]} -gt 0 ] || { echo "no measured rows to judge"; return 1; }
-  # the JSON first (the summary reads it), then the report, then the text: a step cut at its
-  # cap keeps what the summary and a reader need most
-  "$PY" -m harness.cli claims "${runs[@]}" --json >"$OUT/claims.json" 2>/dev/null
-  "$PY" -m harness.cli report "${runs[@]}" --out "$OUT/report" --title "gpu_proof verdicts"
-  local rc=$?
-  "$PY" -m harness.cli claims "${runs[@]}" >"$OUT/claims.txt" 2>&1
-  return $rc
+verdicts() {  # every GPU claims suite under one deadline and every claim judged, kernels at
+  # their pinned defaults (exponents, not peak speeds: no autotuning on the lease's clock)
+  ATTNBENCH_AUTOTUNE=off ATTNBENCH_TRITON_MISSES="$OUT/triton-misses/verdicts.jsonl" \
+    "$PY" -m harness.cli verdicts --device cuda --out "$OUT/verdicts" \
+    --minutes "$(awk -v c="$STEP_CAP" 'BEGIN { printf "%.2f", (c > 60 ? c - 30 : c / 2) / 60 }')"
 }
 
 tests() {  # tests NAME PYTEST-ARGS...: JUnit XML beside the log; exit 5 (none selected) is ok
@@ -309,27 +244,16 @@ tests() {  # tests NAME PYTEST-ARGS...: JUnit XML beside the log; exit 5 (none s
 }
 
 kernel_sweep() {  # the fused kernels' configs beside the peers, within the step's cap; its
-  # Triton compiles counted as the measure steps' are (warm_cache.py warms them too)
+  # Triton compiles counted as the verdicts step's are (warm_cache.py warms them too)
   ATTNBENCH_TRITON_MISSES="$OUT/triton-misses/kernel-sweep.jsonl" \
-    "$PY" benchmarks/kernel_sweep.py --out "$OUT/kernel-sweep" \
+    "$PY" "$ROOT/benchmarks/kernel_sweep.py" --out "$OUT/kernel-sweep" \
     --minutes "$(awk -v c="$STEP_CAP" 'BEGIN { print (c > 40 ? c - 10 : 30) / 60 }')"
 }
 
 rc=0
 step setup "$(planned setup)" 10 setup || rc=1
-# measure: each suite's cap is its planned share plus what the suites before it left unused;
-# a run that stops itself at its cap (--time-limit) gets 20 s to finish its point and write
-GRACE=$(( TIME_LIMIT ? 20 : 0 ))
-carry=0
-for entry in "${MEASURE_SUITES[@]}"; do
-  suite=${entry%%:*}
-  t0=$(date +%s)
-  cap=$(( $(planned "measure-$suite") + carry ))
-  step "measure-$suite" "$cap" "$GRACE" measure "$suite" || rc=1
-  used=$(( $(date +%s) - t0 ))
-  carry=$(( cap > used ? cap - used : 0 ))
-done
-step verdicts "$(( $(planned verdicts) + carry ))" 15 verdicts || rc=1
+# the verb stops itself at its --minutes (30 s under the cap) with its finished rows judged
+step verdicts "$(planned verdicts)" 20 verdicts || rc=1
 step tests-parallel "$(planned tests-parallel)" 15 \
   tests tests-parallel "${XDIST[@]}" "${PARALLEL[@]}" || rc=1
 step tests-serial "$(planned tests-serial)" 10 tests tests-serial "${SERIAL[@]}" || rc=1
@@ -341,22 +265,21 @@ if [ "$left" -ge 40 ]; then
 else  # by design at short budgets: the claims came first (not a failure)
   printf 'kernel-sweep\tskipped\t0\t%s\tless than 40 s left\n' "$(( left > 0 ? left : 0 ))" \
     >>"$OUT/steps.tsv"
-  echo "gpu_proof: kernel-sweep skipped ($left s left; it needs 40)"
+  echo "proof: kernel-sweep skipped ($left s left; it needs 40)"
 fi
 
-"$PY" benchmarks/gpu_proof_summary.py "$OUT" | tee "$OUT/summary.txt"
+"$PY" "$LEASE/summary.py" "$OUT" | tee "$OUT/summary.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 archive
 if [ -n "$BESIDE" ]; then  # what a reader opens first, beside the archive (no sub-folders)
-  [ -f "$OUT/report/index.html" ] && cp -f "$OUT/report/index.html" "$BESIDE/report.html"
-  for f in report/report.md claims.txt summary.txt; do
+  html=$(ls "$OUT"/verdicts/*.html "$OUT"/verdicts/*/index.html 2>/dev/null | head -n 1)
+  [ -n "$html" ] && cp -f "$html" "$BESIDE/report.html"
+  for f in verdicts/verdicts.md summary.txt; do
     [ -f "$OUT/$f" ] && cp -f "$OUT/$f" "$BESIDE/$(basename "$f")"
   done
   # what the next lease can reuse: the launcher .so, autotune json, Inductor's cache
-  if [ -f benchmarks/warm_cache.py ]; then
-    timeout 60 "$PY" benchmarks/warm_cache.py --harvest "$BESIDE/triton-harvest.tar.gz" \
-      >"$OUT/harvest.log" 2>&1 || echo "gpu_proof: harvest failed (harvest.log)"
-    archive
-  fi
+  timeout 60 "$PY" "$LEASE/warm_cache.py" --harvest "$BESIDE/triton-harvest.tar.gz" \
+    >"$OUT/harvest.log" 2>&1 || echo "proof: harvest failed (harvest.log)"
+  archive
 fi
 exit $rc

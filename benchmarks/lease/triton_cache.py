@@ -1,5 +1,5 @@
 """Triton's on-disk cache of the fused kernels: compiles on stand-in arguments, and the cache
-as files (prune, pack, check, install, harvest). The device side of ``warm_cache.py``.
+as files (prune, pack, check, install, harvest). The device side of ``warm_cache.py``, beside it.
 
 Needs only the standard library at import, Triton in the functions that compile or read
 Triton's facts, and never torch: it runs in the device's Python with the device's Triton
@@ -23,7 +23,7 @@ import tarfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CACHE_DIR = "/tmp/attnbench-triton-cache"  # the same on both sides: group files hold paths
 KEEP = ("__grp__", ".json", ".cubin")  # what a launch reads of a kernel's cache entry
 HARVEST_LIMIT = 15 * 2**20  # $OUT takes 16 MiB a file
@@ -101,7 +101,7 @@ def run_job(job: dict, arch: int) -> dict:
     kernel = getattr(importlib.import_module(job["module"]), job["kernel"])
     fn = kernel.fn if isinstance(kernel, triton.runtime.Autotuner) else kernel
     args = [_Arg(a["tensor"], a["aligned"]) if isinstance(a, dict) else a for a in job["args"]]
-    start = time.perf_counter()
+    start = time.monotonic()
     saved = getattr(driver, "_active", None)
     driver.set_active(Target())
     try:
@@ -112,7 +112,7 @@ def run_job(job: dict, arch: int) -> dict:
     finally:
         driver._active = saved
     return {"step": job.get("step"), "kernel": job["kernel"], "config": job["config"],
-            "head_dim": job["head_dim"], "seconds": round(time.perf_counter() - start, 2),
+            "head_dim": job["head_dim"], "seconds": round(time.monotonic() - start, 2),
             "error": error}
 
 

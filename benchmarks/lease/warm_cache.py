@@ -1,44 +1,18 @@
 """Triton's on-disk cache for sm_90, compiled on a CPU and carried to a GPU lease.
 
-    python benchmarks/warm_cache.py --arch sm_90 --out DIR    # here: warm, prune, write DIR
-        [--steps suites kernel-sweep linear-targets]          # (default: all three)
-    python benchmarks/warm_cache.py --install DIR             # on the lease, before the proof
-    python benchmarks/warm_cache.py --harvest FILE.tar.gz     # on the lease, at its end
+    python benchmarks/lease/warm_cache.py --arch sm_90 --out DIR   # here: warm, prune, pack DIR
+        [--steps suites kernel-sweep]                              # (default: both)
+    python benchmarks/lease/warm_cache.py --install DIR            # on the lease, before the proof
+    python benchmarks/lease/warm_cache.py --harvest FILE.tar.gz    # on the lease, at its end
 
-Warming: every launch of the fused kernels that the GPU proof's steps make (``STEPS``):
-
-- ``suites``: each CUDA point of a fused implementation in the suites the proof measures
-  (:func:`proof_suites`: its own plan, and the smokes), recorded from the real launch code on
-  meta tensors by ``aot_check.record`` with the point's batch, heads, lengths, head dim, dtype
-  and mask, with every config the autotuner may time for the arch (the class list the prune
-  keeps; the pinned default is its first), and the paged decode at the GPU serving suite's
-  shapes (:func:`paged_launches`);
-- ``kernel-sweep``: what ``kernel_sweep.py`` compiles and times (every group, case, listed
-  config and candidate, the decode split targets, the Hopper backward peers), from the
-  script's own ``Prepared`` and ``sweep_configs``;
-- ``linear-targets``: the fused launches of ``linear_targets.py``'s rows at its lengths, each
-  row called through the registry's own function;
-
-the last two on fake CUDA tensors (:func:`lease_device`: a GPU of the arch without one).
-Each distinct (kernel, config, constexprs, specialization) is compiled once
-(:func:`compile_key`), through the JIT's own binder (``fn.warmup`` under a stand-in driver),
-into ``CACHE_DIR``, the path the lease uses too (Triton's group files hold absolute paths).
-The compiles run in ``--python`` (default ``.venv312/bin/python`` when it exists): Triton's
-key hashes ``libtriton.so``, which differs per CPython minor, so that Python must be the
-device's (``DEVICE``) with the device's Triton; it needs no torch (the arguments are
-stand-ins with ``data_ptr`` and ``dtype``). The cache is pruned to ``__grp__*.json``,
-``*.json`` and ``*.cubin`` and packed as ``DIR/cache.tar.gz`` beside ``DIR/manifest.json``
-(the Triton key's sha256, ``ptxas --version``, Python, arch, the cache-invalidating variables
-that were set, the steps, the kernels) and ``DIR/jobs.json``, the compiles, which
-``--compile-jobs DIR/jobs.json`` runs again (the hit check of docs/triton_cache.md).
-
-Installing checks the manifest against the running Triton (key, ptxas, Python minor, arch of
-GPU 0 when torch sees one, those variables) and unpacks into ``$TRITON_CACHE_DIR`` (which must
-be ``CACHE_DIR``), or prints one line ``compiling: cache is for ...`` and installs nothing;
-exit 0 either way. ``DIR/harvest.tar.gz`` (a past lease's ``--harvest``) is installed the
-same way, by its own manifest. Harvesting packs what a lease built that a CPU cannot: the
-launcher ``.so`` files, the autotuner's json (``TRITON_CACHE_AUTOTUNING=1``), the kernels the
-lease compiled, and Inductor's cache, under ``HARVEST_LIMIT`` bytes.
+Warming compiles every launch of the fused kernels that the proof's steps make (``STEPS``:
+the GPU claims suites' points, the smokes and the paged decode at the GPU serving suite's
+shapes (:func:`paged_launches`), ``suites``; the kernel sweep's configs,
+``kernel-sweep``), each distinct (kernel, config, constexprs, specialization) once, in the
+device's Python and Triton (``--python``, ``DEVICE``), into ``CACHE_DIR``; the cache is pruned
+and packed beside its manifest. Installing checks the manifest against the running Triton and
+installs nothing (one line, exit 0) when it cannot hit; harvesting packs what only a lease
+builds. How, and what was measured: docs/lease.md ("Kernels that arrive compiled").
 """
 
 from __future__ import annotations
@@ -56,6 +30,7 @@ import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # triton_cache, beside this file
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # kernel_sweep, in benchmarks/
 
 import triton_cache as tc
 
@@ -63,9 +38,8 @@ ROOT = tc.ROOT
 DEVICE = {"python": "3.12", "triton": "3.6.0"}  # the leases' (docs/gpu.md, FACTS.md)
 ARCHES = {"sm_90": 90, "sm_80": 80}
 SMOKES = ("gpu-smoke", "gpu-smoke-decode")  # a lease's first checks, beside the proof
-PROOF = ROOT / "benchmarks" / "gpu_proof.sh"
 JOBS = "jobs.json"  # DIR's list of the compiles, as --compile-jobs reads it
-STEPS = ("suites", "kernel-sweep", "linear-targets")  # the proof's steps whose launches are warmed
+STEPS = ("suites", "kernel-sweep")  # the proof's steps whose launches are warmed
 BAND = {"local", "dilated", "longformer", "bigbird", "flash-tiled"}  # triton_attention
 FEATURE = {"linear": False, "performer": True}  # feature_attention: FAVOR+ or not
 
@@ -73,20 +47,20 @@ FEATURE = {"linear": False, "performer": True}  # feature_attention: FAVOR+ or n
 # -- which compiles (the project's Python: torch, the harness) --------------------------------
 
 def proof_suites() -> tuple[str, ...]:
-    """The smokes (:data:`SMOKES`) and every suite the proof's measure steps run, read from
-    the proof's own plan (``gpu_proof.sh --dry-run --plan-json``: no GPU, torch or pytest)."""
-    done = subprocess.run(["bash", str(PROOF), "--dry-run", "--plan-json"], capture_output=True,
-                          text=True, check=True)
-    measured = [step["step"].removeprefix("measure-") for step in json.loads(done.stdout)
-                if step["kind"] == "measure"]
-    return tuple(dict.fromkeys((*SMOKES, *measured)))
+    """The smokes (:data:`SMOKES`) and every claims suite for a CUDA device: the suites
+    ``attnbench verdicts --device cuda`` (the proof's verdicts step) measures."""
+    from harness.sweep.suite import load_suite
+
+    gpu = [p.stem for p in sorted((ROOT / "suites").glob("claims-*.toml"))
+           if load_suite(p).points[0].device == "cuda"]
+    return tuple(dict.fromkeys((*SMOKES, *gpu)))
 
 
 def suite_shapes(suites: tuple[str, ...] | None = None) -> list[tuple]:
-    """The fused calls of the suites' CUDA points, once each: (batch, head dim, dtype, shape)
-    with shape as ``aot_check.record`` takes it. A decode point calls its core once per step
-    at positions seq_len .. seq_len + gen_tokens - 1 (the timed step is the first); a
-    ``state`` cache steps its recurrence (no fused call)."""
+    """The fused calls of the suites' CUDA points, once each: (batch, head dim, dtype, shape,
+    workload name) with shape and name as ``aot_check.record`` takes them. A decode point
+    calls its core once per step at positions seq_len .. seq_len + gen_tokens - 1 (the timed
+    step is the first); a ``state`` cache steps its recurrence (no fused call)."""
     from harness.scenarios.decode.caches import CACHES
     from harness.spec import torch_dtype
     from harness.sweep.suite import load_suite
@@ -109,8 +83,11 @@ def suite_shapes(suites: tuple[str, ...] | None = None) -> list[tuple]:
                 shape = _fused_shape(point.impl, p)
                 if shape is not None:
                     dtype = torch_dtype(p.dtype)
-                    calls.setdefault((p.batch, p.head_dim, str(dtype), repr(shape)),
-                                     (p.batch, p.head_dim, dtype, shape))
+                    # a causal feature-map call runs the chunk kernel (aot_check's "-causal")
+                    name = f"suite-D{p.head_dim}" + ("-causal" if len(shape) == 5
+                                                     and p.mask.causal else "")
+                    calls.setdefault((p.batch, name, str(dtype), repr(shape)),
+                                     (p.batch, p.head_dim, dtype, shape, name))
     return list(calls.values())
 
 
@@ -155,8 +132,8 @@ def compile_jobs(arch: str, suites: tuple[str, ...] | None = None,
     unknown = sorted(set(steps) - set(STEPS))
     if unknown:
         raise ValueError(f"not steps of the proof: {unknown} (one of {list(STEPS)})")
-    makers = {"suites": lambda: suite_launches(arch, suites), "kernel-sweep": lambda:
-              sweep_launches(arch), "linear-targets": lambda: linear_target_launches(arch)}
+    makers = {"suites": lambda: suite_launches(arch, suites),
+              "kernel-sweep": lambda: sweep_launches(arch)}
     jobs, seen = [], set()
     for step in steps:
         for name, kernel, args, kwargs, configs, d in makers[step]():
@@ -212,8 +189,8 @@ def suite_launches(arch: str, suites: tuple[str, ...] | None = None) -> list[Rec
     from implementations.triton_kernels import aot_check
 
     out = []
-    for batch, d, dtype, shape in suite_shapes(suites):
-        for launch in aot_check.record(f"suite-D{d}", d, batch, shape, dtype):
+    for batch, d, dtype, shape, name in suite_shapes(suites):
+        for launch in aot_check.record(name, d, batch, shape, dtype):
             configs = aot_check.listed(launch, arch) or aot_check.configs(launch, arch)
             out.append((launch.name, launch.kernel, launch.args, launch.kwargs, configs, d))
     return out + (paged_launches(arch) if suites is None else [])
@@ -294,54 +271,6 @@ def _own_config(launch):
         return launch.config
     return triton.Config({}, num_warps=launch.kwargs.get("num_warps", 4),
                          num_stages=launch.kwargs.get("num_stages", 3))
-
-
-def linear_target_launches(arch: str) -> list[Recorded]:
-    """What ``linear_targets.py`` (its default lengths, batch, heads, head dim and dtype, every
-    row of ``ROWS`` and ``LAST_ROWS``) launches of the fused kernels, each row called through
-    the registry's own function on stand-in CUDA tensors (:func:`lease_device`): the rows
-    that take the PyTorch path or another package's kernels launch none. A row that forces the
-    fused kernels (``fused`` >= 1) and launches none is an error (ValueError)."""
-    import linear_targets as lt
-    import torch
-
-    from harness import registry
-    from harness.masks import MaskSpec
-    from implementations.triton_kernels import launch_modes
-
-    args = lt.parse(["-"])  # the script's defaults ("-": its output file, unused here)
-    impls = {}
-    for _, impl_name, _, _ in (*lt.ROWS, *lt.LAST_ROWS):
-        try:  # loading checks a plug-in on a small CPU call: before the stand-in device
-            impls[impl_name] = registry.get(impl_name)
-        except Exception:  # not installed here (fla-linear): no kernel of ours either
-            continue
-    out: list[Recorded] = []
-    with lease_device(arch):
-        for n in args.lengths:
-            shape = (args.batch, args.heads, n, args.head_dim)
-            q, k, v = (torch.empty(shape, device="cuda", dtype=args.torch_dtype)
-                       for _ in range(3))
-            for row, impl_name, causal, params in (*lt.ROWS, *lt.LAST_ROWS):
-                seen: list = []
-                impl = impls.get(impl_name)
-                if impl is None:
-                    continue
-                with launch_modes.watching(seen.append, execute=False):
-                    try:
-                        impl.fn(q, k, v, MaskSpec(causal=causal), scale=None,
-                                **impl.param_values(params))
-                    except Exception as exc:  # the PyTorch path does not run on stand-ins
-                        if params.get("fused", 0) >= 1 or seen:
-                            raise ValueError(f"linear_targets row {row} (n {n}): "
-                                             f"{type(exc).__name__}: {exc}") from exc
-                if params.get("fused", 0) >= 1 and not seen:
-                    raise ValueError(f"linear_targets row {row} forces the fused kernels and "
-                                     "launched none")
-                for launch in seen:
-                    out.append((launch.name, launch.kernel, launch.args, launch.kwargs,
-                                [_own_config(launch)], args.head_dim))
-    return out
 
 
 @contextlib.contextmanager
@@ -443,13 +372,13 @@ def warm(arch: str, out: Path, python: str, workers: int,
          steps: tuple[str, ...] = STEPS) -> int:
     """Compile every job of ``steps`` into ``CACHE_DIR`` with ``python``, prune, pack into
     ``out``."""
-    start = time.perf_counter()
+    start = time.monotonic()
     try:
         jobs = compile_jobs(arch, steps=steps)
     except ValueError as exc:  # a launch the recording cannot carry: one line
         print(f"warm_cache: {exc}", file=sys.stderr)
         return 1
-    recorded = time.perf_counter() - start
+    recorded = time.monotonic() - start
     cache = Path(tc.CACHE_DIR)
     shutil.rmtree(cache, ignore_errors=True)  # only what these jobs compile goes into DIR
     out.mkdir(parents=True, exist_ok=True)
@@ -479,7 +408,7 @@ def warm(arch: str, out: Path, python: str, workers: int,
     manifest = {**facts, "cache_dir": tc.CACHE_DIR, "steps": per_step,
                 "suites": list(proof_suites()) if "suites" in steps else [],
                 "kernels": len(rows) - len(failed), "failed": failed,
-                "seconds": round(time.perf_counter() - start, 1),
+                "seconds": round(time.monotonic() - start, 1),
                 "record_seconds": round(recorded, 1),
                 "compile_seconds": round(sum(r["seconds"] for r in rows), 1),
                 "compiles": rows}

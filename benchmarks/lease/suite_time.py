@@ -1,9 +1,9 @@
 """Each GPU claims suite's time on one H100, derived from the rows the H100 leases measured.
 
-    python benchmarks/gpu_suite_time.py [SUITE.toml ...]     # default: every GPU claims suite
+    python benchmarks/lease/suite_time.py [SUITE.toml ...]   # default: every GPU claims suite
 
-The figure each suite's header states and ``benchmarks/gpu_proof.sh`` gives its measure step a
-share by. Per point: ``OVERHEAD_S`` (what a point cost beyond its timing on the lease: its first
+The figure each suite's header states (what a lease's ``attnbench verdicts --minutes`` should
+allow). Per point: ``OVERHEAD_S`` (what a point cost beyond its timing on the lease: its first
 call, float64 check, memory and NVML readings, ~0.7 s) + ``passes`` x max(``budget_s``,
 ``min_samples`` x t) + ``CALLS_OUTSIDE`` x t (first call, warm-up, check, memory), where t, the
 call's time, is the point's executed FLOPs at the rate its implementation reached on the lease
@@ -11,7 +11,8 @@ call's time, is the point's executed FLOPs at the rate its implementation reache
 
 - the highest rate (executed FLOPs over the median) of that implementation's rows in
   ``tests/harness/analysis/data/h100/`` (copies of the first lease's rows, eager) and in the
-  third lease's ``linear-targets.json`` (the linear family's device times at B1, eager);
+  third lease's ``linear-targets.json`` (the linear family's device times at B1, eager, by the
+  script the claims of the linear family replaced);
 - else ``DEFAULT_RATE`` (300 TFLOP/s, as scripts/suite_time.py assumes), and the line says how
   many points that is.
 
@@ -31,7 +32,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from harness.measure.graphs import WARMUP_CALLS  # noqa: E402

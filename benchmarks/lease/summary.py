@@ -1,16 +1,14 @@
-"""The summary of a ``benchmarks/gpu_proof.sh`` run: what ran, what failed, what did not fit,
-and each claim the measured rows serve.
+"""The summary of a ``benchmarks/lease/proof.sh`` run: what ran, what failed, what did not fit.
 
 Reads OUT_DIR as the proof leaves it, finished or cut short: ``steps.tsv`` (one line per step),
-the measure steps' run folders (``measure-*``), the Triton compiles each measure step logged
-(``triton-misses/*.jsonl``: cache misses, 0 expected when the kernels arrived compiled), the
-JUnit XML of each test step and the verdicts (``claims.json``). Each claim with rows gets one
-line: its verdict, the range of its swept axis in the rows it reads, the points of each group
-its verdict was formed from, the range of their ``host_frac`` and their timing mode (eager,
-graph, or both). Prints the summary; exits 1 when a step failed, stopped at its cap or did not
-fit, a test failed, or a measured row is neither ok nor skipped.
+the verdicts step's rows (``verdicts/``, as ``attnbench verdicts`` writes them: its own table,
+``verdicts.md``, says per claim the verdict, interval, axis range, points and timing mode), the
+Triton compiles each step logged (``triton-misses/*.jsonl``: cache misses, 0 expected when the
+kernels arrived compiled), the JUnit XML of each test step and the count of verdicts
+(``verdicts/verdicts.json``). Prints the summary; exits 1 when a step failed, stopped at its
+cap or did not fit, a test failed, or a measured row is neither ok nor skipped.
 
-    python benchmarks/gpu_proof_summary.py OUT_DIR
+    python benchmarks/lease/summary.py OUT_DIR
 """
 
 from __future__ import annotations
@@ -25,19 +23,14 @@ from pathlib import Path
 
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from harness.analysis.claims import DEFAULT_CLAIMS, Claim, load_claims
-from harness.analysis.evidence import subject_rows
-from harness.analysis.frames import column, select
-from harness.measure.timing import HOST_BOUND_FRAC
 from harness.results import load_rows
 
 TEST_STEPS = ("tests-parallel", "tests-serial")
 # a verdict that decides (the claim holds, fails, or holds over part of its range); the rest
 # are "inconclusive" (or not judged)
 DECISIVE = ("confirmed", "refuted", "mixed", "holds in part")
-MODES = {"none": "eager", "cuda-graph": "graph", "compile": "compiled"}
 
 
 def steps(out: Path) -> tuple[list[str], int]:
@@ -124,79 +117,38 @@ def _is_hit(line: str) -> bool:
         return False
 
 
-def _span(values: pd.Series, digits: int = 2) -> str:
-    """``0.01–0.12`` (or one number, or ``n/a``)."""
-    v = pd.to_numeric(values, errors="coerce").dropna()
-    if v.empty:
-        return "n/a"
-    lo, hi = f"{v.min():.{digits}f}", f"{v.max():.{digits}f}"
-    return lo if lo == hi else f"{lo}–{hi}"
-
-
-def claim_line(claim: Claim, verdict: dict | None, rows: pd.DataFrame) -> tuple[str, int]:
-    """One claim in one line, and how many host-bound rows of a timed claim it reads."""
-    used = select(subject_rows(rows, claim), claim.metric)
-    if claim.baseline:
-        used = pd.concat([used, select(subject_rows(rows, claim, baseline=True), claim.metric)])
-    x = pd.to_numeric(column(used, claim.over), errors="coerce").dropna()
-    span = "n/a" if x.empty else f"{x.min():g}" + ("" if x.min() == x.max() else f"..{x.max():g}")
-    axis = f"{claim.over} {span}"
-    groups = (verdict or {}).get("groups") or []
-    points = ", ".join(str(g.get("n_points", "?")) for g in groups) or "none"
-    frac = pd.to_numeric(column(used, "host_frac"), errors="coerce")
-    bound = int(frac.ge(HOST_BOUND_FRAC).sum()) if claim.timed else 0
-    modes = sorted({MODES.get(m, str(m)) for m in column(used, "cuda_graph").dropna()})
-    word = verdict["verdict"] if verdict else "not judged"
-    line = (f"  {claim.id:<40} {word:<13} {axis:<22} points/group {points:<12} "
-            f"host_frac {_span(frac)}{f' ({bound} host-bound)' if bound else ''}  "
-            f"{'+'.join(modes) or 'n/a'}")
-    return line, bound
-
-
-def claims_lines(out: Path, rows: pd.DataFrame) -> list[str]:
-    """Every claim the measured rows serve: verdict, n range, points per group, host_frac
-    range, timing mode; then the count of decisive verdicts."""
-    path = out / "claims.json"
-    try:  # absent, or cut short by the verdicts step's cap: the lines say "not judged"
-        verdicts = {v["claim"]: v for v in json.loads(path.read_text())}
-    except (OSError, ValueError, TypeError, KeyError):
-        verdicts = {}
-    served = [c for c in load_claims(DEFAULT_CLAIMS) if len(subject_rows(rows, c))]
-    if not served:
-        return ["claims: no measured rows"]
-    lines, words, bound = [], Counter(), []
-    for claim in served:
-        line, host = claim_line(claim, verdicts.get(claim.id), rows)
-        lines.append(line)
-        words[verdicts[claim.id]["verdict"] if claim.id in verdicts else "not judged"] += 1
-        if host:
-            bound.append(claim.id)
+def verdict_counts(out: Path) -> list[str]:
+    """One line: how many claims got each verdict (``verdicts/verdicts.json``), and how many of
+    them decided (confirmed, refuted, mixed, holds in part)."""
+    try:
+        data = json.loads((out / "verdicts" / "verdicts.json").read_text())
+    except (OSError, ValueError):
+        return ["verdicts: no verdicts.json (the verdicts step did not finish)"]
+    if isinstance(data, dict):
+        data = data.get("verdicts") or data.get("claims") or []
+    words = Counter(str(v.get("verdict")) for v in data if isinstance(v, dict))
     decisive = sum(words[w] for w in DECISIVE)
-    head = (f"claims served by the measured rows: {len(served)}; "
-            + ", ".join(f"{n} {w}" for w, n in words.most_common())
-            + f"; decisive {decisive} of {len(served)} ({decisive / len(served):.0%})"
-            + f"; timed claims reading a host-bound row: {len(bound)}"
-            + ("" if verdicts else " (no verdicts in claims.json: the verdicts step did not "
-                                   "finish)"))
-    return [head, *lines]
+    total = sum(words.values())
+    return [f"verdicts: {total} claims: " + ", ".join(f"{n} {w}" for w, n in words.most_common())
+            + f"; decisive {decisive} of {total}"
+            + (f" ({decisive / total:.0%})" if total else "") + " (verdicts/verdicts.md)"]
 
 
-def measured_rows(out: Path) -> tuple[list[str], int, pd.DataFrame]:
-    """The measure steps' run folders: their status lines and all their rows together."""
-    lines, bad, frames = [], 0, []
-    for folder in sorted(out.glob("measure-*")):
-        if not folder.is_dir():
-            continue
-        row_lines, row_bad, rows = run_rows(out, folder.name)
+def measured_rows(out: Path) -> tuple[list[str], int]:
+    """The verdicts step's run folders (every folder under ``verdicts/`` with rows): their
+    status lines."""
+    lines, bad = [], 0
+    folders = {p.parent for name in ("rows.jsonl", "passes.jsonl")
+               for p in (out / "verdicts").rglob(name)}  # passes alone: a run cut short
+    for folder in sorted(folders):
+        row_lines, row_bad, _ = run_rows(out, str(folder.relative_to(out)))
         lines += row_lines
         bad += row_bad
-        if rows is not None:
-            frames.append(rows)
-    return lines, bad, pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return lines or ["verdicts: no rows"], bad
 
 
 def summarize(out: Path) -> tuple[list[str], int]:
-    lines, bad = ["gpu_proof summary", "steps:"], 0
+    lines, bad = ["proof summary", "steps:"], 0
     step_lines, step_bad = steps(out)
     lines += step_lines
     bad += step_bad
@@ -204,7 +156,7 @@ def summarize(out: Path) -> tuple[list[str], int]:
     if setup.exists():
         lines += [line for line in setup.read_text().splitlines()
                   if line.startswith(("torch ", "attnbench list:", "warm cache", "compiling"))]
-    row_lines, row_bad, rows = measured_rows(out)
+    row_lines, row_bad = measured_rows(out)
     lines += row_lines + triton_misses(out)
     bad += row_bad
     for name in TEST_STEPS:
@@ -212,8 +164,7 @@ def summarize(out: Path) -> tuple[list[str], int]:
             test_lines, test_bad = tests(out, name)
             lines += test_lines
             bad += test_bad
-    if len(rows):
-        lines += claims_lines(out, rows)
+    lines += verdict_counts(out)
     lines.append("result: " + ("every step ran and passed" if bad == 0 else
                                f"{bad} problem(s): see above"))
     return lines, bad
@@ -224,7 +175,7 @@ def main() -> int:
     parser.add_argument("out", type=Path, help="the proof's OUT_DIR")
     args = parser.parse_args()
     if not args.out.is_dir():
-        print(f"gpu_proof_summary: {args.out}: no such directory", file=sys.stderr)
+        print(f"summary: {args.out}: no such directory", file=sys.stderr)
         return 2
     lines, bad = summarize(args.out)
     print("\n".join(lines))
