@@ -15,6 +15,7 @@ from __future__ import annotations
 import inspect
 import warnings
 from dataclasses import dataclass, field
+from functools import cache
 
 import torch
 import torch.nn.functional as F
@@ -50,11 +51,19 @@ def _lower_right(n_q: int, n_k: int, device: torch.device, gqa: bool):
     torch's ``CausalBias`` does not pass ``enable_gqa`` on (it takes it since torch 2.5.1)."""
     # imported here: torch.nn.attention.bias pulls in torch._dynamo (3.8 s of `attnbench list`
     # on the H100 of 2026-11-26), which listing and most runs never use
-    from torch.nn.attention.bias import CausalBias, causal_lower_right
+    from torch.nn.attention.bias import causal_lower_right
 
-    if gqa and "enable_gqa" not in inspect.signature(CausalBias._dispatch).parameters:
+    if gqa and not _bias_takes_gqa():
         return dense_mask(MaskSpec(causal=True), n_q, n_k, device)
     return causal_lower_right(n_q, n_k)
+
+
+@cache
+def _bias_takes_gqa() -> bool:
+    """Whether this torch's ``CausalBias`` passes ``enable_gqa`` on to its kernels."""
+    from torch.nn.attention.bias import CausalBias
+
+    return "enable_gqa" in inspect.signature(CausalBias._dispatch).parameters
 
 
 def _pinned(backend: SDPBackend):
