@@ -115,3 +115,18 @@ def test_every_path_is_handed_the_reduced_mask(monkeypatch):
     assert seen == [MaskSpec(), MaskSpec(causal=True, window=(3, 0)), MaskSpec()]
     with pytest.raises(registry.NotSupportedError, match="prefix"):  # not declared: refused,
         impl(q, k, v, MaskSpec(causal=True, prefix_len=2))  # though it reduces to the plain mask
+
+
+@pytest.mark.parametrize("bias_takes_gqa", [True, False])
+@pytest.mark.parametrize("n_q", [1, 13, 97, 120])
+def test_sdpa_grouped_causal_is_the_definition(monkeypatch, bias_takes_gqa, n_q):
+    """Grouped K/V under bottom-right causal, float64 at odd sizes, on both ways to the kernel:
+    torch's CausalBias with ``enable_gqa``, or the bool mask where a torch's bias lacks it."""
+    from harness.oracle.reference import reference_attention
+    from implementations import sdpa
+
+    monkeypatch.setattr(sdpa, "_bias_takes_gqa", lambda: bias_takes_gqa)
+    q, k, v = make_qkv(2, 8, n_q, 97, 59, kv_heads=2, dtype=torch.float64, seed=3)
+    mask = MaskSpec(causal=True)
+    want = reference_attention(q, k, v, mask)
+    torch.testing.assert_close(registry.get("sdpa")(q, k, v, mask), want, rtol=0, atol=1e-12)
