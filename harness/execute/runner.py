@@ -99,12 +99,12 @@ def run_point(point: Point, config: MeasureConfig, device: Device,
     if reasons:
         return {**row, "status": "skipped", "reason": "; ".join(reasons)}
     cost = scenario.cost(point)
-    try:
-        with calibrated(device):  # a declared memory law is calibrated on a short call here
+    with calibrated(device):  # a declared memory law is calibrated on a short call here
+        try:
             predicted = cost.peak_bytes
             row["mem_prediction"] = cost.mem_prediction
-    except Exception as exc:  # a model gap must not stop the sweep; the row says so
-        predicted, row["prediction_error"] = None, first_line(exc)
+        except Exception as exc:  # a model gap must not stop the sweep; the row says so
+            predicted, row["prediction_error"] = None, first_line(exc)
     row["predicted_mem_bytes"] = predicted
     if mem_budget is not None and predicted is not None and predicted > mem_budget:
         return {**row, "status": "skipped",
