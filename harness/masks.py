@@ -44,8 +44,11 @@ only when ``n_q > n_k``) counts as position 0.
    runs.
 
 A query with no kept key (a row before the first key, ``n_q > n_k``) outputs zeros (never
-NaN). :func:`kept_pairs` and :func:`block_pair_counts` count kept pairs exactly without visiting
-them (:mod:`harness.paircount`; a predicate feature's partial blocks are evaluated element by
+NaN). :func:`reduced` is the simplest spec that keeps the same pairs at given lengths (one query
+under causal keeps every key, a window wider than the sequence cuts nothing): every path is
+handed it (:class:`harness.registry.Implementation`), so it takes its fast path for it.
+:func:`kept_pairs` and :func:`block_pair_counts` count kept pairs exactly without visiting them
+(:mod:`harness.paircount`; a predicate feature's partial blocks are evaluated element by
 element); :func:`dense_mask` is the definition they are tested against.
 """
 
@@ -89,6 +92,7 @@ __all__ = [
     "mask_rows",
     "pair_keep",
     "pair_rule",
+    "reduced",
 ]
 
 document_starts = documents.starts
@@ -176,6 +180,43 @@ def mask_rows(
 def dense_mask(spec: MaskSpec, n_q: int, n_k: int, device: torch.device | str = "cpu") -> Tensor:
     """The full mask, bool (n_q, n_k), True = attend. O(n_q * n_k) memory: for tests and refs."""
     return mask_rows(spec, n_q, n_k, 0, n_q, device)
+
+
+def reduced(spec: MaskSpec, n_q: int, n_k: int) -> MaskSpec:
+    """The simplest spec that keeps exactly the pairs ``spec`` keeps of n_q queries over n_k
+    keys (>= 1): what a path should compute, so that it takes its fast path. O(1), on fields:
+
+    - an undilated window side that reaches past every key (left: ``left >= n - 1`` for the
+      last row; right: ``right >= n_q - 1`` for the first; ``n`` = n_k, or the longest
+      document) is unbounded; under causal the right side is moot (kept as written), and an
+      unbounded left side leaves no window;
+    - causal over one query row (``n_q <= 1``, the newest position) keeps every key: dropped
+      when no window is left (a window keeps its causal form: the same pairs either way);
+    - with nothing left that cuts (no causal, window or dilation), global tokens, visible
+      runs and a prefix add no pair: the dense mask; with causal the only cut, global tokens
+      and visible runs add none (a prefix still does).
+
+    Block-sparse specs (the window counts blocks) are returned as they are; predicate features
+    and documents are kept (documents still cut). The seed stays (random features read it)."""
+    if spec.block_size is not None:
+        return spec
+    n = max(spec.documents) if spec.documents is not None else n_k
+    rows = n if spec.documents is not None else n_q
+    d, causal, win = spec.dilation, spec.causal, spec.window
+    if win is not None and d == 1:
+        left = None if win[0] is not None and win[0] >= n - 1 else win[0]
+        right = None if win[1] is not None and win[1] >= rows - 1 and not causal else win[1]
+        win = None if left is None and (causal or right is None) else (left, right)
+    if causal and win is None and n_q <= 1 and spec.documents is None:
+        causal = False
+    out = {"causal": causal, "window": win}
+    if win is None and d == 1:  # OR-ed features add nothing where only causal (or nothing) cuts
+        out.update(global_tokens=0, extra=predicate.predicates(spec))
+        if not causal:
+            out["prefix_len"] = 0
+    if all(getattr(spec, k) == v for k, v in out.items()):
+        return spec
+    return replace(spec, **out)
 
 
 # --- exact counts without visiting pairs -------------------------------------------------------

@@ -131,6 +131,11 @@ OUTCOME: tuple[Column, ...] = (
       "how the peak was measured: `torch-profiler`, `rss-hwm` or `cuda-allocator`"),
     C("predicted_mem_bytes", "B", "bytes", "the analytic prediction of the peak",
       title="predicted peak memory"),
+    C("mem_prediction", "", "text",
+      "how the core's workspace in `predicted_mem_bytes` was predicted: `model` (its "
+      "`memory_model`), `declared-exponent (calibrated at n=N)` (a call measured at N keys, "
+      "scaled to its memory exponent: `harness/cost/memory_law.py`) or `inputs` (none)",
+      title="memory prediction"),
     # agreement with the float64 reference
     C("max_abs_err", "", "error",
       "max absolute error against the float64 reference on the same inputs and mask",

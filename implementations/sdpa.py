@@ -1,22 +1,28 @@
 """PyTorch ``scaled_dot_product_attention``: default dispatch and each backend pinned.
 
-Causal with ``n_q == n_k`` uses ``is_causal=True`` (fused kernels); with ``n_q != n_k`` it uses
-``causal_lower_right`` so the alignment matches :mod:`harness.masks` (plain ``is_causal`` is
-top-left there). Backends that cannot run a problem say why before it runs; the pinned
-backends' availability comes from one tiny real call per device type (a backend compiled out of
-this torch build, or without a kernel for this GPU, fails that call).
+The mask arrives reduced (:func:`harness.masks.reduced`): a causal call of one query is a plain
+call here. Causal with ``n_q == n_k`` uses ``is_causal=True`` (fused kernels); with ``n_q != n_k``
+it uses ``causal_lower_right`` so the alignment matches :mod:`harness.masks` (plain
+``is_causal`` is top-left there). Grouped K/V (``kv_heads < heads``) is passed as it is, with
+``enable_gqa=True``: no backend call here copies K/V across heads (the MATH backend repeats them
+itself, which its memory model counts). Backends that cannot run a problem say why before it
+runs; the pinned backends' availability comes from one tiny real call per device type (a
+backend compiled out of this torch build, or without a kernel for this GPU, fails that call).
 """
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from dataclasses import dataclass, field
+from functools import cache
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from harness.masks import MaskSpec
+from harness.masks import MaskSpec, dense_mask
 from harness.registry import TinyCall, register
 from harness.spec import HALF_DTYPES, Capabilities, Cost, Problem
 
@@ -32,18 +38,32 @@ def _sdpa(q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, scale: float | None) 
         return F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=gqa)
     if n_q == n_k:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=gqa)
+    out = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=_lower_right(n_q, n_k, q.device, gqa), scale=scale, enable_gqa=gqa
+    )
+    # queries above the first key (n_q > n_k) keep no key: zeros, as the mask semantics say
+    return out.nan_to_num(0.0) if n_q > n_k else out
+
+
+def _lower_right(n_q: int, n_k: int, device: torch.device, gqa: bool):
+    """The bottom-right causal mask of n_q queries over n_k keys: torch's ``CausalBias`` (fused
+    on CUDA, a materialized (n_q, n_k) bool mask on CPU), or that bool mask itself where this
+    torch's ``CausalBias`` does not pass ``enable_gqa`` on (it takes it since torch 2.5.1)."""
     # imported here: torch.nn.attention.bias pulls in torch._dynamo (3.8 s of `attnbench list`
     # on the H100 of 2026-11-26), which listing and most runs never use
     from torch.nn.attention.bias import causal_lower_right
 
-    if gqa:  # CausalBias does not take enable_gqa: repeat K/V heads (B, H_kv, n, D) -> (B, H, n, D)
-        k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
-        v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
-    out = F.scaled_dot_product_attention(
-        q, k, v, attn_mask=causal_lower_right(n_q, n_k), scale=scale
-    )
-    # queries above the first key (n_q > n_k) keep no key: zeros, as the mask semantics say
-    return out.nan_to_num(0.0) if n_q > n_k else out
+    if gqa and not _bias_takes_gqa():
+        return dense_mask(MaskSpec(causal=True), n_q, n_k, device)
+    return causal_lower_right(n_q, n_k)
+
+
+@cache
+def _bias_takes_gqa() -> bool:
+    """Whether this torch's ``CausalBias`` passes ``enable_gqa`` on to its kernels."""
+    from torch.nn.attention.bias import CausalBias
+
+    return "enable_gqa" in inspect.signature(CausalBias._dispatch).parameters
 
 
 def _pinned(backend: SDPBackend):
@@ -74,6 +94,17 @@ def _cuda_fused_reasons(name: str, max_head_dim: int):
 def _default(q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, scale: float | None = None) -> Tensor:
     """SDPA with PyTorch's own backend choice. q: (B, H, n_q, D) -> (B, H, n_q, D)."""
     return _sdpa(q, k, v, mask, scale)
+
+
+def _math_workspace(p: Problem) -> int:
+    """MATH's workspace: the fp32 scores and their softmax (B, H, n_q, n_k), q and k scaled by
+    √scale (copies in the inputs' dtype) and, when K/V are grouped, K/V repeated across heads
+    (it expands them itself)."""
+    size = p.dtype.itemsize
+    scores = 2 * p.batch * p.heads * p.n_q * p.n_k * 4
+    scaled = p.batch * p.heads * (p.n_q + p.n_k) * p.head_dim * size
+    repeated = 2 * p.batch * p.heads * p.n_k * p.head_dim * size
+    return scores + scaled + (repeated if p.n_kv_heads != p.heads else 0)
 
 
 _CAUSAL = frozenset({"causal"})
@@ -127,11 +158,7 @@ PINNED = (
         "sdpa-math",
         SDPBackend.MATH,
         "SDPA MATH backend (materializes scores in fp32)",
-        cost=Cost(
-            time_exponent=2,
-            memory_exponent=2,
-            memory_model=lambda p: 2 * p.batch * p.heads * p.n_q * p.n_k * 4,
-        ),
+        cost=Cost(time_exponent=2, memory_exponent=2, memory_model=lambda p: _math_workspace(p)),
         probe=False,
     ),
     Pinned(

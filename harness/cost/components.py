@@ -20,6 +20,7 @@ Widths as :class:`harness.model.transformer.BlockConfig` builds them (``d = head
 from __future__ import annotations
 
 from harness import registry
+from harness.cost import memory_law
 from harness.masks import kept_pairs
 from harness.spec import Problem, itemsize
 
@@ -104,10 +105,10 @@ def bandwidth_fraction(nbytes: float, seconds: float, bandwidth: float) -> float
 
 
 def attention_workspace(impl: str, problem: Problem) -> int:
-    """The implementation's own ``memory_model`` workspace in bytes for ``problem``; 0 when it
-    declares none."""
-    model = registry.get(impl).cost.memory_model
-    return int(model(problem)) if model is not None else 0
+    """The implementation's workspace in bytes for ``problem``: its ``memory_model``, else its
+    declared memory exponent calibrated on a measured short call where one may be made, else 0
+    (:mod:`harness.cost.memory_law`, which also says how: ``mem_prediction``)."""
+    return memory_law.workspace(impl, problem).nbytes
 
 
 # --- the parts of a block ------------------------------------------------------------------

@@ -1,7 +1,9 @@
 """``attnbench maxlen IMPL``: the largest sequence length that fits a memory budget.
 
 Two answers, side by side: the *predicted* maximum from the analytic model
-(the scenario's ``PointCost.peak_bytes``, the same figure the runner skips points by) and
+(the scenario's ``PointCost.peak_bytes``, the same figure the runner skips points by; a core
+without a ``memory_model`` is predicted from its declared memory exponent, calibrated on one
+short measured call: :mod:`harness.cost.memory_law`) and
 the *verified* maximum: the largest length on the grid of ``--multiple`` whose **measured** peak
 (one call in a fresh child process, the device's peak method: CPU allocator events, CUDA
 allocator peak) is within the budget. The search starts at the prediction, gallops outward
@@ -35,6 +37,7 @@ from dataclasses import dataclass, field, replace
 
 from harness import fmt
 from harness.errors import CliError
+from harness.execute.calibrate_memory import calibrated
 from harness.execute.isolate import capped_run_task, run_isolated
 from harness.scenarios.interface import Point, cost_of
 
@@ -65,6 +68,9 @@ class MaxLenResult:
             "shortest_seq_len": self.shortest or self.multiple,
             "multiple": self.multiple,
             "predicted_max_seq_len": self.predicted,
+            "mem_prediction": prediction_method(
+                replace(self.point, seq_len=self.predicted or self.point.seq_len)
+            ),
             "verified_max_seq_len": self.verified,
             "first_failing_seq_len": self.first_failing,
             "time_limited": self.time_limited,
@@ -123,12 +129,25 @@ def predicted_max(point: Point, budget: int, multiple: int, low: int | None = No
     ``budget``."""
     def fits(n: int) -> bool:
         try:
-            return cost_of(replace(point, seq_len=n)).peak_bytes <= budget
+            return predicted_peak(replace(point, seq_len=n)) <= budget
         except Exception as exc:  # a gap in the model: say so at the command line
             raise CliError(f"no memory prediction for {point.label()}: {exc}") from None
 
     low = low or multiple
     return largest_fitting(fits, low, multiple, low=low)[0]
+
+
+def predicted_peak(point: Point) -> int:
+    """The predicted peak of ``point``, as the runner's budget check predicts it (a declared
+    memory law calibrated on a short call on the point's device)."""
+    with calibrated(point.device):
+        return cost_of(point).peak_bytes
+
+
+def prediction_method(point: Point) -> str:
+    """How :func:`predicted_peak` predicts ``point``'s core workspace (``mem_prediction``)."""
+    with calibrated(point.device):
+        return cost_of(point).mem_prediction
 
 
 def find_max_len(
@@ -299,9 +318,10 @@ def report(result: MaxLenResult) -> str:
         + (f" from {result.shortest}" if result.shortest > result.multiple else "")
     ]
     if result.predicted:
-        peak = cost_of(replace(p, seq_len=result.predicted)).peak_bytes
+        at = replace(p, seq_len=result.predicted)
         lines.append(
-            f"  predicted max seq_len: {result.predicted} (predicted peak {size(peak)})"
+            f"  predicted max seq_len: {result.predicted} (predicted peak "
+            f"{size(predicted_peak(at))}; workspace from {prediction_method(at)})"
         )
     else:
         shortest = result.shortest or result.multiple

@@ -42,6 +42,7 @@ import torch
 
 from harness import fmt
 from harness.errors import first_line
+from harness.execute.calibrate_memory import calibrated
 from harness.execute.deadline import Deadline
 from harness.execute.passlog import PassLog, final_row, pass_record
 from harness.measure import graphs, passes
@@ -98,10 +99,12 @@ def run_point(point: Point, config: MeasureConfig, device: Device,
     if reasons:
         return {**row, "status": "skipped", "reason": "; ".join(reasons)}
     cost = scenario.cost(point)
-    try:
-        predicted = cost.peak_bytes
-    except Exception as exc:  # a model gap must not stop the sweep; the row says so
-        predicted, row["prediction_error"] = None, first_line(exc)
+    with calibrated(device):  # a declared memory law is calibrated on a short call here
+        try:
+            predicted = cost.peak_bytes
+            row["mem_prediction"] = cost.mem_prediction
+        except Exception as exc:  # a model gap must not stop the sweep; the row says so
+            predicted, row["prediction_error"] = None, first_line(exc)
     row["predicted_mem_bytes"] = predicted
     if mem_budget is not None and predicted is not None and predicted > mem_budget:
         return {**row, "status": "skipped",

@@ -38,6 +38,7 @@ from typing import ClassVar
 import torch
 
 from harness import registry, scenarios
+from harness.cost import memory_law
 from harness.masks import MaskSpec
 from harness.measure.device import Device
 from harness.scenarios import packing, pointmask
@@ -279,6 +280,16 @@ class PointCost:
     def peak_bytes(self) -> int:
         """Predicted peak bytes of the whole point: the runner's memory-budget check."""
         raise NotImplementedError
+
+    @property
+    def mem_prediction(self) -> str:
+        """How the workspace of the point's core call was predicted (``model``,
+        ``declared-exponent (calibrated at n=...)`` or ``inputs``): :mod:`harness.cost.memory_law`;
+        ``model`` for a scenario's own baseline (its own formula)."""
+        try:
+            return memory_law.workspace(self.point.impl, self.problem).how
+        except registry.UnknownImplementation:
+            return "model"
 
     @property
     def planned_flops(self) -> float:

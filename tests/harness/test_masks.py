@@ -16,6 +16,7 @@ from harness.masks import (
     block_pair_counts,
     dense_mask,
     kept_pairs,
+    reduced,
 )
 from harness.paircount import band_pairs
 
@@ -300,3 +301,44 @@ def test_block_pair_counts_equal_the_dense_mask(case, bq, bk):
     got[torch.from_numpy(qb), torch.from_numpy(kb)] = torch.from_numpy(counts)
     assert torch.equal(got, want)
     assert (counts > 0).all()
+
+
+@settings(max_examples=400, deadline=None)
+@given(case=specs_and_lengths(), one_query=st.booleans())
+def test_a_reduced_mask_keeps_exactly_the_same_pairs(case, one_query):
+    spec, n_q, n_k = case
+    if one_query and spec.documents is None:
+        n_q = 1
+    try:
+        spec.check_lengths(n_q, n_k)
+    except MaskError:
+        assume(False)
+    simple = reduced(spec, n_q, n_k)
+    assert torch.equal(dense_mask(simple, n_q, n_k), dense_mask(spec, n_q, n_k))
+    assert simple.features <= spec.features and simple.seed == spec.seed
+    assert reduced(simple, n_q, n_k) == simple  # one step reaches the simplest form
+
+
+DILATED = MaskSpec(causal=True, window=(2, 0), dilation=4)
+
+
+@pytest.mark.parametrize(
+    "spec,n_q,n_k,want",
+    [
+        (MaskSpec(causal=True), 1, 4096, MaskSpec()),  # one query row: every key
+        (MaskSpec(causal=True, seed=3), 1, 9, MaskSpec(seed=3)),  # random features read it
+        (MaskSpec(causal=True, global_tokens=2, prefix_len=3), 1, 9, MaskSpec()),
+        (MaskSpec(causal=True, window=(8, 0)), 1, 9, MaskSpec()),  # the window holds every key
+        (MaskSpec(causal=True, window=(8, 0)), 4, 9, MaskSpec(causal=True)),
+        (MaskSpec(causal=True, window=(4, 0)), 1, 9, MaskSpec(causal=True, window=(4, 0))),
+        (MaskSpec(window=(8, 3)), 4, 9, MaskSpec()),  # n_q <= window on the open side
+        (MaskSpec(window=(2, 3)), 4, 9, MaskSpec(window=(2, None))),
+        (MaskSpec(causal=True, global_tokens=2), 9, 9, MaskSpec(causal=True)),
+        (MaskSpec(causal=True, prefix_len=3), 9, 9, MaskSpec(causal=True, prefix_len=3)),
+        (MaskSpec(causal=True), 9, 9, MaskSpec(causal=True)),
+        (DILATED, 1, 9, DILATED),  # a dilated window keeps its form
+        (MaskSpec(window=(1, 1), block_size=2), 1, 8, MaskSpec(window=(1, 1), block_size=2)),
+    ],
+)
+def test_masks_that_reduce_to_simpler_ones(spec, n_q, n_k, want):
+    assert reduced(spec, n_q, n_k) == want

@@ -25,7 +25,8 @@ attends (:meth:`LayerCache.attend`, :meth:`LayerCache.attend_at`).
 K/V caches hold K/V *after* RoPE, rotated at their absolute positions, so a cached key never
 needs re-rotating and the order of the slots does not matter to softmax.
 ``update(pos, k, v)`` stores the new K/V and returns ``(keys, values, mask)``: what the new
-queries attend to and the mask the core must apply there (bottom-right aligned).
+queries attend to and the mask the core must apply there (bottom-right aligned), in its
+simplest form (:func:`harness.masks.reduced`: one query under plain causal is the dense mask).
 ``write_at(index, k, v, n_keys)`` is the same for one token whose position is a (1,) long tensor
 on the device: the write happens in place at an index read on the device (no host sync), so a
 step captured in a CUDA graph writes wherever the position tensor points when it is replayed.
@@ -40,20 +41,11 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from harness.masks import MaskSpec
+from harness.masks import MaskSpec, reduced
 from harness.spec import RecurrentState
 
 AttendFn = Callable[[Tensor, Tensor, Tensor, MaskSpec], Tensor]
 """(q (B, H, n_q, D), k/v (B, H_kv, n_k, D), mask) -> (B, H, n_q, D), bottom-right aligned."""
-
-
-def single_query_mask(mask: MaskSpec) -> MaskSpec:
-    """The mask of one query at the newest position: plain causal keeps every key there (the
-    last query of a bottom-right-aligned causal mask sees all keys), so it is the dense mask;
-    a window still cuts the oldest keys."""
-    if mask.features <= {"causal"}:
-        return MaskSpec()
-    return mask
 
 
 class LayerCache:
@@ -169,7 +161,7 @@ class FullCache(LayerCache):
 
     @staticmethod
     def step_call(pos: int, mask: MaskSpec) -> tuple[int, int, MaskSpec]:
-        return 1, pos + 1, single_query_mask(mask)
+        return 1, pos + 1, reduced(mask, 1, pos + 1)
 
     @classmethod
     def for_layer(cls, batch, kv_heads, head_dim, capacity, mask, dtype, device) -> FullCache:
@@ -187,8 +179,7 @@ class FullCache(LayerCache):
             raise ValueError(f"position {end - 1} beyond the cache capacity {self.capacity}")
         self.k[:, :, pos:end] = k  # in place: the buffer never moves or grows
         self.v[:, :, pos:end] = v
-        mask = single_query_mask(self.mask) if k.shape[2] == 1 else self.mask
-        return self.k[:, :, :end], self.v[:, :, :end], mask
+        return self.k[:, :, :end], self.v[:, :, :end], reduced(self.mask, k.shape[2], end)
 
     def write_at(
         self, index: Tensor, k: Tensor, v: Tensor, n_keys: int
@@ -197,7 +188,7 @@ class FullCache(LayerCache):
         views of the first ``n_keys`` slots (index + 1 of them for a causal step)."""
         self.k.index_copy_(2, index, k)
         self.v.index_copy_(2, index, v)
-        return self.k[:, :, :n_keys], self.v[:, :, :n_keys], single_query_mask(self.mask)
+        return self.k[:, :, :n_keys], self.v[:, :, :n_keys], reduced(self.mask, 1, n_keys)
 
     def tensors(self) -> list[Tensor]:
         return [self.k, self.v]

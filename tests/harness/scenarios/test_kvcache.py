@@ -12,7 +12,6 @@ from harness.scenarios.decode.caches import (
     FullCache,
     RollingCache,
     cache_nbytes,
-    single_query_mask,
 )
 from harness.scenarios.decode.stack import DecoderStack
 from harness.scenarios.decode.step_launch import StaticStep
@@ -55,10 +54,10 @@ def test_full_cache_writes_in_place_and_returns_views():
         cache.update(20, k1, v1)
 
 
-def test_single_query_mask_keeps_the_window_only():
-    assert single_query_mask(MaskSpec(causal=True)) == MaskSpec()
+def test_a_step_over_a_full_cache_keeps_the_window_only():
+    assert FullCache.step_call(7, MaskSpec(causal=True)) == (1, 8, MaskSpec())
     windowed = MaskSpec(causal=True, window=(4, 0))
-    assert single_query_mask(windowed) == windowed
+    assert FullCache.step_call(7, windowed) == (1, 8, windowed)
 
 
 @pytest.mark.parametrize("window", [1, 5, 8])
