@@ -20,6 +20,7 @@ import pandas as pd
 
 from harness.analysis.claims import DEFAULT_CLAIMS, load_claims
 from harness.analysis.verdicts import judge_claims
+from harness.cli.plugin_use import add_plugin_option, check_claim_names, use_plugins
 from harness.errors import CliError
 from harness.render.verdict_views import render_text
 from harness.results import ENV_FILE, ROWS_FILE, ResultsError, dumps_json, load_envs, load_rows
@@ -59,6 +60,7 @@ def add_cli(subparsers) -> None:
         help="use rows measured under contention for time verdicts (left out of them by "
         "default; memory and work verdicts always use them)",
     )
+    add_plugin_option(p)
     p.set_defaults(func=cmd_claims)
 
 
@@ -87,6 +89,8 @@ def cmd_claims(args) -> int:
     """Load the claims and the usable runs, judge, print the verdicts (text or ``--json``);
     exit 0, or :data:`SKIPPED` when a run directory was skipped (see the module docstring)."""
     claims = load_claims(args.claims)
+    use_plugins(args.plugin, args.run_dirs)
+    check_claim_names(claims, args.claims, args.run_dirs)
     rows, kept, skipped = usable_runs(args.run_dirs)
     if not kept:  # one line: why the only (or every) directory cannot be judged
         raise CliError("; ".join(skipped) if len(skipped) == 1 else

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from harness import plugins
 from harness.errors import CliError, Interrupted
 from harness.execute.deadline import Deadline
 from harness.execute.isolate import isolated_executor, run_environment
@@ -335,10 +336,12 @@ def prepare_run(suite: Suite, run_dir: Path, run_id: str, isolate: bool = False)
     run = (suite.name, suite.path, suite.sha256, run_id)
     if isolate:
         info = run_environment(kinds[0], suite.measure.flush_l2, suite.measure.threads, run)
-        write_env(run_dir, info)
-        return info
-    device = get_device(kinds[0], suite.measure.flush_l2)
-    info = env.collect(device, *run)
-    info["calibration"] = calibrate.calibrate(device)
+    else:
+        device = get_device(kinds[0], suite.measure.flush_l2)
+        info = env.collect(device, *run)
+        info["calibration"] = calibrate.calibrate(device)
+    # the plug-in files this process loaded (path, sha256): a verb that reads these rows
+    # without --plugin loads them again while they are unchanged (harness.cli.plugin_use)
+    info["plugins"] = plugins.loaded_records()
     write_env(run_dir, info)
     return info

@@ -42,7 +42,8 @@ def clean_registry(monkeypatch):
     """Each test loads plug-ins into a copy of the registry and of the loaded-files memory."""
     registry.names()  # the built-ins first
     for module, name in ((registry, "_REGISTRY"), (registry, "_ORIGINS"),
-                         (registry, "_CONTRACT"), (plugins, "_LOADED")):
+                         (registry, "_CONTRACT"), (plugins, "_LOADED"),
+                         (plugins, "_DIGESTS")):
         monkeypatch.setattr(module, name, dict(getattr(module, name)))
     monkeypatch.delenv(plugins.PLUGINS_ENV, raising=False)
 
