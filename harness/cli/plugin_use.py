@@ -13,11 +13,12 @@ changed or is gone is said, not loaded (``--plugin`` loads it as it is now).
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from harness import plugins, registry, scenarios
+from harness import plugins, scenarios
 from harness.analysis.claims import Claim, check_names
 from harness.plugins import add_plugin_option
 from harness.results import ENV_FILE, ResultsError, json_lines, load_env, rows_path
@@ -31,7 +32,7 @@ def use_plugins(paths: Iterable[Path], run_dirs: Iterable[Path] = ()) -> list[st
     and the plug-in its run recorded, loaded while unchanged. Returns the lines said (each
     also printed, ``attnbench: ...``). A file that cannot be used is one line and exit 2
     (:class:`harness.plugins.PluginError`)."""
-    registry.load_plugins(list(paths))
+    _registry().load_plugins(list(paths))
     lines: list[str] = []
     for run_dir in run_dirs:
         missing = implementations_in(run_dir) - known_implementations()
@@ -55,9 +56,16 @@ def check_claim_names(claims: list[Claim], where: Path, run_dirs: Iterable[Path]
     check_names(claims, known_implementations() | impls, columns, str(where))
 
 
+def _registry():
+    """:mod:`harness.registry`, imported when a verb runs: it imports torch, and a verb's
+    module is imported to build its parser, so ``attnbench table --help`` would load torch
+    (as :func:`harness.cli.build_parser` imports the verbs' modules, by name)."""
+    return importlib.import_module("harness.registry")
+
+
 def known_implementations() -> set[str]:
     """Every name a row may carry here: the registry's and the scenarios' own baselines."""
-    return set(registry.names()) | set(scenarios.declared_baselines())
+    return set(_registry().names()) | set(scenarios.declared_baselines())
 
 
 def implementations_in(run_dir: Path) -> set[str]:
@@ -101,7 +109,7 @@ def _recover(run_dir: Path, missing: set[str]) -> list[str]:
                 f"not loaded; {_without(names, path)}"
             )
         else:
-            registry.load_plugins([path])
+            _registry().load_plugins([path])
             lines.append(f"{head}, unchanged since the run: loaded")
     if left:
         lines.append(
