@@ -33,13 +33,15 @@ def format_value(value: float | None) -> str:
     return fmt.number(float(value) if finite else None, digits=3, missing="n/a")
 
 
-def render_text(verdicts: list[Verdict], fold: bool = False) -> str:
+def render_text(verdicts: list[Verdict], fold: bool = False, hints: dict | None = None) -> str:
     """A plain-text verdict list: one headline per claim, its statement quoted below it, the
     deciding group's reason, every other judged group (the worst first; past
     :data:`MAX_GROUP_LINES`, ``k more groups``), then the counts. Utilization only for time
     claims. ``fold``: the claims these runs cannot judge (no rows, or an implementation,
     baseline or device they lack) in one line at the end instead (``attnbench claims``
-    without ``--all``)."""
+    without ``--all``). ``hints``: claim id -> one more line under it (the suite that
+    decides a claim left on thin data)."""
+    hints = hints or {}
     folded = [v for v in verdicts if fold and not v.about_these_runs]
     verdicts = [v for v in verdicts if not (fold and not v.about_these_runs)]
     width = max((len(v.claim) for v in verdicts), default=5)
@@ -55,6 +57,8 @@ def render_text(verdicts: list[Verdict], fold: bool = False) -> str:
             + (f"  [{aspect}]" if aspect else "")
         )
         lines += [f"{pad}  {line}" for line in explanation(v)]
+        if v.claim in hints:
+            lines.append(f"{pad}  {hints[v.claim]}")
     if folded:
         lines.append(
             f"{fmt.plural(len(folded), 'claim')} about implementations, baselines or devices "

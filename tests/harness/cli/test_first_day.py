@@ -92,3 +92,22 @@ def test_an_unknown_implementation_gets_the_nearest_name(tmp_path, capsys) -> No
     )
     code, _, err = cli(capsys, "run", suite, "--dry-run")
     assert code == 2 and len(err) == 1 and "did you mean 'flash-tiled'?" in err[0], err
+
+
+def test_a_claim_left_on_thin_data_names_the_bundled_suite_that_decides_it(capsys) -> None:
+    """The smoke run sweeps seq_len only: the claim over d_model has one point per group, and
+    the line under it names the suite whose sweep has enough (found from the suites' points)."""
+    smoke = ROOT / "results" / "baselines" / "cpu-intel-r-xeon-r-t1" / "smoke"
+    code, out, _ = cli(capsys, "claims", smoke)
+    assert code == 0
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("attention-time-d1 "))
+    block = []
+    for line in lines[start + 1 :]:
+        if not line.startswith(" "):
+            break
+        block.append(line.strip())
+    assert block[-1].startswith(
+        "decided by a run of suites/claims-cpu-heads.toml: 4 values of d_model in one group "
+        "(these rows have 1)"
+    ), block
