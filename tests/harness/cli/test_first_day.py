@@ -111,3 +111,23 @@ def test_a_claim_left_on_thin_data_names_the_bundled_suite_that_decides_it(capsy
         "decided by a run of suites/claims-cpu-heads.toml: 4 values of d_model in one group "
         "(these rows have 1)"
     ), block
+
+
+def test_a_run_predicts_at_the_matmul_rate_this_machine_measured(tmp_path) -> None:
+    """The expected time of a run is computed at the fp32 matmul rate its env.json calibration
+    measured on this machine, not a nominal one (a nominal rate was 1.7x off on 2 cores)."""
+    from harness.distributed.shard import NOMINAL_FLOPS, predicted_seconds
+    from harness.execute.session import at_measured_rate
+    from harness.results import write_env
+    from harness.scenarios.interface import Point
+
+    point = Point.of("sdpa", seq_len=4096, heads=8, head_dim=64)
+    seen = []
+    write_env(tmp_path, {"run_id": "r", "calibration": {"matmul_flops_per_s": 4e11}})
+    at_measured_rate(lambda p, rate: seen.append(rate) or 1.0, tmp_path)(point)
+    write_env(tmp_path, {"run_id": "r"})  # no calibration: the nominal rate
+    at_measured_rate(lambda p, rate: seen.append(rate) or 1.0, tmp_path)(point)
+    assert seen == [4e11, None]
+    nominal = predicted_seconds(point, 60.0)
+    assert predicted_seconds(point, 60.0, NOMINAL_FLOPS["cpu"]) == nominal
+    assert predicted_seconds(point, 60.0, 4 * NOMINAL_FLOPS["cpu"]) < nominal / 2
