@@ -7,7 +7,9 @@ Missing values (None, NaN) print as :data:`MISSING` unless the caller asks for a
 
 from __future__ import annotations
 
+import difflib
 import math
+from collections.abc import Iterable
 
 import pandas as pd
 
@@ -109,6 +111,13 @@ def plural(count: int, noun: str) -> str:
 
 
 SIZE_UNITS = (("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30))
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """``"; did you mean 'x'?"`` for the nearest of ``choices`` to a mistyped ``word`` (a typo
+    is the usual cause of an unknown name), or ``""`` when none is near."""
+    near = difflib.get_close_matches(word, sorted(set(choices)), n=1)
+    return f"; did you mean {near[0]!r}?" if near else ""
 
 
 def size(nbytes: float | None, missing: str = MISSING) -> str:

@@ -28,6 +28,7 @@ from harness.errors import CliError, first_line
 
 PLUGINS_ENV = "ATTNBENCH_PLUGINS"
 _LOADED: dict[Path, list[str]] = {}  # resolved file -> names it registered
+_DIGESTS: dict[Path, str] = {}  # resolved file -> sha256 of the bytes it was imported from
 
 
 class PluginError(CliError):
@@ -56,6 +57,7 @@ def load_file(path: Path, registered: Callable[[], set[str]]) -> list[str]:
         return _LOADED[resolved]
     digest = hashlib.sha1(str(resolved).encode()).hexdigest()[:10]
     name = f"attnbench_plugin_{path.stem.replace('-', '_')}_{digest}"
+    content_digest = file_digest(resolved)
     spec = importlib.util.spec_from_file_location(name, resolved)
     if spec is None or spec.loader is None:
         raise PluginError(f"plug-in {path}: not a Python file")
@@ -78,7 +80,22 @@ def load_file(path: Path, registered: Callable[[], set[str]]) -> list[str]:
         raise PluginError(f"plug-in {path}: registers no implementation (decorate its function "
                           "with @harness.registry.register(...))")
     _LOADED[resolved] = added
+    _DIGESTS[resolved] = content_digest
     return added
+
+
+def file_digest(path: Path) -> str:
+    """sha256 of a file's bytes (hex): what ``env.json`` records of each plug-in file."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def loaded_records() -> list[dict]:
+    """The plug-in files this process imported, as ``env.json`` records them: ``path``
+    (resolved), ``sha256`` of the bytes imported and the ``implementations`` each registered.
+    A verb that reads rows later loads a recorded file again only while its bytes are the
+    same (:func:`harness.cli.plugin_use.use_plugins`)."""
+    return [{"path": str(path), "sha256": _DIGESTS.get(path), "implementations": names}
+            for path, names in _LOADED.items()]
 
 
 def load_files(paths: Iterable[Path], registered: Callable[[], set[str]]) -> list[str]:

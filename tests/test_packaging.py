@@ -127,3 +127,23 @@ def test_the_readme_examples_run_as_typed_without_an_activated_venv() -> None:
     start = readme.index("## 30-second example")
     block = re.search(r"```sh\n(.*?)\n```", readme[start:], re.S).group(1)
     assert all(line.startswith(".venv/bin/attnbench ") for line in block.splitlines())
+
+
+def test_the_readme_error_example_is_the_real_message() -> None:
+    """README's direct-call example prints, in its comment, the error the call really raises
+    (a comment that drifted from the message misleads whoever searches for it)."""
+    readme = (ROOT / "README.md").read_text()
+    block = next(b for b in re.findall(r"```python\n(.*?)\n```", readme, re.S)
+                 if "NotSupportedError" in b)
+    lines = block.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("# harness.registry."))
+    said = " ".join(line.removeprefix("# ") for line in lines[start:])
+    namespace: dict = {}
+    exec("\n".join(lines[: start - 1]), namespace)
+    try:
+        exec(lines[start - 1], namespace)
+    except Exception as exc:  # the call the comment is about
+        raised = f"{type(exc).__module__}.{type(exc).__name__}: {exc}"
+    else:
+        raised = "no error"
+    assert said == raised

@@ -13,7 +13,7 @@ def phi(x):  # the feature map elu(x) + 1 of Katharopoulos et al. (2020)
     return torch.nn.functional.elu(x) + 1
 
 
-def reference(q, k, v, mask, rows=None):
+def reference(q, k, v, mask, rows=None, **params):
     """Its definition written out (weights phi(q_i).phi(k_j), normalised per row), for the rows
     asked, in the inputs' dtype: the harness passes float64 inputs for the oracle."""
     w = phi(q if rows is None else q[:, :, rows]) @ phi(k).transpose(-1, -2)  # (B, H, rows, n)

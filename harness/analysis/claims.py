@@ -47,6 +47,7 @@ from pathlib import Path
 from harness import bundled
 from harness.analysis.powerfit import MODELS
 from harness.errors import CliError
+from harness.fmt import did_you_mean
 from harness.schema import COLUMNS
 
 DEFAULT_CLAIMS = bundled("claims.toml")  # the installed copy, or the checkout's suites/
@@ -59,6 +60,7 @@ PLATEAU = 0.15  # default: utilization is level where its exponent along the axi
 SATURATION = 0.0  # default: no floor on utilization (the plateau rule decides)
 # the times of a timed call and the rates of one (each scenario declares its own: Column.timed)
 TIMED_METRICS: tuple[str, ...] = tuple(c.name for c in COLUMNS if c.timed)
+METRIC_NAMES: frozenset[str] = frozenset(c.name for c in COLUMNS)  # every row schema's columns
 
 
 @dataclass(frozen=True)
@@ -217,6 +219,30 @@ def parse_claims(doc: dict, where: str = "<claims>") -> list[Claim]:
         seen.add(claim.id)
         claims.append(claim)
     return claims
+
+
+def check_names(claims: list[Claim], impls: set[str], columns: set[str], where: str) -> None:
+    """Refuse (:class:`ClaimsError`, one line, exit 2, "did you mean") a claim whose ``metric``
+    no row schema declares (:data:`METRIC_NAMES`) and no row has (``columns``), or whose
+    ``impl`` or ``baseline`` is none of ``impls`` (the registry's names, the scenarios' baselines,
+    the rows' implementations): a typo would otherwise be folded into "claims these runs cannot
+    judge", exit 0."""
+    metrics = METRIC_NAMES | columns
+    for index, claim in enumerate(claims):
+        if claim.metric not in metrics:
+            raise ClaimsError(
+                f"{where}: claim[{index}] ({claim.id}).metric = {claim.metric!r}: no row schema "
+                f"has this column{did_you_mean(claim.metric, METRIC_NAMES)} (results/README.md "
+                "lists them)"
+            )
+        for key in ("impl", "baseline"):
+            name = getattr(claim, key)
+            if name is not None and name not in impls:
+                raise ClaimsError(
+                    f"{where}: claim[{index}] ({claim.id}).{key} = {name!r}: no registered "
+                    f"implementation and no row has this name{did_you_mean(name, impls)} "
+                    "(attnbench list shows them; a plug-in's: --plugin FILE)"
+                )
 
 
 def _forms(entry: dict) -> list[bool]:

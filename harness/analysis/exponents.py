@@ -26,12 +26,15 @@ import pandas as pd
 from harness import fmt
 from harness.analysis import regime
 from harness.analysis.claims import Claim
+from harness.analysis.evidence import subject_rows
 from harness.analysis.fits import N_BOOT, fit_exponent
 from harness.analysis.frames import (
     TIME_METRICS,
     aggregate,
+    column,
     group_keys,
     group_label,
+    groupable,
     iter_groups,
 )
 from harness.analysis.judging import thin_words
@@ -42,6 +45,27 @@ from harness.analysis.powerfit import local_slopes_xy
 REGIME_COLUMNS = ("utilization", "achieved_flops_per_s", "head_dim_v", "work", "useful_flops")
 WORK_BOOT = 400  # bootstrap replicates of a work fit's lack-of-fit interval
 BIG_O = re.compile(r"O\([^()]*\)")  # "O(n·w)" in a claim's source or text
+
+
+def points_needed(claim: Claim) -> int:
+    """The values of ``claim.over`` a group needs before its exponent is fitted at all (fewer:
+    "thin data")."""
+    return (claim.min_points or 3) + (claim.model == "power+const")
+
+
+def coverage(points: pd.DataFrame, claim: Claim) -> int:
+    """The most distinct values of ``claim.over`` that one fit group of ``points`` (rows, or
+    the planned points of a suite as row columns) holds for ``claim``: compared with
+    :func:`points_needed`, whether those points can be fitted."""
+    sub = subject_rows(points, claim)
+    if not len(sub):
+        return 0
+    keys = group_keys(sub, claim.over, claim.hold)
+    x = pd.to_numeric(column(sub, claim.over), errors="coerce")
+    frame = groupable(sub[keys]).assign(_x=x.to_numpy()) if keys else pd.DataFrame({"_x": x})
+    if not keys:
+        return int(frame["_x"].nunique())
+    return int(frame.groupby(keys)["_x"].nunique().max())
 
 
 def thin(n_points: int, model: str, min_points: int) -> bool:
@@ -279,7 +303,7 @@ def device_groups(ok: pd.DataFrame, claim: Claim, envs: dict | None = None) -> l
     agg = _with_medians(data, claim, keys, REGIME_COLUMNS)
     if claim.min_x is not None:  # the claim's own lower bound on the axis
         agg = agg[agg["x"] >= claim.min_x]
-    need = (claim.min_points or 3) + (claim.model == "power+const")
+    need = points_needed(claim)
     parts = list(iter_groups(agg, keys))
     swept = [(v, p) for v, p in parts if len(p) > 1] or parts
     groups = []

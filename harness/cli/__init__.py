@@ -8,7 +8,8 @@ Exit codes: 0 done, or the reader of the output left early (``| head``: quietly,
 output was long or short; ``compare`` exits with its verdict instead); 1 a regression
 (``compare``), a failed point (``run`` with an ``error`` or ``mismatch`` row) or an internal
 error; 2 a usage error or unusable input; 3 nothing to show (``run``: no point measured;
-``claims``/``report``: a run directory without usable rows); 130 interrupted (Ctrl-C).
+``claims``/``report``: a run directory without usable rows; ``baseline list``: no baseline);
+130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -40,16 +41,22 @@ SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10
 
 
 def parse_size(text: str) -> int:
-    """``type=`` for sizes: '8GiB', '500MB', '1e9' -> bytes."""
-    match = re.fullmatch(r"\s*([0-9.eE+]+)\s*([a-zA-Z]*)\s*", text)
+    """``type=`` for memory budgets: '8GiB', '500MB', '1e9B' -> bytes. The unit is required: a
+    bare '64' would be a 64-byte budget that skips everything, almost never what was meant."""
+    match = re.fullmatch(r"\s*([-+]?[0-9.eE+]+)\s*([a-zA-Z]*)\s*", text)
     if not match or match.group(2).lower() not in SIZE_UNITS:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 8GiB, 500MB, 1000000)")
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 8GiB, 500MB, 64B)")
     try:
         value = float(match.group(1)) * SIZE_UNITS[match.group(2).lower()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a size: {text!r}") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"size must be > 0: {text!r}")
+    if not match.group(2):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} has no unit: a size needs one (e.g. {text.strip()}MiB, "
+            f"{text.strip()}GiB; {text.strip()}B for bytes)"
+        )
     return int(value)
 
 
@@ -80,6 +87,24 @@ def _writable_parent(folder: Path, path: Path, flag: str) -> None:
 
 
 class _Parser(argparse.ArgumentParser):
+    def parse_known_args(self, args=None, namespace=None):
+        return super().parse_known_args(self._negative_values(args), namespace)
+
+    def _negative_values(self, args: list[str] | None) -> list[str] | None:
+        """``--budget -64MB`` as ``--budget=-64MB``: argparse takes a value that starts with
+        '-' and is not a plain number for an option and says "expected one argument"; given to
+        its option, the option's own check says what is wrong with it ("size must be > 0")."""
+        if args is None:
+            return None
+        out = list(args)
+        for i in range(len(out) - 1, 0, -1):
+            value, option = out[i], out[i - 1]
+            action = self._option_string_actions.get(option)
+            if (re.match(r"-[0-9.]", value) and action is not None and action.nargs is None
+                    and self._negative_number_matcher.match(value) is None):
+                out[i - 1 : i + 1] = [f"{option}={value}"]
+        return out
+
     def error(self, message: str):  # one line, exit 2 (argparse prints usage + error)
         # printed as "attnbench: table: ...": one program prefix, then the subcommand
         command = self.prog.removeprefix("attnbench").strip()

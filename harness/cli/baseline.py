@@ -2,7 +2,8 @@
 
 ``save RUN_DIR`` writes one; ``find RUN_DIR`` prints the baseline directory that matches a
 run's device fingerprint and suite (falling back to the closest one on the same device kind,
-with a warning on stderr); ``list`` lists them. Exit 2 on unusable input.
+with a warning on stderr); ``list`` lists them (none: one line saying where it looked, exit 3).
+Exit 2 on unusable input.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from harness.compare.baseline import (
 )
 from harness.errors import CliError
 from harness.results import ResultsError, load_env
+
+NOTHING = 3  # exit status of `baseline list` that found none (the CLI's "nothing to show")
 
 
 def _cmd_save(args: argparse.Namespace) -> int:
@@ -54,8 +57,17 @@ def _cmd_find(args: argparse.Namespace) -> int:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    for info in list_baselines(args.root):
+    """One line per baseline; none: one line on stderr saying where it looked, exit 3."""
+    found = list_baselines(args.root)
+    for info in found:
         print(f"{info.path}\t{info.suite}\t{info.machine}")
+    if not found:
+        where = Path(args.root).absolute()
+        state = "" if where.is_dir() else " (no such directory)"
+        relative = (" (--root is relative to the current directory: run from a checkout, or give"
+                    " --root DIR)" if not Path(args.root).is_absolute() else "")
+        print(f"attnbench: no baselines found under {where}{state}{relative}", file=sys.stderr)
+        return NOTHING
     return 0
 
 

@@ -17,13 +17,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from harness import registry
 from harness.cli import output_dir, output_file, silence_stdout
+from harness.cli.plugin_use import add_plugin_option, use_plugins
 from harness.cli.rerun import make_rerun
 from harness.compare.findings import CompareError
 from harness.compare.rules import BASES, CompareOptions, parse_amount, parse_thresholds
 from harness.compare.runs import check_same_suite, compare_runs
-from harness.plugins import add_plugin_option
 from harness.render.comparison import print_table, write_markdown
 
 GATE_HELP = """\
@@ -72,9 +71,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
         output_dir(args.rerun_out, "--rerun-out")
     check_same_suite(args.baseline_dir, args.current_dir)
     opts = options_from_args(args)
+    # both runs' rows read with their plug-ins; a rerun measures with them too
+    use_plugins(args.plugin, [args.baseline_dir, args.current_dir])
     rerun = None
     if opts.time_gate == "report" and not args.confirm and not args.no_rerun:
-        registry.load_plugins(args.plugin)  # the rerun measures with the run's plug-ins
         rerun = make_rerun(args.current_dir, args.rerun_out)
     result = compare_runs(args.baseline_dir, args.current_dir, opts, args.confirm or (), rerun)
     if args.markdown:  # first: the summary is written whatever happens to stdout

@@ -18,6 +18,7 @@ import json
 import textwrap
 
 from harness import registry, scenarios
+from harness.cli.plugin_use import add_plugin_option, use_plugins
 from harness.terminal import text_width, word_table
 
 HEADER = ("name", "family", "status", "devices", "dtypes", "mask features", "time ~n^",
@@ -34,10 +35,12 @@ def add_cli(sub) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--probe", action="store_true",
                    help="run every availability probe now, on the GPU too (may compile kernels)")
+    add_plugin_option(p)
     p.set_defaults(func=cmd_list)
 
 
 def cmd_list(args) -> int:
+    use_plugins(args.plugin)
     impls = [_describe(i, args.probe) for i in registry.all_implementations()]
     if args.json:
         print(json.dumps(impls, indent=2))

@@ -17,6 +17,7 @@ import typing
 
 from harness import fmt
 from harness.cli import SIZE_UNITS, parse_size
+from harness.cli.plugin_use import add_plugin_option, use_plugins
 from harness.errors import CliError, Interrupted, SuiteError
 from harness.execute.maxlen import find_max_len, report, verification_notice
 from harness.execute.runner import default_budget
@@ -96,6 +97,7 @@ def add_cli(sub) -> None:
     p.add_argument("--threads", type=int, help="CPU threads in the verification runs")
     p.add_argument("--no-verify", action="store_true", help="prediction only")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    add_plugin_option(p)
     p.set_defaults(func=cmd_maxlen, settings_flags=tuple(settings))
 
 
@@ -209,6 +211,7 @@ def cmd_maxlen(args: argparse.Namespace) -> int:
     ):
         if value is not None and not 0 < value < float("inf"):
             raise CliError(f"{flag} {value}: must be > 0")
+    use_plugins(args.plugin)
     point = build_point(args)
     reasons = scenario_of(point).support(point)
     if reasons:

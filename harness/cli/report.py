@@ -6,9 +6,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from harness.analysis.claims import DEFAULT_CLAIMS
+from harness.analysis.claims import DEFAULT_CLAIMS, load_claims
 from harness.cli import output_dir
 from harness.cli.claims import SKIPPED, usable_runs
+from harness.cli.plugin_use import add_plugin_option, check_claim_names, use_plugins
 from harness.errors import CliError
 from harness.render.report import build_report
 
@@ -47,6 +48,7 @@ def add_cli(subparsers) -> None:
         action="store_true",
         help="use rows measured under contention for time verdicts (as attnbench claims)",
     )
+    add_plugin_option(p)
     p.set_defaults(func=cmd_report)
 
 
@@ -56,6 +58,8 @@ def cmd_report(args) -> int:
     status is :data:`~harness.cli.claims.SKIPPED`, as ``claims`` does; none usable: exit 2."""
     output_dir(args.out)  # before any work: a file named by --out is refused at once
     runs = list(dict.fromkeys([*args.history, *args.run_dirs]))  # oldest first, no repeats
+    use_plugins(args.plugin, runs)
+    check_claim_names(load_claims(args.claims), args.claims, runs)
     _, kept, skipped = usable_runs(runs)  # read once more by the report: small next to it
     if not kept:
         raise CliError("; ".join(skipped) if len(skipped) == 1 else

@@ -27,10 +27,11 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
-from harness import bundled, fmt, registry
+from harness import bundled, fmt
 from harness.analysis.claims import DEFAULT_CLAIMS, load_claims
 from harness.analysis.groups import StoppingRule, judged_groups
 from harness.cli import output_dir, parse_size
+from harness.cli.plugin_use import add_plugin_option, use_plugins
 from harness.cli.table import print_table
 from harness.distributed.launch import launch
 from harness.distributed.merge import merge_runs, print_report
@@ -38,7 +39,6 @@ from harness.distributed.shard import parse_shard, restrict, run_here
 from harness.distributed.shard_setup import LaunchOptions
 from harness.errors import CliError
 from harness.execute.session import RunOptions, configure
-from harness.plugins import add_plugin_option
 from harness.results import ResultsError, read_run
 from harness.scenarios.case import CHECK_MODES
 from harness.sweep.order import Slot, coarse_to_fine, describe
@@ -120,7 +120,7 @@ def cmd_run(args) -> int:
         raise CliError("--resume needs --out DIR (the run directory to continue)")
     if args.out is not None and not args.dry_run:
         output_dir(args.out)
-    registry.load_plugins(args.plugin)  # --plugin FILE (and ATTNBENCH_PLUGINS): one line if bad
+    use_plugins(args.plugin)  # --plugin FILE (and ATTNBENCH_PLUGINS): one line if bad
     options = RunOptions(
         out=args.out, resume=args.resume, force=args.force, mem_budget=args.mem_budget,
         check=args.check, budget_s=args.budget_s, passes=args.passes, isolate=args.isolate,

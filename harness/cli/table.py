@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.cli.plugin_use import add_plugin_option, use_plugins
 from harness.errors import CliError
 from harness.render import table
 from harness.render.pivot import in_suite_order
@@ -27,12 +28,14 @@ def add_cli(sub) -> None:
                    help="output format (default: text)")
     p.add_argument("--baseline", metavar="IMPL",
                    help="add speedups against this implementation (its time / each time)")
+    add_plugin_option(p)
     p.set_defaults(func=cmd_table)
 
 
 def cmd_table(args) -> int:
     if not args.run_dir.exists():
         raise CliError(f"{args.run_dir}: no such run directory")
+    use_plugins(args.plugin, [args.run_dir])
     metrics = tuple(args.metric) if args.metric else None
     for metric in metrics or ():
         problem = table.metric_problem(metric)

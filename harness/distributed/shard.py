@@ -81,16 +81,20 @@ def declared_unsupported(point: Point) -> bool:
 
 
 @lru_cache(maxsize=65536)
-def predicted_seconds(point: Point, budget_s: float = 2.0) -> float:
+def predicted_seconds(
+    point: Point, budget_s: float = 2.0, flops_per_s: float | None = None
+) -> float:
     """Predicted wall time of one point: a fixed overhead, the untimed calls, and the timing
     loop (at least MIN_TIMED_CALLS calls, at most about ``budget_s``); SKIPPED_S for a point
-    the implementation declares unsupported. A pure function of the point and the harness
-    version (not of the machine or what is installed), so every worker computes the same."""
+    the implementation declares unsupported. Calls run at ``flops_per_s``: a run's ETA passes
+    the matmul rate measured on this machine at its start (env.json calibration); without it,
+    the device's nominal rate, so that shards (balanced by this) are the same on every worker:
+    a pure function of the point and the harness version, not of the machine."""
     if declared_unsupported(point):
         return SKIPPED_S
     device = point.device.split(":", 1)[0]
     flops = scenario_of(point).cost(point).planned_flops
-    call_s = flops / NOMINAL_FLOPS.get(device, NOMINAL_FLOPS["cpu"])
+    call_s = flops / (flops_per_s or NOMINAL_FLOPS.get(device, NOMINAL_FLOPS["cpu"]))
     timed = max(min(budget_s, 50 * call_s), MIN_TIMED_CALLS * call_s)
     return POINT_OVERHEAD_S + UNTIMED_CALLS * call_s + timed
 
@@ -139,7 +143,7 @@ def run_here(
         measure,
         options,
         on_open=lambda run_dir, resumed: stamp(run_dir, suite, spec, resumed),
-        predict=lambda point: predicted_seconds(point, measure.timing.budget_s),
+        predict=lambda point, rate: predicted_seconds(point, measure.timing.budget_s, rate),
     )
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from harness import plugins
 from harness.errors import CliError, Interrupted
 from harness.execute.deadline import Deadline
 from harness.execute.isolate import isolated_executor, run_environment
@@ -95,12 +96,13 @@ def configure(suite: Suite, options: RunOptions) -> MeasureConfig:
 
 def run_suite(suite: Suite, measure: MeasureConfig, options: RunOptions,
               on_open: Callable[[Path, bool], None] | None = None,
-              predict: Callable[[Point], float] | None = None) -> RunResult:
+              predict: Callable[[Point, float | None], float] | None = None) -> RunResult:
     """Measure every point of ``suite`` with ``measure`` into ``options.out`` (a new directory,
     or the one being resumed). ``on_open(run_dir, resumed)`` runs once ``env.json`` is in place,
-    before any point (a shard records itself there). ``predict(point)``: the predicted seconds
-    of one pass of a point, for the expected time said before the run starts and the ETA of
-    the progress display. Progress and a summary go to stderr; Ctrl-C keeps every finished row
+    before any point (a shard records itself there). ``predict(point, flops_per_s)``: the
+    predicted seconds of one pass of a point at this machine's measured matmul rate
+    (:func:`at_measured_rate`), for the expected time said before the run starts and the ETA
+    of the progress display. Progress and a summary go to stderr; Ctrl-C keeps every finished row
     and pass and says how to resume (:class:`~harness.errors.Interrupted`, exit 130)."""
     for kind in sorted({p.device for p in suite.points}):  # refuse before anything is written
         try:
@@ -127,7 +129,7 @@ def run_suite(suite: Suite, measure: MeasureConfig, options: RunOptions,
         executor = isolated_executor(measure, options.mem_budget, timeout)
     writer = RowWriter(run_dir)
     if predict is not None:
-        predict = _over_budget_is_instant(predict, options.mem_budget)
+        predict = _over_budget_is_instant(at_measured_rate(predict, run_dir), options.mem_budget)
     plan = passes_to_run(points, PassLog(run_dir), max(measure.passes, 1), predict)
     order = first_order(points, options.first_order) if measure.time_limit_s else None
     timing = measure.timing  # the calls a pass cannot skip (first: first call, check, memory)
@@ -225,6 +227,20 @@ def interrupted_message(suite: Suite, run_dir: Path) -> str:
     return (f"interrupted: {plural(finished, 'finished row')} and every finished timing pass "
             f"are saved in {run_dir}; continue with: attnbench run {suite.path} --out "
             f"{run_dir} --resume")
+
+
+def at_measured_rate(
+    predict: Callable[[Point, float | None], float], run_dir: Path
+) -> Callable[[Point], float]:
+    """``predict(point, flops_per_s)`` at the fp32 matmul rate this machine measured at the
+    run's start (env.json ``calibration.matmul_flops_per_s``; None when the run has none, and
+    the predictor falls back to a nominal rate)."""
+    try:
+        rate = (load_env(run_dir).get("calibration") or {}).get("matmul_flops_per_s")
+    except CliError:
+        rate = None
+    rate = float(rate) if isinstance(rate, int | float) and rate > 0 else None
+    return lambda point: predict(point, rate)
 
 
 def _over_budget_is_instant(predict: Callable[[Point], float],
@@ -335,10 +351,12 @@ def prepare_run(suite: Suite, run_dir: Path, run_id: str, isolate: bool = False)
     run = (suite.name, suite.path, suite.sha256, run_id)
     if isolate:
         info = run_environment(kinds[0], suite.measure.flush_l2, suite.measure.threads, run)
-        write_env(run_dir, info)
-        return info
-    device = get_device(kinds[0], suite.measure.flush_l2)
-    info = env.collect(device, *run)
-    info["calibration"] = calibrate.calibrate(device)
+    else:
+        device = get_device(kinds[0], suite.measure.flush_l2)
+        info = env.collect(device, *run)
+        info["calibration"] = calibrate.calibrate(device)
+    # the plug-in files this process loaded (path, sha256): a verb that reads these rows
+    # without --plugin loads them again while they are unchanged (harness.cli.plugin_use)
+    info["plugins"] = plugins.loaded_records()
     write_env(run_dir, info)
     return info

@@ -35,14 +35,18 @@ nav{line-height:1.8}nav a{margin-right:1em;white-space:nowrap}
 .scroll{overflow-x:auto;max-width:100%}.note{color:#666;font-style:italic}
 table.env{table-layout:fixed;width:100%}table.env td{overflow-wrap:anywhere}
 table.env th:first-child{width:12em}
+table.claims{table-layout:fixed;width:100%}
+table.claims td{overflow-wrap:anywhere}
+table.claims th:nth-child(1){width:18%}table.claims th:nth-child(2){width:7.5em}
+table.claims th:nth-child(3){width:19%}
 details{margin:.5em 0}ul.notes{font-size:13px;color:#444}
 ul.summary{font-size:1.05em}ul.summary li{margin:.3em 0}
 """
 
 
 FOLD_ROWS = 30
-# columns kept in the CSV but not shown on the page (shown in another table)
-HIDDEN = {"claims": ("text", "source", "kind")}
+LINE_BREAK = "\ue000"  # a cell's line break through pandas' escaping (a private-use character)
+FIXED_LAYOUT = ("environment", "claims")  # tables laid out to the page's width (CSS), no scroll
 
 
 @dataclass
@@ -60,6 +64,8 @@ class Section:
     # table name -> (rows shown open, summary of the rest): the rest is folded on the page
     folds: dict[str, tuple[int, str]] = field(default_factory=dict)
     sentences: list[str] = field(default_factory=list)  # the section's text, a list on the page
+    # table name -> the frame the page shows in its place (the CSV keeps the table itself)
+    views: dict[str, pd.DataFrame] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:
@@ -81,8 +87,9 @@ def markdown_table(frame: pd.DataFrame) -> str:
 def html_table(frame: pd.DataFrame, css_class: str = "") -> str:
     """An escaped HTML table (verdict cells coloured, numbers right-aligned) that scrolls
     sideways inside its box when too wide."""
-    shown = _shown(frame)
+    shown = _shown(frame).map(lambda cell: cell.replace("\n", LINE_BREAK))
     out = shown.to_html(index=False, escape=True, border=0, classes=css_class or None)
+    out = out.replace(LINE_BREAK, "<br>")  # pandas writes a newline in a cell as a literal \n
     for verdict in VERDICTS:
         css = "v-" + verdict.replace(" ", "-")
         out = out.replace(f"<td>{verdict}</td>", f'<td class="{css}">{verdict}</td>')
@@ -147,7 +154,8 @@ def _section(out: Path, s: Section) -> tuple[list[str], list[str]]:
     for name, table in s.tables:
         if len(table):
             table.to_csv(out / "tables" / f"{name}.csv", index=False)
-            _table(parts, md, name, table, s.captions.get(name), s.folds.get(name))
+            shown = s.views.get(name, table)
+            _table(parts, md, name, shown, s.captions.get(name), s.folds.get(name))
     if s.notes:
         items = "".join(f"<li>{html.escape(n)}</li>" for n in s.notes)
         parts.append(f'<ul class="notes">{items}</ul>')
@@ -172,11 +180,11 @@ def _table(
     caption: str | None,
     fold: tuple[int, str] | None = None,
 ):
-    """Append one table (its :data:`HIDDEN` columns left out) to the HTML parts and markdown
-    lines, under its caption. ``fold`` = (k, summary): the first k rows open, the rest folded
-    under the summary; else a long table folds whole (its CSV has every row)."""
-    visible = table.drop(columns=list(HIDDEN.get(name, ())))
-    css = "env" if name == "environment" else ""
+    """Append one table to the HTML parts and markdown lines, under its caption. ``fold`` =
+    (k, summary): the first k rows open, the rest folded under the summary; else a long table
+    folds whole (its CSV has every row)."""
+    visible = table
+    css = {"environment": "env"}.get(name, name) if name in FIXED_LAYOUT else ""
     if caption:
         parts.append(f"<h3>{html.escape(caption)}</h3>")
         md += [f"### {caption}", ""]

@@ -33,13 +33,15 @@ def format_value(value: float | None) -> str:
     return fmt.number(float(value) if finite else None, digits=3, missing="n/a")
 
 
-def render_text(verdicts: list[Verdict], fold: bool = False) -> str:
+def render_text(verdicts: list[Verdict], fold: bool = False, hints: dict | None = None) -> str:
     """A plain-text verdict list: one headline per claim, its statement quoted below it, the
     deciding group's reason, every other judged group (the worst first; past
     :data:`MAX_GROUP_LINES`, ``k more groups``), then the counts. Utilization only for time
     claims. ``fold``: the claims these runs cannot judge (no rows, or an implementation,
     baseline or device they lack) in one line at the end instead (``attnbench claims``
-    without ``--all``)."""
+    without ``--all``). ``hints``: claim id -> one more line under it (the suite that
+    decides a claim left on thin data)."""
+    hints = hints or {}
     folded = [v for v in verdicts if fold and not v.about_these_runs]
     verdicts = [v for v in verdicts if not (fold and not v.about_these_runs)]
     width = max((len(v.claim) for v in verdicts), default=5)
@@ -54,15 +56,9 @@ def render_text(verdicts: list[Verdict], fold: bool = False) -> str:
             + (f"  {v.utilization()}" if v.timed and v.aspect != "work" else "")
             + (f"  [{aspect}]" if aspect else "")
         )
-        if v.text:
-            lines.append(f"{pad}  \"{v.text}\"")
-        lines.append(f"{pad}  {v.group + ': ' if v.group else ''}{v.reason}")
-        lines += [f"{pad}  {line}" for line in other_groups(v)]
-        if v.work_verdict is not None:
-            lines.append(
-                f"{pad}  work: {v.work_verdict}, exponent "
-                f"{format_value(v.work_measured)} ({v.work_reason})"
-            )
+        lines += [f"{pad}  {line}" for line in explanation(v)]
+        if v.claim in hints:
+            lines.append(f"{pad}  {hints[v.claim]}")
     if folded:
         lines.append(
             f"{fmt.plural(len(folded), 'claim')} about implementations, baselines or devices "
@@ -76,6 +72,41 @@ def render_text(verdicts: list[Verdict], fold: bool = False) -> str:
     return "\n".join(lines)
 
 
+def explanation(v: Verdict) -> list[str]:
+    """The lines under a verdict's headline: the claim's statement quoted, the deciding
+    group's reason, the other judged groups, the work verdict (the CLI text and the report's
+    claims table alike)."""
+    lines = [f'"{v.text}"'] if v.text else []
+    lines.append(f"{v.group + ': ' if v.group else ''}{v.reason}")
+    lines += other_groups(v)
+    if v.work_verdict is not None:
+        lines.append(
+            f"work: {v.work_verdict}, exponent {format_value(v.work_measured)} ({v.work_reason})"
+        )
+    return lines
+
+
+def claims_view(verdicts: list[Verdict]) -> pd.DataFrame:
+    """The report's claims table as the CLI says it, in four columns that fit a page: the
+    claim (and what it is judged on), the verdict, measured [interval] vs expected (with
+    utilization for a time verdict), and the statement with the reasons (one per line)."""
+    records = []
+    for v in verdicts:
+        aspect = "work" if v.aspect == "work" else "time" if v.timed else ""
+        measured = (f"{format_value(v.measured)} [{format_value(v.ci_low)}, "
+                    f"{format_value(v.ci_high)}]\nexpected {v.expected}")
+        if v.timed and v.aspect != "work":
+            measured += f"\n{v.utilization()}"
+        records.append({
+            "claim": v.claim + (f" [{aspect}]" if aspect else ""),
+            "verdict": v.verdict,
+            "measured vs expected": measured,
+            "statement and reason": "\n".join(explanation(v)),
+        })
+    return pd.DataFrame(records, columns=list(VIEW_COLUMNS))
+
+
+VIEW_COLUMNS = ("claim", "verdict", "measured vs expected", "statement and reason")
 MAX_GROUP_LINES = 3  # other groups listed under a claim before "k more groups"
 _SEVERITY = {"refuted": 0, "mixed": 1, "holds in part": 2, "confirmed": 3, "inconclusive": 4}
 
@@ -172,13 +203,13 @@ def claims_section(
         "claims",
         f"Claims ({Path(claims_path).name})",
         INTRO,
-        [("claims", table), ("claim-texts", table[["claim", "text", "source"]])],
+        [("claims", table)],  # the CSV: every column of every verdict
+        views={"claims": claims_view(verdicts)},  # the page: as `attnbench claims` says it
     )
     if related < len(verdicts):
         # the page adds their count
         other = "claims about implementations, baselines or devices these runs do not have"
         section.folds["claims"] = (related, other)
-        section.folds["claim-texts"] = (related, other)
     if note:
         section.notes.append(note)
     section.notes += [

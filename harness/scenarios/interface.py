@@ -205,9 +205,10 @@ class Point:
     def label(self) -> str:
         """Short human label for progress bars and logs."""
         mask = self.mask.describe()
+        grouped = f" kv_heads={self.kv_heads}" if self.kv_heads not in (None, self.heads) else ""
         return (
-            f"{self.impl} {self.scenario} n={self.seq_len} B={self.batch} H={self.heads} "
-            f"D={self.head_dim} {self.dtype} {mask}"
+            f"{self.impl} {self.scenario} n={self.seq_len} B={self.batch} H={self.heads}"
+            f"{grouped} D={self.head_dim} {self.dtype} {mask}"
         )
 
 

@@ -15,7 +15,7 @@ import itertools
 import math
 from collections.abc import Iterator
 
-from harness import registry
+from harness import fmt, registry
 from harness.errors import SuiteError
 from harness.mask_features.window import side as window_side
 from harness.masks import MaskError
@@ -91,7 +91,8 @@ def _unknown(impl: str, known: set[str]) -> str:
     broken = registry.load_errors()
     if impl in broken:  # the plug-in of this very name is installed but does not import
         return broken[impl]
-    text = f"unknown implementation (known: {', '.join(sorted(known))})"
+    hint = fmt.did_you_mean(impl, known)
+    text = f"unknown implementation{hint} (known: {', '.join(sorted(known))})"
     if broken:
         text += "; plug-ins that failed to load: " + "; ".join(
             f"{name}: {reason}" for name, reason in broken.items()

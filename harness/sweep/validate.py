@@ -20,13 +20,13 @@ value; in ``[sweep]`` and a ``[[variant]]`` a list of numbers is a sweep (of cou
 
 from __future__ import annotations
 
-import difflib
 import math
 import tomllib
 import typing
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 
+from harness import fmt
 from harness.errors import SuiteError
 from harness.mask_features.window import spelled
 from harness.masks import MaskError, check_fits
@@ -56,9 +56,7 @@ def unknown_key(key: str, allowed: Iterable[str], kind: str = "allowed") -> str:
     """The problem of an unknown ``key``: the nearest allowed key first (a typo is the usual
     cause), then every allowed key."""
     allowed = sorted(allowed)
-    near = difflib.get_close_matches(key, allowed, n=1)
-    hint = f"; did you mean {near[0]!r}?" if near else ""
-    return f"unknown key{hint} ({kind}: {allowed})"
+    return f"unknown key{fmt.did_you_mean(key, allowed)} ({kind}: {allowed})"
 
 
 def settings_owners(key: str) -> list[str]:

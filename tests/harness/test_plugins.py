@@ -4,6 +4,7 @@ when the file is loaded."""
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import pytest
@@ -42,7 +43,8 @@ def clean_registry(monkeypatch):
     """Each test loads plug-ins into a copy of the registry and of the loaded-files memory."""
     registry.names()  # the built-ins first
     for module, name in ((registry, "_REGISTRY"), (registry, "_ORIGINS"),
-                         (registry, "_CONTRACT"), (plugins, "_LOADED")):
+                         (registry, "_CONTRACT"), (plugins, "_LOADED"),
+                         (plugins, "_DIGESTS")):
         monkeypatch.setattr(module, name, dict(getattr(module, name)))
     monkeypatch.delenv(plugins.PLUGINS_ENV, raising=False)
 
@@ -64,6 +66,9 @@ def test_the_readme_example_registers_and_keeps_the_contract() -> None:
     impl = registry.get("elu-linear")
     assert impl.approximate and registry.reference_contract(impl) is None
     assert len(EXAMPLE.read_text().splitlines()) <= 30
+    # the contract it teaches: reference(q, k, v, mask, rows=None, **params)
+    kinds = [p.kind for p in inspect.signature(impl.reference).parameters.values()]
+    assert kinds[-1] is inspect.Parameter.VAR_KEYWORD
 
 
 def test_the_readme_example_runs_first_time(tmp_path: Path, capsys) -> None:

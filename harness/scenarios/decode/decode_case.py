@@ -55,6 +55,10 @@ from harness.scenarios.interface import Point, Scenario, SettingsError, check_ch
 from harness.spec import Problem, RecurrentState
 
 MODEL_MASK_FEATURES = frozenset({"causal", "window"})
+# a mask feature -> the suite key that sets it (for the suite error naming it)
+MASK_KEYS = {"documents": "documents", "prefix": "prefix_len", "global": "global_tokens",
+             "global_positions": "global_tokens", "block_sparse": "block_size",
+             "dilation": "dilation"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -134,6 +138,11 @@ class Decode(Scenario):
 
     def point_errors(self, point: Point) -> list[SettingsError]:
         out = []
+        extra = sorted(point.mask.features - MODEL_MASK_FEATURES)
+        if extra:  # a suite error, seen by --dry-run: no decode point can take such a mask
+            key = MASK_KEYS.get(extra[0], extra[0])
+            problem = f"decode supports causal (sliding-window) models, not {extra}"
+            out.append(SettingsError(key, point.masking.columns(True).get(key), problem))
         if point.q_len is not None:
             problem = "q_len applies to attention scenarios only"
             out.append(SettingsError("q_len", point.q_len, problem))

@@ -42,6 +42,30 @@ PROBE = """<script>
   window.addEventListener("unhandledrejection", function (ev) {
     errors.push("unhandled rejection: " + ev.reason);
   });
+  // the claims section with its folded rows opened: how far a table sticks out of its box
+  // (sideways scroll), the last column's heading, right edge and share of the table's width,
+  // and the tallest row
+  function claimsLayout(width) {
+    var section = document.getElementById("claims");
+    if (!section) { return null; }
+    section.querySelectorAll("details").forEach(function (d) { d.open = true; });
+    var scroll = 0, tallest = 0, last = null, table = null;
+    section.querySelectorAll(".scroll").forEach(function (box) {
+      scroll = Math.max(scroll, box.scrollWidth - box.clientWidth);
+    });
+    section.querySelectorAll("table tbody tr").forEach(function (row) {
+      tallest = Math.max(tallest, row.getBoundingClientRect().height);
+    });
+    table = section.querySelector("table");
+    var heads = table ? table.querySelectorAll("thead th") : [];
+    last = heads.length ? heads[heads.length - 1] : null;
+    return {
+      scroll: scroll, tallestRow: tallest, lastHeading: last ? last.innerText : null,
+      lastRight: last ? last.getBoundingClientRect().right : null,
+      lastShare: last ? last.getBoundingClientRect().width / table.getBoundingClientRect().width
+        : null
+    };
+  }
   window.addEventListener("load", function () {
     setTimeout(function () {
       var width = window.innerWidth, wide = [];
@@ -53,7 +77,9 @@ PROBE = """<script>
         }
       });
       var items = document.querySelectorAll("#summary ul.summary li");
+      var claims = claimsLayout(width);
       document.body.setAttribute("data-probe", JSON.stringify({
+        claims: claims,
         overflow: document.documentElement.scrollWidth - width,
         wide: wide,
         errors: errors,
@@ -85,6 +111,7 @@ class Look:
     summary_top: float | None
     text: int
     screenshot: Path
+    claims: dict | None = None  # the claims section's layout (PROBE's claimsLayout), if any
 
 
 def _run(binary: str, width: int, *args: str) -> subprocess.CompletedProcess:
@@ -115,7 +142,7 @@ def look(page: Path, width: int, workdir: Path, binary: str | None = None) -> Lo
     if not shot.is_file():
         raise RuntimeError(f"no screenshot (rc {done.returncode}): {done.stderr[-600:]}")
     return Look(int(seen["overflow"]), seen["wide"], seen["errors"], seen["summary"],
-                seen["summaryTop"], int(seen["text"]), shot)
+                seen["summaryTop"], int(seen["text"]), shot, seen.get("claims"))
 
 
 def ink(png: Path) -> float:

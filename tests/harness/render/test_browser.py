@@ -94,3 +94,21 @@ def test_a_page_with_every_section_has_no_errors_and_no_overflow(
     assert browser.ink(seen.screenshot) > 0.01 and seen.summary
     assert seen.errors == []
     assert seen.overflow <= 0, f"{seen.overflow} px wider than the window: {seen.wide}"
+
+
+@pytest.mark.parametrize("width", [1280, 800])
+def test_the_claims_section_fits_the_page_and_reads_like_the_cli(chromium, page, tmp_path, width):
+    """The claims table, folded rows opened: no sideways scroll, the reasons in a column that
+    is on screen and wide, no row stretched tall by narrow columns."""
+    seen = browser.look(page, width, tmp_path, chromium)
+    claims = seen.claims
+    assert claims is not None
+    assert claims["scroll"] <= 0, f"the claims table scrolls sideways by {claims['scroll']} px"
+    assert claims["lastHeading"] == "statement and reason"
+    assert claims["lastRight"] <= width and claims["lastShare"] >= 0.4, claims
+    assert claims["tallestRow"] < 420, claims
+    text = page.read_text(encoding="utf-8")
+    section = text[text.index('<section id="claims">') :]
+    section = section[: section.index("</section>")]
+    assert section.count("<details>") == 1  # one fold, one title
+    assert "\\n" not in section and "expected 2 ±0.2" in section
