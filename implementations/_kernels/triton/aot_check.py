@@ -49,6 +49,7 @@ from implementations._kernels.triton import (
     linear_chunk,
     nystrom_fused,
     nystrom_kernels,
+    paged_attention,
     paged_decode,
 )
 from implementations._kernels.triton.autotune import (
@@ -252,7 +253,7 @@ def record(workload: str, head_dim: int, batch: int = 2, shape: tuple | None = N
 
 def record_paged(workload: str, head_dim: int, shape: tuple[int, ...],
                  dtype: torch.dtype) -> list[Launch]:
-    """The two launches of a paged decode call (``paged_decode.paged_decode_attention``) of
+    """The two launches of a paged decode call (``paged_attention.paged_decode_attention``) of
     ``shape`` = (page size, batch, H, H_kv, q_len, longest context), on meta tensors: a block
     table as wide as the longest context needs (the split count reads its width only)."""
     page, batch, heads, kv_heads, q_len, context = shape
@@ -264,7 +265,7 @@ def record_paged(workload: str, head_dim: int, shape: tuple[int, ...],
     lens = torch.empty(batch, device="meta", dtype=torch.int32)
     seen: list[Launch] = []
     with launch_modes.watching(seen.append, execute=False):
-        paged_decode.paged_decode_attention(q, k, v, table, lens, head_dim**-0.5)
+        paged_attention.paged_decode_attention(q, k, v, table, lens, head_dim**-0.5)
     return seen
 
 

@@ -23,7 +23,7 @@ import triton
 
 from harness.oracle.agreement import output_agreement
 from implementations._kernels.triton import launch_modes, paged_decode, plan_tables
-from implementations._kernels.triton.paged_decode import (
+from implementations._kernels.triton.paged_attention import (
     LARGEST_BLOCK_N,
     paged_decode_attention,
     split_pages,
