@@ -28,6 +28,8 @@ KEY_FIELDS: tuple[str, ...] = (*POINT_COLUMNS, "d_model")
 # matched without them
 IMPL_FIELDS: tuple[str, ...] = tuple(c.name for c in COLUMNS if c.point and c.follows_impl)
 # metric -> power of time it scales with; their bootstrap resamples time_samples_s
+# derived columns -> the point fields they are made from (Column.moves_with)
+MOVES_WITH: dict[str, set[str]] = {c.name: set(c.moves_with) for c in COLUMNS if c.moves_with}
 TIME_METRICS = {"time_median_s": 1.0, "tokens_per_s": -1.0, "tflops_per_s": -1.0}
 MISSING = "-"  # group-key stand-in for None/NaN (pandas cannot group or merge on them reliably)
 
@@ -71,6 +73,7 @@ def covarying(over: str, hold: Sequence[str] = ()) -> set[str]:
         out.add("window")
     if over == "document_len":  # the documents spec is what moves it
         out.add("documents")
+    out |= MOVES_WITH.get(over, set())
     if over in SHAPE_FIELDS:  # d_model = heads·head_dim: the shape field not held co-varies
         free = [f for f in SHAPE_FIELDS if f != over and f not in hold]
         out |= {SHAPE_PARTNER[over]} if len(free) == 2 else set(free)
@@ -183,6 +186,7 @@ def iter_groups(agg: pd.DataFrame, keys: Sequence[str]) -> Iterator[tuple[dict, 
 
 def group_label(values: dict) -> str:
     """A fitted group in words, e.g. ``causal=True, heads=8`` (``impl`` left out)."""
+
     def word(v: object) -> object:  # a whole float (a column with nulls beside) as an int
         return int(v) if isinstance(v, float) and v.is_integer() else v
 
