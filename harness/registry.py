@@ -88,7 +88,9 @@ def machine_device_types() -> list[str]:
     return ["cuda", "cpu"] if torch.cuda.is_available() else ["cpu"]
 
 
-def problem_of(q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, params: tuple = ()) -> Problem:
+def problem_of(
+    q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, params: tuple = ()
+) -> Problem:
     """The :class:`Problem` of a direct call. q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D);
     ``params``: (name, value) method parameters, sorted by name."""
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
@@ -98,17 +100,9 @@ def problem_of(q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, params: tuple = 
         )
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     return Problem(
-        batch=q.shape[0],
-        heads=q.shape[1],
-        n_q=q.shape[-2],
-        n_k=k.shape[-2],
-        head_dim=q.shape[-1],
-        dtype=q.dtype,
-        device=q.device.type,
-        mask=mask,
-        backward=grad,
-        kv_heads=None if k.shape[1] == q.shape[1] else k.shape[1],
-        params=params,
+        batch=q.shape[0], heads=q.shape[1], n_q=q.shape[-2], n_k=k.shape[-2],
+        head_dim=q.shape[-1], dtype=q.dtype, device=q.device.type, mask=mask, backward=grad,
+        kv_heads=None if k.shape[1] == q.shape[1] else k.shape[1], params=params,
     )
 
 
@@ -191,12 +185,7 @@ class Implementation:
         return self.recurrence.new_state(problem, **self.param_values(dict(problem.params)))
 
     def define(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        mask: MaskSpec,
-        rows: Tensor | None = None,
+        self, q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, rows: Tensor | None = None,
         **params: ParamValue,
     ) -> Tensor:
         """The implementation's own definition (its ``reference``) at ``params`` over the
@@ -271,10 +260,8 @@ class Implementation:
         if device_type is None:
             usable = [d for d in machine_device_types() if d in self.caps.devices]
             if not usable:
-                return Availability(
-                    f"runs on {', '.join(sorted(self.caps.devices))} only; "
-                    f"this machine has {' and '.join(machine_device_types())}"
-                )
+                return Availability(f"runs on {', '.join(sorted(self.caps.devices))} only; "
+                                    f"this machine has {' and '.join(machine_device_types())}")
             device_type = usable[0]
         if self.reference is not None and (broken := _contract_reason(self)):
             return Availability(broken, device_type)
@@ -371,8 +358,7 @@ def register(
         if name in _REGISTRY and _REGISTRY[name].fn is not fn:
             raise plugins.ContractError(
                 f"implementation {name!r} registered twice: by {_ORIGINS.get(name, '?')} and "
-                f"by {plugins.origin(fn)}"
-            )
+                f"by {plugins.origin(fn)}")
         if reference is not None and (problem := plugins.reference_signature_problem(reference)):
             raise plugins.ContractError(f"{name}: {problem}")
         _ORIGINS[name] = plugins.origin(fn)
@@ -503,17 +489,13 @@ def reference_contract(impl: Implementation) -> str | None:
     if not all(isinstance(t, Tensor) for t in (full, part, wide)):
         return "reference= must return a tensor"
     if full.dtype != torch.float32 or wide.dtype != torch.float64:
-        return (
-            f"reference= returned {full.dtype} for float32 inputs and {wide.dtype} for "
-            "float64 ones: it must compute in its inputs' dtype (no .double() inside; the "
-            "harness passes float64 inputs for the oracle, and the same-dtype result sets "
-            "the tolerance)"
-        )
+        return (f"reference= returned {full.dtype} for float32 inputs and {wide.dtype} for "
+                "float64 ones: it must compute in its inputs' dtype (no .double() inside; the "
+                "harness passes float64 inputs for the oracle, and the same-dtype result sets "
+                "the tolerance)")
     if tuple(full.shape) != (1, 2, n, 16) or tuple(part.shape) != (1, 2, 3, 16):
-        return (
-            f"reference= returned {tuple(full.shape)} (all rows) and {tuple(part.shape)} "
-            f"(rows=[0, 7, {n - 1}]); want (B, H, n_q, D) and (B, H, len(rows), D)"
-        )
+        return (f"reference= returned {tuple(full.shape)} (all rows) and {tuple(part.shape)} "
+                f"(rows=[0, 7, {n - 1}]); want (B, H, n_q, D) and (B, H, len(rows), D)")
     if not (torch.isfinite(full).all() and torch.isfinite(part).all()):
         return "reference= returned NaN or inf on a small call"
     if not torch.allclose(part, full[:, :, rows], rtol=1e-3, atol=1e-4):

@@ -99,15 +99,7 @@ def flash_attn_attention(
     cu_seqlens = _cu_seqlens(mask.documents, b, str(q.device))
     longest = max(mask.documents)
     out = flash_attn_varlen_func(
-        q,
-        k,
-        v,
-        cu_seqlens,
-        cu_seqlens,
-        longest,
-        longest,
-        softmax_scale=scale,
-        causal=mask.causal,
-        window_size=window,
+        q, k, v, cu_seqlens, cu_seqlens, longest, longest,
+        softmax_scale=scale, causal=mask.causal, window_size=window,
     )
     return out.reshape(b, n_q, h, out.shape[-1]).transpose(1, 2)

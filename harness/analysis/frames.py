@@ -186,7 +186,6 @@ def iter_groups(agg: pd.DataFrame, keys: Sequence[str]) -> Iterator[tuple[dict, 
 
 def group_label(values: dict) -> str:
     """A fitted group in words, e.g. ``causal=True, heads=8`` (``impl`` left out)."""
-
     def word(v: object) -> object:  # a whole float (a column with nulls beside) as an int
         return int(v) if isinstance(v, float) and v.is_integer() else v
 

@@ -135,7 +135,9 @@ class Decode(Scenario):
 
     variants: ClassVar[dict[str, bool]] = {"decode": False}
     settings = DecodeSettings
-    measure_options: ClassVar[dict[str, MeasureOption]] = {"decode_graph": step_launch.DECODE_GRAPH}
+    measure_options: ClassVar[dict[str, MeasureOption]] = {
+        "decode_graph": step_launch.DECODE_GRAPH
+    }
 
     def point_errors(self, point: Point) -> list[SettingsError]:
         out = []
@@ -168,7 +170,7 @@ class Decode(Scenario):
             core = self.core(point)
             if core is not None and core.recurrence is None:
                 problem = (
-                    f'{point.impl} has no recurrent state (cache = "state" needs an '
+                    f"{point.impl} has no recurrent state (cache = \"state\" needs an "
                     "implementation that declares a recurrence, e.g. linear or performer)"
                 )
                 out.append(SettingsError("cache", point.settings.cache, problem))
@@ -261,15 +263,10 @@ class Decode(Scenario):
             **step_launch.launch_columns(Launch(eager, "none")),  # until the runner launches
         }
         case = Case(
-            run=eager,
-            tokens=point.batch,
-            check=check,
-            extra=extra,
-            columns=columns,
+            run=eager, tokens=point.batch, check=check, extra=extra, columns=columns,
             capture=lambda: step_launch.StaticStep(stack, token, n),
             graph=options.options.get("decode_graph", step_launch.DECODE_GRAPH.default),
-            graph_default=step_launch.DEFAULT_LAUNCH,
-            launch_columns=step_launch.launch_columns,
+            graph_default=step_launch.DEFAULT_LAUNCH, launch_columns=step_launch.launch_columns,
         )
         return case
 
