@@ -192,7 +192,7 @@ def fill_pool(keys: Tensor, values: Tensor, lens: tuple[int, ...], q_per_step: i
         pages_of(lens, size), size, batch, kv_heads, head_dim, keys.dtype, str(keys.device), seed
     )
     if not paged:  # the contiguous form: sequence b owns page b
-        pool.free = list(range(batch))[::-1]
+        pool.tables, pool.free = [[b] for b in range(batch)], []
     for b, n in enumerate(lens):
         pool.append(b, keys[b, : n - q_per_step], values[b, : n - q_per_step])
     for b, n in enumerate(lens):
