@@ -134,8 +134,14 @@ _VARIANTS = {
     "flex-blocksparse": ({"causal", "window", "block_sparse"} | _GLOBAL, "BigBird block layout"),
 }
 
-def paged_flex(q: Tensor, k_pages: Tensor, v_pages: Tensor, block_table: Tensor,
-               context_lens: Tensor, scale: float | None = None) -> Tensor:
+def paged_flex(
+    q: Tensor,
+    k_pages: Tensor,
+    v_pages: Tensor,
+    block_table: Tensor,
+    context_lens: Tensor,
+    scale: float | None = None,
+) -> Tensor:
     """Compiled FlexAttention over a paged pool (:data:`harness.spec.PagedFn`)."""
     return flex_paged(q, k_pages, v_pages, block_table, context_lens, scale, flex=_compiled_flex())
 

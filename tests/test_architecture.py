@@ -71,8 +71,11 @@ for _allowed in ALLOWED_IMPORTS.values():
 OPTIONAL = ("ray", "submitit", "xformers", "flash_attn", "triton", "pynvml", "fla")
 # torch modules that pull in torch._dynamo (3.8 s of `attnbench list` on the H100 of
 # 2026-11-26): imported where a causal bias or a FlexAttention mask is made, not at load
-DEFERRED = ("torch.nn.attention.bias", "torch.nn.attention.flex_attention",
-            "torch.nn.attention.experimental._paged_attention")
+DEFERRED = (
+    "torch.nn.attention.bias",
+    "torch.nn.attention.flex_attention",
+    "torch.nn.attention.experimental._paged_attention",
+)
 REPORTED = 12  # how many of the largest modules and functions the size report lists
 
 
