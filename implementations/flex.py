@@ -134,6 +134,7 @@ _VARIANTS = {
     "flex-blocksparse": ({"causal", "window", "block_sparse"} | _GLOBAL, "BigBird block layout"),
 }
 
+
 def paged_flex(
     q: Tensor,
     k_pages: Tensor,
