@@ -238,7 +238,8 @@ class Paged:
     ``{"cuda"}``). ``availability()``: why it cannot run here (None: it can), beside the
     implementation's own. ``caps``: the form's own capabilities when they differ from the
     implementation's (a kernel that is GQA-aware where the core is not); ``page_multiple``:
-    page sizes it takes (flash-attn's paged KV: multiples of 256).
+    page sizes it takes (flash-attn's paged KV: multiples of 256); ``max_q_len``: the most
+    tokens a step may hold per sequence (None: any).
     """
 
     fn: PagedFn
@@ -247,6 +248,7 @@ class Paged:
     availability: Callable[[], str | None] | None = None
     caps: Capabilities | None = None
     page_multiple: int = 1
+    max_q_len: int | None = None
 
     def reasons(self, device_type: str) -> list[str]:
         """Why this form cannot run on ``device_type`` here (empty = it can)."""

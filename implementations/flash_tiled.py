@@ -239,6 +239,7 @@ PAGED = Paged(
     paged_triton,
     devices=frozenset({"cuda"}),
     availability=_paged_kernel_reason,
+    max_q_len=16,  # the kernel's query rows per program
     caps=Capabilities(
         devices={"cuda"},
         dtypes={torch.float32, *HALF_DTYPES},

@@ -72,6 +72,8 @@ def reasons(point: Point, impl: Implementation) -> list[str]:
     page = s.page_size if s.cache == "paged" else max(context_lengths(point))
     if page % paged.page_multiple:
         return [f"page size {page} is not a multiple of {paged.page_multiple}"]
+    if paged.max_q_len is not None and s.q_per_step > paged.max_q_len:
+        return [f"q_per_step {s.q_per_step} > {paged.max_q_len}, the most its paged form takes"]
     if paged.caps is not None:
         return paged.caps.reasons(step_call(point))
     return impl.not_supported(step_call(point))
