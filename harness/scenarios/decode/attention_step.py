@@ -5,13 +5,13 @@ FlashInfer's and vLLM's kernel benchmarks time (no projections, no MLP, no cache
 A point's ``contexts`` gives the B lengths (:mod:`.ragged`, the step's ``q_per_step`` tokens
 included), ``cache`` how they are held: ``paged`` (pages of ``page_size`` in shuffled physical
 order, a block table) or ``full`` (contiguous: every sequence padded to the longest). Seeded
-N(0, 1) keys/values (B, max, H_kv, D) are written into the pool (the prefill, then the step's
-append) and seeded queries (B, H, q_per_step, D) attend; the timed call is the
-implementation's paged form (:class:`harness.spec.Paged`) on that pool.
+N(0, 1) keys/values (Σ lengths, H_kv, D), the sequences end to end, are written into the pool
+(the prefill, then the step's append) and seeded queries (B, H, q_per_step, D) attend; the
+timed call is the implementation's paged form (:class:`harness.spec.Paged`) on that pool.
 
-The check: against the float64 plain path (:func:`harness.paged.paged_attention`) over the
-logical keys held contiguously, not read through the pool's block table, so a path that reads
-a wrong page fails; the same plain path in the point's dtype gives the naive error that scales
+The check: against the float64 plain path (:func:`harness.paged.paged_attention`) over each
+sequence's keys as drawn, not read through the pool's block table, so a path that reads a wrong
+page fails; the same plain path in the point's dtype gives the naive error that scales
 the tolerance.
 
 Cost: useful FLOPs 4·H·D per kept (query, key) pair; executed: every score of the q_per_step
@@ -151,15 +151,11 @@ class AttentionStepCost(PointCost):
 
     @cached_property
     def peak_bytes(self) -> int:
-        """The pool, the logical K/V it was filled from, a float64 copy of them for the check
-        and the call's workspace."""
-        logical = self.padded_cache_bytes
-        return (
-            self.cache_bytes
-            + logical
-            + logical * 8 // itemsize(self.point.dtype)
-            + (self.call_bytes)
-        )
+        """The pool, the keys it was filled from (Σ lengths), a float64 copy of the longest
+        sequence's for the check and the call's workspace."""
+        drawn = sum(self.lengths) * self.kv_row
+        longest = max(self.lengths) * self.kv_row * 8 // itemsize(self.point.dtype)
+        return self.cache_bytes + drawn + longest + self.call_bytes
 
     def columns(self) -> dict:
         """The ragged batch's row columns (results/README.md)."""
@@ -180,20 +176,26 @@ class AttentionStepCost(PointCost):
 
 
 def make_inputs(point: Point) -> tuple[Tensor, Tensor, Tensor]:
-    """Seeded q (B, H, q_per_step, D) and logical keys/values (B, max, H_kv, D)."""
+    """Seeded q (B, H, q_per_step, D) and keys/values packed end to end (Σ lengths, H_kv, D)."""
     gen = torch.Generator(device=point.device).manual_seed(point.seed + 1)
-    b, d, longest = point.batch, point.head_dim, max(context_lengths(point))
-    kv = (b, longest, point.kv_heads or point.heads, d)
+    b, d, total = point.batch, point.head_dim, sum(context_lengths(point))
+    kv = (total, point.kv_heads or point.heads, d)
     opts = {"generator": gen, "device": point.device, "dtype": point.torch_dtype}
     q = torch.randn(b, point.heads, point.settings.q_per_step, d, **opts)
     return q, torch.randn(kv, **opts), torch.randn(kv, **opts)
 
 
 def reference(q: Tensor, keys: Tensor, values: Tensor, lens: tuple[int, ...]) -> Tensor:
-    """The plain path over the logical keys held contiguously (one page per sequence), in the
-    inputs' dtype: float64 inputs make it the reference."""
-    pool = ragged.fill_pool(keys, values, lens, q.shape[2], paged=False, page_size=1, seed=0)
-    return paged_attention(q, pool.k, pool.v, pool.block_table, pool.context_lens)
+    """The plain path sequence by sequence over its keys as drawn (packed (Σ lens, H_kv, D)),
+    each held as one page, in the inputs' dtype: float64 inputs make it the reference, one
+    sequence in float64 at a time."""
+    out, starts = torch.empty_like(q), ragged.offsets(lens)
+    one = torch.zeros(1, 1, dtype=torch.int32, device=q.device)
+    for b, n in enumerate(lens):
+        k, v = (x[starts[b] : starts[b] + n].unsqueeze(0).to(q.dtype) for x in (keys, values))
+        lens_b = torch.tensor([n], dtype=torch.int32, device=q.device)
+        out[b : b + 1] = paged_attention(q[b : b + 1], k, v, one, lens_b)
+    return out
 
 
 def build_attention_case(point: Point, device: Device, options: CaseOptions,
@@ -217,7 +219,7 @@ def build_attention_case(point: Point, device: Device, options: CaseOptions,
             return {"agree": None}
         out = case.run()
         with torch.no_grad():
-            ref = reference(q.double(), keys.double(), values.double(), lens)
+            ref = reference(q.double(), keys, values, lens)
             # float64 points: the naive error would be the reference's own (zero): fixed rule
             naive = None if q.dtype == torch.float64 else reference(q, keys, values, lens)
         return {**output_agreement(out, ref, point.torch_dtype, naive), "check": "float64"}

@@ -181,21 +181,33 @@ class KVPool:
         return [self.k, self.v]
 
 
+def offsets(lens: tuple[int, ...]) -> list[int]:
+    """Where each sequence starts in keys packed end to end: (B + 1,) running sums of lens."""
+    out = [0]
+    for n in lens:
+        out.append(out[-1] + n)
+    return out
+
+
 def fill_pool(keys: Tensor, values: Tensor, lens: tuple[int, ...], q_per_step: int, paged: bool,
               page_size: int, seed: int) -> KVPool:  # fmt: skip
-    """A pool holding sequence b's first ``lens[b]`` rows of keys/values (B, max, H_kv, D):
-    the prefill (all but the last ``q_per_step``), then the step's append. ``paged``: pages of
-    ``page_size`` from a shuffled free list; else one page of max(lens) slots per sequence."""
-    batch, _, kv_heads, head_dim = keys.shape
+    """A pool holding the B sequences of keys/values packed end to end (Σ lens, H_kv, D):
+    the prefill (all but the last ``q_per_step`` of each), then the step's append. ``paged``:
+    pages of ``page_size`` from a shuffled free list; else one page of max(lens) slots per
+    sequence (the padded contiguous form)."""
+    batch, (_, kv_heads, head_dim) = len(lens), keys.shape
     size = page_size if paged else max(lens)
     pool = KVPool.allocate(
         pages_of(lens, size), size, batch, kv_heads, head_dim, keys.dtype, str(keys.device), seed
     )
     if not paged:  # the contiguous form: sequence b owns page b
         pool.tables, pool.free = [[b] for b in range(batch)], []
+    starts = offsets(lens)
     for b, n in enumerate(lens):
-        pool.append(b, keys[b, : n - q_per_step], values[b, : n - q_per_step])
+        first = slice(starts[b], starts[b] + n - q_per_step)
+        pool.append(b, keys[first], values[first])
     for b, n in enumerate(lens):
-        pool.append(b, keys[b, n - q_per_step : n], values[b, n - q_per_step : n])
+        step = slice(starts[b] + n - q_per_step, starts[b] + n)
+        pool.append(b, keys[step], values[step])
     pool.publish()
     return pool

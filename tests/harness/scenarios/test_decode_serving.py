@@ -59,7 +59,7 @@ def test_lognormal_contexts_have_the_mean_exactly_scale_and_repeat():
 
 
 def test_paged_pool_holds_exact_pages_in_shuffled_order_and_appends():
-    keys = torch.randn(3, 40, 2, 4)
+    keys = torch.randn(1 + 16 + 40, 2, 4)  # the sequences end to end
     pool = ragged.fill_pool(keys, keys, (1, 16, 40), 1, True, 16, seed=5)
     assert pool.k.shape[0] == ragged.pages_of((1, 16, 40), 16) == 1 + 1 + 3
     assert pool.context_lens.tolist() == [1, 16, 40]
@@ -68,12 +68,12 @@ def test_paged_pool_holds_exact_pages_in_shuffled_order_and_appends():
     assert pool.block_table.tolist() != [[0, -1, -1], [1, -1, -1], [2, 3, 4]]  # shuffled
     # the step appends into the last page and takes a new one when it fills
     full = ragged.KVPool.allocate(3, 4, 1, 2, 4, torch.float32, "cpu", 0)
-    full.append(0, keys[0, :4], keys[0, :4])
+    full.append(0, keys[:4], keys[:4])
     assert len(full.tables[0]) == 1
-    full.append(0, keys[0, 4:5], keys[0, 4:5])
+    full.append(0, keys[4:5], keys[4:5])
     assert len(full.tables[0]) == 2 and len(full.free) == 1
     with pytest.raises(ValueError, match="needs 2 more pages of 4; the pool has 1 free"):
-        full.append(0, keys[0, 5:13], keys[0, 5:13])  # a context longer than the pool
+        full.append(0, keys[5:13], keys[5:13])  # a context longer than the pool
     with pytest.raises(ValueError, match="page_size >= 1"):
         ragged.KVPool.allocate(3, 0, 1, 2, 4, torch.float32, "cpu", 0)
 
