@@ -117,7 +117,7 @@ COLUMNS = (
         "pages", "", "int",
         "decode, `step = \"attention\"`: pages the pool holds: Σ ⌈lᵢ / page_size⌉ (paged), "
         "B (contiguous: one page of max slots per sequence)",
-        moves_with=("seq_len", "contexts", "page_size"),
+        moves_with=("seq_len", "contexts"),
     ),
     Column(
         "padded_cache_bytes", "B", "bytes",

@@ -9,6 +9,11 @@ N(0, 1) keys/values (Σ lengths, H_kv, D), the sequences end to end, are written
 (the prefill, then the step's append) and seeded queries (B, H, q_per_step, D) attend; the
 timed call is the implementation's paged form (:class:`harness.spec.Paged`) on that pool.
 
+The step is launched as a decode step is (``[measure] decode_graph``, else ``cuda_graph``; on
+CUDA a CUDA graph by default, captured after warm-up calls, so a path's per-step set-up such as
+a block mask or a plan is made before the capture); a path that reads the lengths on the host
+(the plain one) cannot be captured and runs eagerly, the row saying why.
+
 The check: against the float64 plain path (:func:`harness.paged.paged_attention`) over each
 sequence's keys as drawn, not read through the pool's block table, so a path that reads a wrong
 page fails; the same plain path in the point's dtype gives the naive error that scales
@@ -36,7 +41,7 @@ from harness.oracle.agreement import output_agreement
 from harness.paged import paged_attention
 from harness.registry import Implementation
 from harness.scenarios.case import Case, CaseOptions
-from harness.scenarios.decode import ragged
+from harness.scenarios.decode import ragged, step_launch
 from harness.scenarios.interface import Point, PointCost, check_choice
 from harness.spec import Problem, itemsize
 
@@ -250,5 +255,8 @@ def build_attention_case(point: Point, device: Device, options: CaseOptions,
         check=check,
         extra=extra,
         columns={"check": "none", **cost.columns()},
+        graph=options.options.get("decode_graph", step_launch.DECODE_GRAPH.default),
+        graph_default=step_launch.DEFAULT_LAUNCH,
+        launch_columns=step_launch.launch_columns,
     )
     return case
