@@ -36,7 +36,9 @@ class Column:
     ``timed`` marks a time of a timed call (or a rate of one), which claims judge as a time;
     ``when_present`` puts it in the default table of a run that has a value of it;
     ``follows_impl`` marks a point field that the implementation sets (rows of two
-    implementations are matched without it)."""
+    implementations are matched without it); ``moves_with`` names the point fields a derived
+    column is made from (a fit along it lets them vary: ``context_tokens`` moves with
+    ``seq_len`` and ``contexts``)."""
 
     name: str
     unit: str
@@ -48,6 +50,7 @@ class Column:
     timed: bool = False
     when_present: bool = False
     follows_impl: bool = False
+    moves_with: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.kind not in KINDS:

@@ -57,6 +57,7 @@ from harness.spec import (
     AttnFn,
     Capabilities,
     Cost,
+    Paged,
     Param,
     ParamValue,
     Problem,
@@ -168,6 +169,7 @@ class Implementation:
     params: dict[str, Param] = field(default_factory=dict)
     reference: CoreFn | None = field(default=None, repr=False)
     recurrence: Recurrence | None = field(default=None, repr=False)
+    paged: Paged | None = field(default=None, repr=False)
 
     @property
     def approximate(self) -> bool:
@@ -344,6 +346,7 @@ def register(
     params: dict[str, Param] | None = None,
     reference: CoreFn | None = None,
     recurrence: Recurrence | None = None,
+    paged: Paged | None = None,
 ) -> Callable[[CoreFn], CoreFn]:
     """Decorator that registers ``fn`` under ``name``; returns ``fn`` unchanged.
 
@@ -352,7 +355,8 @@ def register(
     call is ``fn`` itself on tiny inputs. ``params``: method
     parameters ``fn`` takes as keyword arguments; ``reference``: for an approximation, the
     float64 evaluation of its own definition (see the module docstring); ``recurrence``: for a
-    causal attention with a fixed-size recurrent state, how to make and size that state.
+    causal attention with a fixed-size recurrent state, how to make and size that state;
+    ``paged``: its decode step over a paged KV cache (:class:`harness.spec.Paged`).
     """
 
     def decorate(fn: CoreFn) -> CoreFn:
@@ -378,6 +382,7 @@ def register(
             params=dict(params or {}),
             reference=reference,
             recurrence=recurrence,
+            paged=paged,
         )
         return fn
 

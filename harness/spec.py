@@ -217,3 +217,42 @@ class Recurrence:
 
     new_state: Callable[..., RecurrentState]
     state_bytes: Callable[[Problem], int]
+
+
+PagedFn = Callable[..., Tensor]
+"""``fn(q, k_pages, v_pages, block_table, context_lens, scale=None) -> out``: one decode step of
+a batch of sequences of different lengths over a paged KV cache, in the layout of
+:mod:`harness.paged` (q (B, H, q_len, D); pages (P, page_size, H_kv, D); block_table (B,
+max_pages) int32; context_lens (B,) int32 including the step's q_len tokens) -> (B, H, q_len,
+D), causal within the step, bottom-right aligned per sequence."""
+
+
+@dataclass(frozen=True)
+class Paged:
+    """An implementation's decode step over a paged KV cache (the decode scenario's ``cache =
+    "paged"``, and a contiguous cache of a ragged batch, held as one page per sequence).
+
+    ``fn``: :data:`PagedFn`. ``padded``: it computes every sequence padded to the longest
+    (B·max keys, a mask hiding the padding) rather than over the real keys (Σ lengths).
+    ``devices``: where this form runs when narrower than the implementation's (a fused kernel:
+    ``{"cuda"}``). ``availability()``: why it cannot run here (None: it can), beside the
+    implementation's own. ``caps``: the form's own capabilities when they differ from the
+    implementation's (a kernel that is GQA-aware where the core is not); ``page_multiple``:
+    page sizes it takes (flash-attn's paged KV: multiples of 256); ``max_q_len``: the most
+    tokens a step may hold per sequence (None: any).
+    """
+
+    fn: PagedFn
+    padded: bool = False
+    devices: frozenset[str] | None = None
+    availability: Callable[[], str | None] | None = None
+    caps: Capabilities | None = None
+    page_multiple: int = 1
+    max_q_len: int | None = None
+
+    def reasons(self, device_type: str) -> list[str]:
+        """Why this form cannot run on ``device_type`` here (empty = it can)."""
+        if self.devices is not None and device_type not in self.devices:
+            return [f"the paged form runs on {', '.join(sorted(self.devices))} only"]
+        why = self.availability() if self.availability is not None else None
+        return [f"unavailable: {why}"] if why else []

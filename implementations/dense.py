@@ -1,6 +1,9 @@
 """``full``: eager softmax(QKᵀ/√D)V with the whole (n_q, n_k) score matrix materialized.
 
 The textbook method and the O(n²)-memory baseline every efficient variant is measured against.
+Its paged form is the plain path over a paged KV cache, :func:`harness.paged.paged_attention`
+(gather each sequence's pages, attend over its real keys): the definition the decode
+scenario's float64 check runs too.
 """
 
 from __future__ import annotations
@@ -11,8 +14,9 @@ import torch
 from torch import Tensor
 
 from harness.masks import MaskSpec, dense_mask
+from harness.paged import paged_attention
 from harness.registry import register
-from harness.spec import MASK_FEATURES, Capabilities, Cost, Problem, itemsize
+from harness.spec import MASK_FEATURES, Capabilities, Cost, Paged, Problem, itemsize
 
 
 def _scores_bytes(p: Problem) -> int:
@@ -34,6 +38,7 @@ def _scores_bytes(p: Problem) -> int:
         executed_pairs=lambda p: p.n_q * p.n_k,  # every score is computed, then masked
     ),
     description="eager softmax(QK^T)V, materialized (n_q, n_k) scores",
+    paged=Paged(paged_attention),
 )
 def full_attention(
     q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, scale: float | None = None

@@ -8,6 +8,9 @@ Packed documents run ``flash_attn_varlen_func``: the B sequences of the call lai
 (B·N, H, D), with ``cu_seqlens`` the document boundaries repeated B times; causality and the
 window apply inside each document, as the mask definition says. (Not run on this project's
 CPU machines: flash-attn has no CPU path.)
+
+Its paged form is ``flash_attn_with_kvcache(block_table=...)`` over the pool as it is (the
+"NHD" pages of :mod:`harness.paged`); flash-attn 2 takes pages of a multiple of 256 tokens.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from torch import Tensor
 from harness.mask_features.window import spelled
 from harness.masks import MaskSpec
 from harness.registry import TinyCall, register
-from harness.spec import HALF_DTYPES, Capabilities, Cost
+from harness.spec import HALF_DTYPES, Capabilities, Cost, Paged
 
 
 def _availability() -> str | None:
@@ -39,6 +42,30 @@ def _cu_seqlens(documents: tuple[int, ...], batch: int, device: str) -> Tensor:
     return torch.tensor(bounds, dtype=torch.int32, device=device)
 
 
+def flash_attn_paged(
+    q: Tensor,
+    k_pages: Tensor,
+    v_pages: Tensor,
+    block_table: Tensor,
+    context_lens: Tensor,
+    scale: float | None = None,
+) -> Tensor:
+    """``flash_attn_with_kvcache`` over the paged pool: q (B, H, q_len, D) -> (B, H, q_len, D),
+    causal bottom-right per sequence (:data:`harness.spec.PagedFn`)."""
+    from flash_attn import flash_attn_with_kvcache
+
+    out = flash_attn_with_kvcache(
+        q.transpose(1, 2),
+        k_pages,
+        v_pages,
+        cache_seqlens=context_lens,
+        block_table=block_table,
+        softmax_scale=scale,
+        causal=True,
+    )
+    return out.transpose(1, 2)
+
+
 @register(
     "flash-attn",
     family="flash",
@@ -53,6 +80,7 @@ def _cu_seqlens(documents: tuple[int, ...], batch: int, device: str) -> Tensor:
     description="flash_attn.flash_attn_func (FlashAttention-2, CUDA)",
     availability=_availability,
     probe=TinyCall(),  # the import, the compiled extension and a kernel for this GPU
+    paged=Paged(flash_attn_paged, page_multiple=256),
 )
 def flash_attn_attention(
     q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, scale: float | None = None

@@ -19,10 +19,15 @@ Triton kernels (:mod:`implementations._kernels.triton.masked_attention`): one la
 forward, the causal triangle's interior blocks without mask arithmetic, FlashAttention-2's
 backward;
 ``masked_reasons`` refuses the mask features those kernels lack.
+
+Its paged form (the decode scenario's paged and ragged steps) is the fused split-KV Triton
+kernel that reads the pages through the block table
+(``implementations._kernels.triton.paged_attention``, loaded on first use): CUDA only.
 """
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import math
 from collections import Counter
@@ -33,7 +38,7 @@ from torch import Tensor
 
 from harness.masks import MaskSpec
 from harness.registry import register
-from harness.spec import Capabilities, Cost, Problem, itemsize
+from harness.spec import HALF_DTYPES, Capabilities, Cost, Paged, Problem, itemsize
 from implementations._kernels.saved_lse import LseOps, attention_with_lse
 from implementations._kernels.triton.masked_attention import (
     executed_pairs,
@@ -205,6 +210,46 @@ def _segment_pairs(n_q: int, n_k: int, causal: bool) -> int:
     return int(((qe - qs) * hi).sum())
 
 
+PAGED_KERNEL = "implementations._kernels.triton.paged_attention"
+
+
+def _paged_kernel_reason() -> str | None:
+    """Why the fused paged kernel cannot load here (None: it can)."""
+    try:
+        importlib.import_module(PAGED_KERNEL)
+    except ImportError as exc:
+        return f"the fused paged kernel does not load: {exc}"
+    return None
+
+
+def paged_triton(
+    q: Tensor,
+    k_pages: Tensor,
+    v_pages: Tensor,
+    block_table: Tensor,
+    context_lens: Tensor,
+    scale: float | None = None,
+) -> Tensor:
+    """The fused paged decode kernel (:data:`harness.spec.PagedFn`; CUDA)."""
+    kernel = importlib.import_module(PAGED_KERNEL)
+    return kernel.paged_decode_attention(q, k_pages, v_pages, block_table, context_lens, scale)
+
+
+PAGED = Paged(
+    paged_triton,
+    devices=frozenset({"cuda"}),
+    availability=_paged_kernel_reason,
+    max_q_len=16,  # the kernel's query rows per program
+    caps=Capabilities(
+        devices={"cuda"},
+        dtypes={torch.float32, *HALF_DTYPES},
+        mask_features={"causal"},
+        grouped_kv=True,
+        max_head_dim=256,
+    ),
+)
+
+
 @register(
     "flash-tiled",
     family="flash",
@@ -217,6 +262,7 @@ def _segment_pairs(n_q: int, n_k: int, causal: bool) -> int:
     ),
     extra_reasons=masked_reasons,
     description="tiled online-softmax FlashAttention in plain PyTorch (exact, O(n) memory)",
+    paged=PAGED,
 )
 def flash_tiled(
     q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, scale: float | None = None

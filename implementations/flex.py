@@ -16,6 +16,9 @@ Traps handled here:
   pair counts of the candidate blocks), which also gives the executed pairs.
 
 FlexAttention has no CPU backward (torch 2.13): backward points on CPU say so and are skipped.
+
+``flex-local``'s paged form (the decode scenario's paged and ragged steps) is FlexAttention with
+PyTorch's own paged block mask, :mod:`implementations._flex_paged`.
 """
 
 from __future__ import annotations
@@ -30,13 +33,14 @@ from torch import Tensor
 
 from harness.masks import MaskSpec
 from harness.registry import register
-from harness.spec import FLOAT_DTYPES, AttnFn, Capabilities, Cost, Problem
+from harness.spec import FLOAT_DTYPES, AttnFn, Capabilities, Cost, Paged, Problem
 from implementations._flex_masks import (  # block_counts: the public name benchmarks read
     BLOCK,
     block_counts,  # noqa: F401
     build_block_mask,
     flex_plan,
 )
+from implementations._flex_paged import flex_paged
 
 RECOMPILE_LIMIT = 1024  # distinct (spec, shape) kernels one process may compile
 DTYPES = FLOAT_DTYPES - {torch.float64}  # no float64 kernels
@@ -130,6 +134,25 @@ _VARIANTS = {
     "flex-blocksparse": ({"causal", "window", "block_sparse"} | _GLOBAL, "BigBird block layout"),
 }
 
+
+def paged_flex(
+    q: Tensor,
+    k_pages: Tensor,
+    v_pages: Tensor,
+    block_table: Tensor,
+    context_lens: Tensor,
+    scale: float | None = None,
+) -> Tensor:
+    """Compiled FlexAttention over a paged pool (:data:`harness.spec.PagedFn`)."""
+    return flex_paged(q, k_pages, v_pages, block_table, context_lens, scale, flex=_compiled_flex())
+
+
+PAGED = Paged(
+    paged_flex,
+    availability=dynamo_unsupported_reason,
+    caps=Capabilities(dtypes=DTYPES, mask_features={"causal"}, grouped_kv=True),
+)
+
 for _name, (_features, _what) in _VARIANTS.items():
     register(
         _name,
@@ -142,4 +165,5 @@ for _name, (_features, _what) in _VARIANTS.items():
         availability=dynamo_unsupported_reason,
         extra_reasons=_reasons,
         prepare=_prepare,
+        paged=PAGED if _name == "flex-local" else None,
     )(flex_pattern)

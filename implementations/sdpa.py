@@ -23,8 +23,9 @@ from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from harness.masks import MaskSpec, dense_mask
+from harness.paged import check_layout, gather_padded, key_mask
 from harness.registry import TinyCall, register
-from harness.spec import HALF_DTYPES, Capabilities, Cost, Problem
+from harness.spec import HALF_DTYPES, Capabilities, Cost, Paged, Problem
 
 # We handle n_q > n_k ourselves (empty rows -> zeros), so this warning is noise.
 warnings.filterwarnings("ignore", message="Lower right causal bias will produce NaNs")
@@ -145,12 +146,32 @@ class Pinned:
         )(_pinned(self.backend))
 
 
+def sdpa_padded(
+    q: Tensor,
+    k_pages: Tensor,
+    v_pages: Tensor,
+    block_table: Tensor,
+    context_lens: Tensor,
+    scale: float | None = None,
+) -> Tensor:
+    """SDPA on the padded batch, what a user writes first over a paged cache: every sequence's
+    pages gathered to the longest table's slots, (B, H_kv, max_pages·page, D), a boolean mask
+    hiding the padding (and the step's future). q (B, H, q_len, D) -> (B, H, q_len, D)."""
+    check_layout(q, k_pages, v_pages, block_table, context_lens)
+    n_keys = block_table.shape[1] * k_pages.shape[1]
+    k, v = gather_padded(k_pages, block_table, n_keys), gather_padded(v_pages, block_table, n_keys)
+    mask = key_mask(context_lens, q.shape[2], n_keys)  # (B, 1, q_len, n_keys)
+    gqa = k.shape[1] != q.shape[1]
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=gqa)
+
+
 register(
     "sdpa",
     family="sdpa",
     caps=_caps(),
     cost=FUSED_COST,
     description="F.scaled_dot_product_attention, PyTorch's backend choice",
+    paged=Paged(sdpa_padded, padded=True),
 )(_default)
 
 PINNED = (

@@ -68,10 +68,14 @@ for _allowed in ALLOWED_IMPORTS.values():
     if "harness" in _allowed:
         _allowed.add("harness.mask_features")
 # the only modules a function body may import: dependencies that may be absent
-OPTIONAL = ("ray", "submitit", "xformers", "flash_attn", "triton", "pynvml", "fla")
+OPTIONAL = ("ray", "submitit", "xformers", "flash_attn", "triton", "pynvml", "fla", "flashinfer")
 # torch modules that pull in torch._dynamo (3.8 s of `attnbench list` on the H100 of
 # 2026-11-26): imported where a causal bias or a FlexAttention mask is made, not at load
-DEFERRED = ("torch.nn.attention.bias", "torch.nn.attention.flex_attention")
+DEFERRED = (
+    "torch.nn.attention.bias",
+    "torch.nn.attention.flex_attention",
+    "torch.nn.attention.experimental._paged_attention",
+)
 REPORTED = 12  # how many of the largest modules and functions the size report lists
 
 

@@ -11,13 +11,15 @@ run without packed documents, ``host_frac`` off CUDA) reads the schema's declare
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
+from functools import lru_cache
 
 import numpy as np
 import pandas as pd
 
 from harness.measure.passes import split_samples
-from harness.scenarios import packing
+from harness.scenarios import interface, packing
 from harness.scenarios.interface import FIELD_DEFAULTS
 from harness.schema import COLUMNS, POINT_COLUMNS
 
@@ -27,6 +29,8 @@ KEY_FIELDS: tuple[str, ...] = (*POINT_COLUMNS, "d_model")
 # point fields the implementation sets (Column.follows_impl): rows of two implementations are
 # matched without them
 IMPL_FIELDS: tuple[str, ...] = tuple(c.name for c in COLUMNS if c.point and c.follows_impl)
+# derived columns -> the point fields they are made from (Column.moves_with)
+MOVES_WITH: dict[str, set[str]] = {c.name: set(c.moves_with) for c in COLUMNS if c.moves_with}
 # metric -> power of time it scales with; their bootstrap resamples time_samples_s
 TIME_METRICS = {"time_median_s": 1.0, "tokens_per_s": -1.0, "tflops_per_s": -1.0,
                 "bw_fraction": -1.0}
@@ -37,10 +41,31 @@ def column(df: pd.DataFrame, name: str) -> pd.Series:
     """Column ``name`` of the rows, read through the schema: as written where the rows carry
     it; where they do not (an optional column: ``document_len`` without packed documents,
     ``host_frac`` off CUDA, a field added after the rows were written), its declared default
-    on every row: the Point field's default for a point field, null for anything else."""
+    on every row: the Point field's default for a point field, a scenario setting's default on
+    the rows of the scenarios that have it (also where such a row has null), null for anything
+    else."""
+    owners = setting_defaults().get(name, {})
     if name in df.columns:
-        return df[name]
+        cells = df[name]
+        if owners and "scenario" in df.columns:  # rows written before the setting existed
+            default = df["scenario"].map(owners)
+            cells = cells.where(cells.notna() | default.isna(), default)
+        return cells
+    if owners and "scenario" in df.columns:
+        return df["scenario"].map(owners).astype(object)
     return pd.Series([FIELD_DEFAULTS.get(name)] * len(df), index=df.index, dtype=object)
+
+
+@lru_cache(maxsize=1)
+def setting_defaults() -> dict[str, dict[str, object]]:
+    """setting -> {scenario word: its default}: what a row of that scenario written before the
+    setting existed meant (decode's ``step`` is ``block`` on rows older than it)."""
+    out: dict[str, dict[str, object]] = {}
+    for word in interface.names():
+        for f in dataclasses.fields(interface.get(word).settings):
+            if f.default is not dataclasses.MISSING and f.default is not None:
+                out.setdefault(f.name, {})[word] = f.default
+    return out
 
 
 def with_derived(df: pd.DataFrame) -> pd.DataFrame:
@@ -72,6 +97,7 @@ def covarying(over: str, hold: Sequence[str] = ()) -> set[str]:
         out.add("window")
     if over == "document_len":  # the documents spec is what moves it
         out.add("documents")
+    out |= MOVES_WITH.get(over, set())
     if over in SHAPE_FIELDS:  # d_model = heads·head_dim: the shape field not held co-varies
         free = [f for f in SHAPE_FIELDS if f != over and f not in hold]
         out |= {SHAPE_PARTNER[over]} if len(free) == 2 else set(free)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Iterator
 from functools import lru_cache
 from statistics import NormalDist
 
@@ -117,17 +118,25 @@ def _lognormal_args(args: str) -> tuple[float, float, int]:
     return mean, sigma, seed
 
 
+def normal_draws(seed: int) -> Iterator[float]:
+    """Standard normal draws, the same on every machine: ``NormalDist().inv_cdf(u)`` of
+    ``u = random.Random(seed).random()`` in turn (a ``u`` of exactly 0 is drawn again). The
+    lognormal documents here and the decode scenario's lognormal contexts are drawn from it."""
+    rng, normal = random.Random(seed), NormalDist()
+    while True:
+        u = rng.random()
+        if u != 0.0:  # inv_cdf(0) is -inf
+            yield normal.inv_cdf(u)
+
+
 def _lognormal(mean: float, sigma: float, seed: int, seq_len: int) -> tuple[int, ...]:
     """The lognormal rule of the module docstring."""
-    rng, normal = random.Random(seed), NormalDist()
+    draws = normal_draws(seed)
     mu = math.log(mean) - sigma * sigma / 2
     out: list[int] = []
     total = 0
     while total < seq_len:
-        u = rng.random()
-        if u == 0.0:  # inv_cdf(0) is -inf
-            continue
-        length = max(1, round(math.exp(mu + sigma * normal.inv_cdf(u))))
+        length = max(1, round(math.exp(mu + sigma * next(draws))))
         length = min(length, seq_len - total)
         out.append(length)
         total += length

@@ -42,7 +42,7 @@ from harness.oracle.agreement import output_agreement, tolerance
 from harness.oracle.definition import Definition
 from harness.registry import Implementation
 from harness.scenarios.case import Case, CaseOptions, CheckChoice, MeasureOption
-from harness.scenarios.decode import step_launch
+from harness.scenarios.decode import attention_step, ragged, step_launch
 from harness.scenarios.decode.caches import CACHES, cache_nbytes
 from harness.scenarios.decode.decode_cost import (
     DecodeCost,
@@ -59,6 +59,7 @@ MODEL_MASK_FEATURES = frozenset({"causal", "window"})
 MASK_KEYS = {"documents": "documents", "prefix": "prefix_len", "global": "global_tokens",
              "global_positions": "global_tokens", "block_sparse": "block_size",
              "dilation": "dilation"}  # fmt: skip
+STEPS = ("block", "attention")  # the whole block step, or its cached attention alone
 
 
 @dataclass(frozen=True)
@@ -70,8 +71,14 @@ class DecodeSettings:
     ffn: str = field(default="gelu", metadata={"choices": FFNS})
     pos: str = field(default="rope", metadata={"choices": POSITIONS})
     layers: int = field(default=2, metadata={"minimum": 1})
-    cache: str = field(default="full", metadata={"choices": tuple(CACHES)})
+    cache: str = field(default="full", metadata={"choices": (*CACHES, "paged")})
     gen_tokens: int = field(default=8, metadata={"minimum": 1})
+    # the serving form (attention_step, ragged): what is timed, the batch's lengths, how they
+    # are held and the tokens each sequence adds per step
+    step: str = field(default="block", metadata={"choices": STEPS})
+    contexts: str = "uniform"
+    page_size: int = field(default=16, metadata={"minimum": 1})
+    q_per_step: int = field(default=1, metadata={"minimum": 1})
 
 
 def stepwise_prefill(point: Point, impl: Implementation) -> bool:
@@ -143,9 +150,31 @@ class Decode(Scenario):
             key = MASK_KEYS.get(extra[0], extra[0])
             problem = f"decode supports causal (sliding-window) models, not {extra}"
             out.append(SettingsError(key, point.masking.columns(True).get(key), problem))
+        s = point.settings
         if point.q_len is not None:
             problem = "q_len applies to attention scenarios only"
             out.append(SettingsError("q_len", point.q_len, problem))
+        for problem in ragged.problems(s.contexts, point.seq_len, point.batch, s.q_per_step):
+            out.append(SettingsError("contexts", s.contexts, problem))
+        if s.step == "attention":
+            if s.cache not in attention_step.STEP_CACHES:
+                problem = f'step = "attention" holds the batch in {attention_step.STEP_CACHES}'
+                out.append(SettingsError("cache", s.cache, problem))
+            return out
+        serving = {
+            "cache": s.cache == "paged",
+            "contexts": s.contexts != "uniform",
+            "q_per_step": s.q_per_step != 1,
+        }
+        for key, set_ in serving.items():
+            if set_:
+                problem = (
+                    f'{key} = {getattr(s, key)!r} needs step = "attention" (the '
+                    "whole-block step runs uniform contexts, one token, contiguous caches)"
+                )
+                out.append(SettingsError(key, getattr(s, key), problem))
+        if out:
+            return out
         if CACHES[point.settings.cache].recurrent:
             core = self.core(point)
             if core is not None and core.recurrence is None:
@@ -157,9 +186,13 @@ class Decode(Scenario):
         return out
 
     def problem(self, point: Point) -> Problem:
+        if point.settings.step == "attention":
+            return attention_step.step_call(point)
         return step_problem(point)
 
-    def cost(self, point: Point) -> DecodeCost:
+    def cost(self, point: Point) -> DecodeCost | attention_step.AttentionStepCost:
+        if point.settings.step == "attention":
+            return attention_step.AttentionStepCost(point)
         return DecodeCost(point)
 
     def support(self, point: Point) -> list[str]:
@@ -169,6 +202,10 @@ class Decode(Scenario):
         if not point.mask.causal:
             out.append("decode is causal: set causal = true")
         extra = point.mask.features - MODEL_MASK_FEATURES
+        if point.settings.step == "attention":
+            if extra | {"causal"} != {"causal"} or point.mask.left is not None:
+                out.append("the attention step runs plain causal models (no window)")
+            return out or attention_step.reasons(point, self.core(point))
         if extra:
             out.append(f"decode supports causal (sliding-window) models, not {sorted(extra)}")
         out += CACHES[point.settings.cache].reasons(point.mask)
@@ -184,7 +221,10 @@ class Decode(Scenario):
     def build_case(self, point: Point, device: Device, options: CaseOptions) -> Case:
         """Prefill once (untimed), then time the step at position seq_len; the runner launches
         it as ``decode_graph`` (else ``[measure] cuda_graph``) says, capturing the static step
-        (:func:`harness.scenarios.case.launch_case`, outside the timing)."""
+        (:func:`harness.scenarios.case.launch_case`, outside the timing). ``step =
+        "attention"``: the cached attention alone (:mod:`.attention_step`)."""
+        if point.settings.step == "attention":
+            return attention_step.build_attention_case(point, device, options, self.core(point))
         reasons = self.support(point)
         if reasons:
             raise ValueError("decode: " + "; ".join(reasons))

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from harness.analysis.fits import fit_exponent, fit_exponents, local_slopes
-from harness.analysis.frames import covarying
+from harness.analysis.frames import column, covarying, matches
 from harness.analysis.powerfit import asymptotic_start, local_slopes_xy
 from harness.scenarios.interface import Point
 
@@ -159,3 +159,18 @@ def test_time_samples_drive_the_interval_of_rate_metrics():
     fit = fit_exponents(frame, "seq_len", "tokens_per_s").iloc[0]
     assert fit["bootstrap"] == "samples+residuals"
     assert fit["ci_low"] <= -1.0 <= fit["ci_high"]
+
+
+def test_a_setting_missing_from_older_rows_reads_as_its_scenario_default():
+    rows = pd.DataFrame({"scenario": ["decode", "attention", "decode"],
+                         "step": [None, None, "attention"]})  # fmt: skip
+    assert column(rows, "step").tolist()[0::2] == ["block", "attention"]
+    assert matches(rows, "step", "block").tolist() == [True, False, False]
+    older = pd.DataFrame({"scenario": ["decode", "attention"]})  # written before `step`
+    assert column(older, "step").tolist()[0] == "block" and pd.isna(column(older, "step")[1])
+
+
+def test_a_derived_axis_lets_the_fields_it_is_made_from_vary():
+    assert {"seq_len", "contexts"} <= covarying("context_tokens")
+    assert {"seq_len", "contexts"} <= covarying("padded_tokens")
+    assert "page_size" not in covarying("pages")  # pages of 16 and of 64: separate fits
