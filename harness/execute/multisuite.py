@@ -1,0 +1,355 @@
+"""Several suites measured under one time limit (``attnbench verdicts``): one clock, one pace,
+one coarse-to-fine order across every suite, so a session cut anywhere holds the rows that
+decide the most claims it could.
+
+The order is ``run --time-limit``'s (docs/time_limit.md), over every suite at once:
+
+- each suite's judged groups (:func:`harness.analysis.groups.judged_groups`) are bisected in
+  log space (:func:`harness.sweep.order.bisection_levels`): level 0 the two ends of a group's
+  axis, level 1 the middle, ...; a point's level is the earliest any group gives it, and the
+  points of one unit (a ratio claim's pair at one x) share it, so they run back to back;
+- a group of a claim judged on time comes one level later than the others: a memory, error
+  or byte count is decided by its rows on any machine, a time only where the machine was quiet
+  (cheapest decisive first);
+- a *dear* point, predicted (at the nominal rate) to take more than :data:`DEAR_SHARE` of the
+  limit, is not an end of its group's axis: the axis is bisected without it, and dear points
+  come after every other first pass, cheapest first;
+- within a level, suites run cheapest first (mean predicted seconds of their points there),
+  each suite's points in its own coarse-to-fine order: one :class:`Stage` per (level, suite);
+- points no claim reads are not measured (they decide nothing);
+- every first pass comes before any later pass: the later passes of the suites run last, as a
+  stage per suite, while time is left.
+
+While it runs, the stopping rule (:class:`~harness.analysis.groups.StoppingRule`, one per
+suite, over the suite's first passes of every stage so far) marks groups decided; a point
+whose every group is decided (or whose claims the rows already in ``--out`` decide) is not
+measured. A stage is one :func:`~harness.execute.session.run_suite` call into the suite's run
+directory with the shared :class:`~harness.execute.deadline.Deadline`; ``--resume`` continues
+each directory as ``run --resume`` does.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Protocol
+
+from harness.errors import CliError, Interrupted
+from harness.execute.deadline import Deadline
+from harness.execute.passlog import PassLog
+from harness.execute.session import RunOptions, configure, run_suite
+from harness.results import ENV_FILE, PASSES_FILE, ROWS_FILE, iter_rows, load_env
+from harness.scenarios.interface import Point
+from harness.sweep.order import bisection_levels, coarse_to_fine
+from harness.sweep.suite import Suite
+
+DEAR_SHARE = 0.03  # a point predicted over this share of the limit is measured last
+LATER = 1000  # the level of the later passes' stages (after every first pass)
+DEAR = 100  # dear points' levels start here (after every affordable first pass)
+
+
+class ClaimGroup(Protocol):
+    """A judged group (:class:`harness.analysis.groups.JudgedGroup`): a
+    :class:`harness.sweep.order.Group` that names its claim."""
+
+    @property
+    def label(self) -> str: ...
+
+    @property
+    def units(self) -> tuple[tuple[float, tuple[str, ...]], ...]: ...
+
+    @property
+    def claim(self) -> str: ...
+
+
+class Rule(Protocol):
+    """The order's stopping rule (:class:`harness.analysis.groups.StoppingRule`)."""
+
+    decided: dict[str, str]
+
+    def __call__(self, rows: Sequence[dict], env: dict | None = None) -> set[str]: ...
+
+    def wanted(self, point_id: str, left_out: set[str]) -> bool: ...
+
+
+def point_ids(group: ClaimGroup) -> set[str]:
+    return {pid for _, ids in group.units for pid in ids}
+
+
+@dataclass
+class Member:
+    """One suite of the session: its run directory (``OUT/runs/<suite name>``), the judged
+    groups of the claims over its points, its stopping rule (kept across stages), the claims
+    judged on time (their groups come a level later) and ``predict(point)``: the predicted
+    seconds of a first pass (the shard planner's model)."""
+
+    suite: Suite
+    run_dir: Path
+    groups: Sequence[ClaimGroup]
+    rule: Rule
+    time_judged: frozenset[str]
+    predict: Callable[[Point], float]
+
+    def read(self) -> set[str]:
+        """Point ids of this suite that some judged group reads."""
+        return {pid for g in self.groups for pid in point_ids(g)}
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One call of the session: ``suite``'s points ``point_ids`` (in their order) at ``level``
+    (:data:`DEAR` and up: dear points; :data:`LATER`: later passes), predicted ``seconds``
+    (first passes at the nominal rate), and the claims they serve."""
+
+    suite: str
+    level: int
+    point_ids: tuple[str, ...]
+    seconds: float
+    claims: tuple[str, ...] = ()
+
+    @property
+    def later(self) -> bool:
+        return self.level >= LATER
+
+
+def check_names(suites: Sequence[Suite]) -> None:
+    """Refuse two suites of one name (each suite's rows go to ``OUT/runs/<name>``)."""
+    seen: dict[str, str] = {}
+    for suite in suites:
+        if suite.name in seen:
+            raise CliError(f"{suite.path}: suite name {suite.name!r} is taken by "
+                           f"{seen[suite.name]} (each suite's rows go to OUT/runs/<name>)")
+        seen[suite.name] = suite.path
+
+
+def point_levels(member: Member, limit_s: float) -> dict[str, int]:
+    """point id -> level in the session's order (module docstring) for every point a group
+    reads."""
+    points = {p.point_id: p for p in member.suite.points}
+    dear = {pid for pid in member.read() if member.predict(points[pid]) > DEAR_SHARE * limit_s}
+    cheap = {g.label: [x for x, ids in g.units if not set(ids) & dear] for g in member.groups}
+    rank = _ranks(member, cheap, points)
+    level: dict[str, int] = {}
+    for group in member.groups:
+        lag = (1 if group.claim in member.time_judged else 0) + rank[group.label]
+        at = dict(group.units)
+        for depth, xs in enumerate(bisection_levels(cheap[group.label])):
+            for x in xs:
+                for pid in at[x]:
+                    level[pid] = min(level.get(pid, depth + lag), depth + lag)
+        for x, ids in group.units:  # dear units: after every cheap point, cheapest first
+            if set(ids) & dear:
+                for pid in ids:
+                    level.setdefault(pid, DEAR)
+    for group in member.groups:  # a unit (a ratio pair) runs as one: its earliest level
+        for _, ids in group.units:
+            first = min(level[pid] for pid in ids)
+            for pid in ids:
+                level[pid] = first
+    return level
+
+
+def _ranks(member: Member, cheap: dict[str, list[float]],
+           points: dict[str, Point]) -> dict[str, int]:
+    """group label -> its rank among its claim's groups in this suite: 0 for the group with
+    the most affordable axis values (the cheaper on a tie), 1 for the next, ... One group with
+    enough points decides a claim (thin groups beside it are not judged), so a claim's first
+    group runs to its middles before its second group starts."""
+    def cost(group: ClaimGroup) -> float:
+        return sum(member.predict(points[pid]) for x, ids in group.units
+                   if x in cheap[group.label] for pid in ids)
+
+    ranks: dict[str, int] = {}
+    for claim in dict.fromkeys(g.claim for g in member.groups):
+        mine = sorted((g for g in member.groups if g.claim == claim),
+                      key=lambda g: (-len(cheap[g.label]), cost(g)))
+        ranks.update({g.label: r for r, g in enumerate(mine)})
+    return ranks
+
+
+def schedule(members: Sequence[Member], limit_s: float,
+             skip: Callable[[Member, str], bool] = lambda m, pid: False) -> list[Stage]:
+    """The session's stages in order (module docstring); points ``skip`` names (done, or
+    serving only decided claims) are left out, and stages left empty dropped."""
+    by_level: dict[int, list[Stage]] = {}
+    for member in members:
+        points = {p.point_id: p for p in member.suite.points}
+        order = [s.point_id for s in coarse_to_fine(list(points), member.groups)]
+        levels = point_levels(member, limit_s)
+        dear = sorted((pid for pid in order if levels.get(pid, -1) >= DEAR),
+                      key=lambda pid: member.predict(points[pid]))
+        for pid, k in zip(dear, _dear_levels(dear, member, points), strict=True):
+            levels[pid] = k
+        for level in sorted(set(levels.values())):
+            ids = tuple(pid for pid in (dear if level >= DEAR else order)
+                        if levels.get(pid) == level and not skip(member, pid))
+            if ids:
+                served = sorted({g.claim for g in member.groups if point_ids(g) & set(ids)})
+                seconds = sum(member.predict(points[pid]) for pid in ids)
+                by_level.setdefault(level, []).append(
+                    Stage(member.suite.name, level, ids, seconds, tuple(served)))
+    stages = []
+    for level in sorted(by_level):
+        stages += sorted(by_level[level], key=lambda s: s.seconds / len(s.point_ids))
+    later = [Stage(m.suite.name, LATER, tuple(pid for pid in sorted(m.read())
+                                              if not skip(m, pid)), 0.0)
+             for m in members if m.suite.measure.passes > 1]
+    return stages + [s for s in later if s.point_ids]
+
+
+def _dear_levels(dear: list[str], member: Member, points: dict[str, Point]) -> list[int]:
+    """Dear points one level each in a unit (so a ratio pair stays together), cheapest first."""
+    unit_of = {pid: tuple(ids) for g in member.groups for _, ids in g.units for pid in ids}
+    levels, seen = [], {}
+    for pid in dear:
+        unit = unit_of.get(pid, (pid,))
+        seen.setdefault(unit, DEAR + len(seen))
+        levels.append(seen[unit])
+    return levels
+
+
+def has_results(run_dir: Path) -> bool:
+    return (run_dir / ROWS_FILE).exists() or (run_dir / PASSES_FILE).exists()
+
+
+def first_passes(member: Member) -> dict[str, dict]:
+    """point id -> its first-pass record or row so far (rows.jsonl and passes.jsonl)."""
+    if not has_results(member.run_dir):
+        return {}
+    ids = {p.point_id for p in member.suite.points}
+    out = {pid: first for pid, (first, _) in PassLog(member.run_dir).read(ids).items()
+           if first is not None}
+    rows = member.run_dir / ROWS_FILE
+    if rows.exists():
+        out.update({r["point_id"]: r for r in iter_rows(rows) if r.get("point_id") in ids})
+    return out
+
+
+def finished(member: Member) -> set[str]:
+    """Point ids with a final row in the suite's run directory."""
+    rows = member.run_dir / ROWS_FILE
+    return {r.get("point_id") for r in iter_rows(rows)} if rows.exists() else set()
+
+
+@dataclass
+class Session:
+    """One ``verdicts`` measurement: the members, the shared deadline and what it left out."""
+
+    members: list[Member]
+    deadline: Deadline
+    decided_claims: set[str] = field(default_factory=set)  # decided by rows in --out at start
+    left_out: dict[str, set[str]] = field(default_factory=dict)  # suite -> point ids not run
+    calibrations: dict[tuple[str, int | None], dict] = field(default_factory=dict)
+    say: Callable[[str], None] = lambda text: print(text, file=sys.stderr)
+
+    def skip(self, member: Member, pid: str) -> bool:
+        """Is the point not worth measuring: every group that reads it is decided (by the
+        stopping rule, or its claim by the rows in --out when the session started)?"""
+        mine = [g for g in member.groups if pid in point_ids(g)]
+        return bool(mine) and all(g.claim in self.decided_claims
+                                  or g.label in member.rule.decided for g in mine)
+
+    def run(self, stages: Sequence[Stage], command: str) -> None:
+        """Run ``stages`` in order under the deadline; Ctrl-C says how to continue
+        (``command``)."""
+        by_name = {m.suite.name: m for m in self.members}
+        try:
+            for number, stage in enumerate(stages, 1):
+                member = by_name[stage.suite]
+                if self.deadline.elapsed() >= self.deadline.limit_s:
+                    self._leave(member, stage)
+                    continue
+                self._stage(member, stage, number, len(stages))
+        except Interrupted:
+            raise Interrupted(f"interrupted: every finished row and timing pass is saved under "
+                              f"the run directories of --out; continue with: {command} "
+                              "--resume") from None
+
+    def _stage(self, member: Member, stage: Stage, number: int, total: int) -> None:
+        done = finished(member)
+        firsts = first_passes(member)
+        ids = [pid for pid in stage.point_ids if pid not in done and not self.skip(member, pid)
+               and (stage.later or pid not in firsts)]
+        if stage.later:  # later passes only for points whose first pass went well
+            ids = [pid for pid in ids if (firsts.get(pid) or {}).get("status") == "ok"]
+        if not ids:
+            return
+        wanted = set(ids)
+        suite = replace(member.suite, points=tuple(p for p in member.suite.points
+                                                   if p.point_id in wanted))
+        measure = configure(member.suite, RunOptions(time_limit=self.deadline.limit_s))
+        prior = [r for pid, r in firsts.items() if pid not in wanted and r.get("status") == "ok"]
+        rule = member.rule
+        options = RunOptions(
+            out=member.run_dir, resume=has_results(member.run_dir), progress=False,
+            time_limit=self.deadline.limit_s, first_order=tuple(ids),
+            stopping_rule=lambda rows, env: rule([*prior, *rows], env), wanted=rule.wanted)
+        what = "later passes" if stage.later else f"level {stage.level}" if stage.level < DEAR \
+            else "a dear point"
+        self.say(f"attnbench: verdicts: stage {number}/{total}: {member.suite.name}, {what}: "
+                 f"{len(ids)} point{'s' if len(ids) != 1 else ''} "
+                 f"({self.deadline.elapsed():.0f} s of {self.deadline.limit_s:.0f} s)")
+        self.deadline.later_passes = stage.later
+        key = (member.suite.points[0].device if member.suite.points else "cpu",
+               member.suite.measure.threads)
+        run_suite(suite, measure, options, predict=member.predict, deadline=self.deadline,
+                  calibration=self.calibrations.get(key), quiet=True)
+        if key not in self.calibrations and (member.run_dir / ENV_FILE).is_file():
+            calibration = load_env(member.run_dir).get("calibration")
+            if calibration and not member.suite.measure.isolate:
+                self.calibrations[key] = calibration
+        ran = first_passes(member)
+        missed = {pid for pid in ids if pid not in ran} if not stage.later else set()
+        self.left_out.setdefault(member.suite.name, set()).update(missed)
+
+    def _leave(self, member: Member, stage: Stage) -> None:
+        if not stage.later:
+            firsts = first_passes(member)
+            self.left_out.setdefault(member.suite.name, set()).update(
+                pid for pid in stage.point_ids if pid not in firsts)
+
+
+
+def describe(stages: Sequence[Stage], members: Sequence[Member], limit_s: float,
+             decided: set[str]) -> list[str]:
+    """``--dry-run``: the stages in order with their predicted seconds (nominal rate) and
+    where the limit falls among them, then the time per suite and per claim."""
+    lines = [f"attnbench verdicts: {len(stages)} stages over {len(members)} suites, "
+             f"{limit_s:.0f} s to measure; seconds predicted at the nominal rate (a loaded "
+             "machine is slower: the session's own pace decides what fits)"]
+    if decided:
+        lines.append(f"decided already in --out (not measured again): {', '.join(sorted(decided))}")
+    total, said = 0.0, False
+    for number, stage in enumerate(stages, 1):
+        total += stage.seconds
+        if total > limit_s and not said:
+            lines.append(f"--- the limit ({limit_s:.0f} s) falls here at the nominal rate ---")
+            said = True
+        what = ("later passes" if stage.later else f"L{stage.level}" if stage.level < DEAR
+                else "dear")
+        lines.append(f"{number:>3}  {what:<12} {stage.suite:<26} "
+                     f"{len(stage.point_ids):>3} points "
+                     + (f"{stage.seconds:6.1f} s  (total {total:6.1f} s)  "
+                        if not stage.later else "while time is left  ")
+                     + ", ".join(stage.claims))
+    lines.append("time per suite (first passes, predicted):")
+    per_claim: dict[str, float] = {}
+    for member in members:
+        points = {p.point_id: p for p in member.suite.points}
+        mine = [s for s in stages if s.suite == member.suite.name and not s.later]
+        lines.append(f"  {member.suite.name}: "
+                     f"{sum(s.seconds for s in mine):.1f} s, "
+                     f"{sum(len(s.point_ids) for s in mine)} points "
+                     f"({len(points) - len(member.read())} points no claim reads: not measured)")
+        ids = {pid for s in mine for pid in s.point_ids}
+        for group in member.groups:
+            mine_ids = point_ids(group) & ids
+            per_claim[group.claim] = per_claim.get(group.claim, 0.0) + sum(
+                member.predict(points[pid]) for pid in mine_ids)
+    lines.append("time per claim (first passes of its points, predicted; a point read by "
+                 "several claims counts in each):")
+    lines += [f"  {claim}: {seconds:.1f} s" for claim, seconds in
+              sorted(per_claim.items(), key=lambda kv: kv[1])]
+    return lines
