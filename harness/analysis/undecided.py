@@ -64,55 +64,88 @@ class VerdictLine:
         return self.verdict in DECISIVE
 
 
-def verdict_line(v: Verdict, claim: Claim, rows: pd.DataFrame, reach: Reach,
-                 seconds: Callable[[Point], float]) -> VerdictLine:
+def verdict_line(
+    v: Verdict, claim: Claim, rows: pd.DataFrame, reach: Reach, seconds: Callable[[Point], float]
+) -> VerdictLine:
     """The line of ``claim`` (verdict ``v``) over ``rows`` (every row of the session);
     ``seconds(point)``: expected seconds of a point not measured yet."""
     mine = subject_rows(rows, claim) if len(rows) else rows
     usable = mine[mine["status"] == "ok"] if len(mine) and "status" in mine else mine
     decide = "" if v.verdict in DECISIVE else what_decides(v, claim, rows, reach, seconds)
     return VerdictLine(
-        claim=claim.id, statement=claim.text or claim.id, verdict=v.verdict,
-        measured=v.measured, ci_low=v.ci_low, ci_high=v.ci_high, expected=v.expected,
-        kind=claim.kind, metric=claim.metric, over=claim.over,
-        axis=_axis(v, claim, usable), points=int(v.n_points or 0),
-        timing=timing_mode(claim, usable), decide=decide, reason=v.reason,
+        claim=claim.id,
+        statement=claim.text or claim.id,
+        verdict=v.verdict,
+        measured=v.measured,
+        ci_low=v.ci_low,
+        ci_high=v.ci_high,
+        expected=v.expected,
+        kind=claim.kind,
+        metric=claim.metric,
+        over=claim.over,
+        axis=_axis(v, claim, usable),
+        points=int(v.n_points or 0),
+        timing=timing_mode(claim, usable),
+        decide=decide,
+        reason=v.reason,
         suites=tuple(dict.fromkeys(s for s, _ in reach.groups)),
     )
 
 
-def what_decides(v: Verdict, claim: Claim, rows: pd.DataFrame, reach: Reach,
-                 seconds: Callable[[Point], float]) -> str:
+def what_decides(
+    v: Verdict, claim: Claim, rows: pd.DataFrame, reach: Reach, seconds: Callable[[Point], float]
+) -> str:
     """For a claim not decided: the points its groups lack and their expected minutes, the
     rows left out of its time evidence, or where its points are when it has none here."""
     if not reach.groups:
         if reach.elsewhere:
             named = ", ".join(reach.elsewhere)
-            return (f"no rows here: its points are in {named} (not a claim suite of this "
-                    f"device); add --suite {reach.elsewhere[0]}")
+            return (
+                f"no rows here: its points are in {named} (not a claim suite of this "
+                f"device); add --suite {reach.elsewhere[0]}"
+            )
         return "no rows: no bundled suite of this device has its points (another device's claim)"
     have = _statuses(rows)
     parts = []
-    missing = [(g, x, ids) for _, g in reach.groups for x, ids in g.units
-               if any(pid not in have for pid in ids)]
+    missing = [
+        (g, x, ids)
+        for _, g in reach.groups
+        for x, ids in g.units
+        if any(pid not in have for pid in ids)
+    ]
     if missing:
         pids = {pid for _, _, ids in missing for pid in ids if pid not in have}
         xs = sorted({x for _, x, _ in missing})
         minutes = sum(seconds(reach.points[pid]) for pid in pids if pid in reach.points) / 60
-        parts.append(f"not measured: {len(pids)} point{'s' if len(pids) != 1 else ''} at "
-                     f"{claim.over} {_values(xs)} (about {minutes:.1f} more min)")
-    unable = sorted({f"{have[pid]}" for _, g in reach.groups for pid in g.point_ids()
-                     if have.get(pid) not in (None, "ok")})
+        parts.append(
+            f"not measured: {len(pids)} point{'s' if len(pids) != 1 else ''} at "
+            f"{claim.over} {_values(xs)} (about {minutes:.1f} more min)"
+        )
+    unable = sorted(
+        {
+            f"{have[pid]}"
+            for _, g in reach.groups
+            for pid in g.point_ids()
+            if have.get(pid) not in (None, "ok")
+        }
+    )
     if unable:
         parts.append("rows not ok here: " + ", ".join(unable))
     if v.contended_left_out:
-        parts.append(f"{v.contended_left_out} rows measured under contention left out of the "
-                     "time verdict: measure again on a quiet machine (a new --out)")
+        parts.append(
+            f"{v.contended_left_out} rows measured under contention left out of the "
+            "time verdict: measure again on a quiet machine (a new --out)"
+        )
     if v.host_bound_left_out:
         parts.append(f"{v.host_bound_left_out} rows host-bound (the GPU waited on Python)")
     if not parts:
-        parts.append(f"every point of its suites measured: {head(v.reason)}; more passes "
-                     "(--resume with more minutes) or a longer sweep")
+        why = head(v.reason)
+        more = (
+            "more values of " + claim.over + " in its suites (a longer or denser sweep)"
+            if why.startswith(("thin data", "one point", "too few"))
+            else "more timing passes (--resume with more minutes) or a quiet machine"
+        )
+        parts.append(f"every point of its suites measured: {why}; {more}")
     return "; ".join(parts)
 
 
@@ -133,13 +166,16 @@ def _axis(v: Verdict, claim: Claim, usable: pd.DataFrame) -> str:
     one), else of every usable row."""
     if v.plateau_region:
         lo, hi = v.plateau_region
-        return f"{claim.over} {lo:g}..{hi:g}"
+        return f"{claim.over} {lo:g}..{hi:g} (plateau)"
     deciding = next((g for g in v.groups if g.get("group") == v.group), None) or {}
     xs = list((deciding.get("_evidence") or {}).get("x") or ())
     xs += [r[k] for r in deciding.get("regions") or () for k in ("from", "to") if k in r]
     if not xs and len(usable) and claim.over in usable:
         xs = pd.to_numeric(usable[claim.over], errors="coerce").dropna().tolist()
-    return f"{claim.over} {min(xs):g}..{max(xs):g}" if xs else ""
+    if not xs:
+        return ""
+    lo, hi = min(xs), max(xs)
+    return f"{claim.over} {lo:g}" if lo == hi else f"{claim.over} {lo:g}..{hi:g}"
 
 
 def timing_mode(claim: Claim, usable: pd.DataFrame) -> str:
@@ -156,17 +192,17 @@ def timing_mode(claim: Claim, usable: pd.DataFrame) -> str:
     for device in _distinct(usable, "device"):
         if str(device).startswith("cuda"):
             launch = _distinct(usable, "cuda_graph") + _distinct(usable, "decode_graph")
-            parts.append("CUDA events" + (f", {'/'.join(dict.fromkeys(launch))}"
-                                          if launch else ""))
+            parts.append("CUDA events" + (f", {'/'.join(dict.fromkeys(launch))}" if launch else ""))
         else:
             threads = _distinct(usable, "threads")
-            parts.append("wall clock (perf_counter)"
-                         + (f", {'/'.join(threads)} thread(s)" if threads else ""))
+            parts.append(
+                "wall clock (perf_counter)"
+                + (f", {'/'.join(threads)} thread(s)" if threads else "")
+            )
     passes = pd.to_numeric(usable.get("passes"), errors="coerce").dropna()
     if len(passes):
         lo, hi = int(passes.min()), int(passes.max())
-        parts.append(f"{lo} pass{'es' if hi > 1 else ''}" if lo == hi
-                     else f"{lo}-{hi} passes")
+        parts.append(f"{lo} pass{'es' if hi > 1 else ''}" if lo == hi else f"{lo}-{hi} passes")
     return ", ".join(parts)
 
 
@@ -174,5 +210,7 @@ def _distinct(rows: pd.DataFrame, col: str) -> list[str]:
     if col not in rows:
         return []
     values = rows[col].dropna()
-    return [str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
-            for v in dict.fromkeys(values.tolist())]
+    return [
+        str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
+        for v in dict.fromkeys(values.tolist())
+    ]

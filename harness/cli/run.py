@@ -20,6 +20,7 @@ row of the run directory, so a resumed run is judged whole:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import re
 import sys
@@ -193,10 +194,8 @@ def run_verdict(run_dir: Path, *more: Path) -> int:
     implementation and a last line that counts every status."""
     rows = []
     for folder in (run_dir, *more):
-        try:
+        with contextlib.suppress(ResultsError):  # no rows: counted as none
             rows += list(read_run(folder).rows)
-        except ResultsError:
-            pass
     counts = Counter(str(r.get("status")) for r in rows)
     for impl, bad in _failures(rows).items():
         print(f"attnbench: {impl}: {bad}", file=sys.stderr)

@@ -55,7 +55,9 @@ from harness.results import dumps_json, load_envs
 from harness.sweep.suite import Suite, load_suite
 
 SUITES = {"cuda": "claims-*gpu*.toml", "cpu": "claims-*cpu*.toml"}
-JUDGE_S = 25.0  # seconds kept for judging and writing the table (a loaded 2-core CPU: ~15 s)
+# seconds kept for judging and writing the table: this share of the minutes, at least JUDGE_S
+# (judging 42 claims over 8 rows took 17 s on the 2-core CPU at load 10, ~100 rows more)
+JUDGE_SHARE, JUDGE_S = 0.1, 15.0
 EXIT_CODES = """exit codes (as run's, over every suite's rows): 0 every point ok or left out for a
 stated reason (skipped, oom, the time limit); 1 a point failed (error or mismatch); 2 usage or
 unusable input; 3 nothing was measured; 130 interrupted (--resume continues)"""
@@ -73,26 +75,54 @@ def minutes(text: str) -> float:
 
 
 def add_cli(sub) -> None:
-    p = sub.add_parser("verdicts", help="measure the claim suites under one time limit and "
-                       "print the verdict on every claim", epilog=EXIT_CODES,
-                       description=__doc__.split("\n\n")[1].replace("\\", ""))
-    p.add_argument("--minutes", type=minutes, default=5.0, metavar="M",
-                   help="the whole command's time: the table is printed by then (default 5)")
-    p.add_argument("--device", choices=("cpu", "cuda"),
-                   help="the device whose claim suites run (default: cuda if present, else cpu)")
-    p.add_argument("--out", type=Path, metavar="DIR",
-                   help="where the runs, verdicts.md, verdicts.json and report/ go "
-                        "(default: runs/verdicts-<device>-<run id>)")
-    p.add_argument("--claims", type=Path, metavar="FILE",
-                   help="claims TOML (default: the bundled claims.toml)")
-    p.add_argument("--suite", type=Path, action="append", default=[], metavar="FILE",
-                   help="another suite to measure beside the bundled claim suites (repeatable)")
+    p = sub.add_parser(
+        "verdicts",
+        help="measure the claim suites under one time limit and print the verdict on every claim",
+        epilog=EXIT_CODES,
+        description=__doc__.split("\n\n")[1].replace("\\", ""),
+    )
+    p.add_argument(
+        "--minutes",
+        type=minutes,
+        default=5.0,
+        metavar="M",
+        help="the whole command's time: the table is printed by then (default 5)",
+    )
+    p.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        help="the device whose claim suites run (default: cuda if present, else cpu)",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="where the runs, verdicts.md, verdicts.json and report/ go "
+        "(default: runs/verdicts-<device>-<run id>)",
+    )
+    p.add_argument(
+        "--claims", type=Path, metavar="FILE", help="claims TOML (default: the bundled claims.toml)"
+    )
+    p.add_argument(
+        "--suite",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="another suite to measure beside the bundled claim suites (repeatable)",
+    )
     add_plugin_option(p)
-    p.add_argument("--resume", action="store_true",
-                   help="continue the session in --out: its decided claims are not measured "
-                        "again; the minutes go to the points the others still lack")
-    p.add_argument("--dry-run", action="store_true",
-                   help="print the order (stages, time per suite and per claim); measure nothing")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the session in --out: its decided claims are not measured "
+        "again; the minutes go to the points the others still lack",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the order (stages, time per suite and per claim); measure nothing",
+    )
     p.add_argument("--json", action="store_true", help="print the table as JSON")
     p.set_defaults(func=cmd_verdicts)
 
@@ -119,23 +149,30 @@ def cmd_verdicts(args) -> int:
     members = [member(suite, claims, out) for suite in suites]
     held = [m for m in members if has_results(m.run_dir)]
     if held and not args.resume and not args.dry_run:
-        raise CliError(f"--out {out} holds a verdicts session ({held[0].run_dir}); add --resume "
-                       "to spend more minutes on its undecided claims, or choose a new --out")
+        raise CliError(
+            f"--out {out} holds a verdicts session ({held[0].run_dir}); add --resume "
+            "to spend more minutes on its undecided claims, or choose a new --out"
+        )
     decided = decided_claims(claims, held) if held and args.resume else set()
-    limit = max(args.minutes * 60 - (time.monotonic() - started) - JUDGE_S, 1.0)
+    keep = max(JUDGE_S, JUDGE_SHARE * args.minutes * 60)
+    limit = max(args.minutes * 60 - (time.monotonic() - started) - keep, 1.0)
     session = Session(members, Deadline(limit), decided)
     stages = schedule(members, limit, session.skip)
-    command = (f"attnbench verdicts --device {device} --out {out}"
-               + "".join(f" --suite {s}" for s in args.suite)
-               + (f" --claims {args.claims}" if args.claims else ""))
+    command = (
+        f"attnbench verdicts --device {device} --out {out}"
+        + "".join(f" --suite {s}" for s in args.suite)
+        + (f" --claims {args.claims}" if args.claims else "")
+    )
     if args.dry_run:
         print("\n".join(describe(stages, members, limit, decided)))
         return 0
-    notes = (kernel_cache.install(out) if device == "cuda"
-             else ["triton cache: not used on cpu (the CPU runs no Triton kernel)"])
+    notes = (
+        kernel_cache.install(out)
+        if device == "cuda"
+        else ["triton cache: not used on cpu (the CPU runs no Triton kernel)"]
+    )
     for note in notes:
         print(f"attnbench: {note}", file=sys.stderr)
-    session.deadline.started = session.deadline.clock()
     session.run(stages, command)
     if device == "cuda" and (line := kernel_cache.summary(out)):
         notes.append(line)
@@ -157,16 +194,39 @@ def about(claim: Claim, suite: Suite) -> bool:
     there)? A quick filter before the groups are built from its rows."""
     impls = {p.impl for p in suite.points}
     scenarios = {p.scenario for p in suite.points}
-    return (claim.impl in (None, *impls) and claim.baseline in (None, *impls)
-            and claim.scenario in (None, *scenarios))
+    return (
+        claim.impl in (None, *impls)
+        and claim.baseline in (None, *impls)
+        and claim.scenario in (None, *scenarios)
+    )
+
+
+def one_length(claim: Claim) -> bool:
+    """A ratio or crossover claim about one value of its axis (a pair at one length is all of
+    it; an exponent needs several values)."""
+    return (
+        claim.kind != "exponent" and claim.range is not None and (claim.range[0] == claim.range[1])
+    )
 
 
 def member(suite: Suite, claims: list[Claim], out: Path) -> Member:
-    groups = judged_groups(suite.points, [c for c in claims if about(c, suite)])
+    mine = [c for c in claims if about(c, suite)]
+    single = {c.id for c in mine if one_length(c)}
+    groups = [
+        g
+        for g in judged_groups(suite.points, mine, min_values=1)
+        if len(g.units) >= 2 or g.claim in single
+    ]
     timed = frozenset(c.id for c in claims if c.timed and "device" in c.aspects)
     budget = suite.measure.timing.budget_s
-    return Member(suite, out / "runs" / suite.name, groups, StoppingRule(groups, claims), timed,
-                  lambda point: predicted_seconds(point, budget))
+    return Member(
+        suite,
+        out / "runs" / suite.name,
+        groups,
+        StoppingRule(groups, claims),
+        timed,
+        lambda point: predicted_seconds(point, budget),
+    )
 
 
 def decided_claims(claims: list[Claim], held: list[Member]) -> set[str]:
@@ -178,35 +238,51 @@ def decided_claims(claims: list[Claim], held: list[Member]) -> set[str]:
     return {v.claim for v in verdicts if v.verdict in DECISIVE}
 
 
-def judge_and_write(args, claims, members, session, out: Path, notes: list[str], device: str,
-                    measured: float) -> int:
+def judge_and_write(
+    args, claims, members, session, out: Path, notes: list[str], device: str, measured: float
+) -> int:
     """Judge every claim on the rows of every suite, write verdicts.md and verdicts.json, print
     the table, build the report; the exit code of the rows (``run``'s)."""
     dirs = [m.run_dir for m in members if has_results(m.run_dir)]
     rows, kept, _ = usable_runs(dirs)
     verdicts, note = judge_claims(claims, rows, load_envs(kept))
-    lines = [verdict_line(v, c, rows, reach(c, members, device), seconds(session, members))
-             for v, c in zip(verdicts, claims, strict=True)]
-    notes = [f"device {device}; {args.minutes:g} min asked, measured for {measured:.0f} s; "
-             f"suites: {', '.join(m.suite.name for m in members)}", *notes,
-             *([note] if note else [])]
+    lines = [
+        verdict_line(v, c, rows, reach(c, members, device), seconds(session, members))
+        for v, c in zip(verdicts, claims, strict=True)
+    ]
+    notes = [
+        f"device {device}; {args.minutes:g} min asked, measured for {measured:.0f} s; "
+        f"suites: {', '.join(m.suite.name for m in members)}",
+        *notes,
+        *([note] if note else []),
+    ]
     left = sum(len(ids) for ids in session.left_out.values())
     if left:
-        notes.append(f"{fmt.plural(left, 'point')} left out by the time limit; more minutes: "
-                     "the same command with --resume")
-    write_tables(out, lines, notes, {"device": device, "minutes": args.minutes,
-                                     "measured_s": round(measured, 1)})
+        notes.append(
+            f"{fmt.plural(left, 'point')} left out by the time limit; more minutes: "
+            "the same command with --resume"
+        )
+    write_tables(
+        out,
+        lines,
+        notes,
+        {"device": device, "minutes": args.minutes, "measured_s": round(measured, 1)},
+    )
     if args.json:
-        print(dumps_json({"device": device, "notes": notes,
-                          "claims": [line.as_dict() for line in lines]}))
+        print(
+            dumps_json(
+                {"device": device, "notes": notes, "claims": [line.as_dict() for line in lines]}
+            )
+        )
     else:
         print(text_table(lines))
         for text in notes:
             print(f"attnbench: {text}", file=sys.stderr)
     sys.stdout.flush()
     if kept:
-        page = build_report(kept, out / "report", args.claims or DEFAULT_CLAIMS,
-                            "attnbench verdicts")
+        page = build_report(
+            kept, out / "report", args.claims or DEFAULT_CLAIMS, "attnbench verdicts"
+        )
         print(f"attnbench: report: {page}; table: {out / 'verdicts.md'}", file=sys.stderr)
     return run_verdict(*dirs) if dirs else 3
 
@@ -230,12 +306,14 @@ def reach(claim: Claim, members: list[Member], device: str) -> Reach:
     of ``device`` outside the session that have its points."""
     groups = tuple((m.suite.name, g) for m in members for g in m.groups if g.claim == claim.id)
     points = {p.point_id: p for m in members for p in m.suite.points}
-    if groups:
+    if groups or any(len(subject_rows(point_frame(m.suite.points), claim)) for m in members):
         return Reach(groups, points)
     names = {m.suite.name for m in members}
     elsewhere = tuple(
-        s.path for s in other_suites(device)
-        if s.name not in names and len(subject_rows(point_frame(s.points), claim)))
+        s.path
+        for s in other_suites(device)
+        if s.name not in names and len(subject_rows(point_frame(s.points), claim))
+    )
     return Reach((), points, elsewhere)
 
 
@@ -254,4 +332,3 @@ def other_suites(device: str) -> list[Suite]:
                 continue  # a suite this installation cannot expand has no points to offer
         _OTHER_SUITES[device] = found
     return _OTHER_SUITES[device]
-

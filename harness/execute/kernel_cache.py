@@ -42,13 +42,20 @@ def install(out: Path) -> list[str]:
     tools = _load(TOOLS / "triton_cache.py", "_attnbench_triton_cache")
     misses = _load(TOOLS / "triton_listen" / "triton_misses.py", "_attnbench_triton_misses")
     if tools is None or misses is None:
-        return [f"triton cache: {TOOLS} is not here (an installed package): kernels compile "
-                "as they launch, not counted"]
+        return [
+            f"triton cache: {TOOLS} is not here (an installed package): kernels compile "
+            "as they launch, not counted"
+        ]
     os.environ.setdefault("TRITON_CACHE_DIR", tools.CACHE_DIR)
     folder = Path(os.environ.get(CACHE_ENV) or CARRIED)
-    said = (tools.install(folder, Path(os.environ["TRITON_CACHE_DIR"]), tools.running_facts())
-            if folder.is_dir() else [f"triton cache: none given ({CACHE_ENV}) or carried "
-                                     f"({CARRIED}): kernels compile as they launch"])
+    said = (
+        tools.install(folder, Path(os.environ["TRITON_CACHE_DIR"]), tools.running_facts())
+        if folder.is_dir()
+        else [
+            f"triton cache: none given ({CACHE_ENV}) or carried "
+            f"({CARRIED}): kernels compile as they launch"
+        ]
+    )
     os.environ[misses.ENV] = str(out / COMPILES_FILE)
     try:
         import triton.knobs as knobs  # the listener Triton calls on every compile
@@ -73,5 +80,6 @@ def summary(out: Path) -> str | None:
         return None
     c = misses.count(path)
     kernels = ", ".join(f"{k} x{n}" for k, n in sorted(c["kernels"].items()))
-    return (f"triton: {c['compiles']} compiles, {c['hits']} cache hits, {c['misses']} misses"
-            + (f" ({c['miss_s']:.0f} s compiling: {kernels})" if c["misses"] else ""))
+    return f"triton: {c['compiles']} compiles, {c['hits']} cache hits, {c['misses']} misses" + (
+        f" ({c['miss_s']:.0f} s compiling: {kernels})" if c["misses"] else ""
+    )

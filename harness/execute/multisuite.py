@@ -119,8 +119,10 @@ def check_names(suites: Sequence[Suite]) -> None:
     seen: dict[str, str] = {}
     for suite in suites:
         if suite.name in seen:
-            raise CliError(f"{suite.path}: suite name {suite.name!r} is taken by "
-                           f"{seen[suite.name]} (each suite's rows go to OUT/runs/<name>)")
+            raise CliError(
+                f"{suite.path}: suite name {suite.name!r} is taken by "
+                f"{seen[suite.name]} (each suite's rows go to OUT/runs/<name>)"
+            )
         seen[suite.name] = suite.path
 
 
@@ -139,7 +141,7 @@ def point_levels(member: Member, limit_s: float) -> dict[str, int]:
             for x in xs:
                 for pid in at[x]:
                     level[pid] = min(level.get(pid, depth + lag), depth + lag)
-        for x, ids in group.units:  # dear units: after every cheap point, cheapest first
+        for _, ids in group.units:  # dear units: after every cheap point, cheapest first
             if set(ids) & dear:
                 for pid in ids:
                     level.setdefault(pid, DEAR)
@@ -151,26 +153,37 @@ def point_levels(member: Member, limit_s: float) -> dict[str, int]:
     return level
 
 
-def _ranks(member: Member, cheap: dict[str, list[float]],
-           points: dict[str, Point]) -> dict[str, int]:
+def _ranks(
+    member: Member, cheap: dict[str, list[float]], points: dict[str, Point]
+) -> dict[str, int]:
     """group label -> its rank among its claim's groups in this suite: 0 for the group with
     the most affordable axis values (the cheaper on a tie), 1 for the next, ... One group with
     enough points decides a claim (thin groups beside it are not judged), so a claim's first
     group runs to its middles before its second group starts."""
+
     def cost(group: ClaimGroup) -> float:
-        return sum(member.predict(points[pid]) for x, ids in group.units
-                   if x in cheap[group.label] for pid in ids)
+        return sum(
+            member.predict(points[pid])
+            for x, ids in group.units
+            if x in cheap[group.label]
+            for pid in ids
+        )
 
     ranks: dict[str, int] = {}
     for claim in dict.fromkeys(g.claim for g in member.groups):
-        mine = sorted((g for g in member.groups if g.claim == claim),
-                      key=lambda g: (-len(cheap[g.label]), cost(g)))
+        mine = sorted(
+            (g for g in member.groups if g.claim == claim),
+            key=lambda g: (-len(cheap[g.label]), cost(g)),
+        )
         ranks.update({g.label: r for r, g in enumerate(mine)})
     return ranks
 
 
-def schedule(members: Sequence[Member], limit_s: float,
-             skip: Callable[[Member, str], bool] = lambda m, pid: False) -> list[Stage]:
+def schedule(
+    members: Sequence[Member],
+    limit_s: float,
+    skip: Callable[[Member, str], bool] = lambda m, pid: False,
+) -> list[Stage]:
     """The session's stages in order (module docstring); points ``skip`` names (done, or
     serving only decided claims) are left out, and stages left empty dropped."""
     by_level: dict[int, list[Stage]] = {}
@@ -178,24 +191,40 @@ def schedule(members: Sequence[Member], limit_s: float,
         points = {p.point_id: p for p in member.suite.points}
         order = [s.point_id for s in coarse_to_fine(list(points), member.groups)]
         levels = point_levels(member, limit_s)
-        dear = sorted((pid for pid in order if levels.get(pid, -1) >= DEAR),
-                      key=lambda pid: member.predict(points[pid]))
+        dear = sorted(
+            (pid for pid in order if levels.get(pid, -1) >= DEAR),
+            key=lambda pid: member.predict(points[pid]),
+        )
         for pid, k in zip(dear, _dear_levels(dear, member, points), strict=True):
             levels[pid] = k
         for level in sorted(set(levels.values())):
-            ids = tuple(pid for pid in (dear if level >= DEAR else order)
-                        if levels.get(pid) == level and not skip(member, pid))
+            ids = tuple(
+                pid
+                for pid in (dear if level >= DEAR else order)
+                if levels.get(pid) == level and not skip(member, pid)
+            )
             if ids:
                 served = sorted({g.claim for g in member.groups if point_ids(g) & set(ids)})
                 seconds = sum(member.predict(points[pid]) for pid in ids)
                 by_level.setdefault(level, []).append(
-                    Stage(member.suite.name, level, ids, seconds, tuple(served)))
+                    Stage(member.suite.name, level, ids, seconds, tuple(served))
+                )
+    timed = frozenset().union(*(m.time_judged for m in members))
+
+    def value(stage: Stage) -> tuple[float, float]:
+        """Claims served per point (a claim judged on counts or allocations twice: any machine
+        decides it), then the cheaper per point: a first pass costs mostly its fixed checks."""
+        served = sum(1 if claim in timed else 2 for claim in stage.claims)
+        return (-served / len(stage.point_ids), stage.seconds / len(stage.point_ids))
+
     stages = []
     for level in sorted(by_level):
-        stages += sorted(by_level[level], key=lambda s: s.seconds / len(s.point_ids))
-    later = [Stage(m.suite.name, LATER, tuple(pid for pid in sorted(m.read())
-                                              if not skip(m, pid)), 0.0)
-             for m in members if m.suite.measure.passes > 1]
+        stages += sorted(by_level[level], key=value)
+    later = [
+        Stage(m.suite.name, LATER, tuple(pid for pid in sorted(m.read()) if not skip(m, pid)), 0.0)
+        for m in members
+        if m.suite.measure.passes > 1
+    ]
     return stages + [s for s in later if s.point_ids]
 
 
@@ -219,8 +248,11 @@ def first_passes(member: Member) -> dict[str, dict]:
     if not has_results(member.run_dir):
         return {}
     ids = {p.point_id for p in member.suite.points}
-    out = {pid: first for pid, (first, _) in PassLog(member.run_dir).read(ids).items()
-           if first is not None}
+    out = {
+        pid: first
+        for pid, (first, _) in PassLog(member.run_dir).read(ids).items()
+        if first is not None
+    }
     rows = member.run_dir / ROWS_FILE
     if rows.exists():
         out.update({r["point_id"]: r for r in iter_rows(rows) if r.get("point_id") in ids})
@@ -242,14 +274,16 @@ class Session:
     decided_claims: set[str] = field(default_factory=set)  # decided by rows in --out at start
     left_out: dict[str, set[str]] = field(default_factory=dict)  # suite -> point ids not run
     calibrations: dict[tuple[str, int | None], dict] = field(default_factory=dict)
+    measured: dict[str, str] = field(default_factory=dict)  # point id -> suite that measured it
     say: Callable[[str], None] = lambda text: print(text, file=sys.stderr)
 
     def skip(self, member: Member, pid: str) -> bool:
         """Is the point not worth measuring: every group that reads it is decided (by the
         stopping rule, or its claim by the rows in --out when the session started)?"""
         mine = [g for g in member.groups if pid in point_ids(g)]
-        return bool(mine) and all(g.claim in self.decided_claims
-                                  or g.label in member.rule.decided for g in mine)
+        return bool(mine) and all(
+            g.claim in self.decided_claims or g.label in member.rule.decided for g in mine
+        )
 
     def run(self, stages: Sequence[Stage], command: str) -> None:
         """Run ``stages`` in order under the deadline; Ctrl-C says how to continue
@@ -263,44 +297,78 @@ class Session:
                     continue
                 self._stage(member, stage, number, len(stages))
         except Interrupted:
-            raise Interrupted(f"interrupted: every finished row and timing pass is saved under "
-                              f"the run directories of --out; continue with: {command} "
-                              "--resume") from None
+            raise Interrupted(
+                f"interrupted: every finished row and timing pass is saved under "
+                f"the run directories of --out; continue with: {command} "
+                "--resume"
+            ) from None
 
     def _stage(self, member: Member, stage: Stage, number: int, total: int) -> None:
         done = finished(member)
         firsts = first_passes(member)
-        ids = [pid for pid in stage.point_ids if pid not in done and not self.skip(member, pid)
-               and (stage.later or pid not in firsts)]
+        self.measured.update((pid, member.suite.name) for pid in firsts)
+        # a point another suite of the session measured (the same fields) is judged from there
+        elsewhere = {pid for pid, name in self.measured.items() if name != member.suite.name}
+        ids = [
+            pid
+            for pid in stage.point_ids
+            if pid not in done
+            and pid not in elsewhere
+            and not self.skip(member, pid)
+            and (stage.later or pid not in firsts)
+        ]
         if stage.later:  # later passes only for points whose first pass went well
             ids = [pid for pid in ids if (firsts.get(pid) or {}).get("status") == "ok"]
         if not ids:
             return
         wanted = set(ids)
-        suite = replace(member.suite, points=tuple(p for p in member.suite.points
-                                                   if p.point_id in wanted))
+        suite = replace(
+            member.suite, points=tuple(p for p in member.suite.points if p.point_id in wanted)
+        )
         measure = configure(member.suite, RunOptions(time_limit=self.deadline.limit_s))
         prior = [r for pid, r in firsts.items() if pid not in wanted and r.get("status") == "ok"]
         rule = member.rule
         options = RunOptions(
-            out=member.run_dir, resume=has_results(member.run_dir), progress=False,
-            time_limit=self.deadline.limit_s, first_order=tuple(ids),
-            stopping_rule=lambda rows, env: rule([*prior, *rows], env), wanted=rule.wanted)
-        what = "later passes" if stage.later else f"level {stage.level}" if stage.level < DEAR \
+            out=member.run_dir,
+            resume=has_results(member.run_dir),
+            progress=False,
+            time_limit=self.deadline.limit_s,
+            first_order=tuple(ids),
+            stopping_rule=lambda rows, env: rule([*prior, *rows], env),
+            wanted=rule.wanted,
+        )
+        what = (
+            "later passes"
+            if stage.later
+            else f"level {stage.level}"
+            if stage.level < DEAR
             else "a dear point"
-        self.say(f"attnbench: verdicts: stage {number}/{total}: {member.suite.name}, {what}: "
-                 f"{len(ids)} point{'s' if len(ids) != 1 else ''} "
-                 f"({self.deadline.elapsed():.0f} s of {self.deadline.limit_s:.0f} s)")
+        )
+        self.say(
+            f"attnbench: verdicts: stage {number}/{total}: {member.suite.name}, {what}: "
+            f"{len(ids)} point{'s' if len(ids) != 1 else ''} "
+            f"({self.deadline.elapsed():.0f} s of {self.deadline.limit_s:.0f} s)"
+        )
         self.deadline.later_passes = stage.later
-        key = (member.suite.points[0].device if member.suite.points else "cpu",
-               member.suite.measure.threads)
-        run_suite(suite, measure, options, predict=member.predict, deadline=self.deadline,
-                  calibration=self.calibrations.get(key), quiet=True)
+        key = (
+            member.suite.points[0].device if member.suite.points else "cpu",
+            member.suite.measure.threads,
+        )
+        run_suite(
+            suite,
+            measure,
+            options,
+            predict=member.predict,
+            deadline=self.deadline,
+            calibration=self.calibrations.get(key),
+            quiet=True,
+        )
         if key not in self.calibrations and (member.run_dir / ENV_FILE).is_file():
             calibration = load_env(member.run_dir).get("calibration")
             if calibration and not member.suite.measure.isolate:
                 self.calibrations[key] = calibration
         ran = first_passes(member)
+        self.measured.update((pid, member.suite.name) for pid in ran)
         missed = {pid for pid in ids if pid not in ran} if not stage.later else set()
         self.left_out.setdefault(member.suite.name, set()).update(missed)
 
@@ -308,48 +376,68 @@ class Session:
         if not stage.later:
             firsts = first_passes(member)
             self.left_out.setdefault(member.suite.name, set()).update(
-                pid for pid in stage.point_ids if pid not in firsts)
+                pid for pid in stage.point_ids if pid not in firsts
+            )
 
 
-
-def describe(stages: Sequence[Stage], members: Sequence[Member], limit_s: float,
-             decided: set[str]) -> list[str]:
+def describe(
+    stages: Sequence[Stage], members: Sequence[Member], limit_s: float, decided: set[str]
+) -> list[str]:
     """``--dry-run``: the stages in order with their predicted seconds (nominal rate) and
     where the limit falls among them, then the time per suite and per claim."""
-    lines = [f"attnbench verdicts: {len(stages)} stages over {len(members)} suites, "
-             f"{limit_s:.0f} s to measure; seconds predicted at the nominal rate (a loaded "
-             "machine is slower: the session's own pace decides what fits)"]
+    lines = [
+        f"attnbench verdicts: {len(stages)} stages over {len(members)} suites, "
+        f"{limit_s:.0f} s to measure; seconds predicted at the nominal rate (a loaded "
+        "machine is slower: the session's own pace decides what fits)"
+    ]
     if decided:
         lines.append(f"decided already in --out (not measured again): {', '.join(sorted(decided))}")
     total, said = 0.0, False
+    by_name = {m.suite.name: m for m in members}
     for number, stage in enumerate(stages, 1):
         total += stage.seconds
         if total > limit_s and not said:
             lines.append(f"--- the limit ({limit_s:.0f} s) falls here at the nominal rate ---")
             said = True
-        what = ("later passes" if stage.later else f"L{stage.level}" if stage.level < DEAR
-                else "dear")
-        lines.append(f"{number:>3}  {what:<12} {stage.suite:<26} "
-                     f"{len(stage.point_ids):>3} points "
-                     + (f"{stage.seconds:6.1f} s  (total {total:6.1f} s)  "
-                        if not stage.later else "while time is left  ")
-                     + ", ".join(stage.claims))
+        what = (
+            "later passes" if stage.later else f"L{stage.level}" if stage.level < DEAR else "dear"
+        )
+        lines.append(
+            f"{number:>3}  {what:<12} {stage.suite:<26} "
+            f"{len(stage.point_ids):>3} points "
+            + (
+                f"{stage.seconds:6.1f} s  (total {total:6.1f} s)  "
+                if not stage.later
+                else "while time is left  "
+            )
+            + ", ".join(stage.claims)
+        )
+        if not stage.later:
+            labels = {p.point_id: p.label() for p in by_name[stage.suite].suite.points}
+            lines.append("       " + "; ".join(labels[pid] for pid in stage.point_ids))
     lines.append("time per suite (first passes, predicted):")
     per_claim: dict[str, float] = {}
     for member in members:
         points = {p.point_id: p for p in member.suite.points}
         mine = [s for s in stages if s.suite == member.suite.name and not s.later]
-        lines.append(f"  {member.suite.name}: "
-                     f"{sum(s.seconds for s in mine):.1f} s, "
-                     f"{sum(len(s.point_ids) for s in mine)} points "
-                     f"({len(points) - len(member.read())} points no claim reads: not measured)")
+        lines.append(
+            f"  {member.suite.name}: "
+            f"{sum(s.seconds for s in mine):.1f} s, "
+            f"{sum(len(s.point_ids) for s in mine)} points "
+            f"({len(points) - len(member.read())} points no claim reads: not measured)"
+        )
         ids = {pid for s in mine for pid in s.point_ids}
         for group in member.groups:
             mine_ids = point_ids(group) & ids
             per_claim[group.claim] = per_claim.get(group.claim, 0.0) + sum(
-                member.predict(points[pid]) for pid in mine_ids)
-    lines.append("time per claim (first passes of its points, predicted; a point read by "
-                 "several claims counts in each):")
-    lines += [f"  {claim}: {seconds:.1f} s" for claim, seconds in
-              sorted(per_claim.items(), key=lambda kv: kv[1])]
+                member.predict(points[pid]) for pid in mine_ids
+            )
+    lines.append(
+        "time per claim (first passes of its points, predicted; a point read by "
+        "several claims counts in each):"
+    )
+    lines += [
+        f"  {claim}: {seconds:.1f} s"
+        for claim, seconds in sorted(per_claim.items(), key=lambda kv: kv[1])
+    ]
     return lines
