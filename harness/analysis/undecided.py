@@ -33,6 +33,7 @@ class Reach:
     groups: tuple[tuple[str, JudgedGroup], ...] = ()
     points: dict[str, Point] | None = None
     elsewhere: tuple[str, ...] = ()
+    here: tuple[str, ...] = ()  # measured suites with its points, when they form no group
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,11 @@ def what_decides(
     """For a claim not decided: the points its groups lack and their expected minutes, the
     rows left out of its time evidence, or where its points are when it has none here."""
     if not reach.groups:
+        if reach.here:
+            return (
+                f"its points in {', '.join(reach.here)} hold one value of {claim.over}: too few "
+                f"to judge it here; a suite with more values of {claim.over} in its range"
+            )
         if reach.elsewhere:
             named = ", ".join(reach.elsewhere)
             return (

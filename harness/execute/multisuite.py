@@ -220,12 +220,21 @@ def schedule(
     stages = []
     for level in sorted(by_level):
         stages += sorted(by_level[level], key=value)
-    later = [
-        Stage(m.suite.name, LATER, tuple(pid for pid in sorted(m.read()) if not skip(m, pid)), 0.0)
+    later = [  # later passes refine times: the points of time claims' groups
+        Stage(
+            m.suite.name,
+            LATER,
+            tuple(pid for pid in sorted(_timed_points(m)) if not skip(m, pid)),
+            0.0,
+        )
         for m in members
         if m.suite.measure.passes > 1
     ]
     return stages + [s for s in later if s.point_ids]
+
+
+def _timed_points(member: Member) -> set[str]:
+    return {pid for g in member.groups if g.claim in member.time_judged for pid in point_ids(g)}
 
 
 def _dear_levels(dear: list[str], member: Member, points: dict[str, Point]) -> list[int]:
@@ -277,10 +286,18 @@ class Session:
     measured: dict[str, str] = field(default_factory=dict)  # point id -> suite that measured it
     say: Callable[[str], None] = lambda text: print(text, file=sys.stderr)
 
-    def skip(self, member: Member, pid: str) -> bool:
+    def skip(self, member: Member, pid: str, timed_only: bool = False) -> bool:
         """Is the point not worth measuring: every group that reads it is decided (by the
-        stopping rule, or its claim by the rows in --out when the session started)?"""
-        mine = [g for g in member.groups if pid in point_ids(g)]
+        stopping rule, or its claim by the rows in --out when the session started)?
+        ``timed_only``: of the groups of claims judged on time (later passes refine a time;
+        memory and counts are measured once, in the first pass)."""
+        mine = [
+            g
+            for g in member.groups
+            if pid in point_ids(g) and (not timed_only or g.claim in member.time_judged)
+        ]
+        if timed_only and not mine:
+            return True  # read by no time claim: a later pass would refine nothing
         return bool(mine) and all(
             g.claim in self.decided_claims or g.label in member.rule.decided for g in mine
         )
@@ -317,8 +334,13 @@ class Session:
             and not self.skip(member, pid)
             and (stage.later or pid not in firsts)
         ]
-        if stage.later:  # later passes only for points whose first pass went well
-            ids = [pid for pid in ids if (firsts.get(pid) or {}).get("status") == "ok"]
+        if stage.later:  # later passes: points whose first pass went well, for a time claim
+            ids = [
+                pid
+                for pid in ids
+                if (firsts.get(pid) or {}).get("status") == "ok"
+                and not self.skip(member, pid, timed_only=True)
+            ]
         if not ids:
             return
         wanted = set(ids)

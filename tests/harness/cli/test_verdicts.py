@@ -27,7 +27,7 @@ seq_len = [64, 96, 128, 192, 256, 384]
 [measure]
 budget_s = 0.02
 min_samples = 3
-passes = 1
+passes = 2
 threads = 1
 """
 
@@ -120,7 +120,10 @@ def test_verdicts_end_to_end(tmp_path, capsys, files):
     assert by_id["planted-thin"]["decide"]
     assert "| planted-memory-n1 |" in (out / "verdicts.md").read_text()
     assert (out / "report" / "index.html").is_file()
-    assert (out / "runs" / "tiny-verdicts" / "rows.jsonl").is_file()
+    # memory is measured in a first pass: no later pass is spent on these claims, and once
+    # the stopping rule has decided both claims their other points are not measured
+    passes = (out / "runs" / "tiny-verdicts" / "passes.jsonl").read_text().splitlines()
+    assert 3 <= len(passes) <= 6 and all('"pass": 0' in line for line in passes)
     assert "triton cache: not used on cpu" in err
     # a second session in the same --out must say --resume
     code, _, err = cli(
