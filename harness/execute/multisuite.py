@@ -47,6 +47,7 @@ from harness.sweep.suite import Suite
 
 DEAR_SHARE = 0.03  # a point predicted over this share of the limit is measured last
 LATER = 1000  # the level of the later passes' stages (after every first pass)
+TIME_LAG = 2  # levels a group of a claim judged on time comes after counted ones
 DEAR = 100  # dear points' levels start here (after every affordable first pass)
 
 
@@ -135,7 +136,7 @@ def point_levels(member: Member, limit_s: float) -> dict[str, int]:
     rank = _ranks(member, cheap, points)
     level: dict[str, int] = {}
     for group in member.groups:
-        lag = (1 if group.claim in member.time_judged else 0) + rank[group.label]
+        lag = (TIME_LAG if group.claim in member.time_judged else 0) + rank[group.label]
         at = dict(group.units)
         for depth, xs in enumerate(bisection_levels(cheap[group.label])):
             for x in xs:
@@ -186,7 +187,7 @@ def schedule(
 ) -> list[Stage]:
     """The session's stages in order (module docstring); points ``skip`` names (done, or
     serving only decided claims) are left out, and stages left empty dropped."""
-    by_level: dict[int, list[Stage]] = {}
+    by_level: dict[tuple[int, int], list[Stage]] = {}
     for member in members:
         points = {p.point_id: p for p in member.suite.points}
         order = [s.point_id for s in coarse_to_fine(list(points), member.groups)]
@@ -197,16 +198,23 @@ def schedule(
         )
         for pid, k in zip(dear, _dear_levels(dear, member, points), strict=True):
             levels[pid] = k
-        for level in sorted(set(levels.values())):
+        tier = _tiers(member)
+        first = _primary(member, limit_s)
+        for level, rank in sorted({(lv, tier[pid]) for pid, lv in levels.items()}):
             ids = tuple(
-                pid
-                for pid in (dear if level >= DEAR else order)
-                if levels.get(pid) == level and not skip(member, pid)
+                sorted(
+                    (
+                        pid
+                        for pid in (dear if level >= DEAR else order)
+                        if levels.get(pid) == level and tier[pid] == rank and not skip(member, pid)
+                    ),
+                    key=lambda pid: first[pid] if level < DEAR else 0,
+                )
             )
             if ids:
                 served = sorted({g.claim for g in member.groups if point_ids(g) & set(ids)})
                 seconds = sum(member.predict(points[pid]) for pid in ids)
-                by_level.setdefault(level, []).append(
+                by_level.setdefault((level, rank), []).append(
                     Stage(member.suite.name, level, ids, seconds, tuple(served))
                 )
     timed = frozenset().union(*(m.time_judged for m in members))
@@ -231,6 +239,40 @@ def schedule(
         if m.suite.measure.passes > 1
     ]
     return stages + [s for s in later if s.point_ids]
+
+
+def _primary(member: Member, limit_s: float) -> dict[str, int]:
+    """point id -> the best rank among the groups that read it (a time claim's group counts
+    after every other's), shared by a unit: within a stage, the points of each claim's first
+    group come first (sorted is stable: the coarse-to-fine order within a rank)."""
+    points = {p.point_id: p for p in member.suite.points}
+    dear = {pid for pid in member.read() if member.predict(points[pid]) > DEAR_SHARE * limit_s}
+    cheap = {g.label: [x for x, ids in g.units if not set(ids) & dear] for g in member.groups}
+    rank = _ranks(member, cheap, points)
+    best: dict[str, int] = {}
+    for group in member.groups:
+        mine = rank[group.label] + (LATER if group.claim in member.time_judged else 0)
+        for _, ids in group.units:
+            unit = min([mine, *(best.get(pid, mine) for pid in ids)])
+            for pid in ids:
+                best[pid] = unit
+    return best
+
+
+def _tiers(member: Member) -> dict[str, int]:
+    """point id -> 0 when its unit serves a claim judged on counts, allocations or errors, 1
+    when it serves only time claims: within a level the first come first (contention cannot
+    undo them), a ratio pair keeping one tier."""
+    counted = {
+        pid for g in member.groups if g.claim not in member.time_judged for pid in point_ids(g)
+    }
+    tier = {}
+    for group in member.groups:
+        for _, ids in group.units:
+            rank = 0 if counted & set(ids) else 1
+            for pid in ids:
+                tier[pid] = min(tier.get(pid, rank), rank)
+    return tier
 
 
 def _timed_points(member: Member) -> set[str]:
