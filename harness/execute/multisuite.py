@@ -8,14 +8,18 @@ The order is ``run --time-limit``'s (docs/time_limit.md), over every suite at on
   log space (:func:`harness.sweep.order.bisection_levels`): level 0 the two ends of a group's
   axis, level 1 the middle, ...; a point's level is the earliest any group gives it, and the
   points of one unit (a ratio claim's pair at one x) share it, so they run back to back;
-- a group of a claim judged on time comes one level later than the others: a memory, error
-  or byte count is decided by its rows on any machine, a time only where the machine was quiet
-  (cheapest decisive first);
+- a group of a claim judged on time comes :data:`TIME_LAG` levels later than the others: a
+  memory, error or byte count is decided by its rows on any machine, a time only where the
+  machine was quiet (cheapest decisive first); a claim's groups are ranked (the one with the
+  most affordable axis values first) and each further group starts a level later: one group
+  with enough points decides a claim;
 - a *dear* point, predicted (at the nominal rate) to take more than :data:`DEAR_SHARE` of the
   limit, is not an end of its group's axis: the axis is bisected without it, and dear points
   come after every other first pass, cheapest first;
-- within a level, suites run cheapest first (mean predicted seconds of their points there),
-  each suite's points in its own coarse-to-fine order: one :class:`Stage` per (level, suite);
+- within a level, the points that serve a counted claim come before those that serve only
+  time claims; then the suites whose points serve the most claims per point (a first pass
+  costs mostly its fixed checks); within a suite, each claim's first group before its others,
+  else the suite's own coarse-to-fine order: one :class:`Stage` per (level, tier, suite);
 - points no claim reads are not measured (they decide nothing);
 - every first pass comes before any later pass: the later passes of the suites run last, as a
   stage per suite, while time is left.
@@ -355,7 +359,7 @@ class Session:
                     self._leave(member, stage)
                     continue
                 self._stage(member, stage, number, len(stages))
-        except Interrupted:
+        except (Interrupted, KeyboardInterrupt):
             raise Interrupted(
                 f"interrupted: every finished row and timing pass is saved under "
                 f"the run directories of --out; continue with: {command} "
