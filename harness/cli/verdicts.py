@@ -2,7 +2,8 @@
 [--suite FILE]... [--plugin FILE.py]... [--resume] [--dry-run] [--json]``: the verdict on every
 claim from one command. The bundled claim suites of the device (``claims-*gpu*`` on CUDA,
 ``claims-*cpu*`` elsewhere) and the ``--suite``\\ s are measured under one time limit, coarse to
-fine across all of them (:mod:`harness.execute.multisuite`), then every claim is judged
+fine across all of them (the order: :mod:`harness.execute.stages`; the session:
+:mod:`harness.execute.multisuite`), then every claim is judged
 (:func:`harness.analysis.verdicts.judge_claims`, as ``claims`` and ``report`` judge) and the
 table printed: one line per claim (:mod:`harness.analysis.undecided`,
 :mod:`harness.render.verdict_table`). Under ``--out``: ``runs/<suite>/`` (each suite's run
@@ -41,14 +42,8 @@ from harness.distributed.shard import predicted_seconds
 from harness.errors import CliError, ResultsWarning, SuiteError
 from harness.execute import kernel_cache
 from harness.execute.deadline import Deadline
-from harness.execute.multisuite import (
-    Member,
-    Session,
-    check_names,
-    describe,
-    has_results,
-    schedule,
-)
+from harness.execute.multisuite import Session, has_results
+from harness.execute.stages import Member, check_names, describe, schedule
 from harness.measure import env
 from harness.plugins import add_plugin_option
 from harness.render.report import build_report
@@ -81,7 +76,9 @@ def add_cli(sub) -> None:
         "verdicts",
         help="measure the claim suites under one time limit and print the verdict on every claim",
         epilog=EXIT_CODES,
-        description=__doc__.split("\n\n")[1].replace("\\", ""),
+        description="Measure the device's claim suites (and the --suite files) under one "
+        "time limit, coarse to fine across all of them; judge every claim and print one line "
+        "per claim, with what would decide an undecided one (docs/time_limit.md).",
     )
     p.add_argument(
         "--minutes",

@@ -8,7 +8,8 @@ from pathlib import Path
 from harness.analysis.claims import parse_claims
 from harness.analysis.groups import StoppingRule, judged_groups
 from harness.execute.deadline import Deadline
-from harness.execute.multisuite import DEAR, Member, Session, point_levels, schedule
+from harness.execute.multisuite import Session
+from harness.execute.stages import DEAR, Member, point_levels, schedule
 from harness.sweep.suite import parse_suite
 
 SUITE = {
