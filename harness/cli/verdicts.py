@@ -161,6 +161,7 @@ def cmd_verdicts(args) -> int:
         f"attnbench verdicts --device {device} --out {out}"
         + "".join(f" --suite {s}" for s in args.suite)
         + (f" --claims {args.claims}" if args.claims else "")
+        + "".join(f" --plugin {p}" for p in args.plugin)
     )
     if args.dry_run:
         print("\n".join(describe(stages, members, limit, decided)))
@@ -176,7 +177,7 @@ def cmd_verdicts(args) -> int:
     if device == "cuda" and (line := kernel_cache.summary(out)):
         notes.append(line)
     measured = time.monotonic() - started
-    return judge_and_write(args, claims, members, session, out, notes, device, measured)
+    return judge_and_write(args, claims, members, session, out, notes, device, measured, command)
 
 
 def suite_paths(device: str, extra: list[Path]) -> list[Path]:
@@ -249,7 +250,15 @@ def decided_claims(claims: list[Claim], held: list[Member]) -> set[str]:
 
 
 def judge_and_write(
-    args, claims, members, session, out: Path, notes: list[str], device: str, measured: float
+    args,
+    claims,
+    members,
+    session,
+    out: Path,
+    notes: list[str],
+    device: str,
+    measured: float,
+    command: str,
 ) -> int:
     """Judge every claim on the rows of every suite, write verdicts.md and verdicts.json, print
     the table, build the report; the exit code of the rows (``run``'s)."""
@@ -261,18 +270,18 @@ def judge_and_write(
         verdict_line(v, c, rows, reach(c, members, device), seconds(session, members))
         for v, c in zip(verdicts, claims, strict=True)
     ]
-    notes = [
+    said = [  # the session's own lines (the cache's were said when it was installed)
         f"device {device}; {args.minutes:g} min asked, measured for {measured:.0f} s; "
         f"suites: {', '.join(m.suite.name for m in members)}",
-        *notes,
         *([note] if note else []),
     ]
     left = sum(len(ids) for ids in session.left_out.values())
     if left:
-        notes.append(
+        said.append(
             f"{fmt.plural(left, 'point')} left out by the time limit; more minutes: "
-            "the same command with --resume"
+            f"{command} --resume --minutes M"
         )
+    notes = [*said[:1], *notes, *said[1:]]
     write_tables(
         out,
         lines,
@@ -287,7 +296,7 @@ def judge_and_write(
         )
     else:
         print(text_table(lines))
-        for text in notes:
+        for text in said:
             print(f"attnbench: {text}", file=sys.stderr)
     sys.stdout.flush()
     if kept:
