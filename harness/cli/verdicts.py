@@ -153,6 +153,8 @@ def cmd_verdicts(args) -> int:
             "to spend more minutes on its undecided claims, or choose a new --out"
         )
     decided = decided_claims(claims, held) if held and args.resume else set()
+    # where each claim's points are: static, so found before the clock starts
+    reaches = [] if args.dry_run else [reach(c, members, device) for c in claims]
     keep = max(JUDGE_S, JUDGE_SHARE * args.minutes * 60)
     limit = max(args.minutes * 60 - (time.monotonic() - started) - keep, 1.0)
     session = Session(members, Deadline(limit), decided)
@@ -177,7 +179,9 @@ def cmd_verdicts(args) -> int:
     if device == "cuda" and (line := kernel_cache.summary(out)):
         notes.append(line)
     measured = time.monotonic() - started
-    return judge_and_write(args, claims, members, session, out, notes, device, measured, command)
+    return judge_and_write(
+        args, claims, members, session, out, notes, device, measured, command, reaches
+    )
 
 
 def suite_paths(device: str, extra: list[Path]) -> list[Path]:
@@ -259,6 +263,7 @@ def judge_and_write(
     device: str,
     measured: float,
     command: str,
+    reaches: list[Reach],
 ) -> int:
     """Judge every claim on the rows of every suite, write verdicts.md and verdicts.json, print
     the table, build the report; the exit code of the rows (``run``'s)."""
@@ -267,8 +272,8 @@ def judge_and_write(
         rows, kept, _ = usable_runs(dirs)
     verdicts, note = judge_claims(claims, rows, load_envs(kept))
     lines = [
-        verdict_line(v, c, rows, reach(c, members, device), seconds(session, members))
-        for v, c in zip(verdicts, claims, strict=True)
+        verdict_line(v, c, rows, where, seconds(session, members))
+        for v, c, where in zip(verdicts, claims, reaches, strict=True)
     ]
     said = [  # the session's own lines (the cache's were said when it was installed)
         f"device {device}; {args.minutes:g} min asked, measured for {measured:.0f} s; "
