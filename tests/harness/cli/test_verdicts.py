@@ -170,7 +170,8 @@ def test_a_cut_session_resumes_and_spends_its_minutes_on_what_is_undecided(
     assert code == 0, err
     rows = (out / "runs" / "tiny-verdicts" / "passes.jsonl").read_text().splitlines()
     assert 1 <= len(rows) < 6
-    assert "not measured: " in line_of(table, "planted-memory-n2")
+    cut = line_of(table, "planted-memory-n2")  # 3 points may decide it on a quiet machine
+    assert " confirmed " in cut or "not measured: " in cut
     assert "left out by the time limit" in err and "--resume --minutes M" in err
     code, text, err = cli(capsys, *args, "--minutes", "2", "--resume", "--json")
     assert code == 0, err
