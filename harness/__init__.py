@@ -1,5 +1,6 @@
 """attnbench: a benchmark and complexity-profiling harness for attention implementations."""
 
+import fnmatch
 from importlib.resources import files
 from pathlib import Path
 
@@ -16,3 +17,13 @@ def bundled(name: str) -> Path:
     editable install)."""
     installed = files(__name__).joinpath("suites", name)
     return Path(str(installed)) if installed.is_file() else SUITES_DIR / name
+
+
+def bundled_files(pattern: str) -> list[Path]:
+    """The bundled suites and claims files whose names match ``pattern`` (``claims-*cpu*.toml``),
+    sorted by name, from where :func:`bundled` reads them."""
+    installed = files(__name__).joinpath("suites")
+    folder = Path(str(installed)) if installed.is_dir() else SUITES_DIR
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if fnmatch.fnmatch(p.name, pattern))

@@ -53,9 +53,11 @@ def point_frame(points: Sequence[Point]) -> pd.DataFrame:
     return pd.DataFrame([p.columns() for p in points])
 
 
-def judged_groups(points: Sequence[Point], claims: Sequence[Claim]) -> list[JudgedGroup]:
-    """Every claim's groups over ``points``, in the claims' order: those with at least two
-    values of the claim's axis (one value is no slope, ratio trend or crossover to order)."""
+def judged_groups(points: Sequence[Point], claims: Sequence[Claim],
+                  min_values: int = 2) -> list[JudgedGroup]:
+    """Every claim's groups over ``points``, in the claims' order: those with at least
+    ``min_values`` values of the claim's axis (one value is no slope, ratio trend or crossover
+    to order; ``attnbench verdicts`` still measures a ratio claim about one length)."""
     if not points:
         return []
     df = point_frame(points)
@@ -68,7 +70,7 @@ def judged_groups(points: Sequence[Point], claims: Sequence[Claim]) -> list[Judg
             out += _exponent_groups(sub, claim)
         else:
             out += _paired_groups(sub, subject_rows(df, claim, baseline=True), claim)
-    return [g for g in out if len(g.units) >= 2]
+    return [g for g in out if len(g.units) >= min_values]
 
 
 def _units(part: pd.DataFrame, over: str) -> dict[float, list[str]]:

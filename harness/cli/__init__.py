@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("harness.cli.run", "run a suite; rows go to DIR/rows.jsonl"),
     "table": ("harness.cli.table", "comparison table of a run directory (text, markdown, CSV)"),
     "claims": ("harness.cli.claims", "verdicts on the claims file from run directories"),
+    "verdicts": ("harness.cli.verdicts", "measure the claim suites; the verdict on each claim"),
     "report": ("harness.cli.report", "HTML + markdown + CSV report of run directories"),
     "compare": ("harness.cli.compare", "regression check: baseline run vs current run"),
     "baseline": ("harness.cli.baseline", "save or find committed baselines"),

@@ -20,6 +20,7 @@ row of the run directory, so a resumed run is judged whole:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import re
 import sys
@@ -187,13 +188,14 @@ def print_order(suite: Suite, order: list[Slot], passes: int, limit_s: float | N
     return 0
 
 
-def run_verdict(run_dir: Path) -> int:
-    """The exit code of a finished run from every row of ``run_dir`` (partial ones included),
-    with one line per failing implementation and a last line that counts every status."""
-    try:
-        rows = list(read_run(run_dir).rows)
-    except ResultsError:
-        rows = []
+def run_verdict(run_dir: Path, *more: Path) -> int:
+    """The exit code of a finished run from every row of ``run_dir`` (and of ``more`` run
+    directories, judged as one: ``verdicts``), partial ones included, with one line per failing
+    implementation and a last line that counts every status."""
+    rows = []
+    for folder in (run_dir, *more):
+        with contextlib.suppress(ResultsError):  # no rows: counted as none
+            rows += list(read_run(folder).rows)
     counts = Counter(str(r.get("status")) for r in rows)
     for impl, bad in _failures(rows).items():
         print(f"attnbench: {impl}: {bad}", file=sys.stderr)

@@ -62,6 +62,9 @@ class Deadline:
     _call_s: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     left_out: set[str] = field(default_factory=set)  # points with no pass run
     cut: set[str] = field(default_factory=set)  # points with some passes, cut before the last
+    # False: only first passes fit (a session that runs every first pass, over several suites,
+    # before any later pass); a later pass refused so is not a cut: it may run when this is True
+    later_passes: bool = True
     # (first pass?) -> [actual seconds, predicted seconds] of the passes done
     _pace: dict[bool, list[float]] = field(default_factory=lambda: {True: [0.0, 0.0],
                                                                     False: [0.0, 0.0]})
@@ -101,6 +104,8 @@ class Deadline:
     def fits(self, point: Point, first: bool) -> bool:
         """Whether a pass of ``point`` may start now; starts the clock on the first call."""
         now = self.clock()
+        if not first and not self.later_passes:
+            return False
         if self.started is None:
             self.started = self._pass_start = now
             return True
@@ -122,7 +127,10 @@ class Deadline:
         self._pace[first][1] += self.predict(point) if self.predict is not None else seconds
 
     def leave(self, point_id: str, pass_index: int) -> None:
-        """Pass ``pass_index`` of a point did not fit: the point is left out (no pass) or cut."""
+        """Pass ``pass_index`` of a point did not fit: the point is left out (no pass) or cut
+        (not when only first passes may run: its later passes wait, they are not cut)."""
+        if pass_index > 0 and not self.later_passes:
+            return
         (self.left_out if pass_index == 0 else self.cut).add(point_id)
 
     def dropped(self, point_id: str) -> bool:

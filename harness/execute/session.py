@@ -96,14 +96,21 @@ def configure(suite: Suite, options: RunOptions) -> MeasureConfig:
 
 def run_suite(suite: Suite, measure: MeasureConfig, options: RunOptions,
               on_open: Callable[[Path, bool], None] | None = None,
-              predict: Callable[[Point, float | None], float] | None = None) -> RunResult:
+              predict: Callable[[Point, float | None], float] | None = None, *,
+              deadline: Deadline | None = None, calibration: dict | None = None,
+              quiet: bool = False) -> RunResult:
     """Measure every point of ``suite`` with ``measure`` into ``options.out`` (a new directory,
     or the one being resumed). ``on_open(run_dir, resumed)`` runs once ``env.json`` is in place,
     before any point (a shard records itself there). ``predict(point, flops_per_s)``: the
     predicted seconds of one pass of a point at this machine's measured matmul rate
     (:func:`at_measured_rate`), for the expected time said before the run starts and the ETA
     of the progress display. Progress and a summary go to stderr; Ctrl-C keeps every finished row
-    and pass and says how to resume (:class:`~harness.errors.Interrupted`, exit 130)."""
+    and pass and says how to resume (:class:`~harness.errors.Interrupted`, exit 130).
+
+    A session over several suites (``attnbench verdicts``) shares one ``deadline`` between its
+    calls (one clock, one pace; this call sets its ``calls`` and ``predict``), gives a new run
+    directory the ``calibration`` it measured already on the same device and threads, and is
+    ``quiet``: it says itself what its calls do."""
     for kind in sorted({p.device for p in suite.points}):  # refuse before anything is written
         try:
             get_device(kind)
@@ -120,7 +127,7 @@ def run_suite(suite: Suite, measure: MeasureConfig, options: RunOptions,
     if not resumed:
         make_run_dir(run_dir)
         run_id = new_id
-        prepare_run(suite, run_dir, run_id, isolate)
+        prepare_run(suite, run_dir, run_id, isolate, calibration)
     if on_open is not None:
         on_open(run_dir, resumed)
     executor = None
@@ -134,15 +141,17 @@ def run_suite(suite: Suite, measure: MeasureConfig, options: RunOptions,
     order = first_order(points, options.first_order) if measure.time_limit_s else None
     timing = measure.timing  # the calls a pass cannot skip (first: first call, check, memory)
     calls = (3 + timing.warmup_calls + timing.min_samples, timing.warmup_calls + timing.min_samples)
-    deadline = (Deadline(measure.time_limit_s, predict, calls=calls)
-                if measure.time_limit_s and points else None)
-    print(f"attnbench: {plural(len(points), 'point')} of suite {suite.name!r} -> {run_dir}"
-          + (f" ({len(done)} already done)" if done else "")
-          + (f"; expected about {duration(sum(plan.values()))} "
-             "(predicted; the ETA follows the run's pace)" if predict and points else ""),
-          file=sys.stderr)
+    if deadline is not None:  # shared by a session: this suite's calls and predictor
+        deadline.calls, deadline.predict = calls, predict
+    elif measure.time_limit_s and points:
+        deadline = Deadline(measure.time_limit_s, predict, calls=calls)
+    say = (lambda text: None) if quiet else (lambda text: print(text, file=sys.stderr))
+    say(f"attnbench: {plural(len(points), 'point')} of suite {suite.name!r} -> {run_dir}"
+        + (f" ({len(done)} already done)" if done else "")
+        + (f"; expected about {duration(sum(plan.values()))} "
+           "(predicted; the ETA follows the run's pace)" if predict and points else ""))
     if deadline is not None:
-        print(limit_notice(deadline, points, order, plan), file=sys.stderr)
+        say(limit_notice(deadline, points, order, plan))
     try:
         with (Progress(plan, max(measure.passes, 1), limit_s=measure.time_limit_s)
               if options.progress and points else nullcontext()) as bar:
@@ -157,9 +166,9 @@ def run_suite(suite: Suite, measure: MeasureConfig, options: RunOptions,
         raise Interrupted(interrupted_message(suite, run_dir)) from None
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or (
         "no point finished all its passes" if deadline and deadline.started else "nothing to run")
-    print(f"attnbench: {summary}; rows in {run_dir / ROWS_FILE}", file=sys.stderr)
+    say(f"attnbench: {summary}; rows in {run_dir / ROWS_FILE}")
     if deadline is not None and (deadline.left_out or deadline.cut):
-        print(cut_message(deadline, suite, run_dir, max(measure.passes, 1)), file=sys.stderr)
+        say(cut_message(deadline, suite, run_dir, max(measure.passes, 1)))
     return RunResult(run_dir, counts)
 
 
@@ -341,10 +350,12 @@ def resume_state(run_dir: Path, suite: Suite, options: RunOptions) -> tuple[set[
     return done, recorded.get("run_id") or run_dir.name
 
 
-def prepare_run(suite: Suite, run_dir: Path, run_id: str, isolate: bool = False) -> dict:
+def prepare_run(suite: Suite, run_dir: Path, run_id: str, isolate: bool = False,
+                calibration: dict | None = None) -> dict:
     """Write env.json (with the device calibration) for a new run; returns it. With
     ``isolate`` a child process collects it, so this process never holds a GPU context or
-    the calibration's cached memory while the points' children run."""
+    the calibration's cached memory while the points' children run. ``calibration``: one this
+    process measured already on the same device and threads (not measured again)."""
     if suite.measure.threads:
         torch.set_num_threads(suite.measure.threads)
     kinds = sorted({p.device for p in suite.points}) or ["cpu"]
@@ -354,7 +365,7 @@ def prepare_run(suite: Suite, run_dir: Path, run_id: str, isolate: bool = False)
     else:
         device = get_device(kinds[0], suite.measure.flush_l2)
         info = env.collect(device, *run)
-        info["calibration"] = calibrate.calibrate(device)
+        info["calibration"] = calibration or calibrate.calibrate(device)
     # the plug-in files this process loaded (path, sha256): a verb that reads these rows
     # without --plugin loads them again while they are unchanged (harness.cli.plugin_use)
     info["plugins"] = plugins.loaded_records()

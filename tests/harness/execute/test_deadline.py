@@ -157,3 +157,20 @@ def test_points_that_lose_their_purpose_when_an_end_is_left_out_are_left_out_too
                       first_order=[0, 3, 2, 1], deadline=deadline, wanted=wanted)
     assert ran == [(16, 0), (24, 0)]
     assert deadline.left_out == {POINTS[3].point_id, middle}
+
+
+def test_only_first_passes_fit_until_later_passes_are_let_in():
+    """A session over several suites runs every first pass before any later one: while
+    ``later_passes`` is False a later pass does not fit and its point is not cut."""
+    clock = Clock()
+    deadline = Deadline(100.0, clock=clock, later_passes=False)
+    point = POINTS[0]
+    assert deadline.fits(point, True)
+    deadline.record(point, True, 1.0)
+    assert not deadline.fits(point, False)
+    deadline.leave(point.point_id, 1)
+    assert not deadline.dropped(point.point_id) and not deadline.cut
+    deadline.later_passes = True
+    assert deadline.fits(point, False)
+    deadline.leave(point.point_id, 2)  # a refusal once later passes may run is a cut
+    assert deadline.dropped(point.point_id)
