@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -62,6 +63,7 @@ class Identifier:
     reason: str
     check: str | None = None
     check_globs: tuple[str, ...] | None = None
+    only_if: str | None = None  # a file is renamed only if this also matches in it
 
     @property
     def label(self) -> str:
@@ -125,8 +127,8 @@ MOVES: tuple[Move, ...] = (
     ),
     Move(
         "harness/scenarios/pointmask.py",
-        "harness/scenarios/mask_columns.py",
-        "a point's mask as suites write it and its flat row columns",
+        "harness/scenarios/suite_mask.py",
+        "a point's mask as its suite wrote it (documents as a rule) and its flat row columns",
         bare=True,
     ),
     Move(
@@ -149,7 +151,7 @@ MOVES: tuple[Move, ...] = (
     ),
 )
 
-SCENARIO_FILES = ("harness/scenarios/*", "tests/harness/scenarios/*", "benchmarks/gpu_soundness.py")
+CHECKS = r"\bcheck_choice\(|\bCheckChoice\b"  # the files that hold an agreement-check choice
 PROOF_FILES = (
     "benchmarks/gpu_proof.sh",
     "benchmarks/warm_cache.py",
@@ -179,14 +181,16 @@ IDENTIFIERS: tuple[Identifier, ...] = (
     Identifier(
         r"``(full|rows|auto)`` plan\b",
         r"``\1`` check",
-        SCENARIO_FILES,
+        ANY,
         "the check choice's docstrings",
+        only_if=CHECKS,
     ),
     Identifier(
         NOT_A_MASK_PLAN,
         "choice",
-        SCENARIO_FILES,
+        ANY,
         "the agreement check a point gets: check_choice() returns a CheckChoice",
+        only_if=CHECKS,
     ),
     Identifier(
         r"\bplanned_flops\b",
@@ -219,8 +223,8 @@ IDENTIFIERS: tuple[Identifier, ...] = (
         "the cap the GPU proof's schedule gives a step",
     ),
     Identifier(
-        r"\b(own|the|proof's) plan\b",
-        r"\1 schedule",
+        r"\b(its|the proof's) own plan\b|\b(the) plan\b",
+        r"\1\2 schedule",
         PROOF_PLAN_FILES,
         "the GPU proof's schedule, in its docs and tests",
     ),
@@ -244,7 +248,13 @@ IDENTIFIERS: tuple[Identifier, ...] = (
         ("harness/scenarios/case.py",),
         "CheckChoice.describe",
     ),
-    Identifier(r"\b(plan|choice)\.mode\b", "choice.extent", ANY, "CheckChoice's extent, read"),
+    Identifier(
+        r"\b(plan|choice)\.mode\b",
+        "choice.extent",
+        ANY,
+        "CheckChoice's extent, read",
+        only_if=CHECKS,
+    ),
     Identifier(
         r"(?m)(?<=^def )mode(?=\(\))|(?<== )mode(?=\(\))",
         "setting",
@@ -413,6 +423,7 @@ def selected(name: str, globs: tuple[str, ...]) -> bool:
 def apply(root: Path) -> int:
     """Apply every move and identifier rename; print each change. Returns 2 on a conflict."""
     status = 0
+    changed: list[str] = []
     for move in MOVES:
         old, new = root / move.old, root / move.new
         if old.exists() and new.exists():
@@ -435,14 +446,33 @@ def apply(root: Path) -> int:
             if text != before:
                 changes.append(f"{Path(move.old).stem} -> {Path(move.new).stem}")
         for ident in IDENTIFIERS:
-            if selected(name, ident.globs):
+            if selected(name, ident.globs) and (
+                ident.only_if is None or re.search(ident.only_if, text)
+            ):
                 text, count = re.subn(ident.pattern, ident.repl, text)
                 if count:
                     changes.append(f"{ident.pattern} -> {ident.label} ({count})")
         if text != original:
             path.write_text(text)
+            changed.append(name)
             print(f"{name}: " + "; ".join(changes))
+    tidy_imports(root, changed)
     return status
+
+
+def tidy_imports(root: Path, changed: list[str]) -> None:
+    """Re-sort the import blocks a rename reordered (``ruff check --fix --select I``), when
+    ruff is installed here (the tree's ``.venv`` or PATH); else say what to run."""
+    files = [n for n in changed if n.endswith(".py")]
+    if not files:
+        return
+    ruff = root / ".venv" / "bin" / "ruff"
+    cmd = str(ruff) if ruff.exists() else shutil.which("ruff")
+    if cmd is None:
+        print("ruff not found: run `ruff check --fix --select I` on the files above")
+        return
+    done = subprocess.run([cmd, "check", "--fix", "--select", "I", "--quiet", *files], cwd=root)
+    print(f"ruff check --fix --select I on {len(files)} files: exit {done.returncode}")
 
 
 def check(root: Path) -> list[str]:
@@ -468,18 +498,26 @@ def check(root: Path) -> list[str]:
             [ident.check or ident.pattern],
             ident.check_globs or ident.globs,
             ident.label,
+            ident.only_if,
         )
     return found
 
 
 def search(
-    root: Path, files: list[str], patterns: list[str], globs: tuple[str, ...], label: str
+    root: Path,
+    files: list[str],
+    patterns: list[str],
+    globs: tuple[str, ...],
+    label: str,
+    only_if: str | None = None,
 ) -> list[str]:
     out = []
     for name in files:
         if not selected(name, globs):
             continue
         text = (root / name).read_text()
+        if only_if is not None and not re.search(only_if, text):
+            continue
         for pattern in patterns:
             for m in re.finditer(pattern, text):
                 line = text.count("\n", 0, m.start()) + 1
