@@ -323,6 +323,23 @@ IDENTIFIERS: tuple[Identifier, ...] = (
     ),
     Identifier(r"\bsegment loop(s?)\b", r"span loop\1", ANY, "the same"),
     Identifier(
+        r"(?<![\w.])segment(s?)\b(?!_)",
+        r"span\1",
+        (
+            f"{TRITON}/plan_band.py",
+            f"{TRITON}/band_plan.py",
+            f"{TRITON}/primitives.py",
+            "docs/kernels.md",
+        ),
+        "the band kernels' spans: every other 'segment' in these files",
+    ),
+    Identifier(
+        r"\bsegment(s?)\b",
+        r"row group\1",
+        (f"{TRITON}/nystrom_kernels.py",),
+        "the rows a Nystrom landmark averages",
+    ),
+    Identifier(
         r"\bSegments\b",
         "DocSpans",
         ("implementations/flash_tiled.py",),
