@@ -340,6 +340,12 @@ IDENTIFIERS: tuple[Identifier, ...] = (
         "the rows a Nystrom landmark averages",
     ),
     Identifier(
+        r"\bone segment: none\b",
+        "one document: none",
+        ("implementations/flash_tiled.py",),
+        "the document spans' comment",
+    ),
+    Identifier(
         r"\bSegments\b",
         "DocSpans",
         ("implementations/flash_tiled.py",),
