@@ -183,7 +183,6 @@ IDENTIFIERS: tuple[Identifier, ...] = (
         r"``\1`` check",
         ANY,
         "the check choice's docstrings",
-        only_if=CHECKS,
     ),
     Identifier(
         NOT_A_MASK_PLAN,
@@ -197,6 +196,25 @@ IDENTIFIERS: tuple[Identifier, ...] = (
         "predicted_flops",
         ANY,
         "the FLOPs a point's cost model predicts for one call, not a plan",
+    ),
+    Identifier(r"\bplanned FLOPs\b", "predicted FLOPs", ANY, "the same, in prose"),
+    Identifier(r"(?<=cost model )plans(?= for it)", "predicts", ANY, "the same, in prose"),
+    Identifier(r"\bplans(?= to execute)", "is predicted", ANY, "the same, in prose"),
+    Identifier(
+        r"\bsteps still planned\b",
+        "steps still scheduled",
+        ("harness/terminal.py",),
+        "the progress bar's schedule",
+    ),
+    Identifier(
+        r"(?<![\w.-])plan\b",
+        "schedule",
+        (
+            "benchmarks/kernel_sweep.py",
+            "benchmarks/peers_linear.py",
+            "benchmarks/linear_targets.py",
+        ),
+        "what a benchmark script will time, in order: a schedule",
     ),
     Identifier(
         r"--plan-json\b",
