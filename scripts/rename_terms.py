@@ -217,6 +217,17 @@ IDENTIFIERS: tuple[Identifier, ...] = (
         "what a benchmark script will time, in order: a schedule",
     ),
     Identifier(
+        r"(?<![A-Za-z])(?<!band_)(?<!tile_)(?<!block_)(?<!blocklist_)(?<!flex_)plan"
+        r"(?![A-Za-z])(?!_(tables|shape|workspace|blocks|band)\b)",
+        "schedule",
+        (
+            "tests/benchmarks/test_gpu_scripts.py",
+            "tests/benchmarks/test_warm_steps.py",
+            "tests/benchmarks/test_kernel_sweep.py",
+        ),
+        "the GPU proof's and the kernel sweep's schedules, in their tests",
+    ),
+    Identifier(
         r"--plan-json\b",
         "--schedule-json",
         ANY,
