@@ -375,6 +375,30 @@ IDENTIFIERS: tuple[Identifier, ...] = (
         "the document spans' comment",
     ),
     Identifier(
+        r"\bsegment_means\b",
+        "landmark_means",
+        ANY,
+        "the PyTorch path's landmarks, named as the kernels' landmark_mean",
+    ),
+    Identifier(
+        r"\bsegment[- ]means?\b",
+        "landmark mean",
+        ("implementations/nystrom.py", "docs/linear_attention.md", f"{TRITON_TESTS}/*"),
+        "the same, in prose",
+    ),
+    Identifier(
+        r"(?<![\w.])(S|s)egment(s?)\b(?![-_])",
+        r"\1ow group\2",
+        ("implementations/nystrom.py", f"{TRITON_TESTS}/test_nystrom_path.py"),
+        "the rows a landmark averages",
+    ),
+    Identifier(
+        r"\b_segment\b",
+        "_between_cuts",
+        ("implementations/_kernels/tiles/tile_plan_band.py",),
+        "the (kind, prefix?, empty?) of the rows between two cuts of a tile band",
+    ),
+    Identifier(
         r"\bSegments\b",
         "DocSpans",
         ("implementations/flash_tiled.py",),
