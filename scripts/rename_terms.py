@@ -324,12 +324,6 @@ IDENTIFIERS: tuple[Identifier, ...] = (
         "a Nystrom landmark: the mean of the rows j with j*m//n == i",
     ),
     Identifier(
-        r"\bsegment means\b",
-        "landmark means",
-        (f"{TRITON}/nystrom_kernels.py",),
-        "the same, in its docstring",
-    ),
-    Identifier(
         r"\bglobal_segment\b",
         "global_span",
         ANY,
@@ -363,7 +357,7 @@ IDENTIFIERS: tuple[Identifier, ...] = (
         "the band kernels' spans: every other 'segment' in these files",
     ),
     Identifier(
-        r"\bsegment(s?)\b",
+        r"\bsegment(s?)\b(?![- ]means?\b)",
         r"row group\1",
         (f"{TRITON}/nystrom_kernels.py",),
         "the rows a Nystrom landmark averages",
@@ -381,16 +375,27 @@ IDENTIFIERS: tuple[Identifier, ...] = (
         "the PyTorch path's landmarks, named as the kernels' landmark_mean",
     ),
     Identifier(
-        r"\bsegment[- ]means?\b",
-        "landmark mean",
-        ("implementations/nystrom.py", "docs/linear_attention.md", f"{TRITON_TESTS}/*"),
-        "the same, in prose",
+        r"\bsegment[- ]mean(s?)\b",
+        r"row-group mean\1",
+        (
+            "implementations/nystrom.py",
+            "docs/linear_attention.md",
+            f"{TRITON}/*",
+            f"{TRITON_TESTS}/*",
+        ),
+        "the same, in prose: a landmark is the mean of a group of consecutive rows",
     ),
     Identifier(
-        r"(?<![\w.])(S|s)egment(s?)\b(?![-_])",
-        r"\1ow group\2",
+        r"(?<![\w.])Segment(s?)\b(?![-_])",
+        r"Row group\1",
         ("implementations/nystrom.py", f"{TRITON_TESTS}/test_nystrom_path.py"),
         "the rows a landmark averages",
+    ),
+    Identifier(
+        r"(?<![\w.])segment(s?)\b(?![-_])",
+        r"row group\1",
+        ("implementations/nystrom.py", f"{TRITON_TESTS}/test_nystrom_path.py"),
+        "the same",
     ),
     Identifier(
         r"\b_segment\b",
