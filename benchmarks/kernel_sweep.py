@@ -10,7 +10,7 @@ Groups, 3 shapes each, bf16 (:data:`CASES`, :data:`GROUPS`):
 
 Each config of the GPU's class (``autotune.SHAPES``) and each candidate
 (``autotune.CANDIDATES``) runs with that config forced: the call's launches are recorded
-once (``launch_modes.watching``) and replayed (no autotuning), timed by the harness's timer
+once (``kernel_launch.watching``) and replayed (no autotuning), timed by the harness's timer
 (:func:`harness.measure.timing.measure`: CUDA events, median, the L2 flushed before each call,
 time budgets in ms: Triton's benchmark helper's rules) and compared with the class
 default's output (``rel_err``: relative Frobenius distance; a config above ``TOLERANCE`` fails).
@@ -75,9 +75,9 @@ try:
 
     from implementations.triton_kernels import (
         autotune,
-        launch_modes,
+        band_plan,
+        kernel_launch,
         launches,
-        plan_band,
         plan_tables,
     )
 except Exception as exc:  # no Triton, or kernels that do not import: nothing to sweep
@@ -183,14 +183,14 @@ OUTPUTS = {"band_fwd": (3,), "band_dq": (4,), "band_dkdv": (4, 5)}  # launch arg
 def sweep_configs(kernel: str, case: Case, capability: tuple[int, int]) -> list[tuple]:
     """(config, is the class default, is a candidate) of ``kernel`` on ``case``: the class's
     list (its default first), then the candidates."""
-    flags = plan_band.band_plan(case.mask, case.n_q, case.n_k).flags
+    flags = band_plan.band_plan(case.mask, case.n_q, case.n_k).flags
     d = plan_tables.block_d(case.head_dim)
     listed = autotune.class_configs(kernel, d, capability, flags)
     return ([(c, i == 0, False) for i, c in enumerate(listed)]
             + [(c, False, True) for c in autotune.candidate_configs(kernel, d, capability)])
 
 
-def plan(groups: list[str], capability: tuple[int, int]) -> list[dict]:
+def schedule(groups: list[str], capability: tuple[int, int]) -> list[dict]:
     """Every row the sweep would write, before running anything (``--list``)."""
     rows = []
     for group in groups:
@@ -257,9 +257,9 @@ class Prepared:
             inputs = (rand(shape_q), rand(shape_kv), rand(shape_kv),
                       rand(shape_q) if case.backward else None)
         self.q, self.k, self.v, self.dout = inputs
-        self.launches: list[launch_modes.Launch] = []
+        self.launches: list[kernel_launch.Launch] = []
         scale = case.head_dim**-0.5
-        with launch_modes.watching(self.launches.append, execute=False):
+        with kernel_launch.watching(self.launches.append, execute=False):
             out, lse = launches.attention_forward(self.q, self.k, self.v, case.mask, scale)
             if case.backward:
                 launches.attention_backward(self.q, self.k, self.v, out, lse, self.dout,
@@ -793,7 +793,7 @@ def main() -> int:
         capability = torch.cuda.get_device_capability() if has_cuda else (9, 0)
     CAPABILITY[0] = capability
     if args.list:
-        rows = plan(args.groups, capability)
+        rows = schedule(args.groups, capability)
         table = pd.DataFrame(rows).drop(columns=["shape"])
         print(markdown_table(table.astype(object).fillna("")))
         compiles = sum(1 for r in rows if r["impl"] == "flash-tiled" and r["kernel"] != "backward")
@@ -803,7 +803,7 @@ def main() -> int:
         return 0
     if not has_cuda and not (args.smoke and autotune.interpreted()):
         print(f"kernel_sweep: no CUDA GPU here (torch {torch.__version__}: "
-              "torch.cuda.is_available() is False); nothing to time (--list shows the plan)",
+              "torch.cuda.is_available() is False); nothing to time (--list shows the schedule)",
               file=sys.stderr)
         return 2
     if autotune.interpreted() and not args.smoke:

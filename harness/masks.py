@@ -72,7 +72,7 @@ from harness.mask_features import (
     window,
 )
 from harness.mask_features import globals as globals_
-from harness.maskspec import Globals, MaskError, MaskSpec, Side
+from harness.mask_fields import Globals, MaskError, MaskSpec, Side
 from harness.paircount import BIG, BandRule, LayoutRule, candidate_keys, expand, rect_pairs
 
 __all__ = [

@@ -141,20 +141,20 @@ class Progress:
     that failed its first pass has left the later passes by then). :meth:`step` after each
     point's pass, :meth:`forget` a point that will not run again.
 
-    ``plan`` maps (point id, pass index) to the predicted seconds of every pass still to run.
+    ``schedule`` maps (point id, pass index) to the predicted seconds of every pass still to run.
     The expected time left is the prediction of the remaining steps scaled by how the run's
     pace so far compares with the prediction of the steps done (a machine twice as slow as
     predicted doubles it). With ``limit_s`` (a run's time limit) it is never more than the
     time left."""
 
-    def __init__(self, plan: Mapping[tuple[str, int], float], passes: int,
+    def __init__(self, schedule: Mapping[tuple[str, int], float], passes: int,
                  stream: TextIO | None = None, clock: Callable[[], float] = time.monotonic,
                  limit_s: float | None = None):
-        self.plan = dict(plan)
+        self.schedule = dict(schedule)
         self.limit_s = limit_s
         self.passes = passes
-        self.per_pass = Counter(k for _, k in self.plan)  # steps still planned per pass
-        self.left_s = float(sum(self.plan.values()))
+        self.per_pass = Counter(k for _, k in self.schedule)  # steps still scheduled per pass
+        self.left_s = float(sum(self.schedule.values()))
         self.stream = sys.stderr if stream is None else stream
         self.clock = clock
         self.start = self.last_line = clock()
@@ -173,7 +173,7 @@ class Progress:
                        TextColumn("{task.fields[last]}"))
             self._bar = RichProgress(*columns, console=out)
             self._bar.__enter__()
-            first = min((k for _, k in self.plan), default=0)
+            first = min((k for _, k in self.schedule), default=0)
             self._task = self._bar.add_task(f"pass {first + 1}/{self.passes}",
                                             total=self.per_pass[first], so_far="0 s",
                                             eta=f"ETA {duration(self.left_s)}", last="")
@@ -195,8 +195,8 @@ class Progress:
     def forget(self, point_id: str) -> None:
         """A point failed its first pass: its later passes will not run."""
         for k in range(1, self.passes):
-            if (point_id, k) in self.plan:
-                self.left_s = max(self.left_s - self.plan.pop((point_id, k)), 0.0)
+            if (point_id, k) in self.schedule:
+                self.left_s = max(self.left_s - self.schedule.pop((point_id, k)), 0.0)
                 self.per_pass[k] -= 1
 
     def step(self, point_id: str, k: int, what: str) -> None:
@@ -207,7 +207,7 @@ class Progress:
             if self._bar is not None:
                 self._bar.reset(self._task, total=self.total,
                                 description=f"pass {k + 1}/{self.passes}")
-        predicted = self.plan.get((point_id, k), 0.0)
+        predicted = self.schedule.get((point_id, k), 0.0)
         self.done += 1
         self.done_s += predicted
         self.left_s = max(self.left_s - predicted, 0.0)

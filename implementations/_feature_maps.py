@@ -210,7 +210,7 @@ def chunk_keep(chunk: int, group: int, device: torch.device, dtype: torch.dtype)
     return (torch.arange(chunk, device=device)[None, :] <= rows[:, None]).to(dtype)
 
 
-def chunk_prefixes(fk: Tensor, v1: Tensor, state: Tensor, chunk: int) -> Tensor:
+def chunk_scan(fk: Tensor, v1: Tensor, state: Tensor, chunk: int) -> Tensor:
     """The state before each of N whole chunks, with ``state`` advanced past all of them in
     place. fk (BH, N·C, F), v1 (BH, N·C, E), state (BH, F, E) -> P (BH, N, F, E),
     ``P_c = state + Σ_{c' < c} fk_c'ᵀ v1_c'``.
@@ -227,14 +227,14 @@ def chunk_prefixes(fk: Tensor, v1: Tensor, state: Tensor, chunk: int) -> Tensor:
     torch.bmm(fk.view(bh * n, chunk, f).transpose(1, 2), v1.view(bh * n, chunk, e), out=slots[1:])
     last = slots[n::n].clone()  # each head's last chunk's U: (BH, F, E)
     slots[: bh * n : n] = state
-    prefixes = slots[: bh * n].view(bh, n, f, e)
+    scanned = slots[: bh * n].view(bh, n, f, e)
     if fk.device.type == "cpu" and n <= CPU_SHORT_SCAN:
         for c in range(1, n):  # a bounded few adds: see CPU_SHORT_SCAN
-            prefixes[:, c].add_(prefixes[:, c - 1])
+            scanned[:, c].add_(scanned[:, c - 1])
     else:
-        prefixes.cumsum_(1)
-    torch.add(prefixes[:, -1], last, out=state)
-    return prefixes
+        scanned.cumsum_(1)
+    torch.add(scanned[:, -1], last, out=state)
+    return scanned
 
 
 def chunk_step(
@@ -263,14 +263,14 @@ def causal_autograd(
         kc, vc = fk[:, :whole], v1[:, :whole]
         updates = torch.bmm(kc.reshape(bh * n, chunk, f).transpose(1, 2), vc.reshape(-1, chunk, e))
         updates = updates.view(bh, n, f, e)
-        prefixes = torch.cat([state[:, None], updates[:, :-1]], dim=1).cumsum(1)
+        scanned = torch.cat([state[:, None], updates[:, :-1]], dim=1).cumsum(1)
         rows = fq[:, : whole * (fq.shape[1] // t)].reshape(bh * n, -1, f)
         scores = torch.bmm(rows, kc.reshape(bh * n, chunk, f).transpose(1, 2)) * keep
         num = torch.baddbmm(
-            torch.bmm(rows, prefixes.view(bh * n, f, e)), scores, vc.reshape(-1, chunk, e)
+            torch.bmm(rows, scanned.view(bh * n, f, e)), scores, vc.reshape(-1, chunk, e)
         )
         parts.append(normalise(num).reshape(bh, -1, e - 1))
-        state = prefixes[:, -1] + updates[:, -1]
+        state = scanned[:, -1] + updates[:, -1]
     if t > n * chunk:
         s, g = n * chunk, fq.shape[1] // t
         qr, kr, vr = fq[:, s * g :], fk[:, s:], v1[:, s:]
@@ -449,7 +449,7 @@ class FeatureState:
 
     def _advance_piece(self, q: Tensor, k: Tensor, v: Tensor, keep: Tensor, out: Tensor) -> None:
         """A piece of :func:`split_tail` without autograd, into ``out`` (BH_kv, t·G, Dv): two
-        or more whole chunks at once (:func:`chunk_prefixes`, then ``φ(Q_c) P_c`` plus the masked
+        or more whole chunks at once (:func:`chunk_scan`, then ``φ(Q_c) P_c`` plus the masked
         product inside each chunk, one batched product each), or one or
         two :func:`chunk_step` (a piece shorter than 2·C). Buffers are dropped as soon as they
         are used: the workspace model follows this order."""
@@ -469,11 +469,11 @@ class FeatureState:
                     out[:, s * g : e * g],
                 )
             return
-        prefixes = chunk_prefixes(fk, v1, self.matrix, c)  # (BH_kv, N, F, E), N = t / C
-        bh, n, f, e = prefixes.shape
+        scanned = chunk_scan(fk, v1, self.matrix, c)  # (BH_kv, N, F, E), N = t / C
+        bh, n, f, e = scanned.shape
         fq = fold_heads(self.query_features(q), self.kv_heads).view(bh * n, c * g, f)
-        num = torch.bmm(fq, prefixes.view(bh * n, f, e))  # φ(Q_c) P_c: every earlier chunk
-        del prefixes
+        num = torch.bmm(fq, scanned.view(bh * n, f, e))  # φ(Q_c) P_c: every earlier chunk
+        del scanned
         scores = torch.bmm(fq, fk.view(bh * n, c, f).transpose(1, 2)).mul_(keep)
         del fq, fk
         num.baddbmm_(scores, v1.view(bh * n, c, e))  # + the masked product inside the chunk

@@ -51,7 +51,7 @@ from implementations._kernels.triton.masked_attention import (
 BLOCK_Q = 256
 BLOCK_K = 512
 
-Segments = tuple[tuple[int, int], ...]  # [start, end) of each document; one segment: none
+DocSpans = tuple[tuple[int, int], ...]  # [start, end) of each document; one document: none
 
 
 def _acc(dtype: torch.dtype) -> torch.dtype:
@@ -59,11 +59,11 @@ def _acc(dtype: torch.dtype) -> torch.dtype:
     return torch.promote_types(dtype, torch.float32)
 
 
-def _tiles(n_q: int, n_k: int, causal: bool, segments: Segments | None = None):
+def _tiles(n_q: int, n_k: int, causal: bool, doc_spans: DocSpans | None = None):
     """Yield (qs, qe, ks, ke, partial, last): the tiles that hold at least one kept pair, each
     document's on its own; ``partial``: the causal diagonal crosses it; ``last``: the last
     tile of its query block."""
-    for s, e in segments or ((0, None),):
+    for s, e in doc_spans or ((0, None),):
         m_q, m_k = (n_q, n_k) if e is None else (e - s, e - s)
         off = m_k - m_q
         for qs in range(0, m_q, BLOCK_Q):
@@ -88,17 +88,17 @@ def _tile_scores(
 
 
 def _forward(
-    q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, segments: Segments | None
+    q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, doc_spans: DocSpans | None
 ) -> tuple[Tensor, Tensor]:
     """q: (B, H, n_q, D), k/v: (B, H, n_k, D) -> out (B, H, n_q, D), lse (B, H, n_q) in the
     accumulation dtype (+inf on rows without a key)."""
     n_q, n_k = q.shape[-2], k.shape[-2]
-    off = n_k - n_q if segments is None else 0
+    off = n_k - n_q if doc_spans is None else 0
     acc_t = _acc(q.dtype)
     out = torch.zeros_like(q)
     lse = torch.full(q.shape[:-1], float("inf"), dtype=acc_t, device=q.device)
     state: dict[int, tuple[Tensor, Tensor, Tensor]] = {}
-    for qs, qe, ks, ke, partial, last in _tiles(n_q, n_k, causal, segments):
+    for qs, qe, ks, ke, partial, last in _tiles(n_q, n_k, causal, doc_spans):
         s = _tile_scores(q[..., qs:qe, :], k[..., ks:ke, :], scale, qs, ks, off, partial)
         m, row_sum, acc = state.get(qs) or (
             torch.full(s.shape[:-1], float("-inf"), dtype=acc_t, device=q.device),
@@ -131,17 +131,17 @@ def _backward(
     dout: Tensor,
     causal: bool,
     scale: float,
-    segments: Segments | None,
+    doc_spans: DocSpans | None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Gradients (dq, dk, dv), shapes as q, k, v, recomputing tile probabilities from lse."""
     n_q, n_k = q.shape[-2], k.shape[-2]
-    off = n_k - n_q if segments is None else 0
+    off = n_k - n_q if doc_spans is None else 0
     acc_t = lse.dtype
     dq = torch.zeros(q.shape, dtype=acc_t, device=q.device)
     dk = torch.zeros(k.shape, dtype=acc_t, device=q.device)
     dv = torch.zeros(v.shape, dtype=acc_t, device=q.device)
     delta = (dout.to(acc_t) * out.to(acc_t)).sum(-1)  # (B, H, n_q): rowsum(dO ∘ O)
-    for qs, qe, ks, ke, partial, _ in _tiles(n_q, n_k, causal, segments):
+    for qs, qe, ks, ke, partial, _ in _tiles(n_q, n_k, causal, doc_spans):
         q_blk, k_blk, v_blk, do_blk = (
             q[..., qs:qe, :],
             k[..., ks:ke, :],
@@ -158,7 +158,7 @@ def _backward(
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
-# the shared autograd (implementations._kernels.saved_lse); ``how`` = (causal, segments)
+# the shared autograd (implementations._kernels.saved_lse); ``how`` = (causal, doc_spans)
 _OPS = LseOps(
     lambda q, k, v, how, scale, want_lse: _forward(q, k, v, how[0], scale, how[1]),
     lambda q, k, v, out, lse, dout, how, scale: _backward(
@@ -167,7 +167,7 @@ _OPS = LseOps(
 )
 
 
-def _segments(documents: tuple[int, ...] | None) -> Segments | None:
+def _doc_spans(documents: tuple[int, ...] | None) -> DocSpans | None:
     if documents is None:
         return None
     ends = list(itertools.accumulate(documents))
@@ -278,4 +278,4 @@ def flash_tiled(
         q, k, v = (x.reshape(b, h * fold, n // fold, x.shape[-1]) for x in (q, k, v))
         out = attention_with_lse(q, k, v, (mask.causal, None), scale, _OPS)
         return out.reshape(b, h, n, v.shape[-1])
-    return attention_with_lse(q, k, v, (mask.causal, _segments(mask.documents)), scale, _OPS)
+    return attention_with_lse(q, k, v, (mask.causal, _doc_spans(mask.documents)), scale, _OPS)

@@ -1,6 +1,6 @@
 """``nystrom``: Nyströmformer (Xiong et al. 2021), softmax attention through m landmarks.
 
-    Q̃, K̃ = segment means of Q, K (m landmarks each)
+    Q̃, K̃ = row-group means of Q, K (m landmarks each)
     out = softmax(s·Q K̃ᵀ) · Ã⁺ · (softmax(s·Q̃ Kᵀ) V),   Ã = softmax(s·Q̃ K̃ᵀ)  (m × m)
 
 with Ã⁺ the paper's iterative Moore–Penrose approximation (Razavi et al. 2014):
@@ -8,9 +8,9 @@ Z₀ = Ãᵀ / (‖Ã‖₁‖Ã‖∞), Z ← ¼ Z (13I − ÃZ (15I − ÃZ (7
 the paper). Time O(n·m·D + m³), memory O(n·m) per head; the products run right to left
 (``Z (B̃ V)`` before the n×m factor), 2·m²·D instead of 2·n·m² FLOPs.
 
-- Segments: row j belongs to landmark ⌊j·m/n⌋, so the m segments are contiguous and differ in
-  length by at most one (the paper's equal segments when m divides n; the official code pads
-  instead). m must not exceed n_q or n_k: an empty segment has no mean.
+- Row groups: row j belongs to landmark ⌊j·m/n⌋, so the m row groups are contiguous and differ in
+  length by at most one (the paper's equal row groups when m divides n; the official code pads
+  instead). m must not exceed n_q or n_k: an empty row group has no mean.
 - The pseudo-inverse's initial scaling uses each matrix's own norms (the paper's formula); the
   official code takes the maximum over the whole batch, which makes one sequence's output
   depend on the others in its batch.
@@ -35,22 +35,22 @@ from harness.masks import MaskSpec
 from harness.registry import register
 from harness.spec import FLOAT_DTYPES, HALF_DTYPES, Capabilities, Cost, Param, Problem
 from implementations._feature_maps import check_inputs
-from implementations._kernels.triton import nystrom_fused
+from implementations._kernels.triton import nystrom_path
 
-LANDMARKS = Param(64, "landmarks m: segment means of Q and K (m <= n)", minimum=1)
+LANDMARKS = Param(64, "landmarks m: row-group means of Q and K (m <= n)", minimum=1)
 PINV_ITERS = Param(
     6, "iterations of the Moore–Penrose approximation of the m×m kernel", minimum=1, maximum=100
 )
 
 
-def segment_means(x: Tensor, m: int) -> Tensor:
-    """(…, n, D) -> (…, m, D): the mean of each of m contiguous segments (row j in ⌊j·m/n⌋)."""
+def landmark_means(x: Tensor, m: int) -> Tensor:
+    """(…, n, D) -> (…, m, D): the mean of each of m contiguous row groups (row j in ⌊j·m/n⌋)."""
     n = x.shape[-2]
     if n % m == 0:
         return x.unflatten(-2, (m, n // m)).mean(-2)
     seg = torch.arange(n, device=x.device) * m // n
     sums = x.new_zeros(*x.shape[:-2], m, x.shape[-1]).index_add(-2, seg, x)
-    # segment i holds rows ⌈i·n/m⌉ .. ⌈(i+1)·n/m⌉ - 1: counts without a host sync (bincount)
+    # row group i holds rows ⌈i·n/m⌉ .. ⌈(i+1)·n/m⌉ - 1: counts without a host sync (bincount)
     bounds = (torch.arange(m + 1, device=x.device) * n + m - 1) // m
     return sums / (bounds[1:] - bounds[:-1]).to(x.dtype)[:, None]
 
@@ -109,8 +109,8 @@ def _reasons(p: Problem) -> list[str]:
     m = int(p.param("landmarks", LANDMARKS.default))
     short = min(p.n_q, p.n_k)
     if m > short:
-        return [f"landmarks m = {m} > sequence length {short}: a segment would be empty"]
-    return nystrom_fused.path_reasons(p)
+        return [f"landmarks m = {m} > sequence length {short}: a row group would be empty"]
+    return nystrom_path.path_reasons(p)
 
 
 def _flops(p: Problem) -> int:
@@ -127,9 +127,9 @@ def _workspace(p: Problem) -> int:
     and softmax (2·m·n per head), then the queries' softmax beside the output; the m-sized
     landmark, kernel and iteration temporaries (K̃ per K/V head); for half inputs float32
     copies of q, k, v throughout and the float32 output while it is rounded. The fused path:
-    :func:`.nystrom_fused.workspace_bytes`."""
-    if nystrom_fused.runs_fused(p):
-        return nystrom_fused.workspace_bytes(p)
+    :func:`.nystrom_path.workspace_bytes`."""
+    if nystrom_path.runs_fused(p):
+        return nystrom_path.workspace_bytes(p)
     m, d, bh = int(p.param("landmarks", LANDMARKS.default)), p.head_dim, p.batch * p.heads
     half = p.dtype in HALF_DTYPES
     c = 4 if half else p.dtype.itemsize
@@ -152,8 +152,8 @@ def _workspace(p: Problem) -> int:
     family="low-rank",
     caps=Capabilities(dtypes=FLOAT_DTYPES, mask_features=frozenset(), grouped_kv=True),
     cost=Cost(time_exponent=1, memory_exponent=1, memory_model=_workspace, flops=_flops),
-    description="Nyströmformer: m segment-mean landmarks, iterative pseudo-inverse, O(n·m·D)",
-    params={"landmarks": LANDMARKS, "pinv_iters": PINV_ITERS, "fused": nystrom_fused.FUSED},
+    description="Nyströmformer: m row-group mean landmarks, iterative pseudo-inverse, O(n·m·D)",
+    params={"landmarks": LANDMARKS, "pinv_iters": PINV_ITERS, "fused": nystrom_path.FUSED},
     extra_reasons=_reasons,
     reference=nystrom_reference,
 )
@@ -164,8 +164,8 @@ def nystrom_attention(
     """q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D) -> (B, H, n_q, D). ``fused`` = 1: the four
     Triton launches of :mod:`implementations._kernels.triton.nystrom_kernels` (a candidate)."""
     check_inputs(q, k, v)
-    if nystrom_fused.takes_fused(int(fused), q, k, v, landmarks):
-        return nystrom_fused.nystrom_fused(q, k, v, landmarks, pinv_iters, _scale(scale,
+    if nystrom_path.takes_fused(int(fused), q, k, v, landmarks):
+        return nystrom_path.nystrom_path(q, k, v, landmarks, pinv_iters, _scale(scale,
                                                                                   q.shape[-1]))
     b, h, n_q, d = q.shape
     kv = k.shape[1]
@@ -174,8 +174,8 @@ def nystrom_attention(
     # (B, H_kv, G·n, D): the G query heads of a K/V head stacked along the rows (a view)
     qc, k, v = q.to(c), k.to(c), v.to(c)
     qs = qc.reshape(b, kv, -1, d)
-    q_tilde = segment_means(qc, landmarks).reshape(b, kv, -1, d)  # (B, H_kv, G·m, D)
-    k_tilde = segment_means(k, landmarks)  # (B, H_kv, m, D)
+    q_tilde = landmark_means(qc, landmarks).reshape(b, kv, -1, d)  # (B, H_kv, G·m, D)
+    k_tilde = landmark_means(k, landmarks)  # (B, H_kv, m, D)
     q_tilde, k_tilde_s = q_tilde * s, k_tilde * s  # the scale on the m-row side: no n×m copy
     b_v = torch.softmax(q_tilde @ k.transpose(-2, -1), dim=-1) @ v  # (B, H_kv, G·m, D)
     a_tilde = torch.softmax(q_tilde @ k_tilde.transpose(-2, -1), dim=-1)

@@ -86,7 +86,7 @@ HEAVY_FILES = (
     "tests/implementations/_kernels/triton/test_feature_attention.py",  # 162 s
     "tests/benchmarks/test_gpu_scripts.py",  # 153 s
     "tests/benchmarks/test_kernel_sweep.py",  # 116 s
-    "tests/harness/distributed/test_launch.py",  # 84 s
+    "tests/harness/distributed/test_launcher.py",  # 84 s
     "tests/harness/analysis/test_plateau.py",  # 73 s
     "tests/harness/distributed/test_shard.py",  # 52 s
     "tests/harness/analysis/test_packing_claims.py",  # 44 s

@@ -3,9 +3,9 @@
 # It measures first: the lease's time goes to the claims, not to compiling (docs/lease.md).
 #
 #   bash benchmarks/lease/proof.sh OUT_DIR [--minutes M] [--archive FILE]
-#   bash benchmarks/lease/proof.sh --dry-run [--minutes M] [--plan-json]
+#   bash benchmarks/lease/proof.sh --dry-run [--minutes M] [--schedule-json]
 #
-# --dry-run lists the CUDA tests the proof would run; --plan-json prints the plan instead (a
+# --dry-run lists the CUDA tests the proof would run; --schedule-json prints the plan instead (a
 # JSON list of {"step", "kind", "cap_s"}; no GPU, torch or pytest needed). The steps, in shares
 # of the budget B = 60·M s (M default 10): setup 6%, `attnbench verdicts --device cuda` 75%, the
 # CUDA tests <= 15% (at most 90 s), the kernel sweep the rest less 15 s for the harvest and the
@@ -22,7 +22,7 @@ export PYTHONUNBUFFERED=1
 
 usage() {
   echo "usage: bash benchmarks/lease/proof.sh OUT_DIR [--minutes M] [--archive FILE]" \
-    "| --dry-run [--minutes M] [--plan-json]" >&2
+    "| --dry-run [--minutes M] [--schedule-json]" >&2
   exit 2
 }
 
@@ -30,7 +30,7 @@ OUT="" MINUTES=10 ARCHIVE="" DRY=0 PLAN_JSON=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --dry-run) DRY=1 ;;
-    --plan-json) PLAN_JSON=1 ;;
+    --schedule-json) PLAN_JSON=1 ;;
     --minutes) [ $# -ge 2 ] || usage; MINUTES=$2; shift ;;
     --archive) [ $# -ge 2 ] || usage; ARCHIVE=$2; shift ;;
     -*) usage ;;
@@ -43,7 +43,7 @@ case "$MINUTES" in
     echo "proof: --minutes $MINUTES: not a number of minutes" >&2; exit 2 ;;
 esac
 if [ "$PLAN_JSON" -eq 1 ] && [ "$DRY" -eq 0 ]; then
-  echo "proof: --plan-json goes with --dry-run" >&2; exit 2
+  echo "proof: --schedule-json goes with --dry-run" >&2; exit 2
 fi
 
 TESTS_MAX_S=90      # the CUDA tests' target on an H100, whatever the budget

@@ -127,7 +127,7 @@ def compile_jobs(arch: str, suites: tuple[str, ...] | None = None,
     """One job per distinct (kernel, config, constexprs, specialization) that ``steps`` of the
     proof launch (:data:`STEPS`; by default the suites' only), in the order of ``steps``, a
     launch two steps share kept once (under the first): the specialization as Triton's key
-    takes it (``launch_modes.specialization`` for the scalars; a tensor's dtype and
+    takes it (``kernel_launch.specialization`` for the scalars; a tensor's dtype and
     alignment). Each job names its ``step``."""
     unknown = sorted(set(steps) - set(STEPS))
     if unknown:
@@ -171,13 +171,13 @@ def compile_key(kernel, name: str, label: str, args: list, kwargs: dict) -> tupl
     the kernel, the config, the keyword arguments with every default the kernel's signature
     fills (a constexpr left at its default is the compile of one passed with it: the chunk
     path's key pass leaves ``COMBINE`` out) and the arguments' specialization
-    (``launch_modes.specialization`` for the scalars; a tensor's dtype and alignment)."""
-    from implementations.triton_kernels import launch_modes
+    (``kernel_launch.specialization`` for the scalars; a tensor's dtype and alignment)."""
+    from implementations.triton_kernels import kernel_launch
 
     python_fn = (kernel.fn if hasattr(kernel, "configs") else kernel).fn
     defaults = {k: p.default for k, p in inspect.signature(python_fn).parameters.items()
                 if p.default is not inspect.Parameter.empty}
-    spec = tuple(tuple(a.values()) if isinstance(a, dict) else launch_modes.specialization(a)
+    spec = tuple(tuple(a.values()) if isinstance(a, dict) else kernel_launch.specialization(a)
                  for a in args)
     return name, label, json.dumps({**defaults, **kwargs}, sort_keys=True, default=str), spec
 

@@ -25,7 +25,7 @@ from harness.mask_features.window import side
 from harness.measure.device import get_device
 from harness.scenarios import interface, packing
 from harness.scenarios.interface import Point, scenario_of
-from harness.scenarios.pointmask import PointMask
+from harness.scenarios.suite_mask import PointMask
 from harness.spec import DTYPES
 from harness.sweep.suite import parse_suite
 from harness.sweep.validate import assignment, shortest_length

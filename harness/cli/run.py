@@ -34,14 +34,14 @@ from harness.analysis.groups import StoppingRule, judged_groups
 from harness.cli import output_dir, parse_size
 from harness.cli.plugin_use import add_plugin_option, use_plugins
 from harness.cli.table import print_table
-from harness.distributed.launch import launch
+from harness.distributed.launcher import launch
 from harness.distributed.merge import merge_runs, print_report
 from harness.distributed.shard import parse_shard, restrict, run_here
 from harness.distributed.shard_setup import LaunchOptions
 from harness.errors import CliError
 from harness.execute.session import RunOptions, configure
 from harness.results import ResultsError, read_run
-from harness.scenarios.case import CHECK_MODES
+from harness.scenarios.case import CHECK_EXTENTS
 from harness.sweep.order import Slot, coarse_to_fine, describe
 from harness.sweep.suite import Suite, load_suite
 from harness.terminal import duration
@@ -74,7 +74,7 @@ def _add_run(sub) -> None:
                    help="resume even if the suite or device fingerprint differs")
     p.add_argument("--mem-budget", type=parse_size,
                    help="skip points predicted to need more (default: 80%% of free memory)")
-    p.add_argument("--check", choices=CHECK_MODES,
+    p.add_argument("--check", choices=CHECK_EXTENTS,
                    help="agreement check (overrides the suite's [measure].check)")
     p.add_argument("--budget-s", type=float, help="timing budget per point (overrides the suite)")
     p.add_argument("--passes", type=int, metavar="N",

@@ -5,8 +5,8 @@ fixed by the suite file's fingerprint), never on their order in the file, the ma
 is installed on it, so every worker of a cluster computes the same shards on its own.
 
 Balancing rule (longest-processing-time first, Graham 1969): predict each point's wall time
-(:func:`predicted_seconds`, from the FLOPs its scenario's cost model plans for it:
-``PointCost.planned_flops``), sort by (predicted time descending, point_id), and give each point
+(:func:`predicted_seconds`, from the FLOPs its scenario's cost model predicts for it:
+``PointCost.predicted_flops``), sort by (predicted time descending, point_id), and give each point
 to the shard with the least predicted load so far (ties: the lowest shard number). The busiest
 shard then exceeds the mean load by at most one point's predicted time.
 
@@ -93,7 +93,7 @@ def predicted_seconds(
     if declared_unsupported(point):
         return SKIPPED_S
     device = point.device.split(":", 1)[0]
-    flops = scenario_of(point).cost(point).planned_flops
+    flops = scenario_of(point).cost(point).predicted_flops
     call_s = flops / (flops_per_s or NOMINAL_FLOPS.get(device, NOMINAL_FLOPS["cpu"]))
     timed = max(min(budget_s, 50 * call_s), MIN_TIMED_CALLS * call_s)
     return POINT_OVERHEAD_S + UNTIMED_CALLS * call_s + timed

@@ -12,7 +12,7 @@ large point's calls may be far slower than the predictor's nominal FLOP rate say
 CPU ran eager attention at n=4096 20x under it); so the expected seconds are also at least the
 calls a pass cannot skip (``calls``: first call, agreement check, memory, warm-up and the
 minimum samples of a first pass; warm-up and minimum samples of a later one) at the call time
-measured on the same implementation's nearest point, scaled by planned FLOPs (to the power
+measured on the same implementation's nearest point, scaled by predicted FLOPs (to the power
 :data:`UPWARD` for a larger point: its calls leave the caches the small one fitted in).
 In-process, a point that has started cannot be stopped: these are estimates, and a pass that
 takes longer than expected makes the run end after its limit (docs/time_limit.md says by how
@@ -39,10 +39,10 @@ from harness.scenarios.interface import Point, scenario_of
 UPWARD = 1.25  # call time ~ FLOPs^UPWARD when extrapolating to a larger point
 
 
-def planned_flops(point: Point) -> float | None:
-    """The FLOPs one call of ``point`` plans to execute (None when its cost model fails)."""
+def predicted_flops(point: Point) -> float | None:
+    """The FLOPs one call of ``point`` is predicted to execute (None when its cost model fails)."""
     try:
-        return float(scenario_of(point).cost(point).planned_flops)
+        return float(scenario_of(point).cost(point).predicted_flops)
     except Exception:  # a cost-model gap: the pace alone decides
         return None
 
@@ -56,9 +56,9 @@ class Deadline:
     clock: Callable[[], float] = time.monotonic
     started: float | None = None
     calls: tuple[int, int] = (0, 0)  # calls a (first, later) pass cannot skip
-    flops: Callable[[Point], float | None] = planned_flops
+    flops: Callable[[Point], float | None] = predicted_flops
     _pass_start: float = 0.0
-    # impl -> [(planned FLOPs, seconds per call)] of its measured points
+    # impl -> [(predicted FLOPs, seconds per call)] of its measured points
     _call_s: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     left_out: set[str] = field(default_factory=set)  # points with no pass run
     cut: set[str] = field(default_factory=set)  # points with some passes, cut before the last
@@ -90,7 +90,7 @@ class Deadline:
 
     def _calls_s(self, point: Point, first: bool) -> float:
         """The unskippable calls of a pass at the call time of the same implementation's
-        measured point nearest in planned FLOPs, scaled by FLOPs (0 when none is known)."""
+        measured point nearest in predicted FLOPs, scaled by FLOPs (0 when none is known)."""
         known, flops = self._call_s.get(point.impl), self.flops(point)
         if not known or not flops:
             return 0.0

@@ -137,7 +137,7 @@ def run_suite(suite: Suite, measure: MeasureConfig, options: RunOptions,
     writer = RowWriter(run_dir)
     if predict is not None:
         predict = _over_budget_is_instant(at_measured_rate(predict, run_dir), options.mem_budget)
-    plan = passes_to_run(points, PassLog(run_dir), max(measure.passes, 1), predict)
+    schedule = passes_to_run(points, PassLog(run_dir), max(measure.passes, 1), predict)
     order = first_order(points, options.first_order) if measure.time_limit_s else None
     timing = measure.timing  # the calls a pass cannot skip (first: first call, check, memory)
     calls = (3 + timing.warmup_calls + timing.min_samples, timing.warmup_calls + timing.min_samples)
@@ -148,12 +148,12 @@ def run_suite(suite: Suite, measure: MeasureConfig, options: RunOptions,
     say = (lambda text: None) if quiet else (lambda text: print(text, file=sys.stderr))
     say(f"attnbench: {plural(len(points), 'point')} of suite {suite.name!r} -> {run_dir}"
         + (f" ({len(done)} already done)" if done else "")
-        + (f"; expected about {duration(sum(plan.values()))} "
+        + (f"; expected about {duration(sum(schedule.values()))} "
            "(predicted; the ETA follows the run's pace)" if predict and points else ""))
     if deadline is not None:
-        say(limit_notice(deadline, points, order, plan))
+        say(limit_notice(deadline, points, order, schedule))
     try:
-        with (Progress(plan, max(measure.passes, 1), limit_s=measure.time_limit_s)
+        with (Progress(schedule, max(measure.passes, 1), limit_s=measure.time_limit_s)
               if options.progress and points else nullcontext()) as bar:
             counts = run_points(points, writer, measure, run_id=run_id, suite_name=suite.name,
                                 mem_budget=options.mem_budget, executor=executor,
@@ -190,15 +190,15 @@ def first_order(points: list[Point], ids: tuple[str, ...] | None) -> list[int]:
 
 
 def limit_notice(deadline: Deadline, points: list[Point], order: list[int] | None,
-                 plan: dict[tuple[str, int], float]) -> str:
+                 schedule: dict[tuple[str, int], float]) -> str:
     """The line a time-limited run starts with: the limit, the order, and whether the first
     point alone is expected to take longer (it runs anyway)."""
     text = (f"attnbench: time limit {duration(deadline.limit_s)}: points in coarse-to-fine "
             "order (--dry-run lists it); a cut run keeps every finished row")
-    pending = [i for i in (order or range(len(points))) if (points[i].point_id, 0) in plan]
+    pending = [i for i in (order or range(len(points))) if (points[i].point_id, 0) in schedule]
     if pending:
         first = points[pending[0]]
-        expected = plan[(first.point_id, 0)]
+        expected = schedule[(first.point_id, 0)]
         if expected > deadline.limit_s:
             text += (f"; the first point ({first.impl} n={first.seq_len}) is expected to take "
                      f"about {duration(expected)}, longer than the limit: that one point runs")
@@ -277,7 +277,7 @@ def passes_to_run(points: list[Point], log: PassLog, passes: int,
     """(point id, pass) -> predicted seconds, for every pass still to run (passes logged in
     ``passes.jsonl`` by an interrupted run are left out); 1 s each without a predictor."""
     restored = log.read({p.point_id for p in points})
-    plan = {}
+    schedule = {}
     for point in points:
         first, records = restored.get(point.point_id, (None, {}))
         if first is not None and first.get("status") != "ok":
@@ -285,8 +285,8 @@ def passes_to_run(points: list[Point], log: PassLog, passes: int,
         seconds = predict(point) if predict is not None else 1.0
         for k in range(passes):
             if k not in records:
-                plan[(point.point_id, k)] = seconds
-    return plan
+                schedule[(point.point_id, k)] = seconds
+    return schedule
 
 
 def _stepper(bar):

@@ -18,7 +18,7 @@ block plan (:mod:`harness.block_plan`: exact per-block counts, so a (query block
 key block) pair is skipped, full or partial; the element predicate of a partial one is the
 dense rule). Readers of the geometry: the CPU tiles (:mod:`implementations._kernels.tiles`),
 Flex's ``BlockMask`` (:mod:`implementations._flex_masks`), the Triton band and block tables
-(:mod:`implementations._kernels.triton.plan_band`, ``plan_blocks``).
+(:mod:`implementations._kernels.triton.band_plan`, ``blocklist_plan``).
 
 A feature outside MaskSpec's named fields is carried in ``MaskSpec.extra``, in one of two
 forms: a :class:`RunsFeature` (see :mod:`.visible_runs`), whose geometry is runs of visible keys

@@ -47,7 +47,7 @@ from functools import cache
 from harness.errors import CliError
 
 MALLOC_ENV = "ATTNBENCH_MALLOC"
-MODES = ("tuned", "default")
+SETTINGS = ("tuned", "default")
 # mallopt parameter numbers (glibc <malloc.h>)
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
@@ -63,12 +63,12 @@ RELEASE_ABOVE = 512 * 2**20
 _state: str | None = None  # what tune() set in this process (a fork inherits both)
 
 
-def mode() -> str:
+def setting() -> str:
     """``tuned`` (unset or empty) or ``default``, from ``ATTNBENCH_MALLOC``; another value is
     a one-line error."""
     value = os.environ.get(MALLOC_ENV, "").strip() or "tuned"
-    if value not in MODES:
-        raise CliError(f"{MALLOC_ENV}={value!r}: expected one of {', '.join(MODES)}")
+    if value not in SETTINGS:
+        raise CliError(f"{MALLOC_ENV}={value!r}: expected one of {', '.join(SETTINGS)}")
     return value
 
 
@@ -90,7 +90,7 @@ def tune() -> str:
     """Put this process's allocator into the fixed state (once; later calls return the state
     set the first time) and return what the ``malloc_tuning`` column records."""
     global _state
-    wanted = mode()  # a bad setting is an error whenever a device is made
+    wanted = setting()  # a bad setting is an error whenever a device is made
     if _state is not None:
         return _state
     if wanted == "default":

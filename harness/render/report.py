@@ -194,7 +194,7 @@ def scenario_sections(rows: pd.DataFrame) -> list[Section]:
     by scenario in folder order."""
     out = []
     for scenario in interface.each_scenario():
-        mine = rows[rows["scenario"].isin(list(scenario.variants))] if len(rows) else rows
+        mine = rows[rows["scenario"].isin(list(scenario.serves))] if len(rows) else rows
         for spec in scenario.panels:
             tables_, images = scaling.panel(mine, spec)
             out.append(Section(spec.key, spec.title, spec.caption, tables_, images))

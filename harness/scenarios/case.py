@@ -18,7 +18,7 @@ from harness.measure.graphs import NO_CUDA, TimedCall
 from harness.measure.timing import Measurement
 
 # [measure] check: how much of the output is compared with the float64 reference
-CHECK_MODES = ("auto", "full", "rows", "none")
+CHECK_EXTENTS = ("auto", "full", "rows", "none")
 # how a scenario may ask its timed call to be launched (Case.graph): ``auto`` leaves it to
 # ``[measure] cuda_graph`` and then to the scenario's default; the others are graphs.MODES
 GRAPH_MODES = ("auto", *graphs.MODES)
@@ -37,18 +37,18 @@ def full_check_fits(n_q: int, n_k: int) -> bool:
 class CheckChoice:
     """What agreement check a point gets: ``full``, ``rows`` (sampled query rows) or ``none``."""
 
-    mode: str
+    extent: str
     grads: bool
 
     def describe(self) -> str:
-        return f"{self.mode}{'+grads' if self.grads else ''}"
+        return f"{self.extent}{'+grads' if self.grads else ''}"
 
 
 def choose_check(requested: str, n_q: int, n_k: int, backward: bool) -> CheckChoice:
     """The check of n_q queries over n_k keys: ``auto`` = full (grads too for backward) up to
     FULL_CHECK_MAX_PAIRS, else rows."""
-    if requested not in CHECK_MODES:
-        raise ValueError(f"check must be {'|'.join(CHECK_MODES)}, got {requested!r}")
+    if requested not in CHECK_EXTENTS:
+        raise ValueError(f"check must be {'|'.join(CHECK_EXTENTS)}, got {requested!r}")
     if requested == "auto":
         requested = "full" if full_check_fits(n_q, n_k) else "rows"
     return CheckChoice(requested, grads=backward and requested == "full")
@@ -71,7 +71,7 @@ class MeasureOption:
 
 @dataclass(frozen=True)
 class CaseOptions:
-    """How the runner wants a Case built: ``check`` (a CHECK_MODES word) and ``options``, the
+    """How the runner wants a Case built: ``check`` (a CHECK_EXTENTS word) and ``options``, the
     scenario's own ``[measure]`` options as the suite set them (name -> value; a name left out
     is at its declared default)."""
 

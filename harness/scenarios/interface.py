@@ -8,15 +8,15 @@ rules, the timed callable, the extra row columns) is the scenario's: the runner,
 planner, the analysis and the renderers ask it (:func:`get`, :func:`scenario_of`) and never test
 a scenario's name.
 
-The mask is one value, :class:`~harness.scenarios.pointmask.PointMask` (the MaskSpec, with the
+The mask is one value, :class:`~harness.scenarios.suite_mask.PointMask` (the MaskSpec, with the
 documents as the suite wrote them); :attr:`Point.mask` is the MaskSpec it makes for the
 point's sequence length. Rows hold it flat, one column per MaskSpec field
-(:mod:`harness.scenarios.pointmask`).
+(:mod:`harness.scenarios.suite_mask`).
 
 Identity: :attr:`Point.point_id` is the sha1 of the JSON of :meth:`Point.fields` (sorted keys),
 cut to 12 hex digits. ``fields()`` is flat, one entry per row column: the 26 fields every point
 has had since the first results (the shape fields, the mask's
-:data:`~harness.scenarios.pointmask.FIRST_COLUMNS`, and :data:`FIRST_SETTINGS`: a setting that
+:data:`~harness.scenarios.suite_mask.FIRST_COLUMNS`, and :data:`FIRST_SETTINGS`: a setting that
 the point's scenario does not have counts at the value it had then), plus every field added
 since then (a mask field, a scenario setting, a method parameter) only when it is not at its
 default. So a point that could be written before keeps its id, and committed baselines still
@@ -41,10 +41,10 @@ from harness import registry, scenarios
 from harness.cost import memory_law
 from harness.masks import MaskSpec
 from harness.measure.device import Device
-from harness.scenarios import packing, pointmask
+from harness.scenarios import packing, suite_mask
 from harness.scenarios.case import Case, CaseOptions, CheckChoice, MeasureOption, choose_check
 from harness.scenarios.figures import ReportPanel
-from harness.scenarios.pointmask import PointMask
+from harness.scenarios.suite_mask import PointMask
 from harness.spec import DTYPES, ParamValue, Problem
 
 # the scenario settings of the first point ids, with the values they hashed when a point's
@@ -98,7 +98,7 @@ class Point:
         types = settings_types(kind)
         params = declared_params(impl, {})
         shape = {f.name for f in SHAPE_FIELDS}
-        unknown = set(fields) - shape - set(pointmask.COLUMNS) - set(types) - set(params)
+        unknown = set(fields) - shape - set(suite_mask.COLUMNS) - set(types) - set(params)
         if unknown:
             raise TypeError(f"not a field of a {scenario} point of {impl}: {sorted(unknown)}")
         settings = kind.make_settings(impl, {k: v for k, v in fields.items() if k in types})
@@ -126,7 +126,7 @@ class Point:
 
     @property
     def backward(self) -> bool:
-        return get(self.scenario).variants[self.scenario]
+        return get(self.scenario).serves[self.scenario]
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -293,7 +293,7 @@ class PointCost:
             return "model"
 
     @property
-    def planned_flops(self) -> float:
+    def predicted_flops(self) -> float:
         """Every FLOP the point computes, untimed work included (a decode point's prefill): what
         the shard planner balances by."""
         return self.executed_flops
@@ -319,7 +319,7 @@ class Scenario:
     """What is timed for a point, and everything that depends on it. A folder registers one
     subclass with :func:`register`; class attributes declare it:
 
-    - ``variants``: the suite's ``scenario`` words it serves -> whether that one runs backward;
+    - ``serves``: the suite's ``scenario`` words it serves -> whether that one runs backward;
     - ``settings``: its frozen settings dataclass (every field with a default; a field's
       ``metadata`` may give ``choices`` and a ``minimum``, which suites are checked against);
     - ``baselines``: implementations it runs itself, not from the registry -> their family;
@@ -335,7 +335,7 @@ class Scenario:
     tables show it by default) is declared with the column, in its folder's ``COLUMNS``.
     """
 
-    variants: ClassVar[Mapping[str, bool]] = {}
+    serves: ClassVar[Mapping[str, bool]] = {}
     settings: ClassVar[type] = type(None)
     baselines: ClassVar[Mapping[str, str]] = {}
     core_exponents: ClassVar[bool] = False
@@ -399,9 +399,9 @@ class UnknownScenario(KeyError):
 
 
 def register(cls: type[Scenario]) -> type[Scenario]:
-    """Class decorator: serve every word of ``cls.variants`` with one instance of ``cls``."""
+    """Class decorator: serve every word of ``cls.serves`` with one instance of ``cls``."""
     instance = cls()
-    for word in cls.variants:
+    for word in cls.serves:
         if word in _SCENARIOS and type(_SCENARIOS[word]) is not cls:
             raise ValueError(f"scenario {word!r} registered twice")
         _SCENARIOS[word] = instance
@@ -440,12 +440,12 @@ def backward_pair(word: str) -> str | None:
     """The word of the same scenario that also runs backward (``attention`` ->
     ``attention+backward``), for a forward word; None for anything else (or an unknown word)."""
     try:
-        variants = get(word).variants
+        serves = get(word).serves
     except UnknownScenario:
         return None
-    if variants[word]:
+    if serves[word]:
         return None
-    return next((w for w, backward in variants.items() if backward), None)
+    return next((w for w, backward in serves.items() if backward), None)
 
 
 def each_scenario() -> list[Scenario]:
@@ -480,7 +480,7 @@ def point_fields() -> tuple[str, ...]:
     """Every Point field as a row column, in the schema's order: the shape fields, the mask
     columns, then each scenario's settings (once each, folder by folder). Method parameters are
     not here: they are the implementations'."""
-    out = [f.name for f in SHAPE_FIELDS] + list(pointmask.COLUMNS)
+    out = [f.name for f in SHAPE_FIELDS] + list(suite_mask.COLUMNS)
     for word in names():
         out += [f.name for f in fields(get(word).settings) if f.name not in out]
     return tuple(out)
@@ -498,7 +498,7 @@ def point_from_row(row: Mapping) -> Point:
         if values.get(f.name) is not None
     }
     masking = PointMask.from_columns(
-        {k: _typed(values[k], t) for k, t in pointmask.HINTS.items() if values.get(k) is not None}
+        {k: _typed(values[k], t) for k, t in suite_mask.HINTS.items() if values.get(k) is not None}
     )
     types = settings_types(scenario)
     settings = scenario.settings(

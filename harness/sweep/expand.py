@@ -22,7 +22,7 @@ from harness.masks import MaskError
 from harness.measure.device import resolve_device_name
 from harness.scenarios import interface
 from harness.scenarios.interface import SHAPE_FIELDS, Point, Scenario, SettingsError
-from harness.scenarios.pointmask import PointMask
+from harness.scenarios.suite_mask import PointMask
 from harness.spec import Param
 from harness.sweep.validate import SHAPE_AXES, Axes, SuiteReporter, check_mask, is_swept
 

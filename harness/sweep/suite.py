@@ -52,7 +52,7 @@ from pathlib import Path
 from harness.errors import SuiteError
 from harness.measure.timing import TimingConfig
 from harness.scenarios import interface
-from harness.scenarios.case import CHECK_MODES
+from harness.scenarios.case import CHECK_EXTENTS
 from harness.scenarios.interface import Point
 from harness.sweep.expand import entries, expand_points, suite_axes
 from harness.sweep.validate import SuiteReporter, required, table, unknown_key, validate_value
@@ -197,8 +197,8 @@ def _measure(settings: dict, err: SuiteReporter, scenario: str) -> MeasureConfig
     except ValueError as exc:
         err.fail("measure", settings, str(exc))
     check = settings.get("check", "auto")
-    if check not in CHECK_MODES:
-        err.fail("measure.check", check, f"must be {'|'.join(CHECK_MODES)}")
+    if check not in CHECK_EXTENTS:
+        err.fail("measure.check", check, f"must be {'|'.join(CHECK_EXTENTS)}")
     threads = settings.get("threads")
     if threads is not None and threads > MAX_THREADS:
         err.fail("measure.threads", threads, f"must be <= {MAX_THREADS}")

@@ -32,13 +32,13 @@ from harness.mask_features.window import spelled
 from harness.masks import MaskError, check_fits
 from harness.scenarios import interface, packing
 from harness.scenarios.interface import Scenario, settings_types
-from harness.scenarios.pointmask import PointMask, suite_types
+from harness.scenarios.suite_mask import PointMask, suite_types
 from harness.spec import DTYPES, Param
 
 DEVICES = ("cpu", "cuda", "auto")
 # fmt: off
 # Point fields a suite may set, with their types (bool is checked before int: True is an int).
-# The mask columns' types come from the MaskSpec (harness.scenarios.pointmask).
+# The mask columns' types come from the MaskSpec (harness.scenarios.suite_mask).
 FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
     "device": str, "dtype": str, "batch": int, "seq_len": int, "q_len": int, "heads": int,
     "kv_heads": int, "head_dim": int, **suite_types(),

@@ -1,5 +1,5 @@
 """The lease's proof (benchmarks/lease/proof.sh) on a machine without a GPU: it refuses in one
-line (exit 2), its dry run lists every test it would run, its plan gives the verdicts the
+line (exit 2), its dry run lists every test it would run, its schedule gives the verdicts the
 budget first, a stand-in Python runs every step in order, and the summary reads what a proof
 leaves, finished or cut short; the workflow template installs a current CUDA torch."""
 
@@ -43,7 +43,7 @@ def test_the_proof_refuses_a_missing_out_dir_in_one_line():
 
 @pytest.mark.parametrize("args, says", [
     (("out", "--minutes", "six"), "--minutes six: not a number of minutes"),
-    (("out", "--plan-json"), "--plan-json goes with --dry-run"),
+    (("out", "--schedule-json"), "--schedule-json goes with --dry-run"),
 ])
 def test_the_proof_refuses_bad_options_in_one_line_before_any_work(tmp_path, args, says):
     result = _proof(*(str(tmp_path / a) if a == "out" else a for a in args))
@@ -108,26 +108,26 @@ def test_the_proof_says_why_the_python_it_found_cannot_run_it(tmp_path):
 KINDS = ("setup", "verdicts", "tests", "kernels")  # the order the steps run in
 
 
-def _plan(minutes: str, python: str | None = None) -> list[dict]:
+def _schedule(minutes: str, python: str | None = None) -> list[dict]:
     env = {**os.environ, "PYTHON": python or os.environ.get("PYTHON", sys.executable)}
     result = subprocess.run(["bash", str(PROOF), "--dry-run", "--minutes", minutes,
-                             "--plan-json"], capture_output=True, text=True, env=env, cwd=ROOT,
+                             "--schedule-json"], capture_output=True, text=True, env=env, cwd=ROOT,
                             timeout=60)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
 
-def _plan_problems(plan: list[dict], minutes: float) -> list[str]:
-    """What is wrong with a plan against issue 37's targets, in words (none: it holds)."""
+def _schedule_problems(schedule: list[dict], minutes: float) -> list[str]:
+    """What is wrong with a schedule against issue 37's targets, in words (none: it holds)."""
     budget = minutes * 60
     problems = []
-    if any(set(step) != {"step", "kind", "cap_s"} for step in plan):
+    if any(set(step) != {"step", "kind", "cap_s"} for step in schedule):
         problems.append("a step is not {step, kind, cap_s}")
-    kinds = [step["kind"] for step in plan]
+    kinds = [step["kind"] for step in schedule]
     if [k for k in KINDS if k in kinds] != list(KINDS) or kinds != sorted(kinds, key=KINDS.index):
         problems.append(f"order {kinds}: not setup, verdicts, tests, kernels")
-    caps = {kind: sum(s["cap_s"] for s in plan if s["kind"] == kind) for kind in KINDS}
-    if any(not isinstance(s["cap_s"], int) or s["cap_s"] < 0 for s in plan):
+    caps = {kind: sum(s["cap_s"] for s in schedule if s["kind"] == kind) for kind in KINDS}
+    if any(not isinstance(s["cap_s"], int) or s["cap_s"] < 0 for s in schedule):
         problems.append("a cap is not a whole number of seconds >= 0")
     if sum(caps.values()) > budget:
         problems.append(f"caps sum to {sum(caps.values())} s, over the {budget:g} s budget")
@@ -139,30 +139,30 @@ def _plan_problems(plan: list[dict], minutes: float) -> list[str]:
 
 
 @pytest.mark.parametrize("minutes", ["10", "4", "7.5", "30"])
-def test_the_plan_measures_first_within_the_budget(minutes):
-    plan = _plan(minutes)
-    assert _plan_problems(plan, float(minutes)) == []
-    assert [s["step"] for s in plan[:2]] == ["setup", "verdicts"]  # the claims first
+def test_the_schedule_measures_first_within_the_budget(minutes):
+    schedule = _schedule(minutes)
+    assert _schedule_problems(schedule, float(minutes)) == []
+    assert [s["step"] for s in schedule[:2]] == ["setup", "verdicts"]  # the claims first
 
 
-def test_the_plan_check_fails_a_plan_out_of_order_over_budget_or_short_of_measuring():
-    good = _plan("10")
-    assert _plan_problems(good, 10) == []
+def test_the_schedule_check_fails_a_schedule_out_of_order_over_budget_or_short_of_measuring():
+    good = _schedule("10")
+    assert _schedule_problems(good, 10) == []
     swapped = [good[0], good[-1], *good[1:-1]]  # the kernel sweep before the measurements
-    assert any("order" in p for p in _plan_problems(swapped, 10))
+    assert any("order" in p for p in _schedule_problems(swapped, 10))
     heavy = [{**s, "cap_s": s["cap_s"] * 2} if s["kind"] == "tests" else s for s in good]
     assert any("over the 600 s budget" in p or "over 90 s" in p
-               for p in _plan_problems(heavy, 10))
+               for p in _schedule_problems(heavy, 10))
     short = [{**s, "cap_s": s["cap_s"] // 2} if s["kind"] == "verdicts" else s for s in good]
-    assert any("under 60%" in p for p in _plan_problems(short, 10))
+    assert any("under 60%" in p for p in _schedule_problems(short, 10))
 
 
-def test_the_plan_needs_no_torch(tmp_path):
-    """The plan is checked where nothing is installed: a Python that cannot import torch."""
+def test_the_schedule_needs_no_torch(tmp_path):
+    """The schedule is checked where nothing is installed: a Python that cannot import torch."""
     fake = tmp_path / "python3"
     fake.write_text("#!/bin/sh\necho \"No module named 'torch'\" >&2\nexit 1\n")
     fake.chmod(0o755)
-    assert _plan_problems(_plan("10", python=str(fake)), 10) == []
+    assert _schedule_problems(_schedule("10", python=str(fake)), 10) == []
 
 
 # A Python that stands in for the GPU machine's: it logs every call (with the variables the
@@ -195,7 +195,7 @@ esac
 
 
 def test_the_proof_measures_first_and_returns_what_a_reader_opens(tmp_path):
-    """The whole proof with a stand-in Python (no GPU): the steps run in the plan's order
+    """The whole proof with a stand-in Python (no GPU): the steps run in the schedule's order
     (setup, `attnbench verdicts --device cuda` at its cap, the tests, the kernel sweep),
     Triton's cache at its fixed path, the warm cache installed in setup and harvested at the
     end, the verdicts step counting its compiles into its own file; beside the archive, at most
@@ -224,7 +224,7 @@ def test_the_proof_measures_first_and_returns_what_a_reader_opens(tmp_path):
     assert kinds == sorted(kinds, key=[*KINDS, "harvest"].index), kinds
     (verdicts,) = [c for c in order if "cli verdicts" in c]
     cap = int(re.search(r"cap=(\d+)", verdicts).group(1))
-    assert cap == next(s["cap_s"] for s in _plan("4") if s["step"] == "verdicts")
+    assert cap == next(s["cap_s"] for s in _schedule("4") if s["step"] == "verdicts")
     minutes = float(re.search(r"--minutes (\S+)", verdicts).group(1))
     assert 0 < minutes * 60 < cap and "--device cuda" in verdicts
     assert re.search(r"--out \S+/o/verdicts\b", verdicts), verdicts

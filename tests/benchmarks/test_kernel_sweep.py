@@ -42,13 +42,13 @@ def _table(stdout: str) -> list[list[str]]:
 
 
 @pytest.fixture(scope="module")
-def hopper_plan() -> subprocess.CompletedProcess:
-    """``--list --capability 9.0`` of every group: one run read by the two plan tests."""
+def hopper_schedule() -> subprocess.CompletedProcess:
+    """``--list --capability 9.0`` of every group: one run read by the two schedule tests."""
     return _sweep("--list", "--capability", "9.0")
 
 
-def test_list_enumerates_every_config_of_each_group_on_three_shapes(hopper_plan):
-    result = hopper_plan
+def test_list_enumerates_every_config_of_each_group_on_three_shapes(hopper_schedule):
+    result = hopper_schedule
     assert result.returncode == 0, result.stderr
     rows = _table(result.stdout)
     ours = [r for r in rows if r[2] == "flash-tiled" and r[3] != "backward"]
@@ -71,13 +71,13 @@ def test_list_enumerates_every_config_of_each_group_on_three_shapes(hopper_plan)
     assert f"{len(rows)} rows: {len(ours)} kernel configs" in result.stdout
 
 
-def test_the_plan_lists_the_backward_hopper_candidates_beside_sdpa_cudnn(hopper_plan):
+def test_the_schedule_lists_the_backward_hopper_candidates_beside_sdpa_cudnn(hopper_schedule):
     """On sm_90 every dQ and dK/dV candidate (TMA, warp-specialized) is listed on each dense
     shape after the class's configs, and the whole backward runs with the first TMA and the
     first warp-specialized ones beside ours at the defaults, SDPA's default and its cuDNN
-    backward by name (read from the plan of every group); on sm_80 (``--groups dq dkdv``)
+    backward by name (read from the schedule of every group); on sm_80 (``--groups dq dkdv``)
     none of them."""
-    result = hopper_plan
+    result = hopper_schedule
     assert result.returncode == 0, result.stderr
     rows = _table(result.stdout)
     for group, kernel in (("dq", "band_dq"), ("dkdv", "band_dkdv")):

@@ -3,7 +3,7 @@ too.
 
 The kernel sweep (``kernel_sweep.py``: every listed config and candidate of the band kernels
 and the backward's, the decode split kernels) launches kernels the suites never do. Here,
-without a compile: the job list holds every config the sweep's own plan (``--list``) times, a
+without a compile: the job list holds every config the sweep's own schedule (``--list``) times, a
 candidate added to ``autotune.CANDIDATES`` is warmed without another edit (and the check below
 would catch one that is not), the suites' fused calls are the GPU claims suites', and the
 stand-in CUDA device leaves nothing behind.
@@ -35,14 +35,14 @@ def _sweep():
 
 
 def _missing(jobs: list[dict]) -> list[tuple]:
-    """The (kernel, head dim, config) that the sweep times on sm_90 (its own ``--list`` plan)
+    """The (kernel, head dim, config) that the sweep times on sm_90 (its own ``--list`` schedule)
     or that ``autotune.CANDIDATES`` holds for an sm_90 class, and no job compiles."""
     from implementations.triton_kernels import autotune
 
     ks = _sweep()
     have = {(j["kernel"], j["head_dim"], j["config"]) for j in jobs}
     want = {(r["kernel"], ks.CASES[r["case"]].head_dim, r["config"])
-            for r in ks.plan(list(ks.GROUPS), (9, 0))
+            for r in ks.schedule(list(ks.GROUPS), (9, 0))
             if r["impl"] == "flash-tiled" and r["kernel"] != "backward"}  # --list's count
     for kernel in autotune.CANDIDATES:
         for d in (64, 128):  # the sm_90 classes: sm90-d64, sm90-d128
@@ -145,7 +145,7 @@ def test_the_suites_step_warms_every_gpu_claims_suite_and_the_smokes():
     assert set(suites) == gpu | set(warm_cache.SMOKES)
     kernels = {j["kernel"] for j in warm_cache.compile_jobs(
         "sm_90", suites=("claims-linear-gpu-fla",))}
-    assert {"feature_state", "feature_output", "feature_chunk", "feature_prefix"} <= kernels
+    assert {"feature_state", "feature_output", "feature_chunk", "feature_scan"} <= kernels
 
 
 @pytest.mark.parametrize("name", ["d64", "decode-32k"])

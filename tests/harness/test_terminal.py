@@ -30,8 +30,8 @@ def test_progress_lines_follow_the_runs_pace():
     """Predicted 1 s a step, but the run takes 5.5 s a step: the ETA says 11 s for the two
     steps left, not 2 s; lines come at most every LINE_EVERY_S seconds, and at the end."""
     clock, stream = Clock(), io.StringIO()
-    plan = {(p, k): 1.0 for p in ("a", "b") for k in range(2)}
-    with Progress(plan, 2, stream=stream, clock=clock) as bar:
+    schedule = {(p, k): 1.0 for p in ("a", "b") for k in range(2)}
+    with Progress(schedule, 2, stream=stream, clock=clock) as bar:
         assert bar.eta_s() == 4.0  # nothing done yet: the prediction
         clock.now += 5
         bar.step("a", 0, "sdpa n=64: ok")
@@ -50,13 +50,13 @@ def test_progress_lines_follow_the_runs_pace():
     assert "ETA" not in lines[1]
 
 
-def run_progress(plan: dict, passes: int, failing: set[str]) -> list[str]:
-    """Every progress line of a run of ``plan`` in which ``failing`` points fail their first
+def run_progress(schedule: dict, passes: int, failing: set[str]) -> list[str]:
+    """Every progress line of a run of ``schedule`` in which ``failing`` points fail their first
     pass (the runner's order: every point of a pass before the next pass; a line per step)."""
     clock, stream = Clock(), io.StringIO()
-    with Progress(plan, passes, stream=stream, clock=clock) as bar:
+    with Progress(schedule, passes, stream=stream, clock=clock) as bar:
         for k in range(passes):
-            for point, j in plan:
+            for point, j in schedule:
                 if j != k or (k > 0 and point in failing):
                     continue
                 if k == 0 and point in failing:
@@ -71,8 +71,8 @@ def test_progress_totals_never_change_while_shown():
     ``pass 2/3: k/36`` and ``pass 3/3: k/36``; each count runs 1..total, the last line says
     100% and no ETA (the run once showed ``44/114`` point-passes, then ``82/108``)."""
     points = [f"p{i}" for i in range(38)]
-    plan = {(p, k): 0.5 for k in range(3) for p in points}
-    lines = run_progress(plan, 3, failing={"p3", "p17"})
+    schedule = {(p, k): 0.5 for k in range(3) for p in points}
+    lines = run_progress(schedule, 3, failing={"p3", "p17"})
     seen: dict[str, list[tuple[int, int]]] = {}
     for line in lines:
         pass_, counts = line.split(": ")[1:3]

@@ -102,7 +102,7 @@ def get_problem(point: Point) -> Problem:
 class Attention(Scenario):
     """The core op alone; the implementation's declared exponents in n are those of its rows."""
 
-    variants: ClassVar[dict[str, bool]] = {"attention": False, "attention+backward": True}
+    serves: ClassVar[dict[str, bool]] = {"attention": False, "attention+backward": True}
     settings = AttentionSettings
     core_exponents = True
 
@@ -115,7 +115,7 @@ class Attention(Scenario):
     def build_case(self, point: Point, device: Device, options: CaseOptions) -> Case:
         """Time the core on fresh inputs; forward under no_grad, or forward+backward via
         autograd. The check runs the same prepared call."""
-        plan = check_choice(point, options.check)
+        choice = check_choice(point, options.check)
         core = self.core(point)
         attn: AttnFn = core.prepare(self.problem(point))
         definition = Definition.of(core, point.params)
@@ -134,13 +134,13 @@ class Attention(Scenario):
                     return attn(q, k, v)
 
         def check() -> dict:
-            return check_attention(attn, q, k, v, grad_out, point, plan, definition)
+            return check_attention(attn, q, k, v, grad_out, point, choice, definition)
 
         nbytes = self.cost(point).compulsory_bytes
         return Case(
             run=run, tokens=point.batch * point.n_q, check=check,
             extra=lambda measurement, timer: bandwidth_columns(nbytes, measurement, device),
-            columns={"check": plan.describe(), "compulsory_bytes": int(nbytes)},
+            columns={"check": choice.describe(), "compulsory_bytes": int(nbytes)},
         )
 
 

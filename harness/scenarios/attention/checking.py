@@ -63,14 +63,14 @@ def check_attention(
     v: Tensor,
     grad_out: Tensor | None,
     point: Point,
-    plan: CheckChoice,
+    choice: CheckChoice,
     definition: Definition | None = None,
 ) -> dict:
     """Agreement columns of one prepared call of ``point`` against the float64 reference (same
     mask): softmax attention, or ``definition`` for an approximation (then ``approx_err`` too).
     q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D); ``grad_out`` like q (backward) or None."""
     definition = definition or Definition()
-    if plan.mode == "none":
+    if choice.extent == "none":
         return {"agree": None}
     with torch.no_grad():
         out = attn(q, k, v)
@@ -78,13 +78,13 @@ def check_attention(
     if tuple(out.shape) != expected:  # a wrong shape is a wrong result, not a crash
         shown = " x ".join(map(str, out.shape)), " x ".join(map(str, expected))
         return {"agree": False, "mismatch_reason": f"output shape {shown[0]} ≠ expected {shown[1]}"}
-    rows, ref, naive = checked_rows(q, k, v, point, plan, definition)
+    rows, ref, naive = checked_rows(q, k, v, point, choice, definition)
     result = judge_rows(out, rows, ref, naive, point.torch_dtype)
     if definition.approximate:
         picked = out if rows is None else out[..., rows.to(out.device), :]
         with torch.no_grad():
             result["approx_err"] = approximation_error(picked, q, k, v, point.mask, rows)
-    if plan.grads and grad_out is not None:
+    if choice.grads and grad_out is not None:
         grads = torch.autograd.grad(attn(q, k, v), (q, k, v), grad_out)
         ref_grads = definition_grads(q, k, v, grad_out, point, definition)
         result.update(grad_agreement(grads, ref_grads, point.torch_dtype))
@@ -97,15 +97,15 @@ def checked_rows(
     k: Tensor,
     v: Tensor,
     point: Point,
-    plan: CheckChoice,
+    choice: CheckChoice,
     definition: Definition | None = None,
 ) -> tuple[Tensor | None, Tensor, Tensor]:
-    """(rows, reference, naive) for the rows ``plan`` checks: rows is None for a full check,
+    """(rows, reference, naive) for the rows ``choice`` checks: rows is None for a full check,
     else the sampled query rows (1-D long); reference is ``definition`` (softmax attention by
     default) in float64 and naive the same math in the inputs' dtype, both
     (B, H, len(rows) or n_q, D), on the inputs' device."""
     definition = definition or Definition()
-    rows = None if plan.mode == "full" else sample_rows(point.n_q, seed=point.seed)
+    rows = None if choice.extent == "full" else sample_rows(point.n_q, seed=point.seed)
     with torch.no_grad():
         ref = definition.float64(q, k, v, point.mask, rows=rows)
         naive = definition.evaluate(q, k, v, point.mask, rows=rows)

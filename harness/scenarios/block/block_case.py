@@ -196,7 +196,7 @@ LAYERS = CrossoverPanel(
 class Block(Scenario):
     """One transformer block; see the module docstring."""
 
-    variants: ClassVar[dict[str, bool]] = {"block": False, "block+backward": True}
+    serves: ClassVar[dict[str, bool]] = {"block": False, "block+backward": True}
     settings = BlockSettings
     baselines: ClassVar[dict[str, str]] = BASELINES
     axes: ClassVar[tuple[str, ...]] = ("conv_kernel",)
@@ -227,7 +227,7 @@ class Block(Scenario):
 
     def build_case(self, point: Point, device: Device, options: CaseOptions) -> Case:
         """x: (B, N, d_model) through one block; the baselines have no registry core."""
-        plan = check_choice(point, options.check)
+        choice = check_choice(point, options.check)
         cfg = BlockConfig.of(point, causal=point.mask.causal, max_len=point.seq_len)
         mixer = mixer_factory(point.settings.mixer, point.settings.conv_kernel)
         block = build_block(cfg, point.seed, point.device, point.torch_dtype, mixer)
@@ -252,7 +252,7 @@ class Block(Scenario):
 
         def check() -> dict:
             definition = Definition.of(impl, point.params)
-            return check_block(block, core, x, grad_out, point, plan, definition)
+            return check_block(block, core, x, grad_out, point, choice, definition)
 
         def extra(measurement, timer) -> dict:
             mixer_fn = mixer_call(block, core, x, grad_out, point.backward)
@@ -268,7 +268,7 @@ class Block(Scenario):
             tokens=point.batch * point.seq_len,
             check=check,
             extra=extra,
-            columns={"check": plan.describe()},
+            columns={"check": choice.describe()},
         )
 
 
@@ -305,22 +305,22 @@ def check_block(
     x: Tensor,
     grad_out: Tensor,
     point: Point,
-    plan: CheckChoice,
+    choice: CheckChoice,
     definition: Definition | None = None,
 ) -> dict:
     """Block output (and dx) against a float64 copy with the float64 reference core (an
     approximation's own float64 definition, :mod:`harness.oracle.definition`)."""
-    if plan.mode == "none":
+    if choice.extent == "none":
         return {"agree": None}
     ref_block = copy.deepcopy(block).double()
     ref_core = (definition or Definition()).core64(point.mask)
-    x64 = x.detach().double().requires_grad_(plan.grads)
-    with torch.set_grad_enabled(plan.grads):
+    x64 = x.detach().double().requires_grad_(choice.grads)
+    with torch.set_grad_enabled(choice.grads):
         ref = ref_block(x64, ref_core if core is not None else None)
     with torch.no_grad():
         out = block(x.detach(), core)
     result = output_agreement(out, ref.detach(), point.torch_dtype)
-    if plan.grads:
+    if choice.grads:
         x_grad = x.detach().requires_grad_(True)
         (dx,) = torch.autograd.grad(block(x_grad, core), (x_grad,), grad_out)
         (dx_ref,) = torch.autograd.grad(ref, (x64,), grad_out.double())

@@ -2,7 +2,7 @@
 one generated token's step (``time_median_s`` is per generated token), with the context held by
 a cache kind (``cache``: :mod:`.caches`): ``full`` (O(n) per step), ``rolling`` (O(w)),
 ``none`` (recompute, O(n²)) or ``state`` (a recurrent core's fixed-size state, O(1)). The
-decoder is :mod:`.stack`, the launch of the timed step :mod:`.step_launch`, the shapes and
+decoder is :mod:`.stack`, the launch of the timed step :mod:`.step_graph`, the shapes and
 analytic costs :mod:`.decode_cost`, the scenario :mod:`.decode_case`. ``step = "attention"``
 times the cached attention of one step alone over a ragged batch (``contexts``) held paged or
 contiguous (:mod:`.attention_step`, :mod:`.ragged`; docs/serving.md).

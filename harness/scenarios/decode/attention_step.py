@@ -11,7 +11,7 @@ timed call is the implementation's paged form (:class:`harness.spec.Paged`) on t
 
 The step is launched as a decode step is (``[measure] decode_graph``, else ``cuda_graph``; on
 CUDA a CUDA graph by default, captured after warm-up calls, so a path's per-step set-up such as
-a block mask or a plan is made before the capture); a path that reads the lengths on the host
+a block mask or a choice is made before the capture); a path that reads the lengths on the host
 (the plain one) cannot be captured and runs eagerly, the row saying why.
 
 The check: against the float64 plain path (:func:`harness.paged.paged_attention`) over each
@@ -41,7 +41,7 @@ from harness.oracle.agreement import output_agreement
 from harness.paged import paged_attention
 from harness.registry import Implementation
 from harness.scenarios.case import Case, CaseOptions
-from harness.scenarios.decode import ragged, step_launch
+from harness.scenarios.decode import ragged, step_graph
 from harness.scenarios.interface import Point, PointCost, check_choice
 from harness.spec import Problem, itemsize
 
@@ -255,8 +255,8 @@ def build_attention_case(point: Point, device: Device, options: CaseOptions,
         check=check,
         extra=extra,
         columns={"check": "none", **cost.columns()},
-        graph=options.options.get("decode_graph", step_launch.DECODE_GRAPH.default),
-        graph_default=step_launch.DEFAULT_LAUNCH,
-        launch_columns=step_launch.launch_columns,
+        graph=options.options.get("decode_graph", step_graph.DECODE_GRAPH.default),
+        graph_default=step_graph.DEFAULT_LAUNCH,
+        launch_columns=step_graph.launch_columns,
     )
     return case

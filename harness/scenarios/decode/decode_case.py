@@ -15,7 +15,7 @@ Inputs are seeded N(0, 1) token embeddings (B, seq_len + gen_tokens, d_model); o
 last block's hidden states (no final norm or vocabulary head: they are the same for every cache).
 
 The timed step is launched as every scenario's timed call is (``[measure] cuda_graph``), with
-decode's own ``[measure] decode_graph`` and its static step (:mod:`.step_launch`): by default a
+decode's own ``[measure] decode_graph`` and its static step (:mod:`.step_graph`): by default a
 CUDA graph on CUDA, eager on CPU. Rows name the mode used (``decode_graph``, as ``cuda_graph``)
 and why a requested one was not (``decode_graph_reason``), the bytes a step must move
 (``step_bytes``: weights, the K/V it reads, the K/V it writes) and the fraction of the measured
@@ -42,7 +42,7 @@ from harness.oracle.agreement import output_agreement, tolerance
 from harness.oracle.definition import Definition
 from harness.registry import Implementation
 from harness.scenarios.case import Case, CaseOptions, CheckChoice, MeasureOption
-from harness.scenarios.decode import attention_step, ragged, step_launch
+from harness.scenarios.decode import attention_step, ragged, step_graph
 from harness.scenarios.decode.caches import CACHES, cache_nbytes
 from harness.scenarios.decode.decode_cost import (
     DecodeCost,
@@ -137,10 +137,10 @@ def make_tokens(point: Point) -> Tensor:
 class Decode(Scenario):
     """One generated token's step; see the module docstring."""
 
-    variants: ClassVar[dict[str, bool]] = {"decode": False}
+    serves: ClassVar[dict[str, bool]] = {"decode": False}
     settings = DecodeSettings
     measure_options: ClassVar[dict[str, MeasureOption]] = {
-        "decode_graph": step_launch.DECODE_GRAPH
+        "decode_graph": step_graph.DECODE_GRAPH
     }
 
     def point_errors(self, point: Point) -> list[SettingsError]:
@@ -228,7 +228,7 @@ class Decode(Scenario):
         reasons = self.support(point)
         if reasons:
             raise ValueError("decode: " + "; ".join(reasons))
-        plan = check_choice(point, options.check)
+        choice = check_choice(point, options.check)
         stack = make_stack(point, self.core(point))
         x = make_tokens(point)
         n = point.seq_len
@@ -243,7 +243,7 @@ class Decode(Scenario):
         cost = self.cost(point)
 
         def check() -> dict:  # the timed step as launched: case.run once the runner launched it
-            return check_decode(stack, case.run, x, point, plan)
+            return check_decode(stack, case.run, x, point, choice)
 
         def extra(measurement, timer) -> dict:
             device.synchronize()
@@ -269,13 +269,13 @@ class Decode(Scenario):
             "prefill_mode": "stepwise" if stack.stepwise_prefill else "parallel",
             "step_keys": cost.step.n_k,
             "step_bytes": cost.step_bytes,
-            **step_launch.launch_columns(TimedCall(eager, "none")),  # until the runner launches
+            **step_graph.launch_columns(TimedCall(eager, "none")),  # until the runner launches
         }
         case = Case(
             run=eager, tokens=point.batch, check=check, extra=extra, columns=columns,
-            capture=lambda: step_launch.StaticStep(stack, token, n),
-            graph=options.options.get("decode_graph", step_launch.DECODE_GRAPH.default),
-            graph_default=step_launch.DEFAULT_LAUNCH, launch_columns=step_launch.launch_columns,
+            capture=lambda: step_graph.StaticStep(stack, token, n),
+            graph=options.options.get("decode_graph", step_graph.DECODE_GRAPH.default),
+            graph_default=step_graph.DEFAULT_LAUNCH, launch_columns=step_graph.launch_columns,
         )
         return case
 
@@ -288,16 +288,16 @@ def _bandwidth_columns(step_bytes: int, measurement, device: Device) -> dict:
     return {"bw_fraction": step_bytes / measurement.median / bandwidth, "bw_source": source}
 
 
-def check_decode(stack: DecoderStack, run, x: Tensor, point: Point, plan: CheckChoice) -> dict:
+def check_decode(stack: DecoderStack, run, x: Tensor, point: Point, choice: CheckChoice) -> dict:
     """``gen_tokens`` cached steps (fresh caches) against full recomputation of the sequence.
 
-    ``full`` plan: against a float64 copy of the stack with the float64 reference core; the
+    ``full`` check: against a float64 copy of the stack with the float64 reference core; the
     same-dtype recomputation with the same core (where the core supports that whole-sequence
-    call) gives ``naive_err`` and ``recompute_max_abs_err``. ``rows`` plan (long contexts):
+    call) gives ``naive_err`` and ``recompute_max_abs_err``. ``rows`` check (long contexts):
     against that same-dtype recomputation, or float64 where the core cannot recompute.
     The timed step must reproduce step 0 (same state, same position).
     """
-    if plan.mode == "none":
+    if choice.extent == "none":
         return {"agree": None}
     n, g = point.seq_len, point.settings.gen_tokens
     definition = Definition.of(stack.attend.impl, point.params)
@@ -310,7 +310,7 @@ def check_decode(stack: DecoderStack, run, x: Tensor, point: Point, plan: CheckC
         timed = run()
         # causal, so row t of one forward over all n + g tokens is step t's recomputation
         recomputed = stack.forward(x)[:, n:] if can_recompute else None
-        use_ref = plan.mode == "full" or recomputed is None
+        use_ref = choice.extent == "full" or recomputed is None
         ref = reference_stack(stack, definition).forward(x.double())[:, n:] if use_ref else None
     result = output_agreement(steps, ref if use_ref else recomputed, point.torch_dtype)
     result["check"] = "float64" if use_ref else "recompute"

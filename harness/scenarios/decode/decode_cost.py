@@ -90,7 +90,7 @@ class DecodeCost(PointCost):
         return self._step_flops(self.step)
 
     @cached_property
-    def planned_flops(self) -> float:
+    def predicted_flops(self) -> float:
         """The prefill and gen_tokens steps (what the point computes beside the timing)."""
         prefill = self._step_flops(prefill_problem(self.point))
         return prefill + self.point.settings.gen_tokens * self.executed_flops
@@ -158,7 +158,7 @@ class DecodeCost(PointCost):
     @cached_property
     def peak_bytes(self) -> int:
         """Weights, inputs and caches, plus the largest of the prefill, the step and the
-        agreement check (``auto`` plan: a second set of caches, a same-dtype recomputation of
+        agreement check (``auto`` check: a second set of caches, a same-dtype recomputation of
         all seq_len + gen_tokens tokens, a float64 copy of the stack up to
         FULL_CHECK_MAX_PAIRS or where the core cannot recompute)."""
         p = self.point

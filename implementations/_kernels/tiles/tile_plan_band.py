@@ -168,7 +168,7 @@ def band_tiles(spec: MaskSpec, n_q: int, n_k: int, block: int) -> BandTiles:
         cuts |= {_cdiv(x - r, d) for run in rule.rows_g for x in run}
         cuts = sorted(x for x in cuts if a_lo <= x <= a_hi + 1)
         for x, y in itertools.pairwise(cuts):
-            kind, in_prefix, empty = _segment(rule, r + d * x, x + right, sizes[r])
+            kind, in_prefix, empty = _between_cuts(rule, r + d * x, x + right, sizes[r])
             if empty:
                 continue
             a0 = np.arange(x, y, block, dtype=np.int64)
@@ -177,7 +177,7 @@ def band_tiles(spec: MaskSpec, n_q: int, n_k: int, block: int) -> BandTiles:
     return _assemble(rule, n_q, n_k, k_start, parts, left, right)
 
 
-def _segment(rule: BandRule, p: int, band_top: int, n_class_keys: int):
+def _between_cuts(rule: BandRule, p: int, band_top: int, n_class_keys: int):
     """(kind, prefix rows?, empty?) of the rows from position p on, up to the next cut.
     Only rows before the first key (p < 0) can be empty: every other row keeps itself."""
     is_global = any(a <= p < b for a, b in rule.rows_g)

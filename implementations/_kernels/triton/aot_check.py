@@ -1,7 +1,7 @@
 """Ahead-of-time compilation of the fused kernels for GPUs this machine does not have.
 
-The real launch code (:mod:`.launches`) runs on ``meta`` tensors with its launches recorded
-and not run (:func:`.launch_modes.watching`), so each kernel is compiled with exactly the
+The real launch code (:mod:`.attention_launches`) runs on ``meta`` tensors with its launches
+recorded and not run (:func:`.kernel_launch.watching`), so each kernel is compiled with exactly the
 arguments, specializations and compile-time constants a CUDA call of that shape would give it.
 Triton then compiles each recorded launch for a target (``sm_90``: Hopper, ``sm_80``: Ampere)
 through a stand-in driver that names the target; ``ptxas`` (bundled with Triton) produces the
@@ -38,17 +38,17 @@ from triton.runtime import driver
 
 from harness.masks import MaskSpec
 from implementations._kernels.triton import (
+    attention_launches,
     backward,
     backward_blocks,
     decode_split_kv,
     feature_attention,
     feature_kernels,
     forward,
-    launch_modes,
-    launches,
+    kernel_launch,
     linear_chunk,
-    nystrom_fused,
     nystrom_kernels,
+    nystrom_path,
     paged_attention,
     paged_decode,
 )
@@ -59,7 +59,7 @@ from implementations._kernels.triton.autotune import (
     measured,
     usable,
 )
-from implementations._kernels.triton.launch_modes import Launch
+from implementations._kernels.triton.kernel_launch import Launch
 
 TARGETS = {"sm_90": 90, "sm_80": 80}
 SMEM_LIMIT = {90: 232448, 80: 166912}  # opt-in shared memory per block: H100, A100 (bytes)
@@ -77,7 +77,7 @@ KERNELS = (  # (module, name): every kernel the launches use
     (backward, "band_dkdv"), (backward_blocks, "blocks_dq"),
     (backward_blocks, "blocks_dkdv"), (feature_kernels, "feature_state"),
     (feature_kernels, "feature_combine"), (feature_kernels, "feature_output"),
-    (linear_chunk, "feature_prefix"), (linear_chunk, "feature_chunk"),
+    (linear_chunk, "feature_scan"), (linear_chunk, "feature_chunk"),
     (nystrom_kernels, "nys_landmarks"), (nystrom_kernels, "nys_key_pass"),
     (nystrom_kernels, "nys_pinv"), (nystrom_kernels, "nys_output"),
     (paged_decode, "paged_decode"), (paged_decode, "paged_combine"),
@@ -161,7 +161,7 @@ class Compiled:
     mma: str  # wgmma | mma.sync | none
     sass: int  # instructions in the kernel
     loops: tuple[int, ...]  # instructions of each innermost loop holding an MMA, in order
-    segments: int  # the first loops walk partners outside the band: global positions, and
+    spans: int  # the first loops walk partners outside the band: global positions, and
     # a dilated prefix (class slots of a dilation with a prefix)
     tma: int  # SASS bulk tensor copies (UTMALDG loads, UTMASTG stores): the TMA path
     bulk_tensor: int  # PTX cp.async.bulk.tensor instructions
@@ -171,16 +171,16 @@ class Compiled:
     @property
     def masked_ratio(self) -> float | None:
         """The masked band loop over the unmasked one: the largest and the smallest MMA loop,
-        the segments' (a second interval, gathers) left out."""
-        band = self.loops[self.segments:]
+        the spans' (a second interval, gathers) left out."""
+        band = self.loops[self.spans:]
         return max(band) / min(band) if len(band) >= 2 else None
 
     @property
     def cross_ratio(self) -> float | None:
-        """The largest segment loop (global positions, a dilated prefix) over the unmasked
+        """The largest span loop (global positions, a dilated prefix) over the unmasked
         one."""
-        segments, band = self.loops[:self.segments], self.loops[self.segments:]
-        return max(segments) / min(band) if segments and band else None
+        spans, band = self.loops[:self.spans], self.loops[self.spans:]
+        return max(spans) / min(band) if spans and band else None
 
     @property
     def ratio_gated(self) -> bool:
@@ -215,7 +215,7 @@ class _Target:
 def record(workload: str, head_dim: int, batch: int = 2, shape: tuple | None = None,
            dtype: torch.dtype = torch.bfloat16) -> list[Launch]:
     """The launches a CUDA call of ``workload`` at ``head_dim`` (``dtype``) makes, recorded from
-    the real launch code on meta tensors (:func:`.launch_modes.watching`, not executed): the
+    the real launch code on meta tensors (:func:`.kernel_launch.watching`, not executed): the
     forward, then (when it has one) the backward.
     ``shape``: a workload not in the tables, as ``WORKLOADS`` (6 fields) or
     ``FEATURE_WORKLOADS`` (4, and n_q when it is not n) spell one
@@ -234,20 +234,20 @@ def record(workload: str, head_dim: int, batch: int = 2, shape: tuple | None = N
     meta = dict(device="meta", dtype=dtype)
     q = torch.empty(batch, heads, n_q, head_dim, **meta)
     k, v = (torch.empty(batch, kv_heads, n_k, head_dim, **meta) for _ in range(2))
-    with launch_modes.watching(seen.append, execute=False):
+    with kernel_launch.watching(seen.append, execute=False):
         if mask is None:  # the feature-map attention: three launches
             w = torch.empty(2, features, head_dim, device="meta") if features else None
             if workload == "nystrom":
-                nystrom_fused.nystrom_fused(q, k, v, features, 6, head_dim**-0.5)
+                nystrom_path.nystrom_path(q, k, v, features, 6, head_dim**-0.5)
             elif workload.endswith("-causal"):
                 feature_attention.chunk_attention(q, k, v, w, head_dim**-0.5)
             else:  # ``-combine``: the two-launch candidate (fused = 2)
                 feature_attention.feature_attention(q, k, v, w, head_dim**-0.5,
                                                     combine=workload.endswith("-combine"))
             return seen
-        out, lse = launches.attention_forward(q, k, v, mask, head_dim**-0.5)
+        out, lse = attention_launches.attention_forward(q, k, v, mask, head_dim**-0.5)
         if with_backward:
-            launches.attention_backward(q, k, v, out, lse, out, mask, head_dim**-0.5)
+            attention_launches.attention_backward(q, k, v, out, lse, out, mask, head_dim**-0.5)
     return seen
 
 
@@ -264,7 +264,7 @@ def record_paged(workload: str, head_dim: int, shape: tuple[int, ...],
     table = torch.empty(batch, pages, device="meta", dtype=torch.int32)
     lens = torch.empty(batch, device="meta", dtype=torch.int32)
     seen: list[Launch] = []
-    with launch_modes.watching(seen.append, execute=False):
+    with kernel_launch.watching(seen.append, execute=False):
         paged_attention.paged_decode_attention(q, k, v, table, lens, head_dim**-0.5)
     return seen
 
@@ -325,22 +325,22 @@ def compile_launch(launch: Launch, index: int, target: str, workload: str = "") 
         index >= max(len(listed(launch, target)), 1), found and found.source,
         launch.kwargs.get("D", 0), target, regs,
         stack, int(kernel.metadata.shared), SMEM_LIMIT[capability], mma_kind(sass), len(sass),
-        mma_loops(sass), _segments(launch, sass), count("UTMALDG") + count("UTMASTG"),
+        mma_loops(sass), _spans(launch, sass), count("UTMALDG") + count("UTMASTG"),
         kernel.asm["ptx"].count("cp.async.bulk.tensor"), count("USETMAXREG"),
         round(time.perf_counter() - start, 2),
     )
 
 
-def _segments(launch: Launch, sass: list[tuple[int, str]]) -> int:
-    """:func:`segments` of a band kernel; every loop of a feature-map kernel (no band: no
+def _spans(launch: Launch, sass: list[tuple[int, str]]) -> int:
+    """:func:`spans` of a band kernel; every loop of a feature-map kernel (no band: no
     masked/unmasked pair to compare)."""
     if launch.name.startswith("feature_"):
         return len(mma_loops(sass))
-    return segments(launch.kwargs)
+    return spans(launch.kwargs)
 
 
-def segments(flags: dict) -> int:
-    """How many loops a band kernel runs before its band: the global positions' segment, and
+def spans(flags: dict) -> int:
+    """How many loops a band kernel runs before its band: the global positions' span, and
     a dilated prefix's."""
     return int(bool(flags.get("GLOBAL"))) + int(bool(flags.get("PREFIX") and flags.get("DILATED")))
 

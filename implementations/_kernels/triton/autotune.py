@@ -8,9 +8,9 @@ assumed before autotuning (executed pairs). Every class was checked ahead of tim
 sm_80 at D = 64 and 128 with each mask clause (``benchmarks/aot_kernels.py``; the CPU tests
 recheck each kernel's default); configs that spilled were taken out (a 128x64 forward at 4
 warps, 128x128 tiles, 32x128 dK/dV at 4 warps). A kernel compiled with both a prefix and
-dilation (``PREFIX`` and ``DILATED``: the gathered prefix segment) holds more registers and
+dilation (``PREFIX`` and ``DILATED``: the gathered prefix span) holds more registers and
 takes its lists from ``GATHERED_SHAPES`` where that has one (checked ahead of time with the
-``*-dilated-prefix`` workloads; their ``MODE_KEY`` holds both clauses, so they tune apart);
+``*-dilated-prefix`` workloads; their ``MASK_KEY`` holds both clauses, so they tune apart);
 every other kernel's lists are ``SHAPES``' alone.
 
 A default changes only on a GPU measurement. The sm_90 defaults of the band kernels are the
@@ -18,16 +18,16 @@ ones the H100 kernel sweep of 2026-11-26 chose or kept (``MEASURED`` records eac
 committed rows; tests check both against ``SHAPES``); the sm_80 ones have no measurement yet.
 One listed config sets a Hopper flag: the forward's ``TMA`` config at sm90-d64, which a launch
 takes only where :func:`tma_allowed` (the prune drops it elsewhere, and a launch whose rows a
-descriptor cannot address tunes under its own ``MODE_KEY``: :func:`tma_key`).
+descriptor cannot address tunes under its own ``MASK_KEY``: :func:`tma_key`).
 
 Under ``TRITON_INTERPRET=1`` (CPU tests) a single small configuration runs: the interpreter's
 time goes into every extra config, and small tiles exercise more block edges on small inputs
 (tests swap in GPU-sized tiles with ``launches.interpreter_tiles``). The autotuner's key
-is ``(n_bucket, q_bucket, BLOCK_D, MODE_KEY)`` plus the tensors' dtypes (Triton adds those).
+is ``(n_bucket, q_bucket, BLOCK_D, MASK_KEY)`` plus the tensors' dtypes (Triton adds those).
 
 ``ATTNBENCH_AUTOTUNE=off`` (:func:`autotuning`) turns autotuning off: each launch runs its
 kernel's class default, the config the AOT check compiles, and times no other
-(:mod:`.launch_modes`). The tests set it: on a GPU every autotuned launch otherwise compiles and
+(:mod:`.kernel_launch`). The tests set it: on a GPU every autotuned launch otherwise compiles and
 times every config of its class for every mask mode it meets.
 """
 
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
-TUNE_KEY = ["n_bucket", "q_bucket", "BLOCK_D", "MODE_KEY"]  # plus the dtypes, Triton adds them
+TUNE_KEY = ["n_bucket", "q_bucket", "BLOCK_D", "MASK_KEY"]  # plus the dtypes, Triton adds them
 TUNING_ENV = "ATTNBENCH_AUTOTUNE"
 _TUNING = {"on": True, "1": True, "true": True, "yes": True,
            "off": False, "0": False, "false": False, "no": False}
@@ -133,7 +133,7 @@ SHAPES: dict[str, list[tuple]] = {
     "blocks_dq": [(0, 0, w, s, ALL) for w in (4, 8) for s in (2, 3)],
     "blocks_dkdv": [(0, 0, 8, 2, ALL), (0, 0, 8, 3, ALL), (0, 0, 4, 2, D64), (0, 0, 4, 3, D64)],
 }
-# the band kernels compiled with PREFIX and DILATED both on (the gathered prefix segment holds
+# the band kernels compiled with PREFIX and DILATED both on (the gathered prefix span holds
 # more registers): SHAPES' lists less the configs that spill there (128x64 forward and 64x64
 # at D128 on sm_90, dQ at 128x64/64x64/128x32 on sm_80 D64, 64x64 and 16x128 dK/dV at D128,
 # 64x64/4w dK/dV on sm_90 D64, 32x64/4w dK/dV on sm_80 D64, the decode's 128 keys/4w at D128),
@@ -300,7 +300,7 @@ def config_label(cfg: triton.Config) -> str:
 
 def gathered(flags: Mapping[str, object]) -> bool:
     """Whether a launch's compile-time mask clauses (``PREFIX``, ``DILATED``, ...) select
-    ``GATHERED_SHAPES``: a prefix walked as a gathered segment under dilation."""
+    ``GATHERED_SHAPES``: a prefix walked as a gathered span under dilation."""
     return bool(flags.get("PREFIX")) and bool(flags.get("DILATED"))
 
 
@@ -377,7 +377,7 @@ def _same(a: triton.Config, b: triton.Config) -> bool:
 # what a TMA config reads and writes by descriptor: the forward's Q, K, V, Out; the backward's
 # Q, K, V, DO and DQ (dQ) or DK, DV (dK/dV). Q, K, V are every kernel's
 TMA_TENSORS = ("Q", "K", "V", "Out", "DO", "DQ", "DK", "DV")
-UNADDRESSABLE = 32  # added to MODE_KEY (at most 23) by a launch a descriptor cannot address
+UNADDRESSABLE = 32  # added to MASK_KEY (at most 23) by a launch a descriptor cannot address
 CLAUSES = ("GLOBAL", "DILATED", "DOCS", "PREFIX", "PRED")  # PRED: a predicate feature
 
 
@@ -417,12 +417,12 @@ def usable(found: list[triton.Config], named_args: Mapping[str, object],
     return [c for c in found if not c.kwargs.get("TMA")]
 
 
-def tma_key(mode_key: int, named_args: Mapping[str, object]) -> int:
-    """The ``MODE_KEY`` a forward launch passes: ``mode_key``, plus ``UNADDRESSABLE`` when a
+def tma_key(mask_key: int, named_args: Mapping[str, object]) -> int:
+    """The ``MASK_KEY`` a forward launch passes: ``mask_key``, plus ``UNADDRESSABLE`` when a
     tensor descriptor cannot address its rows. Triton's autotuner keys its pick by the key
     arguments and dtypes only, so a D = 59 launch (rows of 118 bytes) sharing every key with a
     D = 64 one would otherwise be handed the TMA config the D = 64 launch tuned to."""
-    return mode_key if tma_allowed(named_args, {}) else mode_key + UNADDRESSABLE
+    return mask_key if tma_allowed(named_args, {}) else mask_key + UNADDRESSABLE
 
 
 def prune(kernel: str) -> Callable:

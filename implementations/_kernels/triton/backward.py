@@ -22,7 +22,7 @@ from implementations._kernels.triton.primitives import (
     allowed,
     cross_keep,
     edge_start,
-    global_segment,
+    global_span,
     kept,
     key_block,
     load_rows,
@@ -31,7 +31,7 @@ from implementations._kernels.triton.primitives import (
     own_bounds,
     own_start,
     prefix_bounds,
-    segment_block,
+    span_block,
     walk,
 )
 
@@ -94,7 +94,7 @@ def dq_cross(dq, q, do, lse, delta, lo, hi, glo, ghi, k_base, v_base, skn, svn, 
     :func:`~.forward.fwd_cross`)."""
     dd = tl.arange(0, BLOCK_D)
     for e in range(e0, e1, BLOCK_N):
-        j, col_ok = segment_block(GPOS, e, e1, BLOCK_N, GATHER)
+        j, col_ok = span_block(GPOS, e, e1, BLOCK_N, GATHER)
         k = load_rows(k_base + j[:, None] * skn + dd[None, :], col_ok, D, BLOCK_D, False)
         v = load_rows(v_base + j[:, None] * svn + dd[None, :], col_ok, D, BLOCK_D, False)
         keep = cross_keep(j, glo, ghi, lo, hi, r, step, DILATED, GATHER)
@@ -110,13 +110,13 @@ def dq_rows(dq, q, do, lse, delta, x, p, ok, x0, p0, x1, p1, r, step, flags, SP,
             BLOCK_D: tl.constexpr, D: tl.constexpr, GLOBAL: tl.constexpr,
             DILATED: tl.constexpr, DOCS: tl.constexpr, PREFIX: tl.constexpr,
             PRECISION: tl.constexpr, PRED: tl.constexpr):
-    """dQ of one row block over the forward's keys: the cross segment, the prefix segment
+    """dQ of one row block over the forward's keys: the cross span, the prefix span
     (dilated), the masked edges, the unmasked middle."""
     lo, hi = own_bounds(x, p, ok, SP, P, DS, DE, PREFIX, DOCS, DILATED)
     ds = own_start(p, ok, DS, DOCS, PRED)
     if GLOBAL:  # noqa: SIM102 (a compile-time clause around a runtime one)
         if (flags & 1) != 0:
-            glo, ghi, e0, e1 = global_segment(p, ok, p0, p1, GIDX, -n_k - 1, hg, 0, n_k, P, DS,
+            glo, ghi, e0, e1 = global_span(p, ok, p0, p1, GIDX, -n_k - 1, hg, 0, n_k, P, DS,
                                               DE, DOCS, PREFIX, DILATED)
             dq = dq_cross(dq, q, do, lse, delta, lo, hi, glo, ghi, k_base, v_base, skn, svn,
                           GPOS, e0, e1, r, step, sc2, p, ds, BLOCK_N, BLOCK_D, D, DILATED,
@@ -164,7 +164,7 @@ def dq_inputs(Q, DO, LSE, DELTA, bo, ho, bh, i, ok, sqb, sqh, sqn, sdb, sdh, sdn
 @triton.jit
 def band_dq(Q, K, V, DO, DQ, LSE, DELTA, SLOTS, GPOS, GIDX, DS, DE,
             sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sdb, sdh, sdn, sgb, sgh, sgn,
-            H, GROUP, n_q, n_k, off, hg, P, GB, sc2, scale, n_bucket, q_bucket, MODE_KEY,
+            H, GROUP, n_q, n_k, off, hg, P, GB, sc2, scale, n_bucket, q_bucket, MASK_KEY,
             D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
             BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, GLOBAL: tl.constexpr,
             DILATED: tl.constexpr, DOCS: tl.constexpr, PREFIX: tl.constexpr,
@@ -250,7 +250,7 @@ def dkdv_cross(dk, dv, k, v, lo, hi, glo, ghi, q_base, do_base, lse_base, delta_
     prefix."""
     dd = tl.arange(0, BLOCK_D)
     for e in range(e0, e1, BLOCK_M):
-        p, row_ok = segment_block(GPOS, e, e1, BLOCK_M, GATHER)
+        p, row_ok = span_block(GPOS, e, e1, BLOCK_M, GATHER)
         i = p - off
         q = load_rows(q_base + i[:, None] * sqn + dd[None, :], row_ok, D, BLOCK_D, False)
         do = load_rows(do_base + i[:, None] * sdn + dd[None, :], row_ok, D, BLOCK_D, False)
@@ -281,7 +281,7 @@ def dkdv_inputs(K, V, bo, hko, j, ok, skb, skh, skn, svb, svh, svn, D: tl.conste
 @triton.jit
 def band_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA, KSLOTS, GPOS, GIDX, DS, DE,
               sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sdb, sdh, sdn, sgb, sgh, sgn,
-              H, GROUP, n_q, n_k, off, hg, P, GB, sc2, scale, n_bucket, q_bucket, MODE_KEY,
+              H, GROUP, n_q, n_k, off, hg, P, GB, sc2, scale, n_bucket, q_bucket, MASK_KEY,
               D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, GLOBAL: tl.constexpr,
               DILATED: tl.constexpr, DOCS: tl.constexpr, PREFIX: tl.constexpr,
@@ -337,7 +337,7 @@ def dkdv_keys(dk, dv, k, v, x, j, ok, x0, j0, x1, j1, r, step, flags, SP, GPOS, 
     ds = own_start(j, ok, DS, DOCS, PRED)
     if GLOBAL:  # noqa: SIM102 (a compile-time clause around a runtime one)
         if (flags & 1) != 0:
-            glo, ghi, e0, e1 = global_segment(j, ok, j0, j1, GIDX, -hg, n_k + 1, off, n_k, P, DS,
+            glo, ghi, e0, e1 = global_span(j, ok, j0, j1, GIDX, -hg, n_k + 1, off, n_k, P, DS,
                                               DE, DOCS, PREFIX, DILATED)
             dk, dv = dkdv_cross(dk, dv, k, v, lo, hi, glo, ghi, q_base, do_base, lse_base,
                                 delta_base, sqn, sdn, GPOS, e0, e1, r, step, off, sc2, j, ds,

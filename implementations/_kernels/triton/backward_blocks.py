@@ -34,7 +34,7 @@ def csr_dq(dq, q, do, lse, delta, p, k_base, v_base, skn, svn, COLS, e_start, e_
 @triton.jit
 def blocks_dq(Q, K, V, DO, DQ, LSE, DELTA, Q_POS, STARTS, MIDS, ENDS, COLS, ORDER,
               sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sdb, sdh, sdn, sgb, sgh, sgn,
-              H, GROUP, n_q, n_k, off, block, hg, sc2, scale, n_bucket, q_bucket, MODE_KEY,
+              H, GROUP, n_q, n_k, off, block, hg, sc2, scale, n_bucket, q_bucket, MASK_KEY,
               D: tl.constexpr, BLOCK_D: tl.constexpr, TILE: tl.constexpr,
               PRECISION: tl.constexpr):
     """dQ over the CSR lists. Grid (CSR rows, B·H)."""
@@ -77,7 +77,7 @@ def csr_dkdv(dk, dv, k, v, j, q_base, do_base, lse_base, delta_base, sqn, sdn, R
 @triton.jit
 def blocks_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA, K_POS, STARTS, MIDS, ENDS, ROWS, ORDER,
                 sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sdb, sdh, sdn, sgb, sgh, sgn,
-                H, GROUP, n_q, n_k, off, block, hg, sc2, scale, n_bucket, q_bucket, MODE_KEY,
+                H, GROUP, n_q, n_k, off, block, hg, sc2, scale, n_bucket, q_bucket, MASK_KEY,
                 D: tl.constexpr, BLOCK_D: tl.constexpr, TILE: tl.constexpr,
                 PRECISION: tl.constexpr):
     """dK, dV over the transposed CSR lists (key block -> query blocks), summed over the GROUP

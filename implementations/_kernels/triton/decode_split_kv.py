@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 from implementations._kernels.triton.autotune import TUNE_KEY, configs, prune
-from implementations._kernels.triton.forward import fwd_band, fwd_segments, stored_rows
+from implementations._kernels.triton.forward import fwd_band, fwd_spans, stored_rows
 from implementations._kernels.triton.primitives import (
     NEG,
     own_bounds,
@@ -47,7 +47,7 @@ def decode_rows(SP, GPOS, GROUP, ROWS: tl.constexpr, BLOCK_M: tl.constexpr):
 @triton.jit
 def band_fwd_split(Q, K, V, PART_O, PART_ML, SLOTS, GPOS, GIDX, DS, DE,
                    sqb, sqh, sqn, skb, skh, skn, svb, svh, svn,
-                   H, GROUP, n_q, n_k, off, hg, P, GB, sc2, n_split, n_bucket, q_bucket, MODE_KEY,
+                   H, GROUP, n_q, n_k, off, hg, P, GB, sc2, n_split, n_bucket, q_bucket, MASK_KEY,
                    D: tl.constexpr, BLOCK_D: tl.constexpr, ROWS: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
                    GLOBAL: tl.constexpr, DILATED: tl.constexpr, DOCS: tl.constexpr,
@@ -77,7 +77,7 @@ def band_fwd_split(Q, K, V, PART_O, PART_ML, SLOTS, GPOS, GIDX, DS, DE,
         lo, hi = own_bounds(x, p, ok, SP, P, DS, DE, PREFIX, DOCS, DILATED)
         ds = own_start(p, ok, DS, DOCS, PRED)
         # the global keys and a dilated prefix's: the first chunk's
-        acc, l_i, m_i = fwd_segments(acc, l_i, m_i, q, lo, hi, p, ok, p0, p1, r, step, flags,
+        acc, l_i, m_i = fwd_spans(acc, l_i, m_i, q, lo, hi, p, ok, p0, p1, r, step, flags,
                                      split == 0, GPOS, GIDX, DS, DE, k_base, v_base, skn, svn,
                                      n_k, hg, P, sc2, ds, BLOCK_N, BLOCK_D, D, GLOBAL, DILATED,
                                      DOCS, PREFIX, PRECISION, PRED)

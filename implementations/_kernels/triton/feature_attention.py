@@ -38,7 +38,7 @@ IMPORT_ERROR: str | None = None
 reads it."""
 try:  # the kernels import Triton, an optional dependency
     from implementations._kernels.triton import feature_kernels, linear_chunk
-    from implementations._kernels.triton.launch_modes import launch
+    from implementations._kernels.triton.kernel_launch import launch
 except Exception as exc:  # absent or broken: the PyTorch path still runs, the reason says why
     feature_kernels = linear_chunk = None
     IMPORT_ERROR = fused_path.import_error(exc)
@@ -361,7 +361,7 @@ def chunk_attention(q: Tensor, k: Tensor, v: Tensor, w: Tensor | None = None,
                 per, features, scale / 2, part_z, part_z, part_z),  # no combine: S, Z unread
                dict(common, BLOCK_F=t["BLOCK_F"], BLOCK_N=t["BLOCK_N"],
                     PRECISION=precision, num_stages=t["state_stages"]))
-        launch("feature_prefix", linear_chunk.feature_prefix, (b * h_kv, f_blocks),
+        launch("feature_scan", linear_chunk.feature_scan, (b * h_kv, f_blocks),
                (part_s, part_z, part_m, top, n_split, features),
                dict(common, BLOCK_F=t["BLOCK_F"], num_stages=1))
         launch("feature_chunk", linear_chunk.feature_chunk,

@@ -7,10 +7,10 @@ Masked scores take a finite ``NEG``; a row that has seen no kept key has its exp
 clamped (``HALF_NEG``), so its masked probabilities are 0 and a row that sees no key at all
 keeps ``l = 0`` and outputs zeros (``lse = +inf``), never NaN. A masked block costs one
 unsigned compare and one select per score (:func:`~.primitives.kept`); the blocks every
-row keeps run without either. Order of work per row block: the cross segment over global keys
+row keeps run without either. Order of work per row block: the cross span over global keys
 (when the slot has one), the prefix's keys (a dilated class slot whose rows reach into the
 prefix), the masked edge blocks, then the unmasked middle, so the mask's interval is dead
-during the middle. Slots and tables come from ``plan_band``/``plan_tables``.
+during the middle. Slots and tables come from ``band_plan``/``plan_tables``.
 
 Argument lists are written several to a line, as the kernels' signatures are.
 """
@@ -28,7 +28,7 @@ from implementations._kernels.triton.primitives import (
     cross_keep,
     csr_rows,
     edge_start,
-    global_segment,
+    global_span,
     kept,
     key_block,
     load_rows,
@@ -37,7 +37,7 @@ from implementations._kernels.triton.primitives import (
     own_bounds,
     own_start,
     prefix_bounds,
-    segment_block,
+    span_block,
     walk,
 )
 
@@ -89,7 +89,7 @@ def fwd_cross(acc, l_i, m_i, q, lo, hi, glo, ghi, k_base, v_base, skn, svn, GPOS
     ``GPOS[e0:e1]`` (GATHER), or the keys ``[e0, e1)`` of a dilated prefix."""
     dd = tl.arange(0, BLOCK_D)
     for e in range(e0, e1, BLOCK_N):
-        j, col_ok = segment_block(GPOS, e, e1, BLOCK_N, GATHER)
+        j, col_ok = span_block(GPOS, e, e1, BLOCK_N, GATHER)
         k = load_rows(k_base + j[:, None] * skn + dd[None, :], col_ok, D, BLOCK_D, False)
         s = mma(q, tl.trans(k), None, PRECISION)
         keep = cross_keep(j, glo, ghi, lo, hi, r, step, DILATED, GATHER) & col_ok[None, :]
@@ -136,7 +136,7 @@ def stored_rows(ok, p, flags, GIDX, GLOBAL: tl.constexpr, APART: tl.constexpr):
     """Rows (keys in dK/dV) this program writes: valid ones, and with global tokens not the
     global owns of a class slot (the TABLE slot writes those). The owns' counts are GIDX's,
     or, when global rows and keys differ (APART: a plug-in feature's runs), ``flags >> 2``
-    entries further on (:func:`plan_band.band_plan`)."""
+    entries further on (:func:`band_plan.band_plan`)."""
     if GLOBAL:
         OWN = GIDX + (flags >> 2) if APART else GIDX
         n_global = tl.load(OWN + p + 1, mask=ok, other=0) - tl.load(OWN + p, mask=ok, other=0)
@@ -149,7 +149,7 @@ def stored_rows(ok, p, flags, GIDX, GLOBAL: tl.constexpr, APART: tl.constexpr):
 @triton.jit
 def band_fwd(Q, K, V, Out, LSE, SLOTS, GPOS, GIDX, DS, DE,
              sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sob, soh, son,
-             H, GROUP, n_q, n_k, off, hg, P, GB, sc2, n_bucket, q_bucket, MODE_KEY,
+             H, GROUP, n_q, n_k, off, hg, P, GB, sc2, n_bucket, q_bucket, MASK_KEY,
              D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
              BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, GLOBAL: tl.constexpr,
              DILATED: tl.constexpr, DOCS: tl.constexpr, PREFIX: tl.constexpr,
@@ -264,17 +264,17 @@ def fwd_block_tma(Q, K, V, Out, LSE, SP, GPOS, DS, DE, pid_m, bh, sqb, sqh, sqn,
 
 
 @triton.jit
-def fwd_segments(acc, l_i, m_i, q, lo, hi, p, ok, p0, p1, r, step, flags, walks, GPOS, GIDX,
+def fwd_spans(acc, l_i, m_i, q, lo, hi, p, ok, p0, p1, r, step, flags, walks, GPOS, GIDX,
                  DS, DE, k_base, v_base, skn, svn, n_k, hg, P, sc2, ds, BLOCK_N: tl.constexpr,
                  BLOCK_D: tl.constexpr, D: tl.constexpr, GLOBAL: tl.constexpr,
                  DILATED: tl.constexpr, DOCS: tl.constexpr, PREFIX: tl.constexpr,
                  PRECISION: tl.constexpr, PRED: tl.constexpr):
     """The keys of a row block outside its band, when the program ``walks`` them (the
-    forward: always; a split decode: its first chunk): the cross segment over global keys
-    (a slot with one), then a dilated class slot's prefix segment."""
+    forward: always; a split decode: its first chunk): the cross span over global keys
+    (a slot with one), then a dilated class slot's prefix span."""
     if GLOBAL:  # noqa: SIM102 (a compile-time clause around a runtime one)
         if ((flags & 1) != 0) & walks:
-            glo, ghi, e0, e1 = global_segment(p, ok, p0, p1, GIDX, -n_k - 1, hg, 0, n_k, P, DS,
+            glo, ghi, e0, e1 = global_span(p, ok, p0, p1, GIDX, -n_k - 1, hg, 0, n_k, P, DS,
                                               DE, DOCS, PREFIX, DILATED)
             acc, l_i, m_i = fwd_cross(acc, l_i, m_i, q, lo, hi, glo, ghi, k_base, v_base, skn,
                                       svn, GPOS, e0, e1, r, step, sc2, p, ds, BLOCK_N, BLOCK_D,
@@ -302,7 +302,7 @@ def fwd_rows(q, x, p, ok, x0, p0, x1, p1, r, step, flags, SP, GPOS, GIDX, DS, DE
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     lo, hi = own_bounds(x, p, ok, SP, P, DS, DE, PREFIX, DOCS, DILATED)
     ds = own_start(p, ok, DS, DOCS, PRED)
-    acc, l_i, m_i = fwd_segments(acc, l_i, m_i, q, lo, hi, p, ok, p0, p1, r, step, flags, True,
+    acc, l_i, m_i = fwd_spans(acc, l_i, m_i, q, lo, hi, p, ok, p0, p1, r, step, flags, True,
                                  GPOS, GIDX, DS, DE, k_base, v_base, skn, svn, n_k, hg, P, sc2,
                                  ds, BLOCK_N, BLOCK_D, D, GLOBAL, DILATED, DOCS, PREFIX,
                                  PRECISION, PRED)
@@ -334,7 +334,7 @@ def csr_keys(acc, l_i, m_i, q, p, k_base, v_base, skn, svn, COLS, e_start, e_end
 @triton.jit
 def blocks_fwd(Q, K, V, Out, LSE, Q_POS, STARTS, MIDS, ENDS, COLS, ORDER,
                sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sob, soh, son,
-               H, GROUP, n_q, n_k, off, block, hg, sc2, n_bucket, q_bucket, MODE_KEY,
+               H, GROUP, n_q, n_k, off, block, hg, sc2, n_bucket, q_bucket, MASK_KEY,
                D: tl.constexpr, BLOCK_D: tl.constexpr, TILE: tl.constexpr,
                PRECISION: tl.constexpr):
     """Grid (CSR rows, B·H): query block ``ORDER[pid]`` visits its CSR list of key blocks,

@@ -11,7 +11,7 @@ the n positions of each K/V head are cut into ``n_split`` contiguous splits (who
 1. ``feature_state`` (:mod:`.feature_kernels`, the non-causal key pass) writes each split's own
    state ``U_s = Σ_{j ∈ s} φ(k_j) [v_j | 1]ᵀ`` (F × (Dv + 1), fp32); FAVOR+: under the split's
    own running maximum per feature, m_{s,f}, written beside it;
-2. :func:`feature_prefix`, grid (B·H_kv, F / BLOCK_F), turns them in place into the state
+2. :func:`feature_scan`, grid (B·H_kv, F / BLOCK_F), turns them in place into the state
    *before* each split, ``P_s = Σ_{s' < s} U_s'``, summed in split order (no atomics: the same
    bits every call). FAVOR+: first M, the head's largest key logit (the largest m_{s,f} over
    every split and feature), then each U_s' weighted by exp(m_{s',f} − M) <= 1, so every P_s
@@ -56,7 +56,7 @@ from implementations._kernels.triton.primitives import NEG
 
 
 @triton.jit
-def feature_prefix(PART_S, PART_Z, PART_M, TOP, n_split, F,
+def feature_scan(PART_S, PART_Z, PART_M, TOP, n_split, F,
                    D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_F: tl.constexpr,
                    MAP: tl.constexpr):
     """Grid (B·H_kv, cdiv(F, BLOCK_F)): PART_S (B·H_kv, n_split, F, D) and PART_Z (B·H_kv,
@@ -127,7 +127,7 @@ def feature_chunk(Q, K, V, W, PART_S, PART_Z, TOP, Out, sqb, sqh, sqn, skb, skh,
                   MAP: tl.constexpr, PRECISION: tl.constexpr):
     """Grid (n_split, B·H, cdiv(D, BLOCK_V)): the causal outputs of one split of one query head,
     value columns ``vb·BLOCK_V ..``, stored in Out's dtype. PART_S, PART_Z: the states before
-    each split (:func:`feature_prefix`), F features (φ = elu + 1: F = D, BLOCK_F = BLOCK_D).
+    each split (:func:`feature_scan`), F features (φ = elu + 1: F = D, BLOCK_F = BLOCK_D).
     k, v: (n, D) per head, q and Out: (n - off, D); key position p holds query row p - off
     (bottom-right: ``off`` = n_k - n_q), so a program walks key positions and a position
     before ``off`` has no query. FAVOR+: W (2, F, D) as :func:`.feature_kernels.favor_logits`,

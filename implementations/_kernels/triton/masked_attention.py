@@ -12,9 +12,9 @@ CUDA; on CPU they keep the tile path, and tests call it on CPU tensors under
 this module still imports, the launches are absent and :func:`.fused_path.unavailable_reason`
 says why (the limits both fused families share are in :mod:`.fused_path`).
 
-Below it (this folder): the launches in :mod:`.launches`, the kernels in :mod:`.forward`,
+Below it (this folder): the launches in :mod:`.attention_launches`, the kernels in :mod:`.forward`,
 :mod:`.backward`, :mod:`.backward_blocks` and :mod:`.decode_split_kv` (building blocks in
-:mod:`.primitives`), the plan in :mod:`.plan_band`, :mod:`.plan_blocks` and :mod:`.plan_tables`
+:mod:`.primitives`), the plan in :mod:`.band_plan`, :mod:`.blocklist_plan` and :mod:`.plan_tables`
 (its device tables and the autotuner's keys).
 """
 
@@ -29,12 +29,12 @@ from harness.masks import MaskSpec, check_fits
 from harness.spec import Problem
 from implementations._kernels.saved_lse import LseOps, attention_with_lse
 from implementations._kernels.triton import fused_path
-from implementations._kernels.triton.plan_band import (
+from implementations._kernels.triton.band_plan import (
     band_executed_pairs,
     band_plan,
     fused_band_reasons,
 )
-from implementations._kernels.triton.plan_blocks import block_executed_pairs, block_reasons
+from implementations._kernels.triton.blocklist_plan import block_executed_pairs, block_reasons
 from implementations._kernels.triton.plan_tables import (
     band_tables,
     block_tables,
@@ -49,7 +49,7 @@ IMPORT_ERROR: str | None = None
 """Why the launches failed to import (None: they imported); :func:`.fused_path.unavailable_reason`
 reads it."""
 try:  # the launches import Triton, an optional dependency
-    from implementations._kernels.triton import launches
+    from implementations._kernels.triton import attention_launches
 except Exception as exc:  # absent or broken: the tile paths still run, the reason says why
     launches = None
     IMPORT_ERROR = fused_path.import_error(exc)
@@ -73,7 +73,7 @@ def executed_pairs(mask: MaskSpec, n_q: int, n_k: int, head_dim: int, dtype: tor
     if mask.block_size is not None:
         return block_executed_pairs(mask, n_q, n_k)
     plan = band_plan(mask, n_q, n_k)
-    cfg = launches.forward_blocks(tune_key(mask, n_q, n_k, head_dim, dtype), plan.flags)
+    cfg = attention_launches.forward_blocks(tune_key(mask, n_q, n_k, head_dim, dtype), plan.flags)
     if is_decode(n_q):
         return band_executed_pairs(plan, triton_next_pow2(plan.max_rows), cfg["BLOCK_N"])
     return band_executed_pairs(plan, cfg["BLOCK_M"], cfg["BLOCK_N"])
@@ -132,11 +132,11 @@ def masked_workspace_bytes(problem: Problem) -> int:
 def _forward(q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, scale: float,
              want_lse: bool) -> tuple[Tensor, Tensor]:
     del want_lse  # the kernel writes the lse either way
-    return launches.attention_forward(q, k, v, mask, scale)
+    return attention_launches.attention_forward(q, k, v, mask, scale)
 
 
 def _backward(q, k, v, out, lse, dout, mask: MaskSpec, scale: float):
-    return launches.attention_backward(q, k, v, out, lse, dout, mask, scale)
+    return attention_launches.attention_backward(q, k, v, out, lse, dout, mask, scale)
 
 
 # the kernels' calls for the shared autograd (late-bound: launches may be absent)

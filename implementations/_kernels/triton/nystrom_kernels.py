@@ -1,10 +1,10 @@
 """Nyströmformer in four Triton launches, whatever n: landmarks, the landmarks' pass over the
 keys, the m × m pseudo-inverse, the outputs.
 
-    Q̃, K̃ = segment means of Q, K (row j in segment ⌊j·m/n⌋)
+    Q̃, K̃ = row-group means of Q, K (row j in row group ⌊j·m/n⌋)
     out = softmax(s·Q K̃ᵀ) · W,   W = Ã⁺ · (softmax(s·Q̃ Kᵀ) V),   Ã = softmax(s·Q̃ K̃ᵀ)
 
-1. :func:`nys_landmarks`, grid (m, B·H): the mean of one segment of q (and, for the first query
+1. :func:`nys_landmarks`, grid (m, B·H): the mean of one row group of q (and, for the first query
    head of each K/V head, of k), fp32.
 2. :func:`nys_key_pass`, grid (n_split, B·H, D / BLOCK_V): the m landmark queries of a head
    over one split of the keys, FlashAttention's online softmax (running row maximum, every
@@ -36,8 +36,8 @@ from implementations._kernels.triton.primitives import NEG
 
 
 @triton.jit
-def segment_mean(base, stride_n, i, n, m, D, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr):
-    """The mean of segment i of the m segments of a (n, D) matrix at ``base`` (unit column
+def landmark_mean(base, stride_n, i, n, m, D, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The mean of row group i of the m row groups of a (n, D) matrix at ``base`` (unit column
     stride): rows ⌈i·n/m⌉ .. ⌈(i+1)·n/m⌉ − 1, fp32 (BLOCK_D)."""
     dd = tl.arange(0, BLOCK_D)
     start = (i * n + m - 1) // m
@@ -52,18 +52,18 @@ def segment_mean(base, stride_n, i, n, m, D, BLOCK_D: tl.constexpr, BLOCK_N: tl.
 @triton.jit
 def nys_landmarks(Q, K, QT, KT, sqb, sqh, sqn, skb, skh, skn, H, GROUP, n_q, n_k, m,
                   D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Grid (m, B·H). QT: (B·H, m, D), KT: (B·H_kv, m, D) fp32 (:func:`segment_mean`); the
+    """Grid (m, B·H). QT: (B·H, m, D), KT: (B·H_kv, m, D) fp32 (:func:`landmark_mean`); the
     first query head of each K/V head makes its key landmark."""
     i, bh = tl.program_id(0), tl.program_id(1)
     b, h = bh // H, bh % H
     dd = tl.arange(0, BLOCK_D)
     q_base = Q + b.to(tl.int64) * sqb + h.to(tl.int64) * sqh
-    mean = segment_mean(q_base, sqn, i, n_q, m, D, BLOCK_D, BLOCK_N)
+    mean = landmark_mean(q_base, sqn, i, n_q, m, D, BLOCK_D, BLOCK_N)
     tl.store(QT + (bh.to(tl.int64) * m + i) * D + dd, mean, mask=dd < D)
     if h % GROUP == 0:
         hk = h // GROUP
         k_base = K + b.to(tl.int64) * skb + hk.to(tl.int64) * skh
-        mean = segment_mean(k_base, skn, i, n_k, m, D, BLOCK_D, BLOCK_N)
+        mean = landmark_mean(k_base, skn, i, n_k, m, D, BLOCK_D, BLOCK_N)
         bhk = b * (H // GROUP) + hk
         tl.store(KT + (bhk.to(tl.int64) * m + i) * D + dd, mean, mask=dd < D)
 

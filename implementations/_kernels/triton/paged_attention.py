@@ -9,8 +9,8 @@ import torch
 import triton
 from torch import Tensor
 
-from implementations._kernels.triton.launch_modes import launch
-from implementations._kernels.triton.launches import LOG2E, _on_device, _precision
+from implementations._kernels.triton.attention_launches import LOG2E, _on_device, _precision
+from implementations._kernels.triton.kernel_launch import launch
 from implementations._kernels.triton.paged_decode import (
     LARGEST_BLOCK_N,
     MAX_ROWS,

@@ -1,7 +1,7 @@
 """The plan on the device, without Triton: the index tables per (spec, n_q, n_k, device),
 cached, and the autotuner's key of a problem.
 
-The tables are the plans of :mod:`.plan_band` and :mod:`.plan_blocks` as int32 tensors on the
+The tables are the plans of :mod:`.band_plan` and :mod:`.blocklist_plan` as int32 tensors on the
 device; building them is the part of a first call that :func:`.masked_attention.prepare_tables`
 moves out of the timed region. The cache is keyed by :func:`device_key`, so that preparing on
 ``"cuda"`` and calling with tensors on ``cuda:0`` find the same tables.
@@ -17,8 +17,8 @@ from torch import Tensor
 
 from harness.mask_features import documents, predicate
 from harness.masks import MaskSpec
-from implementations._kernels.triton.plan_band import BandPlan, band_plan
-from implementations._kernels.triton.plan_blocks import BlockPlan, block_plan, block_tile
+from implementations._kernels.triton.band_plan import BandPlan, band_plan
+from implementations._kernels.triton.blocklist_plan import BlockPlan, block_plan, block_tile
 
 DECODE_MAX_ROWS = 16  # n_q up to this runs the split-KV decode kernels
 DEFAULT_SMS = 132  # an H100's SM count: the split count off a GPU (the interpreter)
@@ -53,14 +53,14 @@ def device_key(device: torch.device | str) -> str:
     return str(dev)
 
 
-def mode_key(mask: MaskSpec) -> int:
+def mask_key(mask: MaskSpec) -> int:
     """Autotuning bucket of the mask's iteration space (each clause its own bucket; with a
     predicate feature ``PREDICATE_KEY`` more: its kernels are other kernels, and the sum stays
     apart from ``autotune.UNADDRESSABLE``'s, which adds 32 to at most 23)."""
     if mask.block_size is not None:
         return 5
     if predicate.predicates(mask):
-        return PREDICATE_KEY + mode_key(replace(mask, extra=()))
+        return PREDICATE_KEY + mask_key(replace(mask, extra=()))
     bits = ("global", "dilation", "documents", "prefix")
     extra = sum(1 << i for i, name in enumerate(bits) if name in mask.features)
     if extra:
@@ -72,9 +72,9 @@ def mode_key(mask: MaskSpec) -> int:
 
 def tune_key(mask: MaskSpec, n_q: int, n_k: int, head_dim: int, dtype: torch.dtype) -> tuple:
     """(mode, length bucket, query-rows bucket, BLOCK_D, dtype): the autotuner's key of a
-    problem (the kernels' ``MODE_KEY``, ``n_bucket``, ``q_bucket`` and ``BLOCK_D`` arguments,
+    problem (the kernels' ``MASK_KEY``, ``n_bucket``, ``q_bucket`` and ``BLOCK_D`` arguments,
     and the dtype Triton adds). Decode (a few query rows) and prefill tune apart."""
-    return (mode_key(mask), triton_next_pow2(max(n_q, n_k)), triton_next_pow2(n_q),
+    return (mask_key(mask), triton_next_pow2(max(n_q, n_k)), triton_next_pow2(n_q),
             block_d(head_dim), dtype)
 
 

@@ -1,17 +1,17 @@
 """The ``@triton.jit`` building blocks that the forward, backward and decode kernels share: an
 own block's positions and partner interval, the loop bounds of its walk and its key blocks, the
-cross segment over global partners, the one-compare mask, a CSR row's lanes, masked tile loads
+cross span over global partners, the one-compare mask, a CSR row's lanes, masked tile loads
 and the fp32 dot (Triton inlines them).
 
 *Own* positions are the tile's rows (queries in the forward and dQ, keys in dK/dV), *partners*
 the positions it walks. Positions are absolute (query position ``p = i + n_k - n_q``, key
 ``j``: bottom-right aligned, as :mod:`harness.masks`); slots and coordinates as
-:mod:`.plan_band`. Tiles are (rows, BLOCK_D) with BLOCK_D the head dim D padded to a power
+:mod:`.band_plan`. Tiles are (rows, BLOCK_D) with BLOCK_D the head dim D padded to a power
 of two. Each mask clause (prefix, documents, global tokens, dilation)
 is a ``tl.constexpr``: a kernel compiled without it carries no code for it. With documents,
 global tokens and the prefix are each document's own (counted from its start): the plan lists
 the globals as absolute positions, and :func:`own_bounds` offsets the prefix by the start.
-Under dilation the prefix is a segment apart (:func:`prefix_bounds`): the cross segment over
+Under dilation the prefix is a span apart (:func:`prefix_bounds`): the cross span over
 global positions then starts past an own's prefix.
 """
 
@@ -67,7 +67,7 @@ def own_bounds(x, p, ok, SP, P, DS, DE, PREFIX: tl.constexpr, DOCS: tl.constexpr
     p's document, then to the slot's partner range. With documents ``[ds, de)`` the prefix is
     the document's own: ``p - ds < P`` keeps ``[ds, ds + P)``. Both ends are nondecreasing in
     x. Only a slot of step 1 joins the prefix: a dilated class slot (step > 1) walks it as a
-    segment of its own (:func:`prefix_bounds`)."""
+    span of its own (:func:`prefix_bounds`)."""
     r, step = tl.load(SP), tl.load(SP + 1)
     lo = x + tl.load(SP + 6)
     hi = x + tl.load(SP + 7)
@@ -168,17 +168,17 @@ def cross_bounds(y, ok, xlo, xhi, DS, DE, DOCS: tl.constexpr):
 
 
 @triton.jit
-def global_segment(p, ok, p0, p1, GIDX, xlo, xhi, first, n_k, P, DS, DE, DOCS: tl.constexpr,
+def global_span(p, ok, p0, p1, GIDX, xlo, xhi, first, n_k, P, DS, DE, DOCS: tl.constexpr,
                    PREFIX: tl.constexpr, DILATED: tl.constexpr):
-    """The cross segment over global partners of an own block: each own's [glo, ghi]
+    """The cross span over global partners of an own block: each own's [glo, ghi]
     (:func:`cross_bounds`; under a dilated prefix, past the prefix's end, which the prefix
-    segment holds) and the entries [e0, e1) of the global partners the block walks, from the
+    span holds) and the entries [e0, e1) of the global partners the block walks, from the
     first own's glo (not before ``first``, the first partner position: 0 for keys, ``off``
     for rows) to the last own's ghi (not past n_k - 1). Owns at positions ``p`` (valid ``ok``),
     the first and last at p0, p1; ``GIDX[y]`` counts the global positions below y."""
     glo, ghi = cross_bounds(p, ok, xlo, xhi, DS, DE, DOCS)
     if PREFIX:  # noqa: SIM102 (compile-time clauses)
-        if DILATED:  # the prefix segment holds the partners up to the prefix's end
+        if DILATED:  # the prefix span holds the partners up to the prefix's end
             _, pend = prefix_bounds(p, ok, first, P, DS, DE, DOCS)
             glo = tl.maximum(glo, pend + 1)
     lo_first, _ = cross_bounds(p0, p0 >= 0, xlo, xhi, DS, DE, DOCS)
@@ -189,9 +189,9 @@ def global_segment(p, ok, p0, p1, GIDX, xlo, xhi, first, n_k, P, DS, DE, DOCS: t
 
 
 @triton.jit
-def segment_block(GPOS, e, e1, BLOCK: tl.constexpr, GATHER: tl.constexpr):
+def span_block(GPOS, e, e1, BLOCK: tl.constexpr, GATHER: tl.constexpr):
     """Positions and validity (BLOCK,) of the entries ``ev = e .. e + BLOCK`` of a cross
-    segment that ends at ``e1``: valid below e1; positions those of the entries clamped to the
+    span that ends at ``e1``: valid below e1; positions those of the entries clamped to the
     last, ``e1 - 1``: the global positions ``GPOS[ev]`` (GATHER), or ``ev`` itself (the keys or
     rows of a dilated prefix)."""
     ev = e + tl.arange(0, BLOCK)
@@ -204,7 +204,7 @@ def segment_block(GPOS, e, e1, BLOCK: tl.constexpr, GATHER: tl.constexpr):
 
 @triton.jit
 def cross_keep(ppos, glo, ghi, lo, hi, r, step, DILATED: tl.constexpr, GATHER: tl.constexpr):
-    """(owns, partners) keep of a segment of partners at positions ``ppos`` outside the band:
+    """(owns, partners) keep of a span of partners at positions ``ppos`` outside the band:
     those in each own's [glo, ghi] (:func:`cross_bounds`, or :func:`prefix_bounds`) and not
     already in its band (class r, class coordinate in [lo, hi]). GATHER (global partners): a
     global row before position 0 is in no class slot's band (a global count's class slots

@@ -156,20 +156,20 @@ def test_declared_unsupported_points_cost_almost_nothing() -> None:
     ids=["causal", "bigbird", "block", "decode"],
 )
 def test_the_planner_prices_a_point_by_its_scenarios_planned_flops(point: Point) -> None:
-    """One FLOP model: the planner's call time is the scenario's planned FLOPs (a decode
+    """One FLOP model: the planner's call time is the scenario's predicted FLOPs (a decode
     point's prefill and generated steps included) at the nominal rate."""
     cost = cost_of(point)
-    call_s = cost.planned_flops / NOMINAL_FLOPS["cpu"]
+    call_s = cost.predicted_flops / NOMINAL_FLOPS["cpu"]
     timed = max(min(60.0, 50 * call_s), MIN_TIMED_CALLS * call_s)
     expected = POINT_OVERHEAD_S + UNTIMED_CALLS * call_s + timed
     assert predicted_seconds(point, 60.0) == pytest.approx(expected, rel=1e-12)
-    assert cost.planned_flops >= cost.executed_flops > 0
+    assert cost.predicted_flops >= cost.executed_flops > 0
 
 
 def test_a_decode_point_plans_its_prefill_and_every_generated_step() -> None:
     point = Point.of("sdpa", "decode", seq_len=512, causal=True, gen_tokens=4)
     cost = cost_of(point)
-    prefill = cost_of(point).planned_flops - 4 * cost.executed_flops
+    prefill = cost_of(point).predicted_flops - 4 * cost.executed_flops
     # the prefill: every layer's dense layers over 512 tokens plus 512·513/2 causal pairs
     layers, d, heads, head_dim = 2, 512, 8, 64
     per_token = 2 * d * (4 * d) + 2 * d * 4 * d * 2  # W_Q/K/V/O + gelu FFN

@@ -224,7 +224,7 @@ def test_a_real_boundary_is_within_the_budget_and_the_same_twice():
     """``local`` (causal window 63) under a 24 MiB budget, searched twice in fresh children:
     the answer's measured peak is within the budget and the next length's is not."""
     from harness.masks import MaskSpec
-    from harness.scenarios.pointmask import PointMask
+    from harness.scenarios.suite_mask import PointMask
 
     point = Point(impl="local", heads=4, head_dim=32,
                   masking=PointMask(MaskSpec(causal=True, window=(63, 0))))  # fmt: skip

@@ -475,10 +475,10 @@ def test_no_code_path_executes_imports_or_unpickles_file_contents():
     fixed lists on first use (implementations/triton_kernels.py), and a predicate mask
     feature's ``"module:function"`` Triton twin, named by the feature's own code (never by a
     suite or result file: a suite cannot name a plug-in feature), resolved in
-    implementations/_kernels/triton/plan_band.py."""
+    implementations/_kernels/triton/band_plan.py."""
     dynamic_import_ok = (
         "implementations/triton_kernels.py",
-        "implementations/_kernels/triton/plan_band.py",
+        "implementations/_kernels/triton/band_plan.py",
         "harness/registry.py",
         "harness/scenarios/__init__.py",
         "harness/scenarios/interface.py",

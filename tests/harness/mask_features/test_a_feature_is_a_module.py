@@ -187,7 +187,7 @@ def test_triton_kernels_in_the_interpreter(spec, n_q, n_k):
     """The fused band kernels (``TRITON_INTERPRET=1`` on CPU, tests/conftest.py): the sinks
     are their global keys (no global rows), forward and gradients against float64."""
     pytest.importorskip("triton")
-    from implementations._kernels.triton.plan_band import band_executed_pairs, band_plan
+    from implementations._kernels.triton.band_plan import band_executed_pairs, band_plan
 
     run_triton(spec, n_q, n_k, 16, seed=5)
     plan = band_plan(spec, n_q, n_k)
@@ -354,7 +354,7 @@ def test_predicate_in_the_triton_kernels(spec, n_q, n_k):
     """The fused band kernels under the interpreter with the feature's @triton.jit predicate
     as their PRED constexpr, forward and gradients against float64 (D = 59)."""
     pytest.importorskip("triton")
-    from implementations._kernels.triton.plan_band import band_executed_pairs, band_plan
+    from implementations._kernels.triton.band_plan import band_executed_pairs, band_plan
 
     plan = band_plan(spec, n_q, n_k)
     assert plan.flags["PRED"] is alternate_chunks_keep
@@ -431,7 +431,7 @@ class NamedTwin(AlternateChunks):
 
 
 def test_the_fused_kernels_refuse_a_predicate_they_cannot_run_by_name():
-    from implementations._kernels.triton.plan_band import fused_band_reasons, triton_predicate
+    from implementations._kernels.triton.band_plan import fused_band_reasons, triton_predicate
 
     assert fused_band_reasons(MaskSpec(causal=True, extra=(TorchOnly(),))) == [
         "mask feature 'torch-only' gives no @triton.jit predicate (triton_keep) for the fused "

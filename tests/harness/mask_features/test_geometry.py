@@ -64,7 +64,7 @@ class _KeysOnly(RunsFeature):
 def test_band_tables_split_rows_and_keys_only_when_they_differ():
     """Global tokens (rows = keys): one list and one count table, as the kernels always read
     them (no APART clause). A keys-only feature: each direction lists partners then owns."""
-    from implementations._kernels.triton.plan_band import OWN_SHIFT, TABLE
+    from implementations._kernels.triton.band_plan import OWN_SHIFT, TABLE
     from implementations._kernels.triton.plan_tables import band_tables
 
     tables = band_tables(MaskSpec(causal=True, window=(4, 0), global_tokens=(3, 9)), 20, 20,

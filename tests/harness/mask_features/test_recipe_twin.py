@@ -231,7 +231,7 @@ def test_a_bad_feature_is_refused_in_one_line():
 def test_triton_kernels_in_the_interpreter(spec, n_q, n_k):
     """The fused band kernels: the landmarks are their global keys, the reader a global row."""
     pytest.importorskip("triton")
-    from implementations._kernels.triton.plan_band import band_executed_pairs, band_plan
+    from implementations._kernels.triton.band_plan import band_executed_pairs, band_plan
 
     forward, backward = triton_agreement(spec, n_q, n_k, 16, seed=5)
     assert forward["agree"] and backward["grad_agree"], (forward, backward)
@@ -408,7 +408,7 @@ def test_predicate_in_the_triton_kernels(spec, n_q, n_k):
     """The fused band kernels under the interpreter with the @triton.jit twin as their PRED
     constexpr, forward and gradients against float64 (D = 59)."""
     pytest.importorskip("triton")
-    from implementations._kernels.triton.plan_band import band_executed_pairs, band_plan
+    from implementations._kernels.triton.band_plan import band_executed_pairs, band_plan
 
     plan = band_plan(spec, n_q, n_k)
     assert plan.flags["PRED"] is key_stride_keep

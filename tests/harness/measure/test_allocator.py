@@ -180,7 +180,7 @@ def test_a_measurement_on_a_cpu_device_records_the_state():
 def test_a_bad_setting_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv(allocator.MALLOC_ENV, "jemalloc")
     with pytest.raises(CliError, match="ATTNBENCH_MALLOC='jemalloc': expected one of tuned"):
-        allocator.mode()
+        allocator.setting()
     _, path = _suite(tmp_path)
     assert main(["run", str(path), "--out", str(tmp_path / "run"), "--no-progress"]) == 2
     err = capsys.readouterr().err.strip()

@@ -76,12 +76,12 @@ def _case(dtype: str, causal: bool):
     (computed once per module: the float64 rows are the slow part)."""
     if (dtype, causal) not in _CASES:
         point = _point(dtype, causal)
-        plan = check_choice(point)
-        assert plan.mode == "rows"  # the runner's path at this size
+        choice = check_choice(point)
+        assert choice.extent == "rows"  # the runner's path at this size
         q, k, v = make_inputs(point, "cpu")
         with torch.no_grad():
             good = _core("sdpa", point.mask)(q, k, v)
-        _CASES[dtype, causal] = point, (q, k, v, good), checked_rows(q, k, v, point, plan)
+        _CASES[dtype, causal] = point, (q, k, v, good), checked_rows(q, k, v, point, choice)
     return _CASES[dtype, causal]
 
 
@@ -102,21 +102,21 @@ def test_planted_bug_is_caught(dtype, bug):
 def test_correct_sdpa_agrees_and_x05_does_not_through_check_attention(dtype):
     point, (q, k, v, _), _ = _case(dtype, causal=False)
     attn = registry.get("sdpa").prepare(point.problem())
-    plan = check_choice(point)
-    good = check_attention(attn, q, k, v, None, point, plan)
+    choice = check_choice(point)
+    good = check_attention(attn, q, k, v, None, point, choice)
     assert good["agree"] is True, good
     assert good["naive_err"] > 0 and good["naive_rel_err"] > 0
     assert good["max_abs_err"] <= good["tolerance"] and good["rel_err"] <= good["rel_tolerance"]
-    bad = check_attention(lambda *a: attn(*a) * 0.5, q, k, v, None, point, plan)
+    bad = check_attention(lambda *a: attn(*a) * 0.5, q, k, v, None, point, choice)
     assert bad["agree"] is False, bad
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_window_off_by_one_is_caught_and_the_right_window_agrees(dtype):
     point = _point(dtype, causal=True, window=WINDOW)
-    plan = check_choice(point)
+    choice = check_choice(point)
     q, k, v = make_inputs(point, "cpu")
-    rows, ref, naive = checked_rows(q, k, v, point, plan)
+    rows, ref, naive = checked_rows(q, k, v, point, choice)
     with torch.no_grad():
         right = _core("local", point.mask)(q, k, v)
         wide = _core("local", MaskSpec(causal=True, window=(WINDOW[0] + 1, 0)))(q, k, v)

@@ -209,7 +209,7 @@ def test_graph_modes_on_cpu_fall_back_to_eager_and_say_why(requested):
 def test_auto_graph_mode_is_eager_on_cpu_and_a_cuda_graph_on_cuda():
     """decode_graph = auto follows [measure] cuda_graph; unset, decode's default: a graph on
     CUDA, eager (without a reason) on a CPU. decode_graph itself wins over cuda_graph."""
-    default = dec.step_launch.DEFAULT_LAUNCH
+    default = dec.step_graph.DEFAULT_LAUNCH
     assert launch_mode("auto", None, default, "cpu") == ("none", None)
     assert launch_mode("auto", None, default, "cuda") == ("cuda-graph", None)
     assert launch_mode("auto", False, default, "cuda") == ("none", None)

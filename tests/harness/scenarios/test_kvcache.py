@@ -14,7 +14,7 @@ from harness.scenarios.decode.caches import (
     cache_nbytes,
 )
 from harness.scenarios.decode.stack import DecoderStack
-from harness.scenarios.decode.step_launch import StaticStep
+from harness.scenarios.decode.step_graph import StaticStep
 from harness.scenarios.interface import Point, cost_of
 
 
@@ -245,11 +245,11 @@ def test_a_captured_step_keeps_the_buffers_its_graph_reads_alive(fake_capture, c
     import weakref
 
     from harness.measure import graphs
-    from harness.scenarios.decode import step_launch
+    from harness.scenarios.decode import step_graph
 
     held: list[weakref.ref] = []
 
-    class Tracked(step_launch.StaticStep):
+    class Tracked(step_graph.StaticStep):
         def __init__(self, *args):
             super().__init__(*args)
             held.extend(weakref.ref(t) for t in (self.x, self.index))
@@ -298,18 +298,18 @@ def test_every_scenario_s_captured_call_keeps_its_buffers_alive(fake_capture, mo
 
     from harness.measure.device import CpuDevice
     from harness.scenarios.case import CaseOptions, launch_case
-    from harness.scenarios.decode import step_launch
+    from harness.scenarios.decode import step_graph
     from harness.scenarios.interface import scenario_of
 
     held: list[weakref.ref] = []
-    real = step_launch.StaticStep
+    real = step_graph.StaticStep
 
     def recording(*args):  # decode's static step: the tensors the graph reads
         step = real(*args)
         held.extend(weakref.ref(t) for t in _tensors_of(step))
         return step
 
-    monkeypatch.setattr(step_launch, "StaticStep", recording)
+    monkeypatch.setattr(step_graph, "StaticStep", recording)
     point = Point.of(seq_len=23, heads=2, head_dim=6, batch=1, **fields)
     case = scenario_of(point).build_case(point, CpuDevice(), CaseOptions("none"))
     eager = case.run

@@ -10,7 +10,7 @@ import pytest
 from harness.cli import main
 from harness.errors import SuiteError
 from harness.masks import MaskError, MaskSpec
-from harness.scenarios.pointmask import PointMask
+from harness.scenarios.suite_mask import PointMask
 from harness.sweep.suite import load_suite, parse_suite
 from harness.sweep.validate import assignment, check_mask, shortest_length
 

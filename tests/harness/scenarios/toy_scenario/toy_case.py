@@ -54,7 +54,7 @@ class ToyCost(PointCost):
 
 @register
 class Toy(Scenario):
-    variants: ClassVar[dict[str, bool]] = {"toy": False}
+    serves: ClassVar[dict[str, bool]] = {"toy": False}
     settings = ToySettings
     measure_options: ClassVar[dict[str, MeasureOption]] = {
         "toy_order": MeasureOption(("same", "reversed"), "same", "the order inputs are drawn in")
@@ -71,7 +71,7 @@ class Toy(Scenario):
         return ToyCost(point)
 
     def build_case(self, point: Point, device: Device, options: CaseOptions) -> Case:
-        plan = check_choice(point, options.check)
+        choice = check_choice(point, options.check)
         attn = self.core(point).prepare(self.problem(point))
         gen = torch.Generator().manual_seed(point.seed + 1)
         shape = (point.batch, point.heads, point.seq_len, point.head_dim)
@@ -87,11 +87,11 @@ class Toy(Scenario):
                 return attn(q, k, v)
 
         def check() -> dict:
-            if plan.mode == "none":
+            if choice.extent == "none":
                 return {"agree": None}
             ref = reference_attention(q, k, v, point.mask)
             calls = point.settings.repeat
             return {**output_agreement(run(), ref, point.torch_dtype), "toy_calls": calls}
 
         return Case(run=run, tokens=point.batch * point.seq_len, check=check,
-                    columns={"check": plan.describe(), "toy_order": order})  # fmt: skip
+                    columns={"check": choice.describe(), "toy_order": order})  # fmt: skip

@@ -1,5 +1,5 @@
 """Every kernel test's compiles stay few: the launches a test makes are watched, and the kernel
-variants a GPU would compile for them (:func:`launch_modes.compile_keys`: every config of the
+variants a GPU would compile for them (:func:`kernel_launch.compile_keys`: every config of the
 class when a launch autotunes, one when it is pinned or forced) are counted. On an H100 each
 Triton compile of these kernels takes 1-3 s; with ``ATTNBENCH_AUTOTUNE=off`` (tests/conftest.py)
 a test that runs one mask forward and backward compiles 4 (forward, delta, dK/dV, dQ).
@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 
 try:
-    from implementations._kernels.triton import launch_modes
+    from implementations._kernels.triton import kernel_launch
 except ImportError:  # no Triton: the kernel tests skip themselves
-    launch_modes = None
+    kernel_launch = None
 
 MAX_COMPILES = 6  # per test, as counted for an sm_90 GPU
 
@@ -22,10 +22,10 @@ def compiles(request) -> set[tuple]:
     """The kernel variants the test's launches compile on a GPU (sm_90); at most
     ``MAX_COMPILES`` unless the test is marked ``autotunes`` (it autotunes on purpose)."""
     seen: set[tuple] = set()
-    if launch_modes is None:
+    if kernel_launch is None:
         yield seen
         return
-    with launch_modes.watching(lambda launch: seen.update(launch_modes.compile_keys(launch))):
+    with kernel_launch.watching(lambda launch: seen.update(kernel_launch.compile_keys(launch))):
         yield seen
     if request.node.get_closest_marker("autotunes") is None:
         names = sorted({key[0] for key in seen})

@@ -41,7 +41,7 @@ pytestmark = pytest.mark.skipif(
 )
 KERNELS = {"band_fwd", "band_dq", "band_dkdv", "delta_kernel", "band_fwd_split",
            "split_combine", "blocks_fwd", "blocks_dq", "blocks_dkdv", "feature_state",
-           "feature_combine", "feature_output", "feature_prefix", "feature_chunk",
+           "feature_combine", "feature_output", "feature_scan", "feature_chunk",
            "nys_landmarks", "nys_key_pass", "nys_pinv", "nys_output", "paged_decode",
            "paged_combine"}
 PREFILL = {"band_fwd", "band_dq", "band_dkdv", "blocks_fwd", "blocks_dq", "blocks_dkdv"}

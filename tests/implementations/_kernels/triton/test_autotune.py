@@ -2,7 +2,7 @@
 measurement chose, recorded with its rows (``autotune.MEASURED``, checked against
 ``SHAPES``' first entries and against the committed H100 sweep); no warp-specialized config is
 listed; the listed TMA config is taken only where a descriptor addresses the rows, and a
-launch whose rows it cannot address tunes apart (its own ``MODE_KEY``).
+launch whose rows it cannot address tunes apart (its own ``MASK_KEY``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ pytest.importorskip("triton")
 
 from harness.masks import MaskSpec
 from implementations._kernels.triton import autotune as tune
-from implementations._kernels.triton import launch_modes, masked_attention
+from implementations._kernels.triton import kernel_launch, masked_attention
 from tests.conftest import make_qkv
 
 ROOT = Path(__file__).resolve().parents[4]
@@ -116,15 +116,15 @@ def test_the_prune_takes_the_tma_config_only_where_a_descriptor_addresses_the_ro
 
 
 def test_a_launch_a_descriptor_cannot_address_tunes_apart():
-    """D 59 and D 64 share every autotuning key argument but MODE_KEY: the D 59 launch adds
+    """D 59 and D 64 share every autotuning key argument but MASK_KEY: the D 59 launch adds
     ``UNADDRESSABLE``, so it never reuses a TMA pick of the D 64 one."""
     mask = MaskSpec(causal=True, window=(40, 0))
     modes = {}
     for d in (64, 59):
-        launched: list[launch_modes.Launch] = []
+        launched: list[kernel_launch.Launch] = []
         q, k, v = make_qkv(1, 2, 97, 97, d, dtype=torch.bfloat16, seed=71)
-        with launch_modes.watching(launched.append, execute=False):
+        with kernel_launch.watching(launched.append, execute=False):
             masked_attention.triton_attention(q, k, v, mask)
         fwd = next(r for r in launched if r.name == "band_fwd")
-        modes[d] = dict(zip(fwd.kernel.arg_names, fwd.args, strict=False))["MODE_KEY"]
+        modes[d] = dict(zip(fwd.kernel.arg_names, fwd.args, strict=False))["MASK_KEY"]
     assert modes[59] == modes[64] + tune.UNADDRESSABLE

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[4]
 HERE = "tests/implementations/_kernels/triton"
 SHARPEST = {
     "test_feature_attention.py": "matches_the_float64 or stabiliser",
-    "test_nystrom_fused.py": "matches_the_float64",
+    "test_nystrom_path.py": "matches_the_float64",
 }
 """File -> ``-k`` expression: the agreement tests whose products carry the most rounding
 (FAVOR+'s exponentiated logits, Nyström's pseudo-inverse). The masked kernels' agreement

@@ -22,7 +22,7 @@ from harness.oracle.agreement import output_agreement
 from harness.registry import NotSupportedError, problem_of
 from harness.spec import Problem
 from implementations._kernels.triton import feature_attention as fa
-from implementations._kernels.triton import fused_path, launch_modes
+from implementations._kernels.triton import fused_path, kernel_launch
 from implementations.performer import orthogonal_features
 from tests.conftest import kernel_arithmetic, make_qkv, prepared_peak_beyond_output
 
@@ -84,7 +84,7 @@ def test_launches_and_host_ops_do_not_grow_with_n(name):
         impl, launches = registry.get(name), []
         with torch.no_grad():
             impl(q, k, v, MaskSpec(), **PARAMS[name])  # caches (FAVOR+'s W)
-            with launch_modes.watching(launches.append, execute=False), OpCount() as ops:
+            with kernel_launch.watching(launches.append, execute=False), OpCount() as ops:
                 impl(q, k, v, MaskSpec(), **PARAMS[name])
         counts.append(([x.name for x in launches], ops.ops))
     assert counts[0] == counts[1]
@@ -171,7 +171,7 @@ def test_auto_keeps_the_pytorch_path_off_cuda(monkeypatch):
     """On a CPU (and for causal or autograd calls anywhere) auto never launches a kernel."""
     q, k, v = _inputs((1, 2, 2, 33, 33, 16), torch.float32, seed=4)
     launches = []
-    with launch_modes.watching(launches.append), torch.no_grad():
+    with kernel_launch.watching(launches.append), torch.no_grad():
         for name in PARAMS:
             registry.get(name)(q, k, v, MaskSpec(causal=True))
             if DEVICE == "cpu":
@@ -187,7 +187,7 @@ def test_auto_takes_the_fused_path_on_cuda_and_agrees(name):
     definition at B1 H16 D64 bf16, n = 4096 (m = 256 for FAVOR+)."""
     q, k, v = _inputs((1, 16, 16, 4096, 4096, 64), torch.bfloat16, seed=1)
     impl, mask, launches = registry.get(name), MaskSpec(seed=1), []
-    with launch_modes.watching(launches.append), torch.no_grad():
+    with kernel_launch.watching(launches.append), torch.no_grad():
         out = impl(q, k, v, mask)
     assert [x.name for x in launches] == ["feature_state", "feature_combine", "feature_output"]
     rows = torch.arange(0, 4096, 61)
@@ -212,9 +212,9 @@ def test_causal_chunk_kernel_matches_the_float64_definition(shape, dtype):
     assert fa.key_splits(b * hk, n, d, fa.tiles(d, False))[0] >= 2
     assert fa.runs_fused(problem_of(q, k, v, mask, (("fused", 1),)), chunked=True)
     launches = []
-    with torch.no_grad(), launch_modes.watching(launches.append):
+    with torch.no_grad(), kernel_launch.watching(launches.append):
         out = impl(q, k, v, mask, fused=1)
-    assert [x.name for x in launches] == ["feature_state", "feature_prefix", "feature_chunk"]
+    assert [x.name for x in launches] == ["feature_state", "feature_scan", "feature_chunk"]
     result = _agreement(impl, out, q, k, v, mask)
     assert out.dtype == dtype and result["agree"], result
 
@@ -230,9 +230,9 @@ def test_causal_chunk_kernel_with_unequal_lengths(shape, dtype):
     q, k, v = _inputs(shape, dtype, seed=shape[3] + shape[4])
     mask, impl = MaskSpec(causal=True), registry.get("linear")
     launches = []
-    with torch.no_grad(), launch_modes.watching(launches.append):
+    with torch.no_grad(), kernel_launch.watching(launches.append):
         out = impl(q, k, v, mask, fused=1)
-    assert [x.name for x in launches] == ["feature_state", "feature_prefix", "feature_chunk"]
+    assert [x.name for x in launches] == ["feature_state", "feature_scan", "feature_chunk"]
     result = _agreement(impl, out, q, k, v, mask)
     assert result["agree"], result
     if shape[3] > shape[4]:
@@ -262,12 +262,12 @@ def test_causal_chunk_launches_do_not_grow_with_n():
     for n in (64, 4096):
         q, k, v = _inputs((1, 4, 2, n, n, 32), torch.float32, seed=n)
         launches = []
-        with torch.no_grad(), launch_modes.watching(launches.append, execute=False), \
+        with torch.no_grad(), kernel_launch.watching(launches.append, execute=False), \
                 OpCount() as ops:
             registry.get("linear")(q, k, v, MaskSpec(causal=True), fused=1)
         counts.append(([x.name for x in launches], ops.ops))
     assert counts[0] == counts[1]
-    assert counts[0][0] == ["feature_state", "feature_prefix", "feature_chunk"]
+    assert counts[0][0] == ["feature_state", "feature_scan", "feature_chunk"]
 
 
 def test_causal_chunk_refusals_and_the_default():
@@ -276,7 +276,7 @@ def test_causal_chunk_refusals_and_the_default():
     impl = registry.get("linear")
     q, k, v = _inputs((1, 2, 2, 33, 50, 16), torch.float32, seed=3)
     launches = []
-    with torch.no_grad(), launch_modes.watching(launches.append):
+    with torch.no_grad(), kernel_launch.watching(launches.append):
         out = impl(q, k, v, MaskSpec(causal=True))
     ref = impl.define(q.double(), k.double(), v.double(), MaskSpec(causal=True))
     assert launches == [] and (out.double() - ref).abs().max() < 1e-5
@@ -326,9 +326,9 @@ def test_causal_favor_chunk_kernel_matches_the_float64_definition(shape, dtype):
     assert fa.key_splits(b * hk, n, m, fa.tiles(d, True))[0] >= 2
     assert fa.runs_fused(problem_of(q, k, v, mask, params), chunked=True, features=m)
     launches = []
-    with torch.no_grad(), launch_modes.watching(launches.append):
+    with torch.no_grad(), kernel_launch.watching(launches.append):
         out = impl(q, k, v, mask, features=m, fused=1)
-    assert [x.name for x in launches] == ["feature_state", "feature_prefix", "feature_chunk"]
+    assert [x.name for x in launches] == ["feature_state", "feature_scan", "feature_chunk"]
     result = _agreement(impl, out, q, k, v, mask, features=m)
     assert out.dtype == dtype and result["agree"], result
 
@@ -387,12 +387,12 @@ def test_causal_favor_launches_do_not_grow_with_n():
     for n in (64, 4096):
         q, k, v = _inputs((1, 4, 2, n, n, 32), torch.float32, seed=n)
         launches = []
-        with (torch.no_grad(), launch_modes.watching(launches.append, execute=False),
+        with (torch.no_grad(), kernel_launch.watching(launches.append, execute=False),
               OpCount() as ops):
             impl(q, k, v, MaskSpec(causal=True), features=64, fused=1)
         counts.append(([x.name for x in launches], ops.ops))
     assert counts[0] == counts[1]
-    assert counts[0][0] == ["feature_state", "feature_prefix", "feature_chunk"]
+    assert counts[0][0] == ["feature_state", "feature_scan", "feature_chunk"]
 
 
 def test_causal_favor_workspace_formula_is_the_measured_peak():
@@ -424,7 +424,7 @@ def test_two_launch_path_is_the_three_launch_path_bit_for_bit(name, shape, dtype
     launches = []
     with torch.no_grad():
         three = impl(q, k, v, mask, **PARAMS[name])
-        with launch_modes.watching(launches.append):
+        with kernel_launch.watching(launches.append):
             out = impl(q, k, v, mask, **two)
         again = impl(q, k, v, mask, **two)
     assert [x.name for x in launches] == ["feature_state", "feature_output"]
@@ -460,7 +460,7 @@ def test_two_launch_launches_do_not_grow_with_n():
         launches = []
         with torch.no_grad():
             registry.get("linear")(q, k, v, MaskSpec(), fused=2)  # the counters, made once
-            with launch_modes.watching(launches.append, execute=False), OpCount() as ops:
+            with kernel_launch.watching(launches.append, execute=False), OpCount() as ops:
                 registry.get("linear")(q, k, v, MaskSpec(), fused=2)
         counts.append(([x.name for x in launches], ops.ops))
     assert counts[0] == counts[1] and counts[0][0] == ["feature_state", "feature_output"]

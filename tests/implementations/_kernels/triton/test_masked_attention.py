@@ -19,7 +19,12 @@ from harness.masks import MaskSpec, kept_pairs
 from harness.oracle.agreement import grad_agreement, output_agreement
 from harness.oracle.reference import reference_attention, reference_grads
 from harness.spec import Problem
-from implementations._kernels.triton import forward, launch_modes, launches, masked_attention
+from implementations._kernels.triton import (
+    attention_launches,
+    forward,
+    kernel_launch,
+    masked_attention,
+)
 from implementations._kernels.triton.autotune import (
     WRONG_ON_H100,
     candidate_configs,
@@ -27,13 +32,13 @@ from implementations._kernels.triton.autotune import (
     config_label,
     tma_allowed,
 )
-from implementations._kernels.triton.plan_band import (
+from implementations._kernels.triton.band_plan import (
     TABLE,
     band_executed_pairs,
     band_plan,
     own_bounds,
 )
-from implementations._kernels.triton.plan_blocks import block_entry_count, block_plan, block_tile
+from implementations._kernels.triton.blocklist_plan import block_entry_count, block_plan, block_tile
 from implementations._kernels.triton.plan_tables import device_key, split_count, tune_key
 from tests.conftest import make_qkv
 
@@ -320,7 +325,7 @@ def test_a_launch_sets_only_the_clauses_its_mask_uses():
              MaskSpec(window=(2, 2), dilation=2), MaskSpec(documents=(20, 12)),
              MaskSpec(causal=True, prefix_len=5)]
     q, k, v = (t.to(DEVICE) for t in make_qkv(1, 1, 32, 32, 16, seed=5))
-    with launch_modes.watching(launched.append):
+    with kernel_launch.watching(launched.append):
         for mask in masks:
             masked_attention.triton_attention(q, k, v, mask)
     launched = [{c: r.kwargs[c] for c in CLAUSES} for r in launched if r.name == "band_fwd"]
@@ -393,7 +398,7 @@ def test_split_kv_decode_matches_float64(case, monkeypatch):
     mask, (b, h, h_kv, n_q, n_k, d) = DECODE[case]
     launched = []
     q, k, v = (t.to(DEVICE) for t in make_qkv(b, h, n_q, n_k, d, kv_heads=h_kv, seed=31))
-    with launch_modes.watching(launched.append):
+    with kernel_launch.watching(launched.append):
         out = masked_attention.triton_attention(q, k, v, mask)
     _check(out, q, k, v, mask, torch.float32)
     grids = [r.grid for r in launched if r.name == "band_fwd_split"]
@@ -467,7 +472,7 @@ def test_gpu_tile_sizes_forward_and_gradients(case, tiles):
     assert _has_unmasked_middle(mask, n_q, n_k, *tiles)
     backward = TILES.index(tiles) == list(BIG).index(case) % len(TILES)
     q, k, v = (t.requires_grad_(backward) for t in make_qkv(b, h, n_q, n_k, d, seed=41))
-    with launches.interpreter_tiles(*tiles):
+    with attention_launches.interpreter_tiles(*tiles):
         out = masked_attention.triton_attention(q, k, v, mask)
         if backward:
             g = torch.randn(q.shape, generator=torch.Generator().manual_seed(42))
@@ -563,7 +568,7 @@ def test_hopper_candidates_agree_with_float64(d, label, request):
     for mask, shape in cases:
         q, k, v = (t.to(DEVICE) for t in make_qkv(*shape, seed=61))
         launched = []
-        with launch_modes.forced({"band_fwd": config}), launch_modes.watching(launched.append):
+        with kernel_launch.forced({"band_fwd": config}), kernel_launch.watching(launched.append):
             out = masked_attention.triton_attention(q, k, v, mask)
         _check(out, q, k, v, mask, torch.float32)
         used = next(r for r in launched if r.name == "band_fwd").config.kwargs
@@ -646,7 +651,7 @@ def test_backward_hopper_candidates_agree_with_float64(d, dq_label, dkdv_label, 
     q, k, v = (t.to(DEVICE).requires_grad_(True)
                for t in make_qkv(*shape, kv_heads=kv_heads, seed=63))
     launched = []
-    with launch_modes.forced(forced), launch_modes.watching(launched.append):
+    with kernel_launch.forced(forced), kernel_launch.watching(launched.append):
         out = masked_attention.triton_attention(q, k, v, mask)
         g = torch.randn(q.shape, generator=torch.Generator().manual_seed(64)).to(DEVICE)
         grads = torch.autograd.grad(out, (q, k, v), g)

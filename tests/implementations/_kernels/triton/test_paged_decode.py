@@ -22,7 +22,7 @@ pytest.importorskip("triton")
 import triton
 
 from harness.oracle.agreement import output_agreement
-from implementations._kernels.triton import launch_modes, paged_decode, plan_tables
+from implementations._kernels.triton import kernel_launch, paged_decode, plan_tables
 from implementations._kernels.triton.paged_attention import (
     LARGEST_BLOCK_N,
     paged_decode_attention,
@@ -126,7 +126,7 @@ def test_paged_decode_matches_float64(case, monkeypatch):
     lens, h, h_kv, q_len, d, page, dtype = CASES[case]
     batch = paged_batch(lens, h, h_kv, q_len, d, page, dtype, seed=sum(lens) + d)
     launched = []
-    with launch_modes.watching(launched.append):
+    with kernel_launch.watching(launched.append):
         out = run(batch)
     result = agreement(out, batch)
     assert result["agree"], result
@@ -165,7 +165,7 @@ def test_gpu_key_blocks_read_several_pages_each(block_n, monkeypatch):
     batch = paged_batch([701, 1, 130, 517], 8, 2, 2, 64, 16, torch.float32, seed=block_n)
     config = triton.Config({"BLOCK_N": block_n}, num_warps=4, num_stages=1)
     launched = []
-    with launch_modes.forced({"paged_decode": config}), launch_modes.watching(launched.append):
+    with kernel_launch.forced({"paged_decode": config}), kernel_launch.watching(launched.append):
         out = run(batch)
     result = agreement(out, batch)
     assert result["agree"], result
@@ -181,7 +181,7 @@ def test_a_program_past_its_sequences_pages_writes_nothing(monkeypatch):
     lens = [300, 1, 0, 100]
     batch = paged_batch(lens, 4, 2, 1, 16, 16, torch.float32, seed=3)
     launched = []
-    with launch_modes.watching(launched.append):
+    with kernel_launch.watching(launched.append):
         run(batch)
     split, combine = launched
     named = dict(zip(split.kernel.arg_names, split.args, strict=False))

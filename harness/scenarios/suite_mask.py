@@ -21,8 +21,8 @@ import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from harness.mask_fields import column_fields
 from harness.masks import MaskSpec, Side
-from harness.maskspec import column_fields
 from harness.scenarios import packing
 
 # the mask columns of the first point ids: hashed whatever their value

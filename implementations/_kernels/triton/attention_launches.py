@@ -1,6 +1,6 @@
 """Launches of the fused Triton kernels: one forward (one launch; split-KV decode: two) and one
 backward (delta, dK/dV, dQ: three launches), and the block sizes the autotuner chose. Each
-launch goes through :func:`.launch_modes.launch` (autotuned, pinned or forced config; watchers).
+launch goes through :func:`.kernel_launch.launch` (autotuned, pinned or forced config; watchers).
 
 Importing this module imports Triton (the kernel modules define their kernels at import):
 :mod:`.masked_attention` (the way in) imports it only where Triton imports. A call does no host
@@ -20,9 +20,9 @@ from torch import Tensor
 from harness.masks import MaskSpec
 from implementations._kernels.triton import backward, backward_blocks, decode_split_kv, forward
 from implementations._kernels.triton.autotune import configs_for, current_capability, tma_key
-from implementations._kernels.triton.launch_modes import Launch, launch
-from implementations._kernels.triton.plan_band import ceil_div
-from implementations._kernels.triton.plan_blocks import block_tile
+from implementations._kernels.triton.band_plan import ceil_div
+from implementations._kernels.triton.blocklist_plan import block_tile
+from implementations._kernels.triton.kernel_launch import Launch, launch
 from implementations._kernels.triton.plan_tables import (
     band_tables,
     block_d,
@@ -135,7 +135,7 @@ def _band_args(q: Tensor, k: Tensor, mask: MaskSpec):
 
 def _band_forward(q, k, v, out, lse, mask: MaskSpec, tail: tuple) -> Launch:
     """Launch ``band_fwd`` (grid: row blocks, B·H, slots). ``tail``: (scale·log2 e, n_bucket,
-    q_bucket, MODE_KEY)."""
+    q_bucket, MASK_KEY)."""
     tables, sizes, consts = _band_args(q, k, mask)
     plan = tables.plan
     grid = lambda m: (ceil_div(plan.max_rows, m["BLOCK_M"]), q.shape[0] * q.shape[1],
@@ -220,7 +220,7 @@ def _delta(out: Tensor, dout: Tensor) -> Tensor:
 
 def _band_backward(head: tuple, grads: tuple, lse, delta, mask: MaskSpec, tail: tuple) -> None:
     """Launch ``band_dkdv`` then ``band_dq``. head: (q, k, v, dout); grads: (dq, dk, dv),
-    written in place; tail: (scale·log2 e, scale, n_bucket, q_bucket, MODE_KEY)."""
+    written in place; tail: (scale·log2 e, scale, n_bucket, q_bucket, MASK_KEY)."""
     q, k = head[0], head[1]
     dq, dk, _ = grads
     tables, sizes, consts = _band_args(q, k, mask)

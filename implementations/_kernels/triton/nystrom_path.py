@@ -24,7 +24,7 @@ IMPORT_ERROR: str | None = None
 """Why the kernels failed to import (None: they imported)."""
 try:  # the kernels import Triton, an optional dependency
     from implementations._kernels.triton import nystrom_kernels
-    from implementations._kernels.triton.launch_modes import launch
+    from implementations._kernels.triton.kernel_launch import launch
 except Exception as exc:  # absent or broken: the PyTorch path still runs, the reason says why
     nystrom_kernels = None
     IMPORT_ERROR = fused_path.import_error(exc)
@@ -119,7 +119,7 @@ def workspace_bytes(p: Problem) -> int:
                     + bh * n_split * (p.head_dim + 2))
 
 
-def nystrom_fused(q: Tensor, k: Tensor, v: Tensor, landmarks: int, pinv_iters: int,
+def nystrom_path(q: Tensor, k: Tensor, v: Tensor, landmarks: int, pinv_iters: int,
                   scale: float) -> Tensor:
     """Nyströmformer in four launches. q: (B, H, n_q, D), k/v: (B, H_kv, n_k, D), H a
     multiple of H_kv, 1 <= m <= min(n_q, n_k) -> (B, H, n_q, D) in q's dtype."""

@@ -17,14 +17,14 @@ from harness.masks import MaskSpec
 from harness.measure.dispatch import OpCount
 from harness.oracle.agreement import output_agreement
 from harness.registry import NotSupportedError, problem_of
-from implementations._kernels.triton import launch_modes
-from implementations._kernels.triton import nystrom_fused as nf
+from implementations._kernels.triton import kernel_launch
+from implementations._kernels.triton import nystrom_path as nf
 from tests.conftest import kernel_arithmetic, make_qkv, prepared_peak_beyond_output
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 LAUNCHES = ["nys_landmarks", "nys_key_pass", "nys_pinv", "nys_output"]
 # (batch, heads, kv_heads, n_q, n_k, head_dim, landmarks): m not dividing n (unequal
-# segments), n_q != n_k both ways, grouped K/V, odd D (200: the key pass in value blocks);
+# row groups), n_q != n_k both ways, grouped K/V, odd D (200: the key pass in value blocks);
 # then GPU tile sizes (n = 256 = 4 key tiles, D = 64, m = 64)
 SHAPES = [(2, 4, 2, 97, 130, 59, 13), (1, 2, 2, 161, 33, 16, 33), (1, 1, 1, 100, 300, 32, 7),
           (1, 1, 1, 70, 90, 200, 16), (1, 2, 1, 256, 256, 64, 64)]
@@ -54,7 +54,7 @@ def test_fused_nystrom_matches_the_float64_definition(shape, dtype):
     m, impl, mask = shape[-1], registry.get("nystrom"), MaskSpec()
     assert nf.runs_fused(problem_of(q, k, v, mask, (("fused", 1), ("landmarks", m))))
     launches = []
-    with torch.no_grad(), launch_modes.watching(launches.append):
+    with torch.no_grad(), kernel_launch.watching(launches.append):
         out = impl(q, k, v, mask, landmarks=m, fused=1)
     assert [x.name for x in launches] == LAUNCHES
     result = _agreement(impl, out, q, k, v, mask, landmarks=m)
@@ -80,7 +80,7 @@ def test_launches_and_host_ops_do_not_grow_with_n():
     for n in (128, 8192):
         q, k, v = _inputs((1, 4, 2, n, n, 32, 16), torch.float32, seed=n)
         launches = []
-        with torch.no_grad(), launch_modes.watching(launches.append, execute=False), \
+        with torch.no_grad(), kernel_launch.watching(launches.append, execute=False), \
                 OpCount() as ops:
             registry.get("nystrom")(q, k, v, MaskSpec(), landmarks=16, fused=1)
         counts.append(([x.name for x in launches], ops.ops))
@@ -117,7 +117,7 @@ def test_refusals_and_the_default():
     with pytest.raises(NotSupportedError, match="forward-only"):
         impl(q.requires_grad_(), k, v, MaskSpec(), landmarks=8, fused=1)
     launches = []
-    with torch.no_grad(), launch_modes.watching(launches.append):
+    with torch.no_grad(), kernel_launch.watching(launches.append):
         out = impl(q.detach(), k, v, MaskSpec(), landmarks=8)
     ref = impl.define(q.double(), k.double(), v.double(), MaskSpec(), landmarks=8)
     assert launches == [] and (out.double() - ref).abs().max() < 1e-5

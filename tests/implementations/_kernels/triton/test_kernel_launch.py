@@ -22,9 +22,9 @@ from harness.oracle.agreement import grad_agreement, output_agreement
 from harness.oracle.reference import reference_attention, reference_grads
 from implementations._kernels.triton import (
     aot_check,
+    attention_launches,
     autotune,
-    launch_modes,
-    launches,
+    kernel_launch,
     masked_attention,
 )
 from implementations._kernels.triton.autotune import (
@@ -49,10 +49,10 @@ def _capability() -> tuple[int, int]:
 
 def _forward_backward(mask: MaskSpec, shape=(1, 2, 97, 97, 64), seed: int = 51):
     """Run one call forward and backward, watched; returns (launches, out, grads, inputs)."""
-    launched: list[launch_modes.Launch] = []
+    launched: list[kernel_launch.Launch] = []
     q, k, v = (t.to(DEVICE).requires_grad_(True) for t in make_qkv(*shape, seed=seed))
     g = torch.randn(q.shape, generator=torch.Generator().manual_seed(seed + 1)).to(DEVICE)
-    with launch_modes.watching(launched.append):
+    with kernel_launch.watching(launched.append):
         out = masked_attention.triton_attention(q, k, v, mask)
         grads = torch.autograd.grad(out, (q, k, v), g)
     return launched, out.detach(), grads, (q, k, v, g)
@@ -88,7 +88,7 @@ def test_a_pinned_launch_runs_the_class_default_the_aot_check_compiles(monkeypat
     """Off a GPU too: the GPU path of the pin (the sm_90 class here), run in the interpreter
     with the class's default tiles, agrees with float64; each config is the one
     ``aot_kernels.py --ci`` compiles for that target."""
-    monkeypatch.setattr(launch_modes, "interpreted", lambda: False)
+    monkeypatch.setattr(kernel_launch, "interpreted", lambda: False)
     launched, out, grads, inputs = _forward_backward(WINDOW)
     _agree(out, grads, inputs, WINDOW)
     capability = _capability()
@@ -107,7 +107,7 @@ def test_the_measured_hopper_defaults_agree_where_the_band_has_an_unmasked_middl
     middle: forward and gradients agree with float64."""
     if DEVICE == "cuda":
         pytest.skip("a GPU runs its own class's defaults in the other tests")
-    monkeypatch.setattr(launch_modes, "interpreted", lambda: False)
+    monkeypatch.setattr(kernel_launch, "interpreted", lambda: False)
     mask = MaskSpec(causal=True, window=(383, 0))
     launched, out, grads, inputs = _forward_backward(mask, shape=(1, 1, 701, 701, 64), seed=59)
     _agree(out, grads, inputs, mask)
@@ -120,10 +120,10 @@ def test_pinning_bounds_the_compiles_of_a_call():
     """Forward and backward of one mask: 4 kernel variants pinned (forward, delta, dK/dV, dQ),
     every config of each autotuned kernel's class when autotuning (sm_90, D 64)."""
     launched, *_ = _forward_backward(WINDOW)
-    pinned = set().union(*(launch_modes.compile_keys(r) for r in launched))
+    pinned = set().union(*(kernel_launch.compile_keys(r) for r in launched))
     assert len(pinned) == 4
     tuned = [dataclasses.replace(r, how="autotuned") if r.name in TUNED else r for r in launched]
-    autotuned = set().union(*(launch_modes.compile_keys(r) for r in tuned))
+    autotuned = set().union(*(kernel_launch.compile_keys(r) for r in tuned))
     want = 1 + sum(len(class_configs(n, 64, (9, 0))) for n in ("band_fwd", "band_dkdv", "band_dq"))
     assert len(autotuned) == want > 3 * len(pinned)
 
@@ -133,22 +133,22 @@ def test_a_forced_config_runs_and_is_not_taken_for_the_tuned_one():
     the executed-pairs table (``CHOSEN``) as it was."""
     forced = triton.Config({"BLOCK_M": 64, "BLOCK_N": 32}, num_warps=4, num_stages=2)
     key = tune_key(WINDOW, 97, 97, 64, torch.float32)
-    before = launches.CHOSEN.get(key)
-    with launch_modes.forced({"band_fwd": forced}):
+    before = attention_launches.CHOSEN.get(key)
+    with kernel_launch.forced({"band_fwd": forced}):
         launched, out, grads, inputs = _forward_backward(WINDOW, seed=53)
     _agree(out, grads, inputs, WINDOW)
     fwd = next(r for r in launched if r.name == "band_fwd")
     assert (fwd.how, fwd.config) == ("forced", forced)
-    assert launches.CHOSEN.get(key) == before
+    assert attention_launches.CHOSEN.get(key) == before
 
 
 def test_a_recorded_launch_replays_with_another_config():
     """The sweep's replay: the forward launch rerun on its own tensors with another config
     rewrites the same output."""
     mask = MaskSpec(causal=True, window=(20, 0), global_tokens=(3,))
-    launched: list[launch_modes.Launch] = []
+    launched: list[kernel_launch.Launch] = []
     q, k, v = (t.to(DEVICE) for t in make_qkv(1, 2, 70, 70, 59, seed=55))
-    with launch_modes.watching(launched.append):
+    with kernel_launch.watching(launched.append):
         out = masked_attention.triton_attention(q, k, v, mask)
     fwd = next(r for r in launched if r.name == "band_fwd")
     written = fwd.args[3]
@@ -167,8 +167,8 @@ def test_autotuning_on_times_every_config_of_the_class(monkeypatch):
     mask = MaskSpec(causal=True, window=(255, 0))
     q, k, v = make_qkv(1, 4, 2048, 2048, 64, dtype=torch.bfloat16, seed=57)
     q, k, v = q.to(DEVICE), k.to(DEVICE), v.to(DEVICE)
-    launched: list[launch_modes.Launch] = []
-    with launch_modes.watching(launched.append):
+    launched: list[kernel_launch.Launch] = []
+    with kernel_launch.watching(launched.append):
         out = masked_attention.triton_attention(q, k, v, mask)
     assert output_agreement(out, reference_attention(q, k, v, mask), torch.bfloat16)["agree"]
     fwd = next(r for r in launched if r.name == "band_fwd")
@@ -178,4 +178,4 @@ def test_autotuning_on_times_every_config_of_the_class(monkeypatch):
     assert {config_label(c) for c in kernel.configs_timings} == labels
     assert config_label(kernel.best_config) in labels
     key = tune_key(mask, 2048, 2048, 64, torch.bfloat16)
-    assert launches.CHOSEN[key] == kernel.best_config.kwargs
+    assert attention_launches.CHOSEN[key] == kernel.best_config.kwargs

@@ -1,6 +1,6 @@
 """The plan of the band kernels: their iteration spaces, built on the host once per
 (spec, n_q, n_k). One of the family's plan's three parts: band slots (here), BigBird block
-lists (:mod:`.plan_blocks`), both as device tables (:mod:`.plan_tables`).
+lists (:mod:`.blocklist_plan`), both as device tables (:mod:`.plan_tables`).
 
 No Triton here: the slots the kernels read (small int rows), the per-position tables of
 documents and global tokens (:class:`BandPlan` fields, made tensors in ``plan_tables``), and
@@ -20,12 +20,12 @@ range and the middle that every own keeps runs without a mask. With dilation d, 
 (``p ≡ j ≡ r mod d``) is a slot with ``step = d``: the dilated window is a plain band there.
 The prefix spans every class, so a dilated class slot walks it apart: each own block visits
 the partner positions from the least start to the greatest end of its owns' prefixes
-(:func:`prefix_segments`), keeping those outside the band.
+(:func:`prefix_spans`), keeping those outside the band.
 
 Global positions G (``global_tokens`` as a count or as positions; with documents each
 document's own, as :func:`harness.mask_features.visible_runs.positions` lists them): a
 *table* slot whose owns are G itself (every partner, causality and documents kept), and in
-every class slot a *cross* segment over the partners in G that the band does not already hold.
+every class slot a *cross* span over the partners in G that the band does not already hold.
 Class slots skip storing owns in G (the table slot writes them). The dK/dV *key slots* are the
 same construction with keys as owns and ``(lo_rel, hi_rel)`` negated and swapped.
 
@@ -33,7 +33,7 @@ A predicate feature (:mod:`harness.mask_features.predicate`) changes no slot: it
 ``@triton.jit`` predicate is the kernels' ``PRED`` constexpr (:attr:`BandPlan.flags`), applied
 to every block they visit (AND); the executed pairs are the slots' as without it.
 
-BigBird layouts are CSR lists instead (:mod:`.plan_blocks`).
+BigBird layouts are CSR lists instead (:mod:`.blocklist_plan`).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from harness.masks import MaskSpec
 
 SLOT_FIELDS = 9  # r, step, x_start, n_own, c_start, c_end, lo_rel, hi_rel, flags
 # owns x in [x_start, x_start + n_own); partners c in [c_start, c_end), both in class coordinates
-CROSS, TABLE = 1, 2  # slot flags: a cross segment over G; owns gathered from the table of G
+CROSS, TABLE = 1, 2  # slot flags: a cross span over G; owns gathered from the table of G
 OWN_SHIFT = 2  # flags >> OWN_SHIFT: where the owns' counts start in GIDX (0: the partners')
 
 
@@ -227,7 +227,7 @@ def own_bounds(plan: BandPlan, slot: tuple[int, ...], x: Tensor, p: Tensor):
     r, step, _, _, c_start, c_end, lo_rel, hi_rel, _ = slot
     lo, hi = x + lo_rel, x + hi_rel
     ds, de = doc_edges(plan.documents, p, plan.n_k)  # [0, n_k) without documents
-    if plan.prefix and step == 1:  # class coordinates are positions (else: prefix_segments)
+    if plan.prefix and step == 1:  # class coordinates are positions (else: prefix_spans)
         inside = p - ds < plan.prefix
         # without documents a key's prefix rows start at the first row (rows p < 0 count as 0)
         first = ds if plan.documents is not None else torch.full_like(ds, c_start)
@@ -239,7 +239,7 @@ def own_bounds(plan: BandPlan, slot: tuple[int, ...], x: Tensor, p: Tensor):
     return lo.clamp(min=c_start), hi.clamp(max=c_end - 1)
 
 
-def prefix_segments(plan: BandPlan, slot: tuple[int, ...], block: int, first: int) -> Tensor:
+def prefix_spans(plan: BandPlan, slot: tuple[int, ...], block: int, first: int) -> Tensor:
     """Partners (absolute positions) that each own block of a dilated class slot walks for its
     prefix, as the kernels' ``prefix_bounds``: from the least start to the greatest end of the
     owns' prefix intervals (``first``: the first partner position, 0 for keys, ``n_k - n_q``
@@ -280,7 +280,7 @@ def _own_blocks(plan: BandPlan, slot: tuple[int, ...], block: int):
 def band_executed_pairs(plan: BandPlan, block_m: int, block_n: int) -> int:
     """(query, key) lanes the forward kernel computes per (batch, head): every program's
     ``block_m`` rows times ``block_n`` keys per key block it visits (masked lanes included),
-    band, cross and prefix segments. O(number of row blocks), O(rows) with a dilated prefix."""
+    band, cross and prefix spans. O(number of row blocks), O(rows) with a dilated prefix."""
     total = 0
     table = torch.tensor(plan.key_globals, dtype=torch.int64)  # the rows' partners
     for slot in plan.slots:
@@ -297,7 +297,7 @@ def band_executed_pairs(plan: BandPlan, block_m: int, block_n: int) -> int:
             count = torch.searchsorted(table, last, right=True) - torch.searchsorted(table, first)
             blocks = blocks + torch.div(count.clamp_min(0) + block_n - 1, block_n,
                                         rounding_mode="floor")
-        segment = prefix_segments(plan, slot, block_m, 0)
-        blocks = blocks + torch.div(segment + block_n - 1, block_n, rounding_mode="floor")
+        span = prefix_spans(plan, slot, block_m, 0)
+        blocks = blocks + torch.div(span + block_n - 1, block_n, rounding_mode="floor")
         total += int(blocks.sum()) * block_m * block_n
     return total

@@ -1,4 +1,4 @@
-"""The plan of the block-list (BigBird) kernels (the band's is :mod:`.plan_band`, both as device
+"""The plan of the block-list (BigBird) kernels (the band's is :mod:`.band_plan`, both as device
 tables :mod:`.plan_tables`): their iteration spaces, built on the host once per (spec, n_q, n_k):
 CSR lists, per query block, of the key blocks to visit, the ones that need no mask first
 (``starts[row], mids[row], ends[row]`` split them), and the transpose for dK/dV; and their entry
