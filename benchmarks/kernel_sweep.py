@@ -74,10 +74,10 @@ try:
     import triton
 
     from implementations.triton_kernels import (
+        attention_launches,
         autotune,
         band_plan,
         kernel_launch,
-        launches,
         plan_tables,
     )
 except Exception as exc:  # no Triton, or kernels that do not import: nothing to sweep
@@ -260,10 +260,11 @@ class Prepared:
         self.launches: list[kernel_launch.Launch] = []
         scale = case.head_dim**-0.5
         with kernel_launch.watching(self.launches.append, execute=False):
-            out, lse = launches.attention_forward(self.q, self.k, self.v, case.mask, scale)
+            out, lse = attention_launches.attention_forward(self.q, self.k, self.v, case.mask,
+                                                            scale)
             if case.backward:
-                launches.attention_backward(self.q, self.k, self.v, out, lse, self.dout,
-                                                 case.mask, scale)
+                attention_launches.attention_backward(self.q, self.k, self.v, out, lse,
+                                                      self.dout, case.mask, scale)
         self.by_name = {launch.name: launch for launch in self.launches}
         split = self.by_name.get("band_fwd_split")
         self.splits = split.grid[0] if split is not None else None  # decode: key chunks

@@ -38,7 +38,8 @@ class Column:
     ``follows_impl`` marks a point field that the implementation sets (rows of two
     implementations are matched without it); ``moves_with`` names the point fields a derived
     column is made from (a fit along it lets them vary: ``context_tokens`` moves with
-    ``seq_len`` and ``contexts``)."""
+    ``seq_len`` and ``contexts``); ``time_power`` is the power of the timed call's time the
+    column scales with (``bw_fraction``: -1), so claims bootstrap it from the time samples."""
 
     name: str
     unit: str
@@ -51,6 +52,7 @@ class Column:
     when_present: bool = False
     follows_impl: bool = False
     moves_with: tuple[str, ...] = ()
+    time_power: float = 0.0  # the power of the timed call's time it scales with (0: none)
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -68,6 +70,8 @@ BANDWIDTH: tuple[Column, ...] = (
         "bw_fraction", "", "share",
         "attention and decode: the bytes the call must move (attention: `compulsory_bytes`; "
         "decode: `step_bytes`) / median time, as a fraction of the measured copy bandwidth",
+        title="share of copy bandwidth",
+        time_power=-1.0,
     ),
     Column(
         "bw_source", "", "text",

@@ -210,13 +210,10 @@ def _segment_pairs(n_q: int, n_k: int, causal: bool) -> int:
     return int(((qe - qs) * hi).sum())
 
 
-PAGED_KERNEL = "implementations._kernels.triton.paged_attention"
-
-
 def _paged_kernel_reason() -> str | None:
     """Why the fused paged kernel cannot load here (None: it can)."""
     try:
-        importlib.import_module(PAGED_KERNEL)
+        importlib.import_module("implementations._kernels.triton.paged_attention")
     except ImportError as exc:
         return f"the fused paged kernel does not load: {exc}"
     return None
@@ -231,7 +228,7 @@ def paged_triton(
     scale: float | None = None,
 ) -> Tensor:
     """The fused paged decode kernel (:data:`harness.spec.PagedFn`; CUDA)."""
-    kernel = importlib.import_module(PAGED_KERNEL)
+    kernel = importlib.import_module("implementations._kernels.triton.paged_attention")
     return kernel.paged_decode_attention(q, k_pages, v_pages, block_table, context_lens, scale)
 
 

@@ -18,18 +18,18 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # what a type checker sees of the lazy attributes below
     from implementations._kernels.triton import (  # noqa: F401 (served by __getattr__)
         aot_check,
+        attention_launches,
         autotune,
         band_plan,
         feature_attention,
         fused_path,
         kernel_launch,
-        launches,
         masked_attention,
         plan_tables,
     )
 
 MODULES = ("aot_check", "autotune", "feature_attention", "fused_path", "kernel_launch",
-           "launches", "masked_attention", "band_plan", "plan_tables")
+           "attention_launches", "masked_attention", "band_plan", "plan_tables")
 """The kernel folder's modules the scripts use, each an attribute of this module."""
 __all__ = [*MODULES, "JIT_MODULES", "MODULES", "import_jit_modules"]
 

@@ -18,6 +18,7 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
+from harness import scenarios
 from harness.measure.passes import split_samples
 from harness.scenarios import interface, packing
 from harness.scenarios.interface import FIELD_DEFAULTS
@@ -31,9 +32,11 @@ KEY_FIELDS: tuple[str, ...] = (*POINT_COLUMNS, "d_model")
 IMPL_FIELDS: tuple[str, ...] = tuple(c.name for c in COLUMNS if c.point and c.follows_impl)
 # derived columns -> the point fields they are made from (Column.moves_with)
 MOVES_WITH: dict[str, set[str]] = {c.name: set(c.moves_with) for c in COLUMNS if c.moves_with}
-# metric -> power of time it scales with; their bootstrap resamples time_samples_s
-TIME_METRICS = {"time_median_s": 1.0, "tokens_per_s": -1.0, "tflops_per_s": -1.0,
-                "bw_fraction": -1.0}
+# metric -> power of time it scales with; their bootstrap resamples time_samples_s (the core
+# columns, and the columns a scenario declares with a Column.time_power: bw_fraction)
+TIME_METRICS = {"time_median_s": 1.0, "tokens_per_s": -1.0, "tflops_per_s": -1.0} | {
+    c.name: c.time_power for c in scenarios.declared_columns() if c.time_power
+}
 MISSING = "-"  # group-key stand-in for None/NaN (pandas cannot group or merge on them reliably)
 
 

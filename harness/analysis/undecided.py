@@ -197,7 +197,7 @@ def timing_mode(claim: Claim, usable: pd.DataFrame) -> str:
     parts = []
     for device in _distinct(usable, "device"):
         if str(device).startswith("cuda"):
-            launch = _distinct(usable, "cuda_graph") + _distinct(usable, "decode_graph")
+            launch = _distinct(usable, "cuda_graph")
             parts.append("CUDA events" + (f", {'/'.join(dict.fromkeys(launch))}" if launch else ""))
         else:
             threads = _distinct(usable, "threads")

@@ -220,7 +220,7 @@ def build_attention_case(point: Point, device: Device, options: CaseOptions,
             return fn(q, pool.k, pool.v, pool.block_table, pool.context_lens)
 
     def check() -> dict:
-        if check_choice(point, options.check).mode == "none":
+        if check_choice(point, options.check).extent == "none":
             return {"agree": None}
         out = case.run()
         with torch.no_grad():

@@ -180,7 +180,7 @@ def test_json_output_has_null_for_missing_numbers(tmp_path, capsys):
     claims_file.write_text(
         '[[claim]]\nid = "lstm-d2"\nimpl = "lstm"\nscenario = "block"\nmetric = "mixer_time_s"\n'
         'over = "d_model"\nhold = ["heads"]\nexpect_exponent = 2.0\n'
-        '[[claim]]\nid = "none"\nimpl = "nothing"\nmetric = "time_median_s"\nover = "seq_len"\n'
+        '[[claim]]\nid = "none"\nimpl = "linformer"\nmetric = "time_median_s"\nover = "seq_len"\n'
         "expect_exponent = 1.0\n"
     )
     parser = argparse.ArgumentParser()

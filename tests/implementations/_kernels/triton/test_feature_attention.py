@@ -225,14 +225,18 @@ def test_causal_chunk_kernel_matches_the_float64_definition(shape, dtype):
                          ids=lambda s: "x".join(map(str, s)))
 def test_causal_chunk_kernel_with_unequal_lengths(shape, dtype):
     """n_q != n_k, bottom-right: n_q < n_k (every query keeps a prefix of keys before its own
-    position; one query, a decode step), n_q > n_k (the first n_q - n_k queries keep no key:
-    zeros, as the definition)."""
+    position), n_q > n_k (the first n_q - n_k queries keep no key: zeros, as the definition).
+    One query (a decode step) keeps every key: the registry hands the path the reduced mask
+    (:func:`harness.masks.reduced`), and the non-causal kernels run."""
     q, k, v = _inputs(shape, dtype, seed=shape[3] + shape[4])
     mask, impl = MaskSpec(causal=True), registry.get("linear")
     launches = []
     with torch.no_grad(), kernel_launch.watching(launches.append):
         out = impl(q, k, v, mask, fused=1)
-    assert [x.name for x in launches] == ["feature_state", "feature_scan", "feature_chunk"]
+    path = ["feature_state", "feature_scan", "feature_chunk"]
+    if shape[3] == 1:
+        path = ["feature_state", "feature_combine", "feature_output"]
+    assert [x.name for x in launches] == path
     result = _agreement(impl, out, q, k, v, mask)
     assert result["agree"], result
     if shape[3] > shape[4]:
