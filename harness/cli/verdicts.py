@@ -1,11 +1,11 @@
 """``attnbench verdicts [--minutes M] [--device cpu|cuda] [--out DIR] [--claims FILE]
 [--suite FILE]... [--plugin FILE.py]... [--resume] [--dry-run] [--json]``: the verdict on every
-claim from one command. The bundled claim suites of the device (``claims-*gpu*`` on CUDA,
-``claims-*cpu*`` elsewhere) and the ``--suite``\\ s are measured under one time limit, coarse to
-fine across all of them (the order: :mod:`harness.execute.stages`; the session:
-:mod:`harness.execute.multisuite`), then every claim is judged
-(:func:`harness.analysis.verdicts.judge_claims`, as ``claims`` and ``report`` judge) and the
-table printed: one line per claim (:mod:`harness.analysis.undecided`,
+claim from one command. The bundled claim suites of the device (``claims-*gpu*`` and
+``decode-serving-gpu`` on CUDA, ``claims-*cpu*`` and ``decode-serving-cpu`` elsewhere) and
+the ``--suite``\\ s are measured under one time limit, coarse to fine across all of them (the
+order: :mod:`harness.execute.stages`; the session: :mod:`harness.execute.multisuite`), then
+every claim is judged (:func:`harness.analysis.verdicts.judge_claims`, as ``claims`` and
+``report`` judge) and the table printed: one line per claim (:mod:`harness.analysis.undecided`,
 :mod:`harness.render.verdict_table`). Under ``--out``: ``runs/<suite>/`` (each suite's run
 directory: rows.jsonl, passes.jsonl, env.json), ``verdicts.md``, ``verdicts.json`` and
 ``report/index.html``.
@@ -51,7 +51,11 @@ from harness.render.verdict_table import text_table, write_tables
 from harness.results import dumps_json, load_envs
 from harness.sweep.suite import Suite, load_suite
 
-SUITES = {"cuda": "claims-*gpu*.toml", "cpu": "claims-*cpu*.toml"}
+# the bundled suites of each device (file name patterns): its claim suites and its serving suite
+SUITES = {
+    "cuda": ("claims-*gpu*.toml", "decode-serving-gpu.toml"),
+    "cpu": ("claims-*cpu*.toml", "decode-serving-cpu.toml"),
+}
 # seconds kept for judging and writing the table: this share of the minutes, at least JUDGE_S
 # (judging 42 claims over 8 rows took 17 s on the 2-core CPU at load 10, ~100 rows more)
 JUDGE_SHARE, JUDGE_S = 0.1, 15.0
@@ -188,7 +192,7 @@ def suite_paths(device: str, extra: list[Path]) -> list[Path]:
     for path in extra:
         if not path.is_file():
             raise SuiteError(f"--suite {path}: suite file not found")
-    paths = [*bundled_files(SUITES[device]), *extra]
+    paths = [*(p for pattern in SUITES[device] for p in bundled_files(pattern)), *extra]
     return list({p.resolve(): p for p in paths}.values())
 
 

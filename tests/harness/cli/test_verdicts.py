@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from harness import SUITES_DIR
 from harness.cli import main
 from harness.cli import verdicts as verb
 from harness.execute.deadline import Deadline
@@ -73,7 +74,7 @@ expect_exponent = 1.0
 @pytest.fixture
 def files(tmp_path: Path, monkeypatch) -> tuple[Path, Path]:
     """The tiny suite and claims file; no bundled suite is picked up."""
-    monkeypatch.setattr(verb, "SUITES", {"cpu": "no-bundled-suite-*", "cuda": "none-*"})
+    monkeypatch.setattr(verb, "SUITES", {"cpu": ("no-bundled-suite-*",), "cuda": ("none-*",)})
     monkeypatch.setattr(verb, "_OTHER_SUITES", {"cpu": []})
     suite, claims = tmp_path / "tiny.toml", tmp_path / "claims.toml"
     suite.write_text(SUITE)
@@ -220,3 +221,16 @@ def test_an_unknown_suite_file_is_one_line_exit_2(tmp_path, capsys, files):
         tmp_path / "missing.toml",
     )
     assert code == 2 and len(err.strip().splitlines()) == 1 and "missing.toml" in err
+
+
+@pytest.mark.parametrize("device", ["cpu", "gpu"])
+def test_each_device_measures_its_claim_suites_and_its_serving_suite(device):
+    """The serving claims (suites/claims.toml's ragged-*, paged-*, padded-*) are decided by the
+    decode-serving suite of the device, so ``verdicts`` measures it beside the claim suites."""
+    names = {p.name for p in verb.suite_paths("cuda" if device == "gpu" else "cpu", [])}
+    bundled = {p.name for p in SUITES_DIR.glob("*.toml")}
+    claim_suites = {n for n in bundled if n.startswith("claims-") and device in n}
+    assert claim_suites and claim_suites <= names
+    assert f"decode-serving-{device}.toml" in names
+    other = "cpu" if device == "gpu" else "gpu"
+    assert not any(other in n for n in names)
