@@ -29,7 +29,7 @@ from harness.analysis.frames import (
     groupable,
 )
 from harness.analysis.verdicts import evaluate
-from harness.scenarios.interface import Point
+from harness.scenarios.interface import Point, scenario_of
 
 
 @dataclass(frozen=True)
@@ -48,9 +48,18 @@ class JudgedGroup:
 
 
 def point_frame(points: Sequence[Point]) -> pd.DataFrame:
-    """One row per point: its identity columns (what its result row will carry before any
-    measurement)."""
-    return pd.DataFrame([p.columns() for p in points])
+    """One row per point: its identity columns and those its scenario knows before it runs
+    (:meth:`~harness.scenarios.interface.Scenario.planned_columns`): what its result row will
+    carry before any measurement."""
+    return pd.DataFrame([{**planned_columns(p), **p.columns()} for p in points])
+
+
+def planned_columns(point: Point) -> dict:
+    """The scenario's planned columns of ``point`` (none when its scenario is unknown here)."""
+    try:
+        return scenario_of(point).planned_columns(point)
+    except (KeyError, ValueError):
+        return {}
 
 
 def judged_groups(points: Sequence[Point], claims: Sequence[Claim],

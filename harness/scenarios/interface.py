@@ -372,6 +372,12 @@ class Scenario:
     def cost(self, point: Point) -> PointCost:
         raise NotImplementedError
 
+    def planned_columns(self, point: Point) -> dict:
+        """Row columns the point's settings alone decide, known before it runs (a ragged
+        batch's Σ lengths): a claim fitted along one of them plans its points by them (the
+        judged groups of a time-limited run, ``attnbench verdicts``). Empty by default."""
+        return {}
+
     def support(self, point: Point) -> list[str]:
         """Readable reasons why the point cannot run here (empty = it can)."""
         core = self.core(point)

@@ -195,6 +195,13 @@ class Decode(Scenario):
             return attention_step.AttentionStepCost(point)
         return DecodeCost(point)
 
+    def planned_columns(self, point: Point) -> dict:
+        """The attention step's ragged-batch columns (``context_tokens``, ``padded_tokens``,
+        ``pages``, ...): the lengths are drawn from the point's settings alone."""
+        if point.settings.step == "attention":
+            return attention_step.AttentionStepCost(point).columns()
+        return {}
+
     def support(self, point: Point) -> list[str]:
         """The model's rules (causal, a window at most, what the cache kind needs), then the
         core's reasons for the step and, unless the cache fills by steps, the prefill."""
