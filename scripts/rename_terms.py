@@ -166,7 +166,7 @@ PROOF_PLAN_FILES = (
     "docs/proof.md",
     "docs/gpu.md",
     "tests/benchmarks/test_gpu_scripts.py",
-    "tests/benchmarks/test_warm_steps.py",
+    "tests/lease/test_warm_steps.py",
 )
 NOT_A_MASK_PLAN = r"(?<!block )(?<!tile )(?<!band )(?<!flex )\bplan\b"
 IDENTIFIERS: tuple[Identifier, ...] = (
@@ -222,7 +222,7 @@ IDENTIFIERS: tuple[Identifier, ...] = (
         "schedule",
         (
             "tests/benchmarks/test_gpu_scripts.py",
-            "tests/benchmarks/test_warm_steps.py",
+            "tests/lease/test_warm_steps.py",
             "tests/benchmarks/test_kernel_sweep.py",
         ),
         "the GPU proof's and the kernel sweep's schedules, in their tests",

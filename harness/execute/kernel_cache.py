@@ -1,9 +1,9 @@
 """A warmed Triton cache for a CUDA session (``attnbench verdicts --device cuda``): installed
 before any kernel compiles when one is given (``ATTNBENCH_TRITON_CACHE=DIR``) or carried in
-the checkout (``.triton-cache/``, made by ``benchmarks/lease/warm_cache.py``), and every compile
+the checkout (``.triton-cache/``, made by ``lease/warm_cache.py``), and every compile
 of the session counted (hits and misses), as docs/lease.md describes for a lease.
 
-The cache tools live in the checkout's ``benchmarks/lease/`` (``triton_cache.py``, and
+The cache tools live in the checkout's ``lease/`` (``triton_cache.py``, and
 ``triton_listen/triton_misses.py``: the compile listener, standard library only); they are read
 from there by path, so an installation without the checkout says so and compiles as kernels
 launch. On a CPU nothing here runs.
@@ -20,7 +20,7 @@ from harness import PROJECT_DIR
 
 CACHE_ENV = "ATTNBENCH_TRITON_CACHE"  # a warmed cache folder (cache.tar.gz + manifest.json)
 CARRIED = PROJECT_DIR / ".triton-cache"
-TOOLS = PROJECT_DIR / "benchmarks" / "lease"
+TOOLS = PROJECT_DIR / "lease"
 COMPILES_FILE = "triton-compiles.jsonl"  # one line per compile of the session (under --out)
 
 

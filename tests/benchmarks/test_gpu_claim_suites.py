@@ -175,10 +175,10 @@ def test_the_busy_rule_would_catch_an_eager_linear_suite(rows, served):
 
 def test_each_header_states_the_time_derived_from_the_lease_rows():
     """The '# Run time on one H100: ~N seconds' line of each GPU claims suite is what
-    benchmarks/lease/suite_time.py derives from the lease rows (within 10%): a suite changed
+    lease/suite_time.py derives from the lease rows (within 10%): a suite changed
     without its figure, or a figure made up, fails here."""
     spec = importlib.util.spec_from_file_location("suite_time",
-                                                  ROOT / "benchmarks/lease/suite_time.py")
+                                                  ROOT / "lease/suite_time.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclass looks its module up there
     spec.loader.exec_module(module)

@@ -1,4 +1,4 @@
-"""The lease's proof (benchmarks/lease/proof.sh) on a machine without a GPU: it refuses in one
+"""The lease's proof (lease/proof.sh) on a machine without a GPU: it refuses in one
 line (exit 2), its dry run lists every test it would run, its schedule gives the verdicts the
 budget first, a stand-in Python runs every step in order, and the summary reads what a proof
 leaves, finished or cut short; the workflow template installs a current CUDA torch."""
@@ -16,7 +16,7 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-PROOF = ROOT / "benchmarks" / "lease" / "proof.sh"
+PROOF = ROOT / "lease" / "proof.sh"
 needs_no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU refusal")
 
 
@@ -86,7 +86,7 @@ def test_the_proof_dry_run_lists_every_cuda_test_even_without_pytest_benchmark(t
 def test_the_proof_says_why_the_python_it_found_cannot_run_it(tmp_path):
     """A fresh clone with the venv not activated: the proof finds README's .venv, else python3,
     and when that one cannot import torch it says so, instead of 'collecting failed'."""
-    bench = tmp_path / "clone" / "benchmarks" / "lease"
+    bench = tmp_path / "clone" / "lease"
     bench.mkdir(parents=True)
     (bench / "proof.sh").write_text(PROOF.read_text())
     fake = tmp_path / "bin" / "python3"
@@ -183,9 +183,9 @@ case "$*" in
   "-m pytest"*)
     for a in "$@"; do case "$a" in --junitxml=*) xml=${a#--junitxml=} ;; esac; done
     echo '<testsuite tests="1" failures="0" errors="0" skipped="0" time="1"/>' >"$xml"; exit 0 ;;
-  *"/benchmarks/lease/warm_cache.py --harvest "*) touch "$3"; exit 0 ;;
-  *"/benchmarks/lease/summary.py "*) shift
-    exec "$REAL_PYTHON" "$REAL_ROOT/benchmarks/lease/summary.py" "$@" ;;
+  *"/lease/warm_cache.py --harvest "*) touch "$3"; exit 0 ;;
+  *"/lease/summary.py "*) shift
+    exec "$REAL_PYTHON" "$REAL_ROOT/lease/summary.py" "$@" ;;
   -) code=$(cat)
     case "$code" in *is_available*) exit 0 ;; *get_device_name*) echo "torch fake" ;; esac
     exit 0 ;;
@@ -201,17 +201,17 @@ def test_the_proof_measures_first_and_returns_what_a_reader_opens(tmp_path):
     end, the verdicts step counting its compiles into its own file; beside the archive, at most
     eight plain files."""
     clone = tmp_path / "clone"
-    (clone / "benchmarks" / "lease" / "triton_listen").mkdir(parents=True)
+    (clone / "lease" / "triton_listen").mkdir(parents=True)
     (clone / ".triton-cache").mkdir()
-    (clone / "benchmarks" / "lease" / "proof.sh").write_text(PROOF.read_text())
-    (clone / "benchmarks" / "lease" / "warm_cache.py").write_text("")
+    (clone / "lease" / "proof.sh").write_text(PROOF.read_text())
+    (clone / "lease" / "warm_cache.py").write_text("")
     fake = tmp_path / "python"
     fake.write_text(FAKE_PYTHON)
     fake.chmod(0o755)
     log, lease = tmp_path / "calls.log", tmp_path / "lease-out"
     env = {**os.environ, "PYTHON": str(fake), "LOG": str(log), "REAL_PYTHON": sys.executable,
            "REAL_ROOT": str(ROOT)}
-    result = subprocess.run(["bash", str(clone / "benchmarks/lease/proof.sh"), str(tmp_path / "o"),
+    result = subprocess.run(["bash", str(clone / "lease/proof.sh"), str(tmp_path / "o"),
                              "--minutes", "4", "--archive", str(lease / "proof.tar.gz")],
                             capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
@@ -239,7 +239,7 @@ def test_the_proof_measures_first_and_returns_what_a_reader_opens(tmp_path):
 
 
 def _summary(out: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "benchmarks/lease/summary.py"),
+    return subprocess.run([sys.executable, str(ROOT / "lease/summary.py"),
                            str(out)], capture_output=True, text=True, cwd=ROOT, timeout=120)
 
 

@@ -1,5 +1,6 @@
-"""The benchmark scripts reach the implementations through public names only: no module or
-name that starts with ``_`` (the kernels through :mod:`implementations.triton_kernels`)."""
+"""The benchmark scripts and the lease's tools reach the implementations through public names
+only: no module or name that starts with ``_`` (the kernels through
+:mod:`implementations.triton_kernels`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+ROOT = Path(__file__).resolve().parents[2]
+BENCHMARKS = ROOT / "benchmarks"
+SCRIPTS = sorted([*BENCHMARKS.glob("*.py"), *(ROOT / "lease").rglob("*.py")])  # and the lease's
 
 
 def private_imports(path: Path) -> list[str]:
@@ -36,7 +39,7 @@ def test_the_rule_sees_a_private_import(tmp_path: Path) -> None:
     assert private_imports(script) == ["2: _flex_masks", "3: _hidden"]
 
 
-@pytest.mark.parametrize("path", sorted(BENCHMARKS.glob("*.py")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)
 def test_a_benchmark_imports_no_private_name(path: Path) -> None:
     assert private_imports(path) == []
 

@@ -219,7 +219,7 @@ def record(workload: str, head_dim: int, batch: int = 2, shape: tuple | None = N
     forward, then (when it has one) the backward.
     ``shape``: a workload not in the tables, as ``WORKLOADS`` (6 fields) or
     ``FEATURE_WORKLOADS`` (4, and n_q when it is not n) spell one
-    (``benchmarks/lease/warm_cache.py``: a suite's points). A ``PAGED_WORKLOADS`` one is
+    (``lease/warm_cache.py``: a suite's points). A ``PAGED_WORKLOADS`` one is
     :func:`record_paged`'s at ``PAGED_SHAPE``."""
     if workload in PAGED_WORKLOADS and shape is None:
         page, dtype = PAGED_WORKLOADS[workload]

@@ -478,7 +478,7 @@ def test_no_code_path_executes_imports_or_unpickles_file_contents():
     implementations/_kernels/triton/band_plan.py."""
     LOADS_BY_PATH = (
         "harness/plugins.py",  # a --plugin file the user named
-        "harness/execute/kernel_cache.py",  # the checkout's own benchmarks/lease/ cache tools
+        "harness/execute/kernel_cache.py",  # the checkout's own lease/ cache tools
     )
     dynamic_import_ok = (
         "implementations/triton_kernels.py",

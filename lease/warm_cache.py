@@ -1,9 +1,9 @@
 """Triton's on-disk cache for sm_90, compiled on a CPU and carried to a GPU lease.
 
-    python benchmarks/lease/warm_cache.py --arch sm_90 --out DIR   # here: warm, prune, pack DIR
+    python lease/warm_cache.py --arch sm_90 --out DIR   # here: warm, prune, pack DIR
         [--steps suites kernel-sweep]                              # (default: both)
-    python benchmarks/lease/warm_cache.py --install DIR            # on the lease, before the proof
-    python benchmarks/lease/warm_cache.py --harvest FILE.tar.gz    # on the lease, at its end
+    python lease/warm_cache.py --install DIR            # on the lease, before the proof
+    python lease/warm_cache.py --harvest FILE.tar.gz    # on the lease, at its end
 
 Warming compiles every launch of the fused kernels that the proof's steps make (``STEPS``:
 the GPU claims suites' points, the smokes and the paged decode at the GPU serving suite's
@@ -30,7 +30,7 @@ import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # triton_cache, beside this file
-sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # kernel_sweep, in benchmarks/
+sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # kernel_sweep
 
 import triton_cache as tc
 

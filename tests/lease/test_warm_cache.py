@@ -1,4 +1,4 @@
-"""benchmarks/lease/warm_cache.py and benchmarks/lease/triton_listen: the carried Triton cache.
+"""lease/warm_cache.py and lease/triton_listen: the carried Triton cache.
 
 Whether the cache hits on a GPU can only be proven there (docs/lease.md); here: the
 manifest check refuses a cache made for another Triton and installs nothing, pruning keeps the
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-LISTEN = ROOT / "benchmarks" / "lease" / "triton_listen"
+LISTEN = ROOT / "lease" / "triton_listen"
 
 
 def _load(name: str, path: Path):
@@ -31,8 +31,8 @@ def _load(name: str, path: Path):
     return module
 
 
-warm_cache = _load("warm_cache", ROOT / "benchmarks" / "lease" / "warm_cache.py")
-cache = warm_cache.tc  # benchmarks/lease/triton_cache.py, as warm_cache imports it
+warm_cache = _load("warm_cache", ROOT / "lease" / "warm_cache.py")
+cache = warm_cache.tc  # lease/triton_cache.py, as warm_cache imports it
 triton_misses = _load("triton_misses", LISTEN / "triton_misses.py")
 
 
@@ -137,7 +137,7 @@ def _compiling_env(**extra: str) -> dict[str, str]:
 
 
 def _cli(*args: str, **env: str) -> subprocess.CompletedProcess:
-    script = ROOT / "benchmarks" / "lease" / "warm_cache.py"
+    script = ROOT / "lease" / "warm_cache.py"
     return subprocess.run([sys.executable, str(script), *args],
                           capture_output=True, text=True, timeout=300, env=_compiling_env(**env))
 
@@ -331,7 +331,7 @@ def test_the_listener_sees_a_real_compile_miss_then_hit(tmp_path):
     """A tiny kernel compiled for sm_90 on this CPU twice in two processes, one cache: a miss,
     then a hit; both lines counted."""
     script = tmp_path / "k.py"
-    script.write_text(KERNEL_SCRIPT.format(bench=str(ROOT / "benchmarks" / "lease")))
+    script.write_text(KERNEL_SCRIPT.format(bench=str(ROOT / "lease")))
     log = tmp_path / "compiles.jsonl"
     env = _compiling_env(PYTHONPATH=str(LISTEN), TRITON_CACHE_DIR=str(tmp_path / "cache"),
                          **{triton_misses.ENV: str(log)})

@@ -1,6 +1,6 @@
 """Each GPU claims suite's time on one H100, derived from the rows the H100 leases measured.
 
-    python benchmarks/lease/suite_time.py [SUITE.toml ...]   # default: every GPU claims suite
+    python lease/suite_time.py [SUITE.toml ...]   # default: every GPU claims suite
 
 The figure each suite's header states (what a lease's ``attnbench verdicts --minutes`` should
 allow). Per point: ``OVERHEAD_S`` (what a point cost beyond its timing on the lease: its first
@@ -32,7 +32,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from harness.measure.graphs import WARMUP_CALLS  # noqa: E402

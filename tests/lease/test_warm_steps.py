@@ -1,4 +1,4 @@
-"""benchmarks/lease/warm_cache.py --steps: the launches of the proof's kernel sweep are warmed
+"""lease/warm_cache.py --steps: the launches of the proof's kernel sweep are warmed
 too.
 
 The kernel sweep (``kernel_sweep.py``: every listed config and candidate of the band kernels
@@ -22,7 +22,7 @@ pytest.importorskip("triton")
 
 ROOT = Path(__file__).resolve().parents[2]
 
-from tests.benchmarks.test_warm_cache import _load, warm_cache  # noqa: E402 (after the skip)
+from tests.lease.test_warm_cache import _load, warm_cache  # noqa: E402 (after the skip)
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +126,7 @@ def test_steps_on_the_command_line_are_checked():
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "lease" / "warm_cache.py"),
+    done = subprocess.run([sys.executable, str(ROOT / "lease" / "warm_cache.py"),
                            "--out", "unused", "--steps", "tests"], capture_output=True,
                           text=True, cwd=ROOT)
     assert done.returncode == 2 and "invalid choice: 'tests'" in done.stderr
@@ -175,7 +175,7 @@ def test_a_sweep_case_on_the_stand_in_device_launches_as_on_meta_tensors(name):
 def test_the_proof_summary_counts_hits_apart_from_misses(tmp_path):
     """On a warm lease the listener logs a line per disk hit too: the summary's count is the
     misses (a line without ``hit``, or unreadable, is one), the hits beside them."""
-    summary = _load("summary", ROOT / "benchmarks" / "lease" / "summary.py")
+    summary = _load("summary", ROOT / "lease" / "summary.py")
     folder = tmp_path / "triton-misses"
     folder.mkdir()
     (folder / "kernel-sweep.jsonl").write_text(
@@ -186,6 +186,6 @@ def test_the_proof_summary_counts_hits_apart_from_misses(tmp_path):
 
 
 def test_the_proof_counts_the_sweeps_compiles():
-    text = (ROOT / "benchmarks" / "lease" / "proof.sh").read_text()
+    text = (ROOT / "lease" / "proof.sh").read_text()
     body = text[text.index("kernel_sweep() {"):text.index("\n}\n", text.index("kernel_sweep() {"))]
     assert 'ATTNBENCH_TRITON_MISSES="$OUT/triton-misses/kernel-sweep.jsonl"' in body

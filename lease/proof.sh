@@ -2,8 +2,8 @@
 # The GPU proof in one command, from a bare CUDA machine to verdicts inside a time budget.
 # It measures first: the lease's time goes to the claims, not to compiling (docs/lease.md).
 #
-#   bash benchmarks/lease/proof.sh OUT_DIR [--minutes M] [--archive FILE]
-#   bash benchmarks/lease/proof.sh --dry-run [--minutes M] [--schedule-json]
+#   bash lease/proof.sh OUT_DIR [--minutes M] [--archive FILE]
+#   bash lease/proof.sh --dry-run [--minutes M] [--schedule-json]
 #
 # --dry-run lists the CUDA tests the proof would run; --schedule-json prints the plan instead (a
 # JSON list of {"step", "kind", "cap_s"}; no GPU, torch or pytest needed). The steps, in shares
@@ -15,13 +15,13 @@
 # did not fit; 2 no CUDA GPU, a Python without torch or pytest, or bad arguments (one line).
 set -uo pipefail
 
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-LEASE=$ROOT/benchmarks/lease
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+LEASE=$ROOT/lease
 cd "$ROOT" || exit 2
 export PYTHONUNBUFFERED=1
 
 usage() {
-  echo "usage: bash benchmarks/lease/proof.sh OUT_DIR [--minutes M] [--archive FILE]" \
+  echo "usage: bash lease/proof.sh OUT_DIR [--minutes M] [--archive FILE]" \
     "| --dry-run [--minutes M] [--schedule-json]" >&2
   exit 2
 }

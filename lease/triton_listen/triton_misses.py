@@ -13,7 +13,7 @@ hit, the time ``compile()`` took: on a process's first compile it includes hashi
 files). :func:`count` reads such a file back. Standard library only: the proof's summary
 imports this module in a process without Triton, or runs it:
 
-    python benchmarks/lease/triton_listen/triton_misses.py FILE    # prints summary_line(FILE)
+    python lease/triton_listen/triton_misses.py FILE    # prints summary_line(FILE)
 """
 
 from __future__ import annotations
@@ -92,6 +92,6 @@ def summary_line(path: str | Path) -> str:
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        print("usage: python benchmarks/lease/triton_listen/triton_misses.py FILE", file=sys.stderr)
+        print("usage: python lease/triton_listen/triton_misses.py FILE", file=sys.stderr)
         sys.exit(2)
     print(summary_line(sys.argv[1]))

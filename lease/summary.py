@@ -1,4 +1,4 @@
-"""The summary of a ``benchmarks/lease/proof.sh`` run: what ran, what failed, what did not fit.
+"""The summary of a ``lease/proof.sh`` run: what ran, what failed, what did not fit.
 
 Reads OUT_DIR as the proof leaves it, finished or cut short: ``steps.tsv`` (one line per step),
 the verdicts step's rows (``verdicts/``, as ``attnbench verdicts`` writes them: its own table,
@@ -8,7 +8,7 @@ kernels arrived compiled), the JUnit XML of each test step and the count of verd
 (``verdicts/verdicts.json``). Prints the summary; exits 1 when a step failed, stopped at its
 cap or did not fit, a test failed, or a measured row is neither ok nor skipped.
 
-    python benchmarks/lease/summary.py OUT_DIR
+    python lease/summary.py OUT_DIR
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.results import load_rows
 

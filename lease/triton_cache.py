@@ -8,7 +8,7 @@ A job (``warm_cache.compile_jobs``) is one launch: the kernel's module and name,
 arguments (a tensor as ``{"tensor": dtype, "aligned": bool}``, the rest as values) and its
 keyword arguments with the config's. Its compile goes through the JIT's own binder
 (``fn.warmup``) under a stand-in driver that names the arch, so the specialization is the one
-a real launch gets (tests/benchmarks/test_warm_cache.py checks the stand-ins against torch
+a real launch gets (tests/lease/test_warm_cache.py checks the stand-ins against torch
 tensors).
 """
 
@@ -23,7 +23,7 @@ import tarfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 CACHE_DIR = "/tmp/attnbench-triton-cache"  # the same on both sides: group files hold paths
 KEEP = ("__grp__", ".json", ".cubin")  # what a launch reads of a kernel's cache entry
 HARVEST_LIMIT = 15 * 2**20  # $OUT takes 16 MiB a file
