@@ -232,7 +232,7 @@ def member(suite: Suite, claims: list[Claim], out: Path) -> Member:
         groups,
         StoppingRule(groups, claims),
         timed,
-        lambda point, rate=None: predicted_seconds(point, budget, rate),
+        lambda point, rate=None, first=True: predicted_seconds(point, budget, rate, first),
     )
 
 

@@ -36,6 +36,10 @@ RULE = "lpt-predicted-seconds-v2"  # recorded in env.json: shards of different r
 NOMINAL_FLOPS = {"cpu": 1e11, "cuda": 1e14}
 POINT_OVERHEAD_S = 0.5  # inputs, reference check, memory pass, bookkeeping of a small point
 UNTIMED_CALLS = 6  # first call, warm-up, agreement check, memory pass
+# a later timing pass: the case built again, the reference kernel timed before and after
+# (docs/noise.md), one warm-up call; no check, no memory pass
+LATER_PASS_S = 0.05
+LATER_UNTIMED_CALLS = 1
 MIN_TIMED_CALLS = 5
 SKIPPED_S = 0.01  # a point outside the implementation's declared capabilities: one row, no run
 
@@ -82,20 +86,24 @@ def declared_unsupported(point: Point) -> bool:
 
 @lru_cache(maxsize=65536)
 def predicted_seconds(
-    point: Point, budget_s: float = 2.0, flops_per_s: float | None = None
+    point: Point, budget_s: float = 2.0, flops_per_s: float | None = None, first: bool = True
 ) -> float:
-    """Predicted wall time of one point: a fixed overhead, the untimed calls, and the timing
-    loop (at least MIN_TIMED_CALLS calls, at most about ``budget_s``); SKIPPED_S for a point
-    the implementation declares unsupported. Calls run at ``flops_per_s``: a run's ETA passes
-    the matmul rate measured on this machine at its start (env.json calibration); without it,
-    the device's nominal rate, so that shards (balanced by this) are the same on every worker:
-    a pure function of the point and the harness version, not of the machine."""
+    """Predicted wall time of one pass of a point: the timing loop (at least MIN_TIMED_CALLS
+    calls, at most about ``budget_s``) and, for its ``first`` pass, a fixed overhead and the
+    untimed calls (first call, check, memory), for a later pass only the case's rebuild and a
+    warm-up call; SKIPPED_S for a point the implementation declares unsupported. Calls run at
+    ``flops_per_s``: a run's ETA passes the matmul rate measured on this machine at its start
+    (env.json calibration); without it, the device's nominal rate, so that shards (balanced by
+    the first pass) are the same on every worker: a pure function of the point and the harness
+    version, not of the machine."""
     if declared_unsupported(point):
-        return SKIPPED_S
+        return SKIPPED_S if first else 0.0
     device = point.device.split(":", 1)[0]
     flops = scenario_of(point).cost(point).predicted_flops
     call_s = flops / (flops_per_s or NOMINAL_FLOPS.get(device, NOMINAL_FLOPS["cpu"]))
     timed = max(min(budget_s, 50 * call_s), MIN_TIMED_CALLS * call_s)
+    if not first:
+        return LATER_PASS_S + LATER_UNTIMED_CALLS * call_s + timed
     return POINT_OVERHEAD_S + UNTIMED_CALLS * call_s + timed
 
 
@@ -143,7 +151,9 @@ def run_here(
         measure,
         options,
         on_open=lambda run_dir, resumed: stamp(run_dir, suite, spec, resumed),
-        predict=lambda point, rate: predicted_seconds(point, measure.timing.budget_s, rate),
+        predict=lambda point, rate, first=True: predicted_seconds(
+            point, measure.timing.budget_s, rate, first
+        ),
     )
 
 

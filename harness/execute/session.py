@@ -96,16 +96,16 @@ def configure(suite: Suite, options: RunOptions) -> MeasureConfig:
 
 def run_suite(suite: Suite, measure: MeasureConfig, options: RunOptions,
               on_open: Callable[[Path, bool], None] | None = None,
-              predict: Callable[[Point, float | None], float] | None = None, *,
+              predict: Callable[..., float] | None = None, *,
               deadline: Deadline | None = None, calibration: dict | None = None,
               quiet: bool = False) -> RunResult:
     """Measure every point of ``suite`` with ``measure`` into ``options.out`` (a new directory,
     or the one being resumed). ``on_open(run_dir, resumed)`` runs once ``env.json`` is in place,
-    before any point (a shard records itself there). ``predict(point, flops_per_s)``: the
-    predicted seconds of one pass of a point at this machine's measured matmul rate
-    (:func:`at_measured_rate`), for the expected time said before the run starts and the ETA
-    of the progress display. Progress and a summary go to stderr; Ctrl-C keeps every finished row
-    and pass and says how to resume (:class:`~harness.errors.Interrupted`, exit 130).
+    before any point (a shard records itself there). ``predict(point, flops_per_s, first)``:
+    the predicted seconds of one pass of a point (its first, or a later one) at this machine's
+    measured matmul rate (:func:`at_measured_rate`), for the expected time said before the run
+    starts and the ETA of the progress display. Progress and a summary go to stderr; Ctrl-C
+    keeps every finished row and pass and says how to resume (:class:`~harness.errors.Interrupted`, exit 130).
 
     A session over several suites (``attnbench verdicts``) shares one ``deadline`` between its
     calls (one clock, one pace; this call sets its ``calls`` and ``predict``), gives a new run
@@ -239,9 +239,9 @@ def interrupted_message(suite: Suite, run_dir: Path) -> str:
 
 
 def at_measured_rate(
-    predict: Callable[[Point, float | None], float], run_dir: Path
-) -> Callable[[Point], float]:
-    """``predict(point, flops_per_s)`` at the fp32 matmul rate this machine measured at the
+    predict: Callable[..., float], run_dir: Path
+) -> Callable[..., float]:
+    """``predict(point, flops_per_s, first)`` at the fp32 matmul rate this machine measured at the
     run's start (env.json ``calibration.matmul_flops_per_s``; None when the run has none, and
     the predictor falls back to a nominal rate)."""
     try:
@@ -249,17 +249,17 @@ def at_measured_rate(
     except CliError:
         rate = None
     rate = float(rate) if isinstance(rate, int | float) and rate > 0 else None
-    return lambda point: predict(point, rate)
+    return lambda point, first=True: predict(point, rate, first)
 
 
-def _over_budget_is_instant(predict: Callable[[Point], float],
-                            mem_budget: int | None) -> Callable[[Point], float]:
+def _over_budget_is_instant(predict: Callable[..., float],
+                            mem_budget: int | None) -> Callable[..., float]:
     """``predict`` for a point that runs; 0 s for one the runner will skip at once because its
     predicted peak memory exceeds the budget (``mem_budget``, else the device's default, as
     the runner decides), so the expected time counts only what will run."""
     budgets: dict[str, int] = {}
 
-    def seconds(point: Point) -> float:
+    def seconds(point: Point, first: bool = True) -> float:
         if point.device not in budgets:
             budgets[point.device] = (mem_budget if mem_budget is not None
                                      else default_budget(get_device(point.device)))
@@ -267,13 +267,14 @@ def _over_budget_is_instant(predict: Callable[[Point], float],
             peak = cost_of(point).peak_bytes
         except Exception:  # a model gap: the runner records it and runs the point
             peak = None
-        return 0.0 if peak is not None and peak > budgets[point.device] else predict(point)
+        over = peak is not None and peak > budgets[point.device]
+        return 0.0 if over else predict(point, first)
 
     return seconds
 
 
 def passes_to_run(points: list[Point], log: PassLog, passes: int,
-              predict: Callable[[Point], float] | None) -> dict[tuple[str, int], float]:
+              predict: Callable[..., float] | None) -> dict[tuple[str, int], float]:
     """(point id, pass) -> predicted seconds, for every pass still to run (passes logged in
     ``passes.jsonl`` by an interrupted run are left out); 1 s each without a predictor."""
     restored = log.read({p.point_id for p in points})
@@ -282,10 +283,11 @@ def passes_to_run(points: list[Point], log: PassLog, passes: int,
         first, records = restored.get(point.point_id, (None, {}))
         if first is not None and first.get("status") != "ok":
             continue  # failed in its first pass: nothing left but writing its row
-        seconds = predict(point) if predict is not None else 1.0
         for k in range(passes):
             if k not in records:
-                schedule[(point.point_id, k)] = seconds
+                schedule[(point.point_id, k)] = (
+                    predict(point, first=k == 0) if predict is not None else 1.0
+                )
     return schedule
 
 

@@ -232,7 +232,8 @@ def test_the_expected_time_leaves_out_points_over_the_memory_budget(tmp_path, ca
     assert code == 0, err
     small = Point.of("sdpa", seq_len=33, heads=2, head_dim=16, causal=True)
     rate = load_env(tmp_path / "r")["calibration"]["matmul_flops_per_s"]  # measured here
-    expected = duration(3 * predicted_seconds(small, 0.02, rate))
+    first, later = (predicted_seconds(small, 0.02, rate, first) for first in (True, False))
+    expected = duration(first + 2 * later)  # the first pass checks and profiles; 2 time only
     assert f"expected about {expected} " in err.splitlines()[0], err
     assert "1 ok, 1 skipped" in err
 

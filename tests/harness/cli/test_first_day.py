@@ -124,9 +124,9 @@ def test_a_run_predicts_at_the_matmul_rate_this_machine_measured(tmp_path) -> No
     point = Point.of("sdpa", seq_len=4096, heads=8, head_dim=64)
     seen = []
     write_env(tmp_path, {"run_id": "r", "calibration": {"matmul_flops_per_s": 4e11}})
-    at_measured_rate(lambda p, rate: seen.append(rate) or 1.0, tmp_path)(point)
+    at_measured_rate(lambda p, rate, first: seen.append(rate) or 1.0, tmp_path)(point)
     write_env(tmp_path, {"run_id": "r"})  # no calibration: the nominal rate
-    at_measured_rate(lambda p, rate: seen.append(rate) or 1.0, tmp_path)(point)
+    at_measured_rate(lambda p, rate, first: seen.append(rate) or 1.0, tmp_path)(point)
     assert seen == [4e11, None]
     nominal = predicted_seconds(point, 60.0)
     assert predicted_seconds(point, 60.0, NOMINAL_FLOPS["cpu"]) == nominal

@@ -12,6 +12,8 @@ import torch
 
 from harness.cli import main
 from harness.distributed.shard import (
+    LATER_PASS_S,
+    LATER_UNTIMED_CALLS,
     MIN_TIMED_CALLS,
     NOMINAL_FLOPS,
     POINT_OVERHEAD_S,
@@ -163,6 +165,9 @@ def test_the_planner_prices_a_point_by_its_scenarios_planned_flops(point: Point)
     timed = max(min(60.0, 50 * call_s), MIN_TIMED_CALLS * call_s)
     expected = POINT_OVERHEAD_S + UNTIMED_CALLS * call_s + timed
     assert predicted_seconds(point, 60.0) == pytest.approx(expected, rel=1e-12)
+    # a later pass times only: no fixed checks, one warm-up call
+    later = LATER_PASS_S + LATER_UNTIMED_CALLS * call_s + timed
+    assert predicted_seconds(point, 60.0, first=False) == pytest.approx(later, rel=1e-12)
     assert cost.predicted_flops >= cost.executed_flops > 0
 
 
