@@ -105,7 +105,8 @@ def run_suite(suite: Suite, measure: MeasureConfig, options: RunOptions,
     the predicted seconds of one pass of a point (its first, or a later one) at this machine's
     measured matmul rate (:func:`at_measured_rate`), for the expected time said before the run
     starts and the ETA of the progress display. Progress and a summary go to stderr; Ctrl-C
-    keeps every finished row and pass and says how to resume (:class:`~harness.errors.Interrupted`, exit 130).
+    keeps every finished row and pass and says how to resume
+    (:class:`~harness.errors.Interrupted`, exit 130).
 
     A session over several suites (``attnbench verdicts``) shares one ``deadline`` between its
     calls (one clock, one pace; this call sets its ``calls`` and ``predict``), gives a new run
