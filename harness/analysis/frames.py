@@ -117,14 +117,31 @@ def group_keys(
     for c in (*KEY_FIELDS, "window"):
         if c not in df.columns or c == over or c in skip or c in keys:
             continue
-        if c == "impl" or c in hold or groupable(df[[c]])[c].nunique() > 1:
+        if c == "impl" or c in hold or _distinct(df[c]) > 1:
             keys.append(c)
     return keys
 
 
 def groupable(df: pd.DataFrame) -> pd.DataFrame:
     """Key columns with None/NaN replaced by :data:`MISSING`, so groupby and merge see them."""
-    return df.astype(object).where(df.notna(), MISSING)
+    return pd.DataFrame(
+        {c: _key_values(df[c]) for c in df.columns}, index=df.index, columns=df.columns
+    )
+
+
+def _key_values(cells: pd.Series) -> np.ndarray:
+    """One column of :func:`groupable`: its values as Python objects, None/NaN as
+    :data:`MISSING`. Column by column in NumPy: ``astype(object).where(notna(), MISSING)`` on
+    the frame cost 0.7 ms a call, and the judging of one claim made dozens."""
+    values = cells.to_numpy(dtype=object, copy=True)
+    values[pd.isna(values)] = MISSING
+    return values
+
+
+def _distinct(cells: pd.Series) -> int:
+    """How many values a key column holds, None/NaN counted as one (as :func:`groupable`
+    makes them)."""
+    return len(set(_key_values(cells).tolist()))
 
 
 def select(df: pd.DataFrame, metric: str, where: dict | None = None) -> pd.DataFrame:
@@ -141,8 +158,9 @@ def select(df: pd.DataFrame, metric: str, where: dict | None = None) -> pd.DataF
 
 def matches(df: pd.DataFrame, col: str, value: object) -> pd.Series:
     """Rows whose ``col`` (read through :func:`column`) equals ``value`` (None: null)."""
-    cells = groupable(column(df, col).to_frame(col))[col]
-    return cells.eq(MISSING if value is None else value)
+    cells = _key_values(column(df, col))
+    target = MISSING if value is None else value
+    return pd.Series([cell == target for cell in cells], index=df.index, dtype=bool)
 
 
 def _ci_sigma(df: pd.DataFrame) -> pd.Series:
