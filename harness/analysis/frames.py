@@ -207,15 +207,26 @@ def aggregate(df: pd.DataFrame, over: str, metric: str, keys: Sequence[str]) -> 
     )
     frame = frame[frame["x"] > 0]
 
-    def pool(series: pd.Series) -> list | None:  # duplicate runs: their passes side by side
-        lists = [s for s in series if isinstance(s, list)]
-        return [p for s in lists for p in s] if len(lists) == len(series) else None
-
     grouped = frame.groupby([*keys, "x"], sort=True, dropna=False)
-    out = grouped.agg(
-        y=("y", "median"), samples=("samples", pool), sigma=("sigma", "median"), rows=("y", "size")
-    )
+    # pandas' own reductions per column: a named .agg() with a Python function took 20-30 ms
+    out = grouped["y"].median().to_frame()
+    out["samples"] = pd.Series(_pool(frame["samples"], grouped.ngroup(), len(out)),
+                               index=out.index, dtype=object)
+    out["sigma"] = grouped["sigma"].median()
+    out["rows"] = grouped.size()
     return out.reset_index()
+
+
+def _pool(samples: pd.Series, group: pd.Series, count: int) -> list:
+    """Per group (numbered as ``group`` numbers the rows), the per-pass sample lists of its
+    rows side by side (duplicate runs), in row order; None where a row has none."""
+    pooled: list[list | None] = [[] for _ in range(count)]
+    for g, lists in zip(group.to_numpy(), samples.tolist(), strict=True):
+        if not isinstance(lists, list):
+            pooled[g] = None
+        elif pooled[g] is not None:
+            pooled[g] += lists
+    return pooled
 
 
 def iter_groups(agg: pd.DataFrame, keys: Sequence[str]) -> Iterator[tuple[dict, pd.DataFrame]]:
