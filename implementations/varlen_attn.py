@@ -11,6 +11,7 @@ end. Not run on this project's CPU machines (the Flash kernels are CUDA only).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -20,18 +21,25 @@ from harness.masks import MaskSpec
 from harness.registry import TinyCall, register
 from harness.spec import HALF_DTYPES, Capabilities, Cost, Paged
 
-try:  # torch >= 2.13
+
+@functools.cache
+def _varlen():
+    """torch's ``varlen_attn`` (torch >= 2.13), imported at its first use: importing it loads
+    torch._dynamo, inductor and sympy (3.7-4.8 s at load 4 on 2 cores), which every process
+    that loads the plug-ins paid (each CLI command, the isolation forkserver) though only a
+    CUDA run of this implementation calls it."""
     from torch.nn.attention.varlen import varlen_attn
-except ImportError as _missing:
-    varlen_attn = None
-    MISSING = str(_missing)
+
+    return varlen_attn
 
 
 def _availability() -> str | None:
     if not torch.cuda.is_available():
         return "needs a CUDA GPU (varlen_attn runs Flash kernels, CUDA only)"
-    if varlen_attn is None:
-        return f"torch {torch.__version__} has no varlen_attn ({MISSING})"
+    try:
+        _varlen()
+    except ImportError as missing:
+        return f"torch {torch.__version__} has no varlen_attn ({missing})"
     return None
 
 
@@ -53,7 +61,7 @@ def varlen_paged(q: Tensor, k_pages: Tensor, v_pages: Tensor, block_table: Tenso
     b, h, q_len, d = q.shape
     scale = 1.0 / math.sqrt(d) if scale is None else scale
     max_k = block_table.shape[1] * k_pages.shape[1]
-    out = varlen_attn(
+    out = _varlen()(
         q.transpose(1, 2).reshape(b * q_len, h, d), k_pages, v_pages,
         _bounds(b, q_len, q.device), None, q_len, max_k, scale=scale, window_size=(-1, 0),
         enable_gqa=k_pages.shape[2] != h, seqused_k=context_lens, block_table=block_table,
@@ -85,7 +93,7 @@ def varlen_attention(
     b, h, n_q, d = q.shape
     n_k = k.shape[2]
     rows = [x.transpose(1, 2).reshape(-1, x.shape[1], d) for x in (q, k, v)]  # (B·N, H, D)
-    out = varlen_attn(
+    out = _varlen()(
         *rows, _bounds(b, n_q, q.device), _bounds(b, n_k, q.device), n_q, n_k,
         scale=scale, window_size=_window(mask), enable_gqa=k.shape[1] != h,
     )  # fmt: skip

@@ -75,6 +75,7 @@ DEFERRED = (
     "torch.nn.attention.bias",
     "torch.nn.attention.flex_attention",
     "torch.nn.attention.experimental._paged_attention",
+    "torch.nn.attention.varlen",  # varlen-attn's kernel: imported at its first CUDA call
 )
 REPORTED = 12  # how many of the largest modules and functions the size report lists
 

@@ -35,10 +35,10 @@ def subject_rows(df: pd.DataFrame, claim: Claim, baseline: bool = False) -> pd.D
     if claim.scenario is not None:
         where["scenario"] = claim.scenario
     out = with_derived(df)
-    for col, value in where.items():
-        out = out[matches(out, col, value)]
     x = pd.to_numeric(column(out, claim.over), errors="coerce")
     keep = x.notna()
+    for col, value in where.items():  # every test is row by row: one mask, one selection
+        keep &= matches(out, col, value)
     if claim.range is not None:
         keep &= (x >= claim.range[0]) & (x <= claim.range[1])
     return out[keep]

@@ -78,13 +78,14 @@ def _with_medians(data: pd.DataFrame, claim: Claim, keys: list[str], cols: tuple
     """Aggregated points of ``claim.metric`` (frames.aggregate) with the medians of ``cols``
     per point merged in (NaN where a column is missing)."""
     out = aggregate(data, claim.over, claim.metric, keys)
-    for col in cols:
-        if col not in data.columns or not len(out):
-            out[col] = np.nan
-            continue
-        extra = aggregate(data, claim.over, col, keys)[[*keys, "x", "y"]]
-        out = out.merge(extra.rename(columns={"y": col}), on=[*keys, "x"], how="left")
-    return out
+    present = [c for c in cols if c in data.columns] if len(out) else []
+    if present:  # every column's median per point in one grouping (NaN: no value there)
+        x = pd.to_numeric(column(data, claim.over), errors="coerce")
+        values = {c: pd.to_numeric(column(data, c), errors="coerce") for c in present}
+        frame = groupable(data[keys]).assign(x=x, **values)[x > 0]
+        medians = frame.groupby([*keys, "x"], sort=True, dropna=False)[present].median()
+        out = out.merge(medians.reset_index(), on=[*keys, "x"], how="left")
+    return out.assign(**{c: np.nan for c in cols if c not in present})
 
 
 def _span(part: pd.DataFrame, claim: Claim) -> str:

@@ -133,9 +133,10 @@ def attach(
     out = df.copy()
     values = {c: [] for c in COLUMNS}
     timed = _time_column(metric)
-    for row in df.to_dict("records"):
+    times = pd.to_numeric(df[timed], errors="coerce") if timed in df else pd.Series(
+        np.nan, index=df.index)
+    for row, t in zip(df.to_dict("records"), times.to_numpy(float, na_value=np.nan), strict=True):
         w, flops, nbytes = row_costs(row, metric, work)
-        t = pd.to_numeric(pd.Series([row.get(timed)]), errors="coerce").iloc[0]
         ok = row.get("status", "ok") == "ok" and np.isfinite(t) and t > 0
         achieved = flops / t if ok else float("nan")
         with np.errstate(all="ignore"):

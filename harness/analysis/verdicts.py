@@ -40,7 +40,7 @@ from harness.analysis.evidence import (
     subject_rows,
 )
 from harness.analysis.exponents import device_groups, work_groups
-from harness.analysis.frames import select
+from harness.analysis.frames import select, with_derived
 from harness.analysis.judging import combine, head, judge, judged
 from harness.analysis.ratios import crossover_groups, matched, ratio_groups
 from harness.measure.contention import contended_mask, notice
@@ -326,6 +326,7 @@ def evaluate_all(
     allow_contended: bool = False,
 ) -> list[Verdict]:
     """One :class:`Verdict` per claim, in the claims' order."""
+    df = with_derived(df)  # once for every claim (frames.with_derived)
     return [evaluate(c, df, envs, allow_contended=allow_contended) for c in claims]
 
 

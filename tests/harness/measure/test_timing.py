@@ -9,7 +9,14 @@ import pytest
 import torch
 
 from harness.measure.device import CpuDevice, Device
-from harness.measure.timing import L2_FLUSHED, Measurement, TimingConfig, measure, median_ci
+from harness.measure.timing import (
+    L2_FLUSHED,
+    Measurement,
+    TimingConfig,
+    binomial_half_quantile,
+    measure,
+    median_ci,
+)
 
 
 def test_median_ci_covers_the_true_median_about_95_percent_of_the_time():
@@ -333,3 +340,13 @@ def test_cuda_host_issue_time_covers_the_launch_loop_only(monkeypatch):
     times = CudaDevice(0).time_issue(launch, 5)
     assert times.host_s == 5.0 and times.device_s == pytest.approx(1e-3)
     assert CudaDevice(0).time_calls(launch, 2) == pytest.approx(1e-3)
+
+
+def test_the_medians_binomial_quantile_is_scipys():
+    """:func:`binomial_half_quantile` (exact integers, no scipy.stats import) is
+    ``scipy.stats.binom.ppf(q, n, 0.5)`` at every sample count and confidence used."""
+    from scipy import stats
+
+    for q in (0.025, (1 - 0.95) / 2, 0.005, 0.05, 0.25):
+        for n in range(1, 400):
+            assert binomial_half_quantile(q, n) == int(stats.binom.ppf(q, n, 0.5)), (q, n)

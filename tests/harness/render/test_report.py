@@ -41,6 +41,28 @@ ABSENT = ("fwdbwd", "history")  # one run, no backward rows: left out, said in o
 CALIBRATION = {"matmul_flops_per_s": 1.5e11, "mem_bandwidth_bytes_per_s": 3e10}
 
 
+@pytest.fixture
+def unrendered(monkeypatch):
+    """The report's figures are made but not rasterized (a 1x1 PNG stands in for each): for
+    the tests that read the report's tables and text. Drawing is 1 s a figure, half of a
+    report's time; the tests of the ``built`` report check the images themselves, and
+    ``test_history_forward_backward_and_chosen_baseline`` draws the figures only a history of
+    runs has."""
+    import io
+
+    import matplotlib.pyplot as plt
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("L", (1, 1)).save(buf, format="PNG")
+
+    def no_pixels(fig) -> bytes:
+        plt.close(fig)
+        return buf.getvalue()
+
+    monkeypatch.setattr(plots, "png", no_pixels)
+
+
 def row(point: Point, seconds: float, mem: float, **extra) -> dict:
     rng = np.random.default_rng(point.seq_len + point.heads)
     samples = list(seconds * np.exp(rng.normal(0, 0.02, 9)))
@@ -160,7 +182,7 @@ def test_markdown_table_escapes_and_formats():
     assert re.fullmatch(r"\| +\| z +\|", lines[3]), lines[3]
 
 
-def test_report_without_claims_or_env_and_bad_dirs(tmp_path):
+def test_report_without_claims_or_env_and_bad_dirs(tmp_path, unrendered):
     writer = RowWriter(tmp_path / "run")
     for r in synthetic_rows()[:4]:
         writer.write(r)
@@ -293,7 +315,8 @@ def contended(rows: list[dict], every: bool) -> list[dict]:
 
 
 @pytest.mark.parametrize("every", [False, True], ids=["half-contended", "all-contended"])
-def test_claims_and_report_give_the_same_verdict_for_every_claim(tmp_path, capsys, every):
+def test_claims_and_report_give_the_same_verdict_for_every_claim(tmp_path, capsys, every,
+                                                                 unrendered):
     run = write_run(tmp_path / "run", contended(synthetic_rows(), every))
     said = {}
     for extra in ([], ["--allow-contended"]) if not every else ([],):
@@ -344,14 +367,14 @@ def test_each_time_claim_has_its_fit_over_utilization_under_it(built):
     assert 'alt="claim-attention-time-n2"' in page.read_text()
 
 
-def test_a_beaten_calibration_is_flagged_in_verdicts_tables_and_notes(tmp_path, capsys):
-    # the synthetic rows run at ~10 TFLOP/s against a 0.15 TFLOP/s calibration
-    run = write_run(tmp_path / "run", synthetic_rows())
-    verdicts, _ = claims_json(run, capsys)
+def test_a_beaten_calibration_is_flagged_in_verdicts_tables_and_notes(built, tmp_path, capsys):
+    # the synthetic rows run at ~10 TFLOP/s against a 0.15 TFLOP/s calibration (the built
+    # report's run: its env.json has CALIBRATION)
+    base, page = built
+    verdicts, _ = claims_json(base / "run", capsys)
     assert verdicts["attention-time-n2"]["calibration_beaten"] is True
     assert "(calibration beaten: rows above 100%)" in verdicts["attention-time-n2"]["utilization"]
-    page = report.build_report([run], tmp_path / "out")
-    flops = pd.read_csv(tmp_path / "out" / "tables" / "flops.csv")
+    flops = pd.read_csv(base / "out" / "tables" / "flops.csv")
     assert set(flops["calibration"].dropna()) == {"beaten"}
     assert "calibration beaten: full reaches" in page.read_text()
     honest = write_run(tmp_path / "honest", synthetic_rows(), {**CALIBRATION,
@@ -360,7 +383,7 @@ def test_a_beaten_calibration_is_flagged_in_verdicts_tables_and_notes(tmp_path, 
     assert verdicts["attention-time-n2"]["calibration_beaten"] is False
 
 
-def test_history_points_are_counted_per_implementation(tmp_path):
+def test_history_points_are_counted_per_implementation(tmp_path, unrendered):
     dirs = two_runs(tmp_path)
     extra = row(Point.of("full", seq_len=2048), 4e-3, 1e6, suite="s")  # full only, both runs
     for i, d in enumerate(dirs):
@@ -450,7 +473,7 @@ def test_the_agreement_plot_draws_each_row_over_its_own_bound():
     assert guide.label.startswith("atol") and set(np.asarray(guide.y)) == {1e-5}
 
 
-def test_the_report_lists_implementations_in_the_suites_order(tmp_path):
+def test_the_report_lists_implementations_in_the_suites_order(tmp_path, unrendered):
     """The results table and tables/rows.csv follow the suite file env.json names, not the
     shuffled order the passes wrote the rows in."""
     suite = tmp_path / "s.toml"
