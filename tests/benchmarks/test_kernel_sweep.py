@@ -2,24 +2,31 @@
 group's kernel on its 3 shapes (the class default first) and the peers; a run without CUDA
 refuses in one line (exit 2); ``--smoke`` runs every path of the sweep on small shapes in
 Triton's interpreter (recording, replay with forced configs, the check against the default,
-rows and tables) and budgets itself."""
+rows and tables) and budgets itself.
+
+The script runs as a script once (:func:`smoke`: one interpreted run whose rows three tests
+read); ``--list``, the refusal and the budget run its ``main`` in this process (:func:`_main`),
+which spares each a second interpreter importing torch, pandas and the harness."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import json
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
 
 pytest.importorskip("triton")
 
-from implementations.triton_kernels import autotune
+from implementations.triton_kernels import autotune, plan_tables
 
 ROOT = Path(__file__).resolve().parents[2]
 SWEEP = ROOT / "benchmarks" / "kernel_sweep.py"
@@ -36,15 +43,62 @@ def _sweep(*args: str, interpret: bool = False, timeout: int = 300) -> subproces
                           env=env, cwd=ROOT, timeout=timeout)
 
 
+def _load() -> ModuleType:
+    """A fresh copy of the script's module (its module-level state its own)."""
+    spec = importlib.util.spec_from_file_location("kernel_sweep", SWEEP)
+    module = importlib.util.module_from_spec(spec)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(sys.modules, "kernel_sweep", module)  # its dataclasses look it up
+        spec.loader.exec_module(module)
+    return module
+
+
+def _main(sweep: ModuleType, *args: str) -> subprocess.CompletedProcess:
+    """``kernel_sweep.py args`` run by ``sweep.main`` in this process, as a finished process:
+    its exit status and what it printed."""
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out), \
+            contextlib.redirect_stderr(err):
+        mp.setattr(sys, "argv", [str(SWEEP), *args])
+        code = sweep.main()
+    return subprocess.CompletedProcess([str(SWEEP), *args], code, out.getvalue(), err.getvalue())
+
+
 def _table(stdout: str) -> list[list[str]]:
     lines = [line for line in stdout.splitlines() if line.startswith("|")][2:]
     return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines]
 
 
 @pytest.fixture(scope="module")
-def hopper_schedule() -> subprocess.CompletedProcess:
+def sweep() -> ModuleType:
+    """The script's module, loaded once for the runs that change none of its state."""
+    return _load()
+
+
+@pytest.fixture(scope="module")
+def hopper_schedule(sweep) -> subprocess.CompletedProcess:
     """``--list --capability 9.0`` of every group: one run read by the two schedule tests."""
-    return _sweep("--list", "--capability", "9.0")
+    return _main(sweep, "--list", "--capability", "9.0")
+
+
+SMOKE_PEERS = ("sdpa", "flash-tiled", "flash-tiled-tma", "flash-tiled-ws", "sdpa-cudnn")
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory) -> tuple[subprocess.CompletedProcess, list[dict], Path]:
+    """One ``--smoke`` run of the script, in Triton's interpreter (sm_90 class): decode (split-KV
+    and combine replayed together), the dQ kernel of a backward call and the forward, two
+    configs each, forced, then the candidates (decode's other split rules, dQ's and the
+    forward's Hopper ones); SDPA beside each shape, our backward at its defaults and with
+    dQ's and dK/dV's first TMA and first warp-specialized candidates, SDPA's cuDNN backward.
+    (The process, its rows, its folder.) The budget is wide: this run's rows must all run."""
+    out = tmp_path_factory.mktemp("smoke") / "sweep"
+    result = _sweep("--smoke", "--groups", "decode", "dq", "fwd", "--cases", "decode-32k-mha",
+                    "d64", "--configs", "2", "--peers", *SMOKE_PEERS, "--capability", "9.0",
+                    "--minutes", "10", "--out", str(out), interpret=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
+    return result, rows, out
 
 
 def test_list_enumerates_every_config_of_each_group_on_three_shapes(hopper_schedule):
@@ -71,7 +125,8 @@ def test_list_enumerates_every_config_of_each_group_on_three_shapes(hopper_sched
     assert f"{len(rows)} rows: {len(ours)} kernel configs" in result.stdout
 
 
-def test_the_schedule_lists_the_backward_hopper_candidates_beside_sdpa_cudnn(hopper_schedule):
+def test_the_schedule_lists_the_backward_hopper_candidates_beside_sdpa_cudnn(hopper_schedule,
+                                                                           sweep):
     """On sm_90 every dQ and dK/dV candidate (TMA, warp-specialized) is listed on each dense
     shape after the class's configs, and the whole backward runs with the first TMA and the
     first warp-specialized ones beside ours at the defaults, SDPA's default and its cuDNN
@@ -96,25 +151,22 @@ def test_the_schedule_lists_the_backward_hopper_candidates_beside_sdpa_cudnn(hop
                           if bool(c.kwargs.get("WS")) == ws) for k in ("band_dq", "band_dkdv")]
             labels = [autotune.config_label(c) for c in picks]
             assert bwd[case, impl] == f"dq {labels[0]} + dkdv {labels[1]}"
-    ampere = _table(_sweep("--list", "--capability", "8.0", "--groups", "dq", "dkdv").stdout)
+    ampere = _table(_main(sweep, "--list", "--capability", "8.0", "--groups", "dq",
+                          "dkdv").stdout)
     assert ampere and not any("tma" in r[4] or r[2] in ("flash-tiled-tma", "flash-tiled-ws")
                               for r in ampere)
     assert {r[2] for r in ampere if r[0] == "bwd"} >= {"flash-tiled", "sdpa-cudnn"}
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter's run (CPU)")
-def test_the_whole_backward_runs_with_the_hopper_candidates(tmp_path):
+def test_the_whole_backward_runs_with_the_hopper_candidates(smoke):
     """Our backward with dQ's and dK/dV's first TMA and first warp-specialized candidates, in
     the interpreter (sm_90 class), after our listed configs; SDPA's cuDNN backward is skipped
     with its reason off CUDA."""
-    out = tmp_path / "sweep"
-    result = _sweep("--smoke", "--groups", "dq", "--cases", "d64", "--configs", "1",
-                    "--peers", "flash-tiled-tma", "flash-tiled-ws", "sdpa-cudnn",
-                    "--capability", "9.0", "--out", str(out), interpret=True)
-    assert result.returncode == 0, result.stderr[-3000:]
-    rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
+    _, rows, _ = smoke
     peers = {r["impl"]: r for r in rows if r["kernel"] == "backward"}
-    assert set(peers) == {"flash-tiled-tma", "flash-tiled-ws", "sdpa-cudnn"}
+    assert set(peers) == {"flash-tiled", "sdpa", "flash-tiled-tma", "flash-tiled-ws",
+                          "sdpa-cudnn"}
     for impl in ("flash-tiled-tma", "flash-tiled-ws"):
         assert peers[impl]["status"] == "ok" and peers[impl]["ms"] > 0, peers[impl]
         assert "tma" in peers[impl]["config"] and "dkdv" in peers[impl]["config"]
@@ -128,8 +180,8 @@ def test_the_whole_backward_runs_with_the_hopper_candidates(tmp_path):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU refusal")
-def test_without_a_gpu_it_exits_2_with_one_line(tmp_path):
-    result = _sweep("--out", str(tmp_path / "out"))
+def test_without_a_gpu_it_exits_2_with_one_line(tmp_path, sweep):
+    result = _main(sweep, "--out", str(tmp_path / "out"))
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("kernel_sweep: no CUDA GPU here"), result.stderr
@@ -138,21 +190,17 @@ def test_without_a_gpu_it_exits_2_with_one_line(tmp_path):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter's run (CPU)")
-def test_smoke_runs_every_path_and_checks_each_config_against_the_default(tmp_path):
+def test_smoke_runs_every_path_and_checks_each_config_against_the_default(smoke):
     """Decode (split-KV and combine replayed together) and the dQ kernel of a backward call,
     two configs each, forced, then the candidates (decode's other split rules, dQ's Hopper
     ones); every row ok and within the tolerance of the default's output; our backward and
     SDPA's beside them."""
-    out = tmp_path / "sweep"
-    result = _sweep("--smoke", "--groups", "decode", "dq", "--cases", "decode-32k-mha", "d64",
-                    "--configs", "2", "--peers", "sdpa", "flash-tiled", "--out", str(out),
-                    interpret=True)
-    assert result.returncode == 0, result.stderr[-3000:]
-    rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
+    result, rows, out = smoke
     ours = [r for r in rows if r["impl"] == "flash-tiled" and r["kernel"] != "backward"]
+    mine = [r for r in ours if r["kernel"] != "band_fwd"]  # the forward's: the next test's
     n_hopper = len(autotune.candidate_configs("band_dq", 64, (9, 0)))
-    assert n_hopper and all(r["config"].split()[3] == "tma" for r in ours[-n_hopper:])
-    assert [(r["kernel"], r["case"], r["default"]) for r in ours] == [
+    assert n_hopper and all(r["config"].split()[3] == "tma" for r in mine[-n_hopper:])
+    assert [(r["kernel"], r["case"], r["default"]) for r in mine] == [
         ("band_fwd_split", "decode-32k-mha", True), ("band_fwd_split", "decode-32k-mha", False),
         ("band_dq", "d64", True), ("band_dq", "d64", False),
         *[("band_fwd_split", "decode-32k-mha", False)] * 3,  # the split rule at 1, 4, 8 waves
@@ -163,49 +211,46 @@ def test_smoke_runs_every_path_and_checks_each_config_against_the_default(tmp_pa
     assert all(r["status"] == "ok" for r in ours), ours
     assert all(r["rel_err"] <= 2e-2 and r["ms"] > 0 and r["bytes"] > 0 for r in ours)
     peers = {(r["group"], r["impl"], r["kernel"]): r for r in rows if r not in ours}
-    assert set(peers) == {("decode", "sdpa", "forward"), ("bwd", "sdpa", "backward"),
-                          ("bwd", "flash-tiled", "backward")}
-    assert all(r["status"] == "ok" for r in peers.values())
+    assert set(peers) == {("decode", "sdpa", "forward"), ("fwd", "sdpa", "forward"),
+                          *(("bwd", impl, "backward") for impl in SMOKE_PEERS)}
+    assert all(r["status"] == "ok" for k, r in peers.items() if k[1] != "sdpa-cudnn")
     assert "torch's choice" in peers["decode", "sdpa", "forward"]["backend"]
     assert (out / "sweep.md").read_text().count("band_dq") == 2 + n_hopper
     assert "best" in result.stdout and "0 skipped for the budget" in result.stdout
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter's run (CPU)")
-def test_the_hopper_candidates_run_after_the_listed_configs_against_the_default(tmp_path):
+def test_the_hopper_candidates_run_after_the_listed_configs_against_the_default(smoke):
     """The forward's TMA candidates (sm_90 class) forced in the interpreter: each agrees with
     the default's output; they come after the class's configs and the peers."""
-    out = tmp_path / "sweep"
-    result = _sweep("--smoke", "--groups", "fwd", "--cases", "d64", "--configs", "1",
-                    "--peers", "sdpa", "--capability", "9.0", "--out", str(out), interpret=True)
-    assert result.returncode == 0, result.stderr[-3000:]
-    rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
+    _, rows, _ = smoke
+    rows = [r for r in rows if r["group"] == "fwd"]
     order = [(r["impl"], bool(r["candidate"])) for r in rows]
-    assert order == [("flash-tiled", False), ("sdpa", False),
-                     *[("flash-tiled", True)] * (len(rows) - 2)]
+    assert order == [("flash-tiled", False), ("flash-tiled", False), ("sdpa", False),
+                     *[("flash-tiled", True)] * (len(rows) - 3)]
     tma = [r for r in rows if r["candidate"]]
     assert len(tma) >= 2 and all("tma" in r["config"].split() for r in tma)
     assert all(r["status"] == "ok" and r["rel_err"] <= 2e-2 for r in tma), tma
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter's run (CPU)")
-def test_what_does_not_fit_the_budget_is_skipped_and_said(tmp_path):
+def test_what_does_not_fit_the_budget_is_skipped_and_said(tmp_path, monkeypatch):
+    """In this process (a copy of the module of its own: --smoke shrinks its shapes), under
+    the interpreter as the conftest sets it; what --smoke sets elsewhere is put back after."""
+    monkeypatch.setattr(plan_tables, "MIN_SPLIT_KEYS", plan_tables.MIN_SPLIT_KEYS)
+    monkeypatch.setenv(autotune.TUNING_ENV, os.environ.get(autotune.TUNING_ENV, "off"))
     out = tmp_path / "sweep"
-    result = _sweep("--smoke", "--groups", "fwd", "--minutes", "0.05", "--peers", "sdpa",
-                    "--out", str(out), interpret=True)
+    result = _main(_load(), "--smoke", "--groups", "fwd", "--minutes", "0.05", "--peers",
+                   "sdpa", "--out", str(out))
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
     assert rows and all(r["status"].startswith("skipped: budget") for r in rows)
     assert f"({len(rows)} skipped for the budget, 0 failed)" in result.stdout
 
 
-def test_compiles_ahead_stop_at_their_share_of_the_budget(monkeypatch):
+def test_compiles_ahead_stop_at_their_share_of_the_budget(monkeypatch, sweep):
     """Compiles go 2·workers at a time through triton.AsyncCompileMode until 40% of the budget
     is spent; the rest compile when first run (faked compiles of 0.15 s, one worker)."""
-    spec = importlib.util.spec_from_file_location("kernel_sweep", SWEEP)
-    sweep = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "kernel_sweep", sweep)  # its dataclasses look it up
-    spec.loader.exec_module(sweep)
     monkeypatch.setattr(sweep.autotune, "interpreted", lambda: False)
     compiled = []
 

@@ -18,7 +18,9 @@ The way in is :mod:`.masked_attention`: ``triton_attention`` (autograd), the dis
   tables, and the autotuner's key);
 - :mod:`.autotune`: the configs per kernel, head dim and GPU, and the measured defaults;
 - :mod:`.aot_check`: ahead-of-time compiles for sm_90 and sm_80 and their gates
-  (``benchmarks/aot_kernels.py``).
+  (``benchmarks/aot_kernels.py``);
+- :mod:`.interpreter`: Triton's interpreter (``TRITON_INTERPRET=1``, the CPU tests) without
+  its idle work, applied by :mod:`.kernel_launch`.
 
 This package's name is ``triton`` inside ``implementations._kernels``; its modules import the
 Triton library as ``import triton`` (absolute imports), never this package.

@@ -14,7 +14,8 @@ A launch of an autotuned kernel runs with one of three configs:
 Kernels that are not autotuned (delta, split combine) run ``fixed`` with their own options.
 :func:`watching` hands every :class:`Launch` to a listener: the tests count the variants a
 call compiles on a GPU (:func:`compile_keys`); the sweep records a call's launches and replays
-one of them with each config (:meth:`Launch.replay`).
+one of them with each config (:meth:`Launch.replay`). Under the interpreter, launches run
+without its idle work (:func:`.interpreter.lighten`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
+from implementations._kernels.triton import interpreter
 from implementations._kernels.triton.autotune import (
     autotuning,
     class_configs,
@@ -39,6 +41,8 @@ from implementations._kernels.triton.autotune import (
 Grid = tuple | Callable[[dict], tuple]
 _FORCED: dict[str, triton.Config] = {}
 _WATCHERS: list[tuple[Callable[[Launch], None], bool]] = []  # (listener, whether launches run)
+if interpreted():
+    interpreter.lighten()
 
 
 @dataclass(frozen=True)

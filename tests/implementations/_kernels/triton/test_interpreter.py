@@ -1,0 +1,40 @@
+"""Triton's interpreter without its idle work (:mod:`.interpreter`): the same bits as Triton's
+own interpreter, every helper of the band kernels and a reduction's combine function run."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from harness.masks import MaskSpec
+from implementations._kernels.triton import interpreter, masked_attention
+from tests.conftest import make_qkv
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter's (CPU)")
+
+
+def _call() -> tuple[torch.Tensor, ...]:
+    """A forward and backward through every clause (globals, dilation, documents, a prefix),
+    grouped K/V heads."""
+    mask = MaskSpec(causal=True, window=(5, 0), dilation=2, prefix_len=6, global_tokens=(1,),
+                    documents=(10, 14))
+    q, k, v = (t.requires_grad_(True) for t in make_qkv(1, 2, 24, 24, 16, kv_heads=1, seed=71))
+    out = masked_attention.triton_attention(q, k, v, mask)
+    g = torch.randn(q.shape, generator=torch.Generator().manual_seed(72))
+    return (out.detach(), *torch.autograd.grad(out, (q, k, v), g))
+
+
+def test_the_light_interpreter_computes_tritons_bits(monkeypatch):
+    from triton.runtime import interpreter as triton_interpreter
+
+    assert interpreter.lighten()  # applied when the kernels imported (TRITON_INTERPRET=1)
+    assert not triton_interpreter.interpreter_builder.options.sanitize_overflow
+    light = _call()
+    own = interpreter.TRITONS_OWN
+    monkeypatch.setattr(triton_interpreter.GridExecutor, "__call__", own["grid"])
+    monkeypatch.setattr(triton_interpreter.InterpretedFunction, "__call__", own["helper"])
+    monkeypatch.setattr(triton_interpreter.interpreter_builder, "options", own["options"])
+    tritons = _call()
+    assert all(torch.equal(a, b) for a, b in zip(light, tritons, strict=True))
