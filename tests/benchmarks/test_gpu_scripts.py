@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from harness.cli import main
+
 ROOT = Path(__file__).resolve().parents[2]
 PROOF = ROOT / "lease" / "proof.sh"
 needs_no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU refusal")
@@ -59,8 +61,11 @@ def test_the_proof_dry_run_lists_every_cuda_test_even_without_pytest_benchmark(t
     shadow = tmp_path / "shadow" / "pytest_benchmark"
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("raise ImportError('not installed here')\n")
+    # --assert=plain: the proof's collections skip rewriting the asserts of ~200 test modules
+    # (half their time here, where PYTHONDONTWRITEBYTECODE keeps nothing between runs);
+    # which tests are collected does not depend on it
     env = {**os.environ, "PYTHON": os.environ.get("PYTHON", sys.executable),
-           "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+           "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTEST_ADDOPTS": "--assert=plain",
            "PYTHONPATH": os.pathsep.join([str(shadow.parent), str(ROOT)])}
     result = subprocess.run(["bash", str(PROOF), "--dry-run"], capture_output=True, text=True,
                             env=env, cwd=ROOT, timeout=600)
@@ -267,19 +272,23 @@ def test_the_summary_of_a_proof_cut_short_names_what_failed_and_what_did_not_fit
     assert clean.returncode == 0 and "every step ran and passed" in clean.stdout
 
 
-def test_the_summary_reads_an_interrupted_run_from_its_passes(tmp_path):
+def test_the_summary_reads_an_interrupted_run_from_its_passes(tmp_path, capsys):
     """The first H100 lease cut a run at its cap after 46 of 96 point-passes: no rows.jsonl,
-    but every point's first pass in passes.jsonl. The summary counts those."""
+    but every point's first pass in passes.jsonl. The summary counts those. (The run is made
+    in this process: the summary, a script of its own, reads what it left.)"""
     suite = tmp_path / "claims-gpu.toml"
     suite.write_text('name = "claims-gpu"\nscenario = "attention"\nimplementations = ["sdpa"]\n'
                      "[fixed]\nheads = 2\n"
                      "head_dim = 16\n[sweep]\nseq_len = [33, 65]\n[measure]\nbudget_s = 0.02\n"
                      "min_samples = 3\nwarmup_calls = 1\npasses = 2\n")
     out = tmp_path / "proof"
-    done = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(suite), "--out",
-                           str(out / "verdicts" / "claims-gpu"), "--no-progress", "--no-table"],
-                          capture_output=True, text=True, cwd=ROOT, timeout=300)
-    assert done.returncode == 0, done.stderr
+    threads = torch.get_num_threads()
+    try:
+        code = main(["run", str(suite), "--out", str(out / "verdicts" / "claims-gpu"),
+                     "--no-progress", "--no-table"])
+    finally:
+        torch.set_num_threads(threads)
+    assert code == 0, capsys.readouterr().err
     (out / "verdicts" / "claims-gpu" / "rows.jsonl").unlink()  # stopped before its last pass
     (out / "steps.tsv").write_text("step\tstatus\tseconds\tcap_s\tnote\n"
                                    "verdicts\tstopped at its cap\t77\t62\t\n")
