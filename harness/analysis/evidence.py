@@ -13,7 +13,7 @@ import pandas as pd
 
 from harness import fmt
 from harness.analysis.claims import Claim
-from harness.analysis.frames import column, matches, select, with_derived
+from harness.analysis.frames import DERIVED, column, match_mask, select, with_derived
 from harness.measure.contention import contended_mask
 from harness.measure.timing import HOST_BOUND_FRAC
 
@@ -34,13 +34,13 @@ def subject_rows(df: pd.DataFrame, claim: Claim, baseline: bool = False) -> pd.D
         where["impl"] = impl
     if claim.scenario is not None:
         where["scenario"] = claim.scenario
-    out = with_derived(df)
+    out = df if df.attrs.get(DERIVED) else with_derived(df)  # only read: rows selected below
     x = pd.to_numeric(column(out, claim.over), errors="coerce")
-    keep = x.notna()
+    keep = x.notna().to_numpy(dtype=bool, copy=True)
     for col, value in where.items():  # every test is row by row: one mask, one selection
-        keep &= matches(out, col, value)
+        keep &= match_mask(out, col, value)
     if claim.range is not None:
-        keep &= (x >= claim.range[0]) & (x <= claim.range[1])
+        keep &= ((x >= claim.range[0]) & (x <= claim.range[1])).to_numpy(bool, na_value=False)
     return out[keep]
 
 

@@ -168,9 +168,13 @@ def select(df: pd.DataFrame, metric: str, where: dict | None = None) -> pd.DataF
 
 def matches(df: pd.DataFrame, col: str, value: object) -> pd.Series:
     """Rows whose ``col`` (read through :func:`column`) equals ``value`` (None: null)."""
-    cells = _key_values(column(df, col))
+    return pd.Series(match_mask(df, col, value), index=df.index, dtype=bool)
+
+
+def match_mask(df: pd.DataFrame, col: str, value: object) -> np.ndarray:
+    """:func:`matches` as a NumPy bool array (for masks anded before one selection)."""
     target = MISSING if value is None else value
-    return pd.Series([cell == target for cell in cells], index=df.index, dtype=bool)
+    return np.array([cell == target for cell in _key_values(column(df, col))], dtype=bool)
 
 
 def _ci_sigma(df: pd.DataFrame) -> pd.Series:

@@ -47,6 +47,21 @@ def every_section(tmp_path_factory) -> Path:
     return report.build_report([base / "run"], base / "out")
 
 
+@pytest.fixture(scope="module")
+def looks(chromium, tmp_path_factory):
+    """``browser.look`` of a page at a width, made once for the module: the summary test and
+    the claims-section test read the same page at the same widths (two Chromium runs each)."""
+    seen: dict[tuple[Path, int], browser.Look] = {}
+
+    def look(page: Path, width: int) -> browser.Look:
+        if (page, width) not in seen:
+            workdir = tmp_path_factory.mktemp(f"look-{width}")
+            seen[page, width] = browser.look(page, width, workdir, chromium)
+        return seen[page, width]
+
+    return look
+
+
 def _summary_bullets(page: Path) -> list[str]:
     md = (page.parent / "report.md").read_text(encoding="utf-8")
     block = md.split("## Summary", 1)[1].split("\n## ", 1)[0]
@@ -54,10 +69,8 @@ def _summary_bullets(page: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("width", [1280, 800])
-def test_the_report_in_a_browser_has_its_summary_no_errors_and_no_overflow(
-    chromium, page, tmp_path, width
-):
-    seen = browser.look(page, width, tmp_path, chromium)
+def test_the_report_in_a_browser_has_its_summary_no_errors_and_no_overflow(looks, page, width):
+    seen = looks(page, width)
     assert browser.ink(seen.screenshot) > 0.01, "the screenshot is blank"
     assert seen.text > 1000
     bullets = _summary_bullets(page)
@@ -97,10 +110,10 @@ def test_a_page_with_every_section_has_no_errors_and_no_overflow(
 
 
 @pytest.mark.parametrize("width", [1280, 800])
-def test_the_claims_section_fits_the_page_and_reads_like_the_cli(chromium, page, tmp_path, width):
+def test_the_claims_section_fits_the_page_and_reads_like_the_cli(looks, page, width):
     """The claims table, folded rows opened: no sideways scroll, the reasons in a column that
     is on screen and wide, no row stretched tall by narrow columns."""
-    seen = browser.look(page, width, tmp_path, chromium)
+    seen = looks(page, width)
     claims = seen.claims
     assert claims is not None
     assert claims["scroll"] <= 0, f"the claims table scrolls sideways by {claims['scroll']} px"
