@@ -22,6 +22,8 @@ from harness.scenarios.interface import Point
 from harness.spec import Capabilities, Cost
 from tests.conftest import CORE_IMPLEMENTATIONS
 
+pytestmark = pytest.mark.usefixtures("calibrated_once")  # tests/harness/cli/conftest.py
+
 TINY = """
 name = "tiny"
 scenario = "attention"
