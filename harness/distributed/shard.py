@@ -30,7 +30,7 @@ from harness.results import ENV_FILE, ROWS_FILE, ResultsError, iter_rows, load_e
 from harness.scenarios.interface import Point, scenario_of
 from harness.sweep.suite import MeasureConfig, Suite
 
-RULE = "lpt-predicted-seconds-v2"  # recorded in env.json: shards of different rules never mix
+RULE = "lpt-predicted-seconds-v3"  # recorded in env.json: shards of different rules never mix
 # Nominal throughput (FLOP/s) of the attention call on each device kind. Only the ratio of one
 # point's time to another's matters for balancing, so an order of magnitude is enough.
 NOMINAL_FLOPS = {"cpu": 1e11, "cuda": 1e14}
@@ -41,6 +41,11 @@ UNTIMED_CALLS = 6  # first call, warm-up, agreement check, memory pass
 LATER_PASS_S = 0.05
 LATER_UNTIMED_CALLS = 1
 MIN_TIMED_CALLS = 5
+# What one small core call costs beyond its FLOPs, per device kind: the price of a scenario's
+# setup calls (PointCost.setup_calls: a decode prefill filled token by token). On the 2-core
+# CPU a rolling sdpa prefill (2 layers, d_model 256, window 512) took 25.5 s for 4096 tokens at
+# load ~5 (3.1 ms a token and layer, 2026-11-29); 1 ms is that pace on a core of its own.
+CALL_OVERHEAD_S = {"cpu": 1e-3, "cuda": 1e-4}
 SKIPPED_S = 0.01  # a point outside the implementation's declared capabilities: one row, no run
 
 
@@ -91,7 +96,8 @@ def predicted_seconds(
     """Predicted wall time of one pass of a point: the timing loop (at least MIN_TIMED_CALLS
     calls, at most about ``budget_s``) and, for its ``first`` pass, a fixed overhead and the
     untimed calls (first call, check, memory), for a later pass only the case's rebuild and a
-    warm-up call; SKIPPED_S for a point the implementation declares unsupported. Calls run at
+    warm-up call; each pass's setup calls (``PointCost.setup_calls``) at CALL_OVERHEAD_S;
+    SKIPPED_S for a point the implementation declares unsupported. Calls run at
     ``flops_per_s``: a run's ETA passes the matmul rate measured on this machine at its start
     (env.json calibration); without it, the device's nominal rate, so that shards (balanced by
     the first pass) are the same on every worker: a pure function of the point and the harness
@@ -99,12 +105,13 @@ def predicted_seconds(
     if declared_unsupported(point):
         return SKIPPED_S if first else 0.0
     device = point.device.split(":", 1)[0]
-    flops = scenario_of(point).cost(point).predicted_flops
-    call_s = flops / (flops_per_s or NOMINAL_FLOPS.get(device, NOMINAL_FLOPS["cpu"]))
+    cost = scenario_of(point).cost(point)
+    call_s = cost.predicted_flops / (flops_per_s or NOMINAL_FLOPS.get(device, NOMINAL_FLOPS["cpu"]))
     timed = max(min(budget_s, 50 * call_s), MIN_TIMED_CALLS * call_s)
+    setup = cost.setup_calls(first) * CALL_OVERHEAD_S.get(device, CALL_OVERHEAD_S["cpu"])
     if not first:
-        return LATER_PASS_S + LATER_UNTIMED_CALLS * call_s + timed
-    return POINT_OVERHEAD_S + UNTIMED_CALLS * call_s + timed
+        return LATER_PASS_S + LATER_UNTIMED_CALLS * call_s + timed + setup
+    return POINT_OVERHEAD_S + UNTIMED_CALLS * call_s + timed + setup
 
 
 def partition(

@@ -298,6 +298,13 @@ class PointCost:
         the shard planner balances by."""
         return self.executed_flops
 
+    def setup_calls(self, first: bool = True) -> int:
+        """Core calls a pass makes outside the timing whose cost is their count, not their
+        FLOPs (a decode prefill filled token by token: one small call per token and layer):
+        the planner prices each at the device's per-call overhead. ``first``: a first pass
+        (case, agreement check, memory pass), else a later one (the case built again)."""
+        return 0
+
     def timed_work(self, column: str, kind: str) -> float:
         """FLOPs (``kind="flops"``) or compulsory bytes (``"bytes"``) of what the time column
         ``column`` times; ValueError for a column this scenario does not time."""

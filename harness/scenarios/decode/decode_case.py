@@ -49,6 +49,7 @@ from harness.scenarios.decode.decode_cost import (
     prefill_problem,
     sequence_problem,
     step_problem,
+    stepwise,
 )
 from harness.scenarios.decode.stack import DecoderStack
 from harness.scenarios.interface import Point, Scenario, SettingsError, check_choice, register
@@ -81,11 +82,6 @@ class DecodeSettings:
     q_per_step: int = field(default=1, metadata={"minimum": 1})
 
 
-def stepwise_prefill(point: Point, impl: Implementation) -> bool:
-    """A cache kind that can fill token by token does so when the core cannot apply the model's
-    mask to a parallel prefill (exact either way; O(n·W) with more overhead)."""
-    kind = CACHES[point.settings.cache]
-    return kind.fills_by_steps and bool(impl.not_supported(prefill_problem(point)))
 
 
 class CoreAttend:
@@ -122,7 +118,7 @@ def make_stack(point: Point, impl: Implementation) -> DecoderStack:
         point.settings.cache,
         point.batch,
         point.seq_len + point.settings.gen_tokens,
-        stepwise_prefill(point, impl),
+        stepwise(point, impl),
     )
 
 

@@ -49,6 +49,15 @@ def sequence_problem(point: Point) -> Problem:
     return point.attention_call(total, total, point.mask)
 
 
+def stepwise(point: Point, impl) -> bool:
+    """A cache kind that can fill token by token does so when the core ``impl`` (an
+    :class:`harness.registry.Implementation`) cannot apply the model's mask to a parallel
+    prefill (exact either way; O(n·W) with more overhead)."""
+    return CACHES[point.settings.cache].fills_by_steps and bool(
+        impl.not_supported(prefill_problem(point))
+    )
+
+
 def step_problem(point: Point) -> Problem:
     """One layer's attention call in the timed step at position seq_len: what support and the
     FLOPs of a decode point are judged on."""
@@ -94,6 +103,15 @@ class DecodeCost(PointCost):
         """The prefill and gen_tokens steps (what the point computes beside the timing)."""
         prefill = self._step_flops(prefill_problem(self.point))
         return prefill + self.point.settings.gen_tokens * self.executed_flops
+
+    def setup_calls(self, first: bool = True) -> int:
+        """A prefill filled token by token (:func:`stepwise`) is seq_len steps of every layer,
+        made three times in a first pass (the case, the check's fresh stack, the timed prefill
+        of ``prefill_s``) and once in a later pass (the case built again)."""
+        p = self.point
+        if not stepwise(p, registry.get(p.impl)):
+            return 0
+        return (3 if first else 1) * p.seq_len * p.settings.layers
 
     @cached_property
     def weight_bytes(self) -> int:

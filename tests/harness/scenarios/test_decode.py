@@ -7,13 +7,14 @@ import pytest
 import torch
 
 from harness import registry
+from harness.distributed.shard import CALL_OVERHEAD_S, predicted_seconds
 from harness.execute.runner import run_point
 from harness.measure.device import get_device
 from harness.measure.timing import TimingConfig
 from harness.scenarios.case import CaseOptions, launch_case, launch_mode
 from harness.scenarios.decode import decode_case as dec
 from harness.scenarios.decode.caches import FullCache
-from harness.scenarios.decode.decode_cost import step_problem
+from harness.scenarios.decode.decode_cost import step_problem, stepwise
 from harness.scenarios.interface import Point, cost_of, scenario_of
 from harness.sweep.suite import MeasureConfig
 
@@ -160,8 +161,22 @@ def test_unsupported_points_say_why(point, reason):
 
 
 def test_rolling_prefill_is_stepwise_only_without_window_support():
-    assert dec.stepwise_prefill(_point("sdpa", "rolling", window=8), registry.get("sdpa"))
-    assert not dec.stepwise_prefill(_point("full", "rolling", window=8), registry.get("full"))
+    assert stepwise(_point("sdpa", "rolling", window=8), registry.get("sdpa"))
+    assert not stepwise(_point("full", "rolling", window=8), registry.get("full"))
+
+
+def test_a_stepwise_prefill_is_priced_per_token_and_layer():
+    """Its token steps are setup calls (three prefills in a first pass, one in a later one),
+    so the planner sees a rolling sdpa point as the minutes it takes, not its step's FLOPs."""
+    rolling = _point("sdpa", "rolling", window=8)
+    n, layers = rolling.seq_len, rolling.settings.layers
+    assert cost_of(rolling).setup_calls() == 3 * n * layers
+    assert cost_of(rolling).setup_calls(first=False) == n * layers
+    assert cost_of(_point("full", "rolling", window=8)).setup_calls() == 0
+    assert cost_of(_point("sdpa", "full")).setup_calls() == 0
+    stepwise_s = predicted_seconds(rolling, budget_s=0.05)
+    parallel_s = predicted_seconds(_point("full", "rolling", window=8), budget_s=0.05)
+    assert stepwise_s - parallel_s >= 3 * n * layers * CALL_OVERHEAD_S["cpu"] * 0.99
 
 
 def test_step_problems():
