@@ -12,7 +12,10 @@ filters ``impl``, ``scenario``, ``where = {column = value}``, ``range = [lo, hi]
 - ratio: ``baseline`` (impl; ``baseline_where`` for other filters), ``expect_ratio_min`` and/or
   ``expect_ratio_max``, ``ratio = "impl/baseline" | "baseline/impl"``: metric ratios at matched
   points; measured = their geometric mean, interval = the envelope of the per-point intervals
-  (so "2-4x at n = 1k..8k" must hold at every n in the range).
+  (so "2-4x at n = 1k..8k" must hold at every n in the range). With ``relative_to`` equal to
+  ``over``, the band is in units of the axis: each point's ratio is divided by its ``over``
+  value ("the padded step costs B·max / Σ times the ragged one": ``over = relative_to =
+  "padding_factor"``, the band [0.8, 1.25]).
 - crossover: ``baseline``, ``expect_crossover_min``/``_max``: the ``over`` at which ``impl``
   and the baseline cost the same, censored at the sweep's ends. ``cheaper = "below"`` (the
   default: ``impl`` is the cheaper one below the crossover) or ``"above"``. With
@@ -150,7 +153,7 @@ class Claim:
             return " and ".join(([f"{self.metric} >= {lo:g}"] if lo > -float("inf") else [])
                                 + ([f"{self.metric} <= {hi:g}"] if hi < float("inf") else []))
         if self.kind == "ratio":
-            return f"[{lo:g}, {hi:g}]"
+            return f"[{lo:g}, {hi:g}]" + (f" x {self.relative_to}" if self.relative_to else "")
         unit = f" x {self.relative_to}" if self.relative_to else f" {self.over}"
         side = "" if self.cheaper == "below" else f" ({self.impl} cheaper above)"
         return f"[{lo:g}, {hi:g}]{unit}{side}"
@@ -305,9 +308,14 @@ def _parse_one(entry: dict, at: str) -> Claim:
     lo, hi = values.get("expect_value_min"), values.get("expect_value_max")
     if lo is not None and hi is not None and lo > hi:
         fail("expect_value_min", f"must be <= expect_value_max ({hi!r})")
-    for key in ("relative_to", "cheaper"):
-        if key in entry and not forms[2]:
-            fail(key, "only crossover claims take this key")
+    if "cheaper" in entry and not forms[2]:
+        fail("cheaper", "only crossover claims take this key")
+    if "relative_to" in entry and not forms[2]:
+        if not forms[1]:
+            fail("relative_to", "only crossover and ratio claims take this key")
+        if entry["relative_to"] != entry.get("over"):
+            fail("relative_to", f"a ratio claim's band is in units of its axis: must be over "
+                                f"({entry.get('over')!r})")
     if values.get("tolerance", 0.2) <= 0:
         fail("tolerance", "must be > 0")
     if not 0 <= values.get("saturation", SATURATION) < 1:

@@ -27,6 +27,7 @@ from harness.analysis.frames import (
     KEY_FIELDS,
     TIME_METRICS,
     aggregate,
+    covarying,
     group_label,
     iter_groups,
 )
@@ -49,7 +50,11 @@ def matched(sub: pd.DataFrame, base: pd.DataFrame, claim: Claim) -> tuple[Pairs,
     )
     if not len(merged):
         return [], f"missing rows: no {claim.baseline} row matches a {claim.impl} point"
-    varying = [k for k in keys if merged[k].nunique() > 1 or k in claim.hold]
+    # groups as an exponent fit's: not by the fields that move with the axis (``contexts`` along
+    # ``padding_factor``): those still match the two sides point by point (the merge above)
+    moving = covarying(claim.over, claim.hold)
+    varying = [k for k in keys
+               if k not in moving and (merged[k].nunique() > 1 or k in claim.hold)]
     out = []
     for values, part in iter_groups(merged, varying):
         out.append(({**values, "_first": part.iloc[0].to_dict()}, part))
@@ -84,6 +89,9 @@ def ratio_groups(pairs: Pairs, claim: Claim) -> list[dict]:
     for values, part in pairs:
         est, boot = _log_ratios(part, claim)
         est, boot = sign * est, sign * boot
+        if claim.relative_to:  # in units of the axis (claims.py): ratio / over at each point
+            unit = np.log(part["x"].to_numpy(float))
+            est, boot = est - unit, boot - unit
         lo, hi = np.quantile(boot, [0.025, 0.975], axis=0)
         lo, hi = np.minimum(lo, est), np.maximum(hi, est)  # each point's interval holds it
         k, need = len(part), claim.min_points or points_needed(claim)
@@ -105,7 +113,8 @@ def ratio_groups(pairs: Pairs, claim: Claim) -> list[dict]:
             "why": why,
             "regions": [{"group": label, "over": claim.over,
                          **{k: v for k, v in r.items() if k != "last"}} for r in spans],
-            "detail": f"; {claim.ratio} per {claim.over}: {per_point}" + _no_samples(claim),
+            "detail": f"; {claim.ratio}{' / ' + claim.over if claim.relative_to else ''} per "
+                      f"{claim.over}: {per_point}" + _no_samples(claim),
         })
     return groups
 

@@ -116,6 +116,12 @@ COLUMNS = (
         moves_with=("contexts",),
     ),
     Column(
+        "padding_factor", "", "number",
+        "decode, `step = \"attention\"`: B · max / Σ lengths, padded_tokens / context_tokens: "
+        "how many times its real tokens a padded batch computes",
+        moves_with=("contexts",),
+    ),
+    Column(
         "pages", "", "int",
         "decode, `step = \"attention\"`: pages the pool holds: Σ ⌈lᵢ / page_size⌉ (paged), "
         "B (contiguous: one page of max slots per sequence)",

@@ -172,6 +172,7 @@ class AttentionStepCost(PointCost):
             "context_max": max(lens),
             "padded_tokens": padded,
             "padding_waste": 1 - sum(lens) / padded,
+            "padding_factor": padded / sum(lens),
             "pages": self.pages,
             "step_bytes": self.step_bytes,
             "step_keys": max(lens) if self.padded else sum(lens),

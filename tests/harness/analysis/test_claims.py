@@ -204,6 +204,40 @@ def test_ratio_claims(speedups, expected):
     assert verdict.n_points == len(NS)
 
 
+@pytest.mark.parametrize(("power", "expected"), [(1, "confirmed"), (2, "refuted"), (0, "refuted")])
+def test_a_ratio_in_units_of_its_axis(power, expected):
+    """``relative_to = over``: each point's ratio is divided by its axis value, so a subject
+    that costs x times the baseline at axis value x confirms [0.8, 1.25] x over, and one that
+    costs x² (or the same) times refutes it."""
+    ns = (2, 4, 8, 16)
+    base = make_rows("full", lambda p: 1e-3 * p.seq_len, ns=ns, noise=0.01, seed=1)
+    padded = make_rows("sdpa", lambda p: 1e-3 * p.seq_len ** (1 + power), ns=ns, noise=0.01,
+                       seed=2)
+    c = claim(impl="sdpa", baseline="full", metric="time_median_s", relative_to="seq_len",
+              expect_ratio_min=0.8, expect_ratio_max=1.25)
+    verdict = evaluate(c, pd.DataFrame(base + padded))
+    assert verdict.verdict == expected, verdict.reason
+    assert verdict.measured == pytest.approx(np.exp(np.mean(np.log(ns) * (power - 1))), rel=0.05)
+    assert c.expected() == "[0.8, 1.25] x seq_len"
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"expect_ratio_min": 1, "baseline": "sdpa", "relative_to": "d_model"},
+         "relative_to = 'd_model': a ratio claim's band is in units of its axis: must be over"),
+        ({"expect_exponent": 1, "relative_to": "seq_len"},
+         "relative_to = 'seq_len': only crossover and ratio claims take this key"),
+        ({"expect_ratio_min": 1, "baseline": "sdpa", "cheaper": "above"},
+         "cheaper = 'above': only crossover claims take this key"),
+    ],
+)
+def test_relative_to_is_the_axis_of_a_ratio_claim(entry, message):
+    with pytest.raises(CliError) as info:
+        cl.parse_claims({"claim": [{"id": "c", "metric": "m", "over": "seq_len", **entry}]})
+    assert message in str(info.value)
+
+
 def mixer_rows(cross_at: float, d_model: int = 256) -> pd.DataFrame:
     """Attention time ∝ n², LSTM time ∝ n, equal at n = cross_at·d."""
     ns = (64, 128, 256, 512, 1024, 2048)
@@ -322,6 +356,6 @@ def test_crossover_keys_are_validated():
         absolute_crossover(cheaper="sideways")
     with pytest.raises(CliError, match="cheaper = 'above': only crossover claims"):
         claim(expect_exponent=1.0, cheaper="above")
-    with pytest.raises(CliError, match="relative_to = 'd_model': only crossover claims"):
+    with pytest.raises(CliError, match="relative_to = 'd_model': only crossover and ratio claims"):
         claim(expect_exponent=1.0, relative_to="d_model")
     assert absolute_crossover().relative_to is None and absolute_crossover().kind == "crossover"
