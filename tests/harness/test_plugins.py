@@ -12,6 +12,9 @@ import pytest
 from harness import plugins, registry
 from harness.cli import main
 
+pytestmark = pytest.mark.usefixtures("calibrated_once")  # tests/conftest.py: the runs here test
+# the command, not the device calibration
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "docs" / "examples" / "elu_linear.py"
 EXAMPLE_SUITE = ROOT / "docs" / "examples" / "elu_linear.toml"

@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,10 @@ import pytest
 from harness import plugins, registry
 from harness.cli import build_parser, main
 from harness.results import load_env
+from tests.conftest import calibrated_cli_argv
+
+pytestmark = pytest.mark.usefixtures("calibrated_once")  # tests/conftest.py: the runs here test
+# the command, not the device calibration
 
 PLUGIN = """
 import torch
@@ -77,10 +80,7 @@ def plugged_run(tmp_path_factory) -> tuple[Path, Path, Path]:
     claims.write_text(CLAIMS)
     run = folder / "run"
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "harness.cli",
+        calibrated_cli_argv(
             "run",
             str(suite),
             "--plugin",
@@ -93,7 +93,7 @@ def plugged_run(tmp_path_factory) -> tuple[Path, Path, Path]:
             "0.01",
             "--no-progress",
             "--no-table",
-        ],
+        ),
         capture_output=True,
         text=True,
         timeout=600,

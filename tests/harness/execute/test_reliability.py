@@ -8,7 +8,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,6 +21,11 @@ from harness.measure.device import get_device
 from harness.results import ROWS_FILE, load_rows
 from harness.scenarios.interface import Point, cost_of, point_from_row
 from harness.sweep.suite import MeasureConfig, load_suite
+from tests.conftest import calibrated_cli_argv
+
+# The runs here test failure and recovery, not the device calibration: in this process and in
+# the CLI processes they start, a run gets the one this test process measured (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("calibrated_once")
 
 ROOT = Path(__file__).resolve().parents[3]
 MEASURE = "[measure]\nbudget_s = 0.05\nmin_samples = 3\nwarmup_calls = 1\nthreads = 2\n"
@@ -86,8 +90,9 @@ def plugin_env(tmp_path_factory) -> dict:
 
 
 def cli(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``attnbench ARGS`` in a fresh process (calibrated as ``calibrated_cli_argv`` says)."""
     return subprocess.run(
-        [sys.executable, "-m", "harness.cli", *args],
+        calibrated_cli_argv(*args),
         capture_output=True,
         text=True,
         env=env,
@@ -227,9 +232,9 @@ def test_a_run_killed_mid_sweep_resumes_with_every_point_once(tmp_path, capsys):
     expected = {p.point_id for p in load_suite(suite).points}
     out = tmp_path / "run"
     rows = out / ROWS_FILE
-    args = [sys.executable, "-m", "harness.cli", "run", str(suite), "--out", str(out)]
+    args = ["run", str(suite), "--out", str(out), "--no-progress", "--no-table"]
     proc = subprocess.Popen(
-        [*args, "--no-progress", "--no-table"], stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL
+        calibrated_cli_argv(*args), stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL
     )
     deadline = time.monotonic() + 300
     while (not rows.exists() or len(rows.read_bytes().splitlines()) < 3) and proc.poll() is None:
@@ -243,7 +248,7 @@ def test_a_run_killed_mid_sweep_resumes_with_every_point_once(tmp_path, capsys):
     with rows.open("ab") as fh:  # what a kill in the middle of a write leaves behind
         fh.write(before[-1][: len(before[-1]) // 2])
 
-    code, err = run_in_process(capsys, *args[3:], "--resume", "--no-progress", "--no-table")
+    code, err = run_in_process(capsys, *args, "--resume")
     assert code == 0, err
     assert f"({len(before)} already done)" in err
 
