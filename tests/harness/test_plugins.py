@@ -49,7 +49,10 @@ def clean_registry(monkeypatch):
                          (registry, "_CONTRACT"), (plugins, "_LOADED"),
                          (plugins, "_DIGESTS")):
         monkeypatch.setattr(module, name, dict(getattr(module, name)))
-    monkeypatch.delenv(plugins.PLUGINS_ENV, raising=False)
+    # set, then removed: monkeypatch then restores the variable's absence after the test,
+    # when the run under test set it (a --plugin run does, for its child processes)
+    monkeypatch.setenv(plugins.PLUGINS_ENV, "")
+    monkeypatch.delenv(plugins.PLUGINS_ENV)
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:
