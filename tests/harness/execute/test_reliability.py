@@ -458,6 +458,11 @@ def test_isolated_sweep_survives_segfault_abort_and_hang(tmp_path, plugin_env):
     assert "SIGABRT" in frame.loc["test-abort", "reason"]
     assert frame.loc["test-hang", "status"] == "timeout"
     assert frame.loc["sdpa", "status"] == "ok" and frame.loc["full", "status"] == "ok"
+    # each point's child compares its bytes with the run's calibration (env.json), as rows
+    # measured in-process do, instead of measuring a bandwidth of its own
+    for impl in ("sdpa", "full"):
+        assert frame.loc[impl, "bw_source"] == "env.json calibration"
+        assert frame.loc[impl, "bw_fraction"] > 0
     assert frame.loc["test-segfault", "family"] == "test"  # identity columns are filled in
     assert "2 error" in result.stderr and "1 timeout" in result.stderr
     assert "median time (ms)" in result.stdout and "not shown" in result.stdout
