@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import gc
+import json
 import os
 import sys
 import tempfile
@@ -27,6 +29,7 @@ os.environ.setdefault("ATTNBENCH_CACHE_DIR", tempfile.mkdtemp(prefix="attnbench-
 
 # after the environment above: loading the plug-ins defines the Triton kernels
 from harness import registry
+from harness.measure import calibrate
 from harness.measure.device import profiler_peak_bytes
 from harness.spec import Problem
 
@@ -232,6 +235,65 @@ def _no_leaked_tensors():
     yield
     leaked = unusable_tensors()
     assert not leaked, f"this test file left tensors without usable data: {leaked}"
+
+
+_CALIBRATIONS: dict[tuple, dict] = {}
+"""(device, dtypes, threads) -> the calibration this test process measured for it."""
+
+
+def measured_once(device="cpu", dtypes=None) -> dict:
+    """:func:`harness.measure.calibrate.calibrate` measured for real once per test process
+    (pytest-xdist worker) and device, dtypes and thread count; later calls get a copy of that
+    one, left in ``calibrate._THIS_RUN`` as the real call leaves it."""
+    name = calibrate._device_of(device)[0]
+    key = (name, dtypes, torch.get_num_threads())
+    if key not in _CALIBRATIONS:
+        _CALIBRATIONS[key] = _REAL_CALIBRATE(device, dtypes)
+    calibrate._THIS_RUN[torch.device(name).type] = _CALIBRATIONS[key]
+    return copy.deepcopy(_CALIBRATIONS[key])
+
+
+_REAL_CALIBRATE = calibrate.calibrate
+
+
+@pytest.fixture(scope="module")
+def calibrated_once():
+    """``attnbench run`` measures the device calibration for each new run (a 2048² GEMM and a
+    256 MiB copy, up to 7 repeats each: 2 s at load 2, 5 s at load 5). The modules that use
+    this fixture test a command, not the calibration: the first run of a device, dtypes and
+    thread count in this test process measures it for real, later runs (of this module or
+    another that uses the fixture) get a copy of that one, as ``attnbench verdicts`` hands
+    its suites one calibration. ``tests/harness/measure`` and ``test_env.py`` test the
+    calibration itself, unpatched."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(calibrate, "calibrate", measured_once)
+        yield
+
+
+def calibration_prelude() -> str:
+    """Python source that makes a fresh process's CPU runs get :func:`measured_once`'s
+    calibration (measured by this test process, on this machine) instead of measuring their
+    own: for tests of what a separate process does (a kill, a poisoned process, a copied
+    package tree), not of the calibration. Other devices and dtypes still measure theirs."""
+    given = json.dumps(measured_once("cpu"))
+    return (
+        "import json\n"
+        "from harness.measure import calibrate\n"
+        f"_given = json.loads({given!r})\n"
+        "def _once(device='cpu', dtypes=None, _real=calibrate.calibrate):\n"
+        "    if dtypes or calibrate._device_of(device)[0] != 'cpu':\n"
+        "        return _real(device, dtypes)\n"
+        "    calibrate._THIS_RUN['cpu'] = dict(_given)\n"
+        "    return dict(_given)\n"
+        "calibrate.calibrate = _once\n"
+    )
+
+
+def calibrated_cli_argv(*args: str) -> list[str]:
+    """argv of ``attnbench ARGS`` in a fresh process, calibrated by
+    :func:`calibration_prelude`."""
+    main = "import sys\nfrom harness.cli import main\nsys.exit(main(sys.argv[1:]))\n"
+    return [sys.executable, "-c", calibration_prelude() + main, *args]
 
 
 @pytest.fixture(autouse=True)

@@ -93,22 +93,30 @@ def local_slopes_xy(x: Sequence[float], y: Sequence[float]) -> np.ndarray:
 
 def _wls(lx: np.ndarray, ly: np.ndarray, w: np.ndarray):
     """Weighted lines through rows of ``ly`` (..., k) against ``lx`` (k,), weights w (k,):
-    slope, intercept, weighted SSE (each (...,))."""
+    slope, intercept (each (...,))."""
     mx = (w * lx).sum() / w.sum()
     my = (ly * w).sum(-1) / w.sum()
     xc = lx - mx
-    slope = (w * xc * (ly - my[..., None])).sum(-1) / (w * xc**2).sum()
-    icpt = my - slope * mx
-    sse = (w * (ly - icpt[..., None] - slope[..., None] * lx) ** 2).sum(-1)
-    return slope, icpt, sse
+    centred = ly - my[..., None]  # one (..., k) buffer for the slope's products
+    centred *= w * xc
+    slope = centred.sum(-1) / (w * xc**2).sum()
+    return slope, my - slope * mx
 
 
 def _profile(lx: np.ndarray, y: np.ndarray, frac: np.ndarray, w: np.ndarray):
     """Best ``c = frac·min(y)`` per row of y (B, k) over candidate fractions frac (B, G)."""
     c = frac[..., None] * y.min(-1)[:, None, None]  # (B, G, 1)
-    slope, icpt, _ = _wls(lx, np.log(y[:, None, :] - c), w)  # (B, G)
-    model = np.log(c + np.exp(icpt[..., None] + slope[..., None] * lx))
-    best = np.argmin((w * (np.log(y)[:, None, :] - model) ** 2).sum(-1), axis=1)
+    slope, icpt = _wls(lx, np.log(y[:, None, :] - c), w)  # (B, G)
+    # log y minus the log of the model c + a·x^p, squared, in one (B, G, k) buffer
+    err = slope[..., None] * lx
+    err += icpt[..., None]
+    np.exp(err, out=err)
+    err += c
+    np.log(err, out=err)
+    np.subtract(np.log(y)[:, None, :], err, out=err)
+    err *= err
+    err *= w
+    best = np.argmin(err.sum(-1), axis=1)
     rows = np.arange(y.shape[0])
     return best, slope[rows, best], icpt[rows, best], c[rows, best, 0]
 
@@ -132,7 +140,7 @@ def fit_rows(lx: np.ndarray, y: np.ndarray, model: str, w: np.ndarray | None = N
     w = np.ones(lx.size) if w is None else w
     with np.errstate(all="ignore"):
         if model == "power":
-            slope, icpt, _ = _wls(lx, np.log(y), w)
+            slope, icpt = _wls(lx, np.log(y), w)
             return slope, icpt, np.zeros_like(slope)
         return _power_const(lx, y, w)
 

@@ -63,17 +63,21 @@ class ChildOutcome:
 
 
 def isolated_executor(
-    config: MeasureConfig, mem_budget: int | None, timeout_s: float | None
+    config: MeasureConfig, mem_budget: int | None, timeout_s: float | None,
+    bandwidth: dict[str, float] | None = None,
 ) -> Callable[[Point], dict]:
     """An executor for :func:`harness.execute.runner.run_points`: each point runs in its own child.
 
     ``mem_budget`` None means the child's default (a fraction of the memory free when the point
-    starts). ``timeout_s`` None means no limit.
+    starts). ``timeout_s`` None means no limit. ``bandwidth``: device kind -> the copy bandwidth
+    of the run's calibration (env.json), which a child's ``bw_fraction`` is then measured
+    against, as in-process rows are; a child of a device kind without one measures its own
+    (a 256 MiB copy, repeated: about a second of each point's child on a 2-core CPU).
     """
 
     def execute(point: Point, pass_index: int = 0) -> dict:
         payload = {"point": point.fields(), "config": config, "mem_budget": mem_budget,
-                   "pass_index": pass_index}
+                   "pass_index": pass_index, "bandwidth": bandwidth or {}}
         outcome = run_isolated(point_task, payload, timeout_s)
         row = point_row(point) if pass_index == 0 else {}
         if outcome.result is not None:
@@ -91,6 +95,9 @@ def point_task(payload: dict) -> dict:
     if config.threads:
         torch.set_num_threads(config.threads)
     device = get_device(point.device, config.flush_l2)
+    given = payload.get("bandwidth", {}).get(device.kind)
+    if given:  # the run's calibration, as :func:`calibrate.calibrate` leaves it in the parent
+        calibrate.use_bandwidth(device.kind, given)
     if payload.get("pass_index", 0) > 0:
         return time_pass(point, config, device)
     budget = payload["mem_budget"]

@@ -28,7 +28,15 @@ from harness.execute.runner import default_budget, run_points
 from harness.fmt import plural
 from harness.measure import calibrate, env
 from harness.measure.device import get_device
-from harness.results import PASSES_FILE, ROWS_FILE, RowWriter, iter_rows, load_env, write_env
+from harness.results import (
+    ENV_FILE,
+    PASSES_FILE,
+    ROWS_FILE,
+    RowWriter,
+    iter_rows,
+    load_env,
+    write_env,
+)
 from harness.scenarios.interface import Point, cost_of
 from harness.sweep.suite import MAX_PASSES, MeasureConfig, Suite
 from harness.terminal import Progress, duration
@@ -132,9 +140,10 @@ def run_suite(suite: Suite, measure: MeasureConfig, options: RunOptions,
     if on_open is not None:
         on_open(run_dir, resumed)
     executor = None
+    bandwidth = run_bandwidth(suite, run_dir)
     if isolate:
         timeout = options.point_timeout or measure.point_timeout_s
-        executor = isolated_executor(measure, options.mem_budget, timeout)
+        executor = isolated_executor(measure, options.mem_budget, timeout, bandwidth)
     writer = RowWriter(run_dir)
     if predict is not None:
         predict = _over_budget_is_instant(at_measured_rate(predict, run_dir), options.mem_budget)
@@ -159,7 +168,8 @@ def run_suite(suite: Suite, measure: MeasureConfig, options: RunOptions,
             counts = run_points(points, writer, measure, run_id=run_id, suite_name=suite.name,
                                 mem_budget=options.mem_budget, executor=executor,
                                 on_pass=_stepper(bar),
-                                after_fault=_isolate_after_fault(measure, options),
+                                after_fault=_isolate_after_fault(measure, options,
+                                                                 bandwidth),
                                 first_order=order, deadline=deadline,
                                 defer=_defer(options.stopping_rule, run_dir, deadline),
                                 wanted=options.wanted)
@@ -217,7 +227,20 @@ def cut_message(deadline: Deadline, suite: Suite, run_dir: Path, passes: int) ->
     return text + f"; continue with: attnbench run {suite.path} --out {run_dir} --resume"
 
 
-def _isolate_after_fault(measure: MeasureConfig, options: RunOptions):
+def run_bandwidth(suite: Suite, run_dir: Path) -> dict[str, float]:
+    """Device kind -> the copy bandwidth of the run's calibration (env.json; the suite's first
+    device, which :func:`prepare_run` calibrates): what its isolated children compare their
+    rows' bytes against. Empty when env.json has none."""
+    if not (run_dir / ENV_FILE).is_file():
+        return {}
+    calibration = load_env(run_dir).get("calibration") or {}
+    bandwidth = calibration.get("mem_bandwidth_bytes_per_s")
+    kinds = sorted({p.device for p in suite.points}) or ["cpu"]
+    return {torch.device(kinds[0]).type: bandwidth} if bandwidth else {}
+
+
+def _isolate_after_fault(measure: MeasureConfig, options: RunOptions,
+                         bandwidth: dict[str, float]):
     """The runner's ``after_fault``: say in one line that a CUDA error may have poisoned this
     process, and go on as ``--isolate`` does, each remaining point in a fresh child."""
 
@@ -225,7 +248,7 @@ def _isolate_after_fault(measure: MeasureConfig, options: RunOptions):
         print(f"attnbench: {point.impl} n={point.seq_len} hit a CUDA error ({record.get('reason')}"
               "); this process's CUDA context may be unusable, so the remaining points run "
               "each in a fresh child process (as with --isolate)", file=sys.stderr)
-        return isolated_executor(measure, options.mem_budget, options.point_timeout)
+        return isolated_executor(measure, options.mem_budget, options.point_timeout, bandwidth)
 
     return switch
 

@@ -145,6 +145,12 @@ def calibrate(device="cpu", dtypes: tuple[str, ...] | None = None) -> dict:
     return result
 
 
+def use_bandwidth(kind: str, bytes_per_s: float) -> None:
+    """Rows of ``kind`` in this process compare their bytes against ``bytes_per_s``, the copy
+    bandwidth of the run's calibration (env.json): an isolated child of a run that has one."""
+    _THIS_RUN[kind] = {"mem_bandwidth_bytes_per_s": bytes_per_s}
+
+
 def bandwidth_for(device) -> tuple[float, str]:
     """(bytes/s, source) that rows compare their bytes moved against: the run's calibration
     (``mem_bandwidth_bytes_per_s`` of env.json) when this process made it, otherwise measured

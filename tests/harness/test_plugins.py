@@ -12,6 +12,9 @@ import pytest
 from harness import plugins, registry
 from harness.cli import main
 
+pytestmark = pytest.mark.usefixtures("calibrated_once")  # tests/conftest.py: the runs here test
+# the command, not the device calibration
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "docs" / "examples" / "elu_linear.py"
 EXAMPLE_SUITE = ROOT / "docs" / "examples" / "elu_linear.toml"
@@ -46,7 +49,10 @@ def clean_registry(monkeypatch):
                          (registry, "_CONTRACT"), (plugins, "_LOADED"),
                          (plugins, "_DIGESTS")):
         monkeypatch.setattr(module, name, dict(getattr(module, name)))
-    monkeypatch.delenv(plugins.PLUGINS_ENV, raising=False)
+    # set, then removed: monkeypatch then restores the variable's absence after the test,
+    # when the run under test set it (a --plugin run does, for its child processes)
+    monkeypatch.setenv(plugins.PLUGINS_ENV, "")
+    monkeypatch.delenv(plugins.PLUGINS_ENV)
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:

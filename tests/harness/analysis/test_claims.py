@@ -17,6 +17,9 @@ from harness.errors import CliError
 from harness.results import RowWriter, write_env
 from harness.scenarios.interface import Point
 
+pytestmark = pytest.mark.usefixtures("calibrated_once")  # tests/conftest.py: the runs here test
+# the command, not the device calibration
+
 NS = (512, 1024, 2048, 4096)
 
 

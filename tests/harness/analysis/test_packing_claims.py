@@ -20,6 +20,9 @@ from harness.results import load_rows
 from harness.scenarios import packing
 from harness.scenarios.interface import Point
 
+pytestmark = pytest.mark.usefixtures("calibrated_once")  # tests/conftest.py: the runs here test
+# the command, not the device calibration
+
 N = 192  # the tiny suite's n: divisible by every document length it packs
 LENGTHS = (12, 24, 48, 96, 192)
 TINY = f"""

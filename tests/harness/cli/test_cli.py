@@ -22,7 +22,7 @@ from harness.scenarios.interface import Point
 from harness.spec import Capabilities, Cost
 from tests.conftest import CORE_IMPLEMENTATIONS
 
-pytestmark = pytest.mark.usefixtures("calibrated_once")  # tests/harness/cli/conftest.py
+pytestmark = pytest.mark.usefixtures("calibrated_once")  # tests/conftest.py
 
 TINY = """
 name = "tiny"

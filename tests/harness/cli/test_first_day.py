@@ -11,6 +11,9 @@ import pytest
 
 from harness.cli import main
 
+pytestmark = pytest.mark.usefixtures("calibrated_once")  # tests/conftest.py: the runs here test
+# the command, not the device calibration
+
 ROOT = Path(__file__).resolve().parents[3]
 DECODE = ROOT / "suites" / "decode-cpu.toml"
 

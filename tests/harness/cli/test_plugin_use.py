@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,10 @@ import pytest
 from harness import plugins, registry
 from harness.cli import build_parser, main
 from harness.results import load_env
+from tests.conftest import calibrated_cli_argv
+
+pytestmark = pytest.mark.usefixtures("calibrated_once")  # tests/conftest.py: the runs here test
+# the command, not the device calibration
 
 PLUGIN = """
 import torch
@@ -63,7 +66,10 @@ def clean_registry(monkeypatch):
         (plugins, "_DIGESTS"),
     ):
         monkeypatch.setattr(module, name, dict(getattr(module, name)))
-    monkeypatch.delenv(plugins.PLUGINS_ENV, raising=False)
+    # set, then removed: monkeypatch then restores the variable's absence after the test,
+    # when the run under test set it (a --plugin run does, for its child processes)
+    monkeypatch.setenv(plugins.PLUGINS_ENV, "")
+    monkeypatch.delenv(plugins.PLUGINS_ENV)
 
 
 @pytest.fixture(scope="module")
@@ -77,10 +83,7 @@ def plugged_run(tmp_path_factory) -> tuple[Path, Path, Path]:
     claims.write_text(CLAIMS)
     run = folder / "run"
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "harness.cli",
+        calibrated_cli_argv(
             "run",
             str(suite),
             "--plugin",
@@ -93,7 +96,7 @@ def plugged_run(tmp_path_factory) -> tuple[Path, Path, Path]:
             "0.01",
             "--no-progress",
             "--no-table",
-        ],
+        ),
         capture_output=True,
         text=True,
         timeout=600,

@@ -15,7 +15,7 @@ from harness.cli.run import parse_duration
 from harness.results import load_rows
 from harness.spec import Capabilities, Cost
 
-pytestmark = pytest.mark.usefixtures("calibrated_once")  # tests/harness/cli/conftest.py
+pytestmark = pytest.mark.usefixtures("calibrated_once")  # tests/conftest.py
 
 SUITE = """
 name = "tiny"

@@ -17,6 +17,9 @@ from harness.cli import main
 from harness.cli import verdicts as verb
 from harness.execute.deadline import Deadline
 
+pytestmark = pytest.mark.usefixtures("calibrated_once")  # tests/conftest.py: the runs here test
+# the command, not the device calibration
+
 SUITE = """
 name = "tiny-verdicts"
 scenario = "attention"

@@ -20,6 +20,9 @@ from harness.results import (
 )
 from harness.scenarios.interface import Point
 
+pytestmark = pytest.mark.usefixtures("calibrated_once")  # tests/conftest.py: the runs here test
+# the command, not the device calibration
+
 ENV = {
     "run_id": "r1",
     "suite": "smoke",

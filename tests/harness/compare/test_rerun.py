@@ -18,6 +18,9 @@ from harness.compare.runs import compare_runs
 from harness.results import ENV_FILE, ROWS_FILE
 from tests.harness.compare.test_compare import POINTS, make_row, read_rows, scale_time, write_run
 
+pytestmark = pytest.mark.usefixtures("calibrated_once")  # tests/conftest.py: the runs here test
+# the command, not the device calibration
+
 REPORT = CompareOptions(time_gate="report")
 
 

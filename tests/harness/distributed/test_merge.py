@@ -15,6 +15,9 @@ from harness.distributed.merge import merge_runs
 from harness.distributed.shard import shard_done
 from harness.results import ENV_FILE, ROWS_FILE, iter_rows, load_env, write_env
 
+pytestmark = pytest.mark.usefixtures("calibrated_once")  # tests/conftest.py: the runs here test
+# the command, not the device calibration
+
 # 8 points: sdpa at n = 32 and 64 is measured; xformers and flash-attn (CUDA only) are skipped.
 SUITE = """
 name = "merge-8"

@@ -28,6 +28,9 @@ from harness.results import ENV_FILE, iter_rows, load_env
 from harness.scenarios.interface import Point, cost_of
 from harness.sweep.suite import load_suite
 
+pytestmark = pytest.mark.usefixtures("calibrated_once")  # tests/conftest.py: the runs here test
+# the command, not the device calibration
+
 # 48 points: 12 tiny sdpa points are measured; the other 36 are outside their implementation's
 # declared capabilities on CPU and become "skipped" rows at once (real rows, fast tests).
 SUITE_48 = """

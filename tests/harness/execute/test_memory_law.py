@@ -49,7 +49,10 @@ def scores_plugin(tmp_path: Path, monkeypatch) -> Path:
     for module, name in ((registry, "_REGISTRY"), (registry, "_ORIGINS"),
                          (registry, "_CONTRACT"), (plugins, "_LOADED")):  # fmt: skip
         monkeypatch.setattr(module, name, dict(getattr(module, name)))
-    monkeypatch.delenv(plugins.PLUGINS_ENV, raising=False)
+    # set, then removed: monkeypatch then restores the variable's absence after the test,
+    # when the run under test set it (a --plugin run does, for its child processes)
+    monkeypatch.setenv(plugins.PLUGINS_ENV, "")
+    monkeypatch.delenv(plugins.PLUGINS_ENV)
     path = tmp_path / "scores.py"
     path.write_text(SCORES)
     registry.load_plugins([path])

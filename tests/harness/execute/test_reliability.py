@@ -22,6 +22,11 @@ from harness.measure.device import get_device
 from harness.results import ROWS_FILE, load_rows
 from harness.scenarios.interface import Point, cost_of, point_from_row
 from harness.sweep.suite import MeasureConfig, load_suite
+from tests.conftest import calibrated_cli_argv
+
+# The runs here test failure and recovery, not the device calibration: in this process and in
+# the CLI processes they start, a run gets the one this test process measured (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("calibrated_once")
 
 ROOT = Path(__file__).resolve().parents[3]
 MEASURE = "[measure]\nbudget_s = 0.05\nmin_samples = 3\nwarmup_calls = 1\nthreads = 2\n"
@@ -85,9 +90,36 @@ def plugin_env(tmp_path_factory) -> dict:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])}
 
 
+@pytest.fixture
+def crashers_here(plugin_env, monkeypatch):
+    """The crashing plug-ins' distribution found by this process's registry too, for this test
+    only (registry and plug-in state copied, the module dropped afterwards): for a command
+    that must know their names but runs none of them here (a resume with nothing left)."""
+    from harness import plugins, registry
+
+    registry.names()  # the built-ins first
+    for module, name in ((registry, "_REGISTRY"), (registry, "_ORIGINS"),
+                         (registry, "_CONTRACT"), (registry, "_LOAD_ERRORS"),
+                         (plugins, "_LOADED"), (plugins, "_DIGESTS")):
+        monkeypatch.setattr(module, name, dict(getattr(module, name)))
+    monkeypatch.syspath_prepend(plugin_env["PYTHONPATH"].split(os.pathsep)[0])
+    monkeypatch.setattr(registry, "_loaded", False)  # the next lookup finds the entry point
+    import torch
+    import torch.nn.functional as F
+
+    # should a regression run the poisoning point here after all, the test fails and the
+    # functions it replaces come back for the next test
+    monkeypatch.setattr(F, "scaled_dot_product_attention", F.scaled_dot_product_attention)
+    for name in ("matmul", "bmm", "softmax"):
+        monkeypatch.setattr(torch, name, getattr(torch, name))
+    yield
+    sys.modules.pop("attnbench_crashers", None)
+
+
 def cli(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``attnbench ARGS`` in a fresh process (calibrated as ``calibrated_cli_argv`` says)."""
     return subprocess.run(
-        [sys.executable, "-m", "harness.cli", *args],
+        calibrated_cli_argv(*args),
         capture_output=True,
         text=True,
         env=env,
@@ -227,9 +259,9 @@ def test_a_run_killed_mid_sweep_resumes_with_every_point_once(tmp_path, capsys):
     expected = {p.point_id for p in load_suite(suite).points}
     out = tmp_path / "run"
     rows = out / ROWS_FILE
-    args = [sys.executable, "-m", "harness.cli", "run", str(suite), "--out", str(out)]
+    args = ["run", str(suite), "--out", str(out), "--no-progress", "--no-table"]
     proc = subprocess.Popen(
-        [*args, "--no-progress", "--no-table"], stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL
+        calibrated_cli_argv(*args), stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL
     )
     deadline = time.monotonic() + 300
     while (not rows.exists() or len(rows.read_bytes().splitlines()) < 3) and proc.poll() is None:
@@ -243,7 +275,7 @@ def test_a_run_killed_mid_sweep_resumes_with_every_point_once(tmp_path, capsys):
     with rows.open("ab") as fh:  # what a kill in the middle of a write leaves behind
         fh.write(before[-1][: len(before[-1]) // 2])
 
-    code, err = run_in_process(capsys, *args[3:], "--resume", "--no-progress", "--no-table")
+    code, err = run_in_process(capsys, *args, "--resume")
     assert code == 0, err
     assert f"({len(before)} already done)" in err
 
@@ -271,8 +303,9 @@ def _seed_with_fault_early(suite_text: str, tmp_path: Path) -> int:
                 if passes.pass_orders(len(points), 2, seed)[0].index(fault) == 1)
 
 
-def test_a_device_fault_costs_one_point_and_the_run_goes_on_in_fresh_processes(tmp_path,
-                                                                                 plugin_env):
+def test_a_device_fault_costs_one_point_and_the_run_goes_on_in_fresh_processes(
+    tmp_path, plugin_env, crashers_here, capsys
+):
     """A point that raises a CUDA error that poisons its process (a device-side assert) is an
     error row with the CUDA message; the row before it stays; every later point, of every
     implementation and pass, runs in a fresh child and is ok; one line says so. ``--resume``
@@ -299,10 +332,11 @@ def test_a_device_fault_costs_one_point_and_the_run_goes_on_in_fresh_processes(t
     assert len(switched) == 1 and "test-poison n=48 hit a CUDA error" in switched[0]
     assert "1 error, 5 ok" in result.stderr
 
-    again = cli("run", str(suite), "--out", str(out), "--resume", "--no-progress",
-                "--no-table", env=plugin_env)
-    assert again.returncode == 1, again.stderr  # judged on every row of the run, resumed too
-    assert "0 points" in again.stderr and "(6 already done)" in again.stderr
+    # the resume runs nothing (the poisoning point is not run again): this process does it
+    code, err = run_in_process(capsys, "run", str(suite), "--out", str(out), "--resume",
+                               "--no-progress", "--no-table")
+    assert code == 1, err  # judged on every row of the run, resumed too
+    assert "0 points" in err and "(6 already done)" in err
     assert len(load_rows(out)) == 6
 
 
@@ -453,6 +487,11 @@ def test_isolated_sweep_survives_segfault_abort_and_hang(tmp_path, plugin_env):
     assert "SIGABRT" in frame.loc["test-abort", "reason"]
     assert frame.loc["test-hang", "status"] == "timeout"
     assert frame.loc["sdpa", "status"] == "ok" and frame.loc["full", "status"] == "ok"
+    # each point's child compares its bytes with the run's calibration (env.json), as rows
+    # measured in-process do, instead of measuring a bandwidth of its own
+    for impl in ("sdpa", "full"):
+        assert frame.loc[impl, "bw_source"] == "env.json calibration"
+        assert frame.loc[impl, "bw_fraction"] > 0
     assert frame.loc["test-segfault", "family"] == "test"  # identity columns are filled in
     assert "2 error" in result.stderr and "1 timeout" in result.stderr
     assert "median time (ms)" in result.stdout and "not shown" in result.stdout

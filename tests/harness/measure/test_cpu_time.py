@@ -25,6 +25,9 @@ from harness.results import RowWriter
 from harness.scenarios.interface import Point
 from harness.sweep.suite import MeasureConfig
 
+pytestmark = pytest.mark.usefixtures("calibrated_once")  # tests/conftest.py: the runs here test
+# the command, not the device calibration
+
 SLEEP_S = 0.01
 
 

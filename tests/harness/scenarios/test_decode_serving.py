@@ -21,6 +21,9 @@ from harness.scenarios.decode import ragged
 from harness.scenarios.interface import Point, cost_of, scenario_of
 from harness.sweep.suite import MeasureConfig
 
+pytestmark = pytest.mark.usefixtures("calibrated_once")  # tests/conftest.py: the runs here test
+# the command, not the device calibration
+
 CPU = get_device("cpu", False)
 ODD = "1,2,97,513"  # a one-token sequence, shorter than a page, odd lengths
 CUDA_ONLY = ("flash-tiled", "flash-attn", "flashinfer", "varlen-attn")

@@ -33,6 +33,9 @@ from harness.scenarios.decode.caches import StateCache
 from harness.scenarios.interface import Point, cost_of, scenario_of
 from harness.sweep.suite import MeasureConfig, parse_suite
 
+pytestmark = pytest.mark.usefixtures("calibrated_once")  # tests/conftest.py: the runs here test
+# the command, not the device calibration
+
 CPU = CpuDevice()
 FAST = MeasureConfig(
     timing=TimingConfig(budget_s=0.01, min_samples=2, warmup_calls=1), passes=1, check="full"

@@ -33,6 +33,10 @@ from harness.scenarios.attention.attention_case import make_inputs
 from harness.scenarios.interface import Point, point_from_row, scenario_of
 from harness.spec import Capabilities, Cost, Param
 from harness.sweep.suite import MeasureConfig, parse_suite
+from tests.conftest import calibration_prelude
+
+pytestmark = pytest.mark.usefixtures("calibrated_once")  # tests/conftest.py: the runs here test
+# the command, not the device calibration
 
 ROOT = Path(__file__).resolve().parents[3]
 BASELINE = ROOT / "results" / "baselines" / "cpu-amd-epyc-t1" / "smoke" / "rows.jsonl"
@@ -81,7 +85,7 @@ def test_a_scenario_is_a_folder(tmp_path):
     bad.write_text(TOY_SUITE.replace("repeat = 3", "repeat = 0"))
     env = {"PYTHONPATH": f"{tree}:{ROOT}", "PATH": "/usr/bin:/bin", "TRITON_INTERPRET": "1",
            "ATTNBENCH_CACHE_DIR": str(tmp_path / "cache")}  # probe outcomes: not the user's
-    script = f"""
+    script = calibration_prelude() + f"""
 import json, sys
 from harness.cli import main
 from harness import schema

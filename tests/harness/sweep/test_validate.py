@@ -14,6 +14,9 @@ from harness.scenarios.suite_mask import PointMask
 from harness.sweep.suite import load_suite, parse_suite
 from harness.sweep.validate import assignment, check_mask, shortest_length
 
+pytestmark = pytest.mark.usefixtures("calibrated_once")  # tests/conftest.py: the runs here test
+# the command, not the device calibration
+
 N = 256
 
 
