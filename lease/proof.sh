@@ -45,6 +45,7 @@ esac
 if [ "$PLAN_JSON" -eq 1 ] && [ "$DRY" -eq 0 ]; then
   echo "proof: --schedule-json goes with --dry-run" >&2; exit 2
 fi
+[ "$DRY" -eq 1 ] || [ -n "$OUT" ] || usage  # before any work: no Python started
 
 TESTS_MAX_S=90      # the CUDA tests' target on an H100, whatever the budget
 FINAL_RESERVE_S=15  # after the kernel sweep: the Triton harvest and the summary
@@ -120,7 +121,6 @@ if [ "$DRY" -eq 1 ]; then
   grep '^selection ' <<<"$log" | sed 's/^selection //'
   exit 0
 fi
-[ -n "$OUT" ] || usage
 
 why=$("$PY" - 2>&1 <<'PY'
 import torch
