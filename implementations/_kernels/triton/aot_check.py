@@ -5,10 +5,11 @@ recorded and not run (:func:`.kernel_launch.watching`), so each kernel is compil
 arguments, specializations and compile-time constants a CUDA call of that shape would give it.
 Triton then compiles each recorded launch for a target (``sm_90``: Hopper, ``sm_80``: Ampere)
 through a stand-in driver that names the target; ``ptxas`` (bundled with Triton) produces the
-cubin, ``cuobjdump`` reads its registers and stack (spilled registers), ``nvdisasm`` its SASS.
-From the SASS: the tensor-core instruction kind (``HGMMA``: wgmma, ``HMMA``: mma.sync) and the
-size of each innermost loop that holds one, so a masked loop can be compared with the unmasked
-one.
+cubin, ``cuobjdump`` reads its registers and stack (spilled registers), ``nvdisasm`` its SASS
+(:mod:`.cubin`; :func:`run_jobs` disassembles the cubins of a target in a few batches, after
+the compiles: an ``nvdisasm`` start costs more than a kernel's disassembly). From the SASS:
+the tensor-core instruction kind (``HGMMA``: wgmma, ``HMMA``: mma.sync) and the size of each
+innermost loop that holds one, so a masked loop can be compared with the unmasked one.
 
 :func:`verdicts` holds the gates: compiles, no spill, shared memory within the target's, a
 default's masked loop within ``MASKED_RATIO_LIMIT`` of the unmasked one (reported, not gated,
