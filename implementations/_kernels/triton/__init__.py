@@ -18,7 +18,7 @@ The way in is :mod:`.masked_attention`: ``triton_attention`` (autograd), the dis
   tables, and the autotuner's key);
 - :mod:`.autotune`: the configs per kernel, head dim and GPU, and the measured defaults;
 - :mod:`.aot_check`: ahead-of-time compiles for sm_90 and sm_80 and their gates
-  (``benchmarks/aot_kernels.py``);
+  (``benchmarks/aot_kernels.py``), read by :mod:`.cubin` (registers, stack, SASS);
 - :mod:`.interpreter`: Triton's interpreter (``TRITON_INTERPRET=1``, the CPU tests) without
   its idle work, applied by :mod:`.kernel_launch`.
 

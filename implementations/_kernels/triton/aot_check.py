@@ -5,10 +5,11 @@ recorded and not run (:func:`.kernel_launch.watching`), so each kernel is compil
 arguments, specializations and compile-time constants a CUDA call of that shape would give it.
 Triton then compiles each recorded launch for a target (``sm_90``: Hopper, ``sm_80``: Ampere)
 through a stand-in driver that names the target; ``ptxas`` (bundled with Triton) produces the
-cubin, ``cuobjdump`` reads its registers and stack (spilled registers), ``nvdisasm`` its SASS.
-From the SASS: the tensor-core instruction kind (``HGMMA``: wgmma, ``HMMA``: mma.sync) and the
-size of each innermost loop that holds one, so a masked loop can be compared with the unmasked
-one.
+cubin, ``cuobjdump`` reads its registers and stack (spilled registers), ``nvdisasm`` its SASS
+(:mod:`.cubin`; :func:`run_jobs` disassembles the cubins of a target in a few batches, after
+the compiles: an ``nvdisasm`` start costs more than a kernel's disassembly). From the SASS:
+the tensor-core instruction kind (``HGMMA``: wgmma, ``HMMA``: mma.sync) and the size of each
+innermost loop that holds one, so a masked loop can be compared with the unmasked one.
 
 :func:`verdicts` holds the gates: compiles, no spill, shared memory within the target's, a
 default's masked loop within ``MASKED_RATIO_LIMIT`` of the unmasked one (reported, not gated,
@@ -24,24 +25,21 @@ from __future__ import annotations
 
 import multiprocessing
 import re
-import shutil
-import subprocess
-import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import torch
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.runtime import driver
+from triton.runtime.cache import triton_key
 
 from harness.masks import MaskSpec
 from implementations._kernels.triton import (
     attention_launches,
     backward,
     backward_blocks,
+    cubin,
     decode_split_kv,
     feature_attention,
     feature_kernels,
@@ -308,6 +306,13 @@ def _named(launch: Launch) -> dict:
 def compile_launch(launch: Launch, index: int, target: str, workload: str = "") -> Compiled:
     """Compile config ``index`` of ``launch`` (recorded for ``workload``) for ``target`` and read
     its resources."""
+    fields, code = _compile(launch, index, target, workload)
+    return _compiled(fields, cubin.sass_of_many([code], TARGETS[target])[0], launch)
+
+
+def _compile(launch: Launch, index: int, target: str, workload: str) -> tuple[dict, bytes]:
+    """Compile config ``index`` of ``launch`` for ``target``: the row's fields that the SASS does
+    not give, and the kernel's code section (disassembled later, many at once)."""
     cfg = configs(launch, target)[index]
     capability = TARGETS[target]
     fn = launch.kernel.fn if hasattr(launch.kernel, "configs") else launch.kernel  # autotuned
@@ -320,20 +325,27 @@ def compile_launch(launch: Launch, index: int, target: str, workload: str = "") 
         kernel = fn.warmup(*launch.args, grid=(1,), **kwargs)
     finally:
         driver._active = saved
-    regs, stack, sass = read_cubin(kernel.asm["cubin"])
-    count = lambda word: sum(word in text for _, text in sass)
+    regs, stack = cubin.resources(kernel.asm["cubin"])
     label = config_label(cfg)
     found = measured(launch.name, launch.kwargs.get("BLOCK_D", 0), divmod(capability, 10), label,
                      launch.kwargs) if index == 0 and hasattr(launch.kernel, "configs") else None
-    return Compiled(
-        launch.name, workload, label, index == 0,
-        index >= max(len(listed(launch, target)), 1), found and found.source,
-        launch.kwargs.get("D", 0), target, regs,
-        stack, int(kernel.metadata.shared), SMEM_LIMIT[capability], mma_kind(sass), len(sass),
-        mma_loops(sass), _spans(launch, sass), count("UTMALDG") + count("UTMASTG"),
-        kernel.asm["ptx"].count("cp.async.bulk.tensor"), count("USETMAXREG"),
-        round(time.perf_counter() - start, 2),
+    fields = dict(
+        kernel=launch.name, workload=workload, config=label, default=index == 0,
+        candidate=index >= max(len(listed(launch, target)), 1), measured=found and found.source,
+        head_dim=launch.kwargs.get("D", 0), target=target, regs=regs, spill_bytes=stack,
+        smem_bytes=int(kernel.metadata.shared), smem_limit=SMEM_LIMIT[capability],
+        bulk_tensor=kernel.asm["ptx"].count("cp.async.bulk.tensor"),
+        seconds=round(time.perf_counter() - start, 2),
     )
+    return fields, cubin.code_section(kernel.asm["cubin"])
+
+
+def _compiled(fields: dict, sass: list[tuple[int, str]], launch: Launch) -> Compiled:
+    """The row of a compile (:func:`_compile`'s fields) with what its SASS gives."""
+    count = lambda word: sum(word in text for _, text in sass)
+    return Compiled(**fields, mma=mma_kind(sass), sass=len(sass), loops=mma_loops(sass),
+                    spans=_spans(launch, sass), tma=count("UTMALDG") + count("UTMASTG"),
+                    setmaxnreg=count("USETMAXREG"))
 
 
 def _spans(launch: Launch, sass: list[tuple[int, str]]) -> int:
@@ -348,55 +360,6 @@ def spans(flags: dict) -> int:
     """How many loops a band kernel runs before its band: the global positions' span, and
     a dilated prefix's."""
     return int(bool(flags.get("GLOBAL"))) + int(bool(flags.get("PREFIX") and flags.get("DILATED")))
-
-
-def _tool(name: str) -> str:
-    bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / name
-    found = str(bundled) if bundled.exists() else shutil.which(name)
-    if not found:
-        raise FileNotFoundError(f"{name} not found (Triton's NVIDIA backend bundles it)")
-    return found
-
-
-def read_cubin(cubin: bytes) -> tuple[int, int, list[tuple[int, str]]]:
-    """(registers, stack bytes, SASS as (address, instruction)) of a one-kernel cubin."""
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as fh:
-        fh.write(cubin)
-        fh.flush()
-        res = subprocess.run([_tool("cuobjdump"), "-res-usage", fh.name], capture_output=True,
-                             text=True, check=True).stdout
-        # nvdisasm itself, without its dataflow analysis: 30 % less time than cuobjdump -sass
-        # (which runs it with that analysis); targets come as labels, made addresses below
-        text = subprocess.run([_tool("nvdisasm"), "-c", "-ndf", "-novliw", fh.name],
-                              capture_output=True, text=True, check=True).stdout
-    usage = re.search(r"REG:(\d+) STACK:(\d+)", res)
-    if usage is None:
-        raise ValueError(f"no resource usage in cuobjdump's output: {res[:200]}")
-    return int(usage.group(1)), int(usage.group(2)), sass_of(text)
-
-
-def sass_of(text: str) -> list[tuple[int, str]]:
-    """nvdisasm's listing as (address, instruction), each branch or call target (a label:
-    `` `(.L_x_3) ``) written as its address (``0x7e0``), as ``cuobjdump -sass`` writes it."""
-    labels, pending, rows = {}, [], []
-    for line in text.splitlines():
-        label = re.match(r"\s*([^\s/`]\S*):\s*$", line)
-        if label:
-            pending.append(label.group(1))
-            continue
-        found = re.search(r"/\*([0-9a-f]{4,})\*/\s+([^;]*?);", line)
-        if found:
-            address = int(found.group(1), 16)
-            labels.update(dict.fromkeys(pending, address))
-            pending = []
-            rows.append((address, found.group(2).strip()))
-
-    def address_of(name: re.Match) -> str:
-        if name.group(1) not in labels:
-            raise ValueError(f"nvdisasm names a target it does not place: {name.group(1)}")
-        return hex(labels[name.group(1)])
-
-    return [(a, re.sub(r"`\(([^)]+)\)", address_of, t)) for a, t in rows]
 
 
 def mma_kind(sass: list[tuple[int, str]]) -> str:
@@ -505,32 +468,86 @@ def _specialized(arg: object) -> object:
 
 def run_job(job: Job) -> dict:
     """Compile one job; a failure is that row's ``error``."""
+    return _finish(job, _compile_job(job), None)
+
+
+def _compile_job(job: Job) -> tuple[dict, bytes] | dict:
+    """:func:`_compile` of one job, or its row when the compile fails."""
     workload, d, target, i, c = job
     launch = record(workload, d)[i]
     try:
-        return compile_launch(launch, c, target, workload).row()
+        return _compile(launch, c, target, workload)
     except Exception as exc:  # one failing compile is its row; the table goes on
-        return {"kernel": launch.name, "workload": workload, "head_dim": d, "target": target,
-                "config": config_label(configs(launch, target)[c]), "default": c == 0,
-                "candidate": c >= max(len(listed(launch, target)), 1), "measured": None,
-                "ratio_gated": c == 0,
-                "error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}"}
+        return _error_row(job, launch, exc)
 
 
-def run_jobs(todo: list[Job], workers: int, on_row: Callable[[dict], None] | None = None):
-    """Compile ``todo`` over ``workers`` processes (fork: the kernels are already imported)."""
-    rows = []
+def _finish(job: Job, compiled: tuple[dict, bytes] | dict,
+            sass: list[tuple[int, str]] | None) -> dict:
+    """The row of a job from :func:`_compile_job` and its code section's SASS (None: read
+    here)."""
+    if isinstance(compiled, dict):
+        return compiled  # the compile failed: its error row
+    workload, d, target, i, _ = job
+    launch = record(workload, d)[i]
+    try:
+        if sass is None:
+            sass = cubin.sass_of_many([compiled[1]], TARGETS[target])[0]
+        return _compiled(compiled[0], sass, launch).row()
+    except Exception as exc:  # as a compile's
+        return _error_row(job, launch, exc)
+
+
+def _error_row(job: Job, launch: Launch, exc: Exception) -> dict:
+    workload, d, target, _, c = job
+    return {"kernel": launch.name, "workload": workload, "head_dim": d, "target": target,
+            "config": config_label(configs(launch, target)[c]), "default": c == 0,
+            "candidate": c >= max(len(listed(launch, target)), 1), "measured": None,
+            "ratio_gated": c == 0,
+            "error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}"}
+
+
+def _disassemble(batch: tuple[int, list[bytes]]) -> list[list[tuple[int, str]]] | str:
+    """:func:`cubin.sass_of_many` of (capability, code sections), or why it failed."""
+    try:
+        return cubin.sass_of_many(batch[1], batch[0])
+    except Exception as exc:  # each job of the batch gets it as its error
+        return f"{type(exc).__name__}: {str(exc).strip()[:200]}"
+
+
+def run_jobs(todo: list[Job], workers: int) -> list[dict]:
+    """Compile ``todo`` over ``workers`` processes (fork: the kernels are already imported),
+    then disassemble the cubins of each target in ``workers`` batches (one ``nvdisasm`` each:
+    its start costs more than a kernel's disassembly)."""
     if workers <= 1:
-        for job in todo:
-            rows.append(run_job(job))
-            if on_row:
-                on_row(rows[-1])
-        return rows
-    with multiprocessing.get_context("fork").Pool(workers) as pool:
-        for row in pool.imap(run_job, todo):
-            rows.append(row)
-            if on_row:
-                on_row(row)
+        compiled = [_compile_job(job) for job in todo]
+    else:
+        triton_key()  # the compiles' cache key hashes libtriton (~1 CPU-s): once, before the fork
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            compiled = pool.map(_compile_job, todo, chunksize=1)
+    batches: list[tuple[int, list[int]]] = []  # (capability, indexes of its jobs)
+    for target, capability in TARGETS.items():
+        mine = [n for n, (job, c) in enumerate(zip(todo, compiled, strict=True))
+                if job[2] == target and not isinstance(c, dict)]
+        size = -(-len(mine) // max(workers, 1)) or 1
+        batches += [(capability, mine[k:k + size]) for k in range(0, len(mine), size)]
+    work = [(capability, [compiled[n][1] for n in jobs]) for capability, jobs in batches]
+    if workers <= 1:
+        listings = [_disassemble(b) for b in work]
+    else:
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            listings = pool.map(_disassemble, work, chunksize=1)
+    sass: dict[int, list[tuple[int, str]] | str] = {}
+    for (_, jobs), listing in zip(batches, listings, strict=True):
+        sass.update(zip(jobs, listing if isinstance(listing, list) else [listing] * len(jobs),
+                        strict=True))
+    rows = []
+    for n, job in enumerate(todo):
+        found = sass.get(n)
+        if isinstance(found, str):
+            launch = record(job[0], job[1])[job[3]]
+            rows.append(_error_row(job, launch, RuntimeError(f"nvdisasm: {found}")))
+        else:
+            rows.append(_finish(job, compiled[n], found or []))
     return rows
 
 

@@ -1,5 +1,6 @@
 """Triton's interpreter without its idle work (:mod:`.interpreter`): the same bits as Triton's
-own interpreter, every helper of the band kernels and a reduction's combine function run."""
+own interpreter (its helper patches, overflow checks, dtype table and block types), every
+helper of the band kernels and a reduction's combine function run."""
 
 from __future__ import annotations
 
@@ -36,5 +37,7 @@ def test_the_light_interpreter_computes_tritons_bits(monkeypatch):
     monkeypatch.setattr(triton_interpreter.GridExecutor, "__call__", own["grid"])
     monkeypatch.setattr(triton_interpreter.InterpretedFunction, "__call__", own["helper"])
     monkeypatch.setattr(triton_interpreter.interpreter_builder, "options", own["options"])
+    monkeypatch.setattr(triton_interpreter, "_get_np_dtype", own["np_dtype"])
+    monkeypatch.setattr(interpreter.tl.block_type, "__init__", own["block_type"])
     tritons = _call()
     assert all(torch.equal(a, b) for a, b in zip(light, tritons, strict=True))
