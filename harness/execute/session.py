@@ -228,15 +228,19 @@ def cut_message(deadline: Deadline, suite: Suite, run_dir: Path, passes: int) ->
 
 
 def run_bandwidth(suite: Suite, run_dir: Path) -> dict[str, float]:
-    """Device kind -> the copy bandwidth of the run's calibration (env.json; the suite's first
-    device, which :func:`prepare_run` calibrates): what its isolated children compare their
-    rows' bytes against. Empty when env.json has none."""
+    """Device kind -> the copy bandwidth of the run's calibration (env.json, of
+    :func:`calibrated_device`): what its isolated children compare their rows' bytes against.
+    Empty when env.json has none."""
     if not (run_dir / ENV_FILE).is_file():
         return {}
     calibration = load_env(run_dir).get("calibration") or {}
     bandwidth = calibration.get("mem_bandwidth_bytes_per_s")
-    kinds = sorted({p.device for p in suite.points}) or ["cpu"]
-    return {torch.device(kinds[0]).type: bandwidth} if bandwidth else {}
+    return {torch.device(calibrated_device(suite)).type: bandwidth} if bandwidth else {}
+
+
+def calibrated_device(suite: Suite) -> str:
+    """The device a run's env.json calibrates: the suite's first device (sorted)."""
+    return min({p.device for p in suite.points}, default="cpu")
 
 
 def _isolate_after_fault(measure: MeasureConfig, options: RunOptions,
@@ -384,12 +388,12 @@ def prepare_run(suite: Suite, run_dir: Path, run_id: str, isolate: bool = False,
     process measured already on the same device and threads (not measured again)."""
     if suite.measure.threads:
         torch.set_num_threads(suite.measure.threads)
-    kinds = sorted({p.device for p in suite.points}) or ["cpu"]
+    kind = calibrated_device(suite)
     run = (suite.name, suite.path, suite.sha256, run_id)
     if isolate:
-        info = run_environment(kinds[0], suite.measure.flush_l2, suite.measure.threads, run)
+        info = run_environment(kind, suite.measure.flush_l2, suite.measure.threads, run)
     else:
-        device = get_device(kinds[0], suite.measure.flush_l2)
+        device = get_device(kind, suite.measure.flush_l2)
         info = env.collect(device, *run)
         info["calibration"] = calibration or calibrate.calibrate(device)
     # the plug-in files this process loaded (path, sha256): a verb that reads these rows

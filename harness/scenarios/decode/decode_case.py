@@ -82,8 +82,6 @@ class DecodeSettings:
     q_per_step: int = field(default=1, metadata={"minimum": 1})
 
 
-
-
 class CoreAttend:
     """The registry core, prepared once per (n_q, n_k, mask) outside the timed step."""
 

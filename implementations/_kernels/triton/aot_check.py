@@ -303,13 +303,6 @@ def _named(launch: Launch) -> dict:
     return dict(zip(launch.kernel.arg_names, launch.args, strict=False))
 
 
-def compile_launch(launch: Launch, index: int, target: str, workload: str = "") -> Compiled:
-    """Compile config ``index`` of ``launch`` (recorded for ``workload``) for ``target`` and read
-    its resources."""
-    fields, code = _compile(launch, index, target, workload)
-    return _compiled(fields, cubin.sass_of_many([code], TARGETS[target])[0], launch)
-
-
 def _compile(launch: Launch, index: int, target: str, workload: str) -> tuple[dict, bytes]:
     """Compile config ``index`` of ``launch`` for ``target``: the row's fields that the SASS does
     not give, and the kernel's code section (disassembled later, many at once)."""
@@ -466,11 +459,6 @@ def _specialized(arg: object) -> object:
     return (arg == 1, arg % 16 == 0)
 
 
-def run_job(job: Job) -> dict:
-    """Compile one job; a failure is that row's ``error``."""
-    return _finish(job, _compile_job(job), None)
-
-
 def _compile_job(job: Job) -> tuple[dict, bytes] | dict:
     """:func:`_compile` of one job, or its row when the compile fails."""
     workload, d, target, i, c = job
@@ -481,18 +469,15 @@ def _compile_job(job: Job) -> tuple[dict, bytes] | dict:
         return _error_row(job, launch, exc)
 
 
-def _finish(job: Job, compiled: tuple[dict, bytes] | dict,
-            sass: list[tuple[int, str]] | None) -> dict:
-    """The row of a job from :func:`_compile_job` and its code section's SASS (None: read
-    here)."""
-    if isinstance(compiled, dict):
-        return compiled  # the compile failed: its error row
-    workload, d, target, i, _ = job
+def _finish(job: Job, fields: dict, sass: list[tuple[int, str]] | str) -> dict:
+    """The row of a compiled job from its fields and its code section's SASS (a str: why the
+    disassembly failed)."""
+    workload, d, _, i, _ = job
     launch = record(workload, d)[i]
     try:
-        if sass is None:
-            sass = cubin.sass_of_many([compiled[1]], TARGETS[target])[0]
-        return _compiled(compiled[0], sass, launch).row()
+        if isinstance(sass, str):
+            raise RuntimeError(f"nvdisasm: {sass}")
+        return _compiled(fields, sass, launch).row()
     except Exception as exc:  # as a compile's
         return _error_row(job, launch, exc)
 
@@ -540,15 +525,8 @@ def run_jobs(todo: list[Job], workers: int) -> list[dict]:
     for (_, jobs), listing in zip(batches, listings, strict=True):
         sass.update(zip(jobs, listing if isinstance(listing, list) else [listing] * len(jobs),
                         strict=True))
-    rows = []
-    for n, job in enumerate(todo):
-        found = sass.get(n)
-        if isinstance(found, str):
-            launch = record(job[0], job[1])[job[3]]
-            rows.append(_error_row(job, launch, RuntimeError(f"nvdisasm: {found}")))
-        else:
-            rows.append(_finish(job, compiled[n], found or []))
-    return rows
+    return [c if isinstance(c, dict) else _finish(job, c[0], sass[n])  # dict: an error row
+            for n, (job, c) in enumerate(zip(todo, compiled, strict=True))]
 
 
 def verdicts(rows: list[dict]) -> tuple[list[str], list[str]]:
