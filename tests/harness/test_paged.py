@@ -9,17 +9,19 @@ import pytest
 import torch
 
 from harness.masks import MaskSpec, dense_mask
-from harness.paged import gather_padded, key_mask, paged_attention
+from harness.paged import gather_padded, gather_sequence, key_mask, paged_attention, sequence_pages
 
 
-def _pool(lengths, page, kv_heads, d, seed=0):
-    """Logical K/V (B, max, H_kv, D) float64 and a pool of shuffled pages holding them."""
+def _pool(lengths, page, kv_heads, d, seed=0, shuffle=True):
+    """Logical K/V (B, max, H_kv, D) float64 and a pool of shuffled pages holding them
+    (``shuffle`` False: the pages of each sequence end to end, sequences in order)."""
     gen = torch.Generator().manual_seed(seed)
     b, longest = len(lengths), max(lengths)
     k = torch.randn(b, longest, kv_heads, d, generator=gen, dtype=torch.float64)
     v = torch.randn(b, longest, kv_heads, d, generator=gen, dtype=torch.float64)
     counts = [-(-n // page) for n in lengths]
-    order = torch.randperm(sum(counts), generator=gen).tolist()
+    order = torch.randperm(sum(counts), generator=gen).tolist() if shuffle else \
+        list(range(sum(counts)))
     k_pages = torch.zeros(sum(counts), page, kv_heads, d, dtype=torch.float64)
     v_pages = torch.zeros_like(k_pages)
     table = torch.full((b, max(counts)), -1, dtype=torch.int32)
@@ -95,3 +97,33 @@ def test_bad_layouts_are_one_line_errors():
         paged_attention(torch.randn(3, 4, 1, 4, dtype=torch.float64), kp, vp, table, lens)
     with pytest.raises(ValueError, match="fewer than"):
         paged_attention(torch.randn(2, 4, 6, 4, dtype=torch.float64), kp, vp, table, lens)
+
+
+def _shares_storage(view, pool):
+    return view.untyped_storage().data_ptr() == pool.untyped_storage().data_ptr()
+
+
+@pytest.mark.parametrize("page", [16, 513])  # consecutive pages; one page per sequence
+def test_consecutive_pages_are_read_in_place_and_scattered_ones_gathered(page):
+    lengths = (97, 513)
+    k, v, kp, vp, table, lens = _pool(lengths, page, 2, 59, shuffle=False)
+    q = torch.randn(2, 8, 1, 59, dtype=torch.float64)
+    assert (paged_attention(q, kp, vp, table, lens) - _reference(q, k, v, lengths)).abs().max() \
+        < 1e-12
+    where = sequence_pages(table[1], 513, page)
+    assert where == slice(int(table[1, 0]), int(table[1, 0]) + -(-513 // page))
+    assert _shares_storage(gather_sequence(kp, where, 513), kp)
+    _, _, kp, _, table, _ = _pool(lengths, 16, 2, 59)  # shuffled: a copy of the pages
+    where = sequence_pages(table[1], 513, 16)
+    assert isinstance(where, torch.Tensor)
+    assert not _shares_storage(gather_sequence(kp, where, 513), kp)
+
+
+def test_a_contiguous_cache_is_read_in_place_until_its_table_changes():
+    k, _, kp, _, table, _ = _pool((20, 20), 20, 1, 4, shuffle=False)  # sequence b in page b
+    padded = gather_padded(kp, table, 20)
+    assert _shares_storage(padded, kp) and torch.equal(padded[:, 0], k[:, :, 0])
+    table[0, 0], table[1, 0] = 1, 0  # in place: the remembered answer must not be reused
+    swapped = gather_padded(kp, table, 20)
+    assert not _shares_storage(swapped, kp)
+    assert torch.equal(swapped[0, 0], k[1, :, 0]) and torch.equal(swapped[1, 0], k[0, :, 0])
