@@ -12,9 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness.render import report
-from harness.results import RowWriter, write_env
 from tests.harness.render import browser
-from tests.harness.render.test_report import CALIBRATION, synthetic_rows
 
 SMOKE = Path(__file__).parents[3] / "results" / "baselines" / "cpu-intel-r-xeon-r-t1" / "smoke"
 
@@ -37,14 +35,10 @@ def page(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def every_section(tmp_path_factory) -> Path:
-    """A page with the sections the smoke run lacks (heat maps, per-layer costs, history)."""
-    base = tmp_path_factory.mktemp("synthetic")
-    writer = RowWriter(base / "run")
-    for row in synthetic_rows():
-        writer.write(row)
-    write_env(base / "run", {"run_id": "r1", "suite": "synthetic", "calibration": CALIBRATION})
-    return report.build_report([base / "run"], base / "out")
+def every_section(synthetic_report) -> Path:
+    """A page with the sections the smoke run lacks (heat maps, per-layer costs): the
+    synthetic rows' report (``conftest.synthetic_report``, built once with test_report's)."""
+    return synthetic_report[1]
 
 
 @pytest.fixture(scope="module")
