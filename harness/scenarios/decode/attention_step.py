@@ -148,10 +148,12 @@ class AttentionStepCost(PointCost):
     @cached_property
     def call_bytes(self) -> int:
         """Scores (three tensors at once) and gathered K/V: of the whole padded batch for a
-        path that pads, of the longest sequence for one that goes sequence by sequence."""
+        path that pads, of the longest sequence for one that goes sequence by sequence. A
+        contiguous cache is read in place (:mod:`harness.paged`): no gathered K/V."""
         p, q = self.point, self.point.settings.q_per_step
         rows = p.batch if self.padded else 1
-        per_key = self.kv_row + 3 * p.heads * q * itemsize(p.dtype)
+        gathered = self.kv_row if self.point.settings.cache == "paged" else 0
+        per_key = gathered + 3 * p.heads * q * itemsize(p.dtype)
         return rows * max(self.lengths) * per_key
 
     @cached_property
