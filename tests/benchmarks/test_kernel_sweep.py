@@ -37,8 +37,9 @@ GROUP_KERNELS = {"fwd": "band_fwd", "dq": "band_dq", "dkdv": "band_dkdv", "band"
 def _sweep(*args: str, interpret: bool = False, timeout: int = 300) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(ROOT)
-    if interpret:
+    if interpret:  # NumPy's OpenBLAS on one thread, as in the kernel tests (their conftest)
         env["TRITON_INTERPRET"] = "1"
+        env["OPENBLAS_NUM_THREADS"] = "1"
     return subprocess.run([sys.executable, str(SWEEP), *args], capture_output=True, text=True,
                           env=env, cwd=ROOT, timeout=timeout)
 

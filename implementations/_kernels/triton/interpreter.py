@@ -1,5 +1,5 @@
 """Triton's NumPy interpreter (``TRITON_INTERPRET=1``: the CPU tests, the kernel sweep's
-smoke run) without two costs that compute nothing.
+smoke run) without costs that compute nothing.
 
 Profiled on a masked forward and backward (Triton 3.9), 57 % of the interpreted time went to:
 
@@ -17,11 +17,21 @@ instead of 0.83-0.94) went to two answers recomputed for every operation of ever
 - a block type's checks and name (``tl.block_type``: its shape unwrapped and checked for
   powers of two, its name formatted), the same for each (element type, shape).
 
+Profiled again (py-spy, masked and FAVOR+ chunk kernels), the frontend's bookkeeping per
+operation still led: each ``tl.tensor`` building its shape as a tuple of constexprs, each
+binary operation promoting two operands of one type to that type and walking Triton's tuples
+to broadcast two equal shapes, each builtin called through a lambda that copies its keyword
+arguments and then through ``builtin``'s wrapper (and a method's), block types of pointers
+never remembered (a pointer type is unhashable).
+
 :func:`lighten` skips each where it would compute nothing: a helper's patch when its grid has
 already patched every language module the helper sees, the overflow check when ``debug`` is
-off; it remembers the two answers per type and shape. Every value a kernel computes stays the
-same. Without the interpreter, or with a Triton whose interpreter lacks these names, it
-changes nothing.
+off, the promotion of two operands of one (non-pointer) type, the broadcast walk of two
+scalars or two blocks of one rank, the forwarding wrappers; it remembers the two answers per
+type and shape (a block type by its element type's text) and a tensor's shape per block type.
+Every value a kernel computes stays the same (tests/.../test_interpreter.py compares the bits
+with Triton's own interpreter). Without the interpreter, or with a Triton whose interpreter
+lacks these names, it changes nothing.
 """
 
 from __future__ import annotations
@@ -93,6 +103,18 @@ def lighten() -> bool:
         interpreter._get_np_dtype = _np_dtype(interpreter._get_np_dtype)
     TRITONS_OWN["block_type"] = tl.block_type.__init__
     tl.block_type.__init__ = _block_type(tl.block_type.__init__)
+    TRITONS_OWN["tensor"] = tl.tensor.__init__
+    tl.tensor.__init__ = _tensor(tl.tensor.__init__)
+    semantic = interpreter.interpreter_semantic
+    if hasattr(semantic, "broadcast_impl_value"):
+        TRITONS_OWN["broadcast"] = semantic.broadcast_impl_value
+        semantic.broadcast_impl_value = _broadcast(semantic, semantic.broadcast_impl_value)
+    if hasattr(semantic, "binary_op_type_checking_impl"):
+        TRITONS_OWN["binary_checks"] = semantic.binary_op_type_checking_impl
+        semantic.binary_op_type_checking_impl = _binary_checks(
+            semantic, semantic.binary_op_type_checking_impl)
+    TRITONS_OWN["patch_attr"] = interpreter._patch_attr
+    interpreter._patch_attr = _patch_attr(semantic)
     return True
 
 
@@ -117,13 +139,16 @@ def _np_dtype(tritons):
 
 def _block_type(tritons):
     """``tl.block_type.__init__`` with its shape, element count and name remembered per
-    (element type, shape); the element type is always the one given. A shape Triton refuses
-    is refused each time (nothing is remembered for it)."""
+    (element type's text, shape, the shape's container): the name is ``<shape, element
+    type>``, the shape and count the shape's, so a pointer type (unhashable) is remembered
+    too. The element type is always the one given. A shape Triton refuses is refused each time
+    (nothing is remembered for it)."""
     known: dict = {}
 
     def init(self, element_ty, shape):
         try:
-            key = (element_ty, tuple(shape))
+            kind = shape.__class__  # Triton takes a list or its own tuple, not Python's
+            key = (str(element_ty), kind, tuple(shape.values if kind is tl.tuple else shape))
             self.shape, self.numel, self.name = known[key]
             self.element_ty = element_ty
             return
@@ -131,6 +156,119 @@ def _block_type(tritons):
             pass
         tritons(self, element_ty, shape)
         with contextlib.suppress(TypeError):
-            known[(element_ty, tuple(shape))] = (self.shape, self.numel, self.name)
+            known[key] = (self.shape, self.numel, self.name)
 
     return init
+
+
+def _tensor(tritons):
+    """``tl.tensor.__init__`` with the tensor's shape (a tuple of constexprs) and element count
+    remembered per block type (by its name: element type and shape) and once for every scalar
+    type (shape (), one element); its handle, type and scalar type are always the ones given.
+    Tensors of one type share these constexprs, as values of one block type share its shape."""
+    known: dict = {}
+
+    def init(self, handle, type):  # Triton's parameter names
+        if type.__class__ is tl.block_type:
+            key = type.name
+        elif not type.is_block():
+            key = None  # a scalar type: shape (), one element
+        else:  # another block type: Triton's own
+            tritons(self, handle, type)
+            return
+        try:
+            self.shape, self.numel = known[key]
+        except KeyError:
+            tritons(self, handle, type)
+            known[key] = (self.shape, self.numel)
+            return
+        self.handle, self.type, self.dtype = handle, type, type.scalar
+
+    return init
+
+
+def _broadcast(semantic, tritons):
+    """The semantic's ``broadcast_impl_value`` without its walk over Triton's tuples for two
+    scalars or two blocks of one rank: the same result shape (a dimension of 1 takes the
+    other's), the same broadcasts of the side whose shape differs from it. A block beside a
+    scalar, ranks that differ and shapes that clash (Triton's error) go to Triton's."""
+    block_type, make_tensor, builder = tl.block_type, semantic.make_tensor, semantic.builder
+
+    def broadcast(lhs, rhs):
+        lhs_ty, rhs_ty = lhs.type, rhs.type
+        if lhs_ty.__class__ is block_type and rhs_ty.__class__ is block_type:
+            lhs_shape, rhs_shape = lhs_ty.shape.values, rhs_ty.shape.values
+            if lhs_shape == rhs_shape:
+                return lhs, rhs
+            if len(lhs_shape) != len(rhs_shape):
+                return tritons(lhs, rhs)
+            ret_shape = []
+            for left, right in zip(lhs_shape, rhs_shape, strict=True):
+                if left == 1:
+                    ret_shape.append(right)
+                elif right == 1 or right == left:
+                    ret_shape.append(left)
+                else:
+                    return tritons(lhs, rhs)  # its error
+            if lhs_shape != ret_shape:
+                lhs = make_tensor(builder.create_broadcast(lhs.handle, ret_shape),
+                                  block_type(lhs_ty.scalar, ret_shape))
+            if rhs_shape != ret_shape:
+                rhs = make_tensor(builder.create_broadcast(rhs.handle, ret_shape),
+                                  block_type(rhs_ty.scalar, ret_shape))
+            return lhs, rhs
+        if not lhs_ty.is_block() and not rhs_ty.is_block():
+            return lhs, rhs
+        return tritons(lhs, rhs)
+
+    return broadcast
+
+
+def _binary_checks(semantic, tritons):
+    """The semantic's ``binary_op_type_checking_impl`` without its promotion for two tensors of
+    one scalar type that is not a pointer: the promoted type is that type (Triton's rules for
+    equal types; a division or modulo of floats is left to Triton's, which may promote), so
+    each cast returns its tensor as it is and only the broadcast remains. Any other pair
+    (numbers, pointers, mixed types) goes to Triton's."""
+    tensor, broadcast = tl.tensor, semantic.broadcast_impl_value
+
+    def checks(lhs, rhs, allow_lhs_ptr=False, allow_rhs_ptr=False, arithmetic_check=True,
+               div_or_mod=False):
+        if (lhs.__class__ is tensor and rhs.__class__ is tensor and lhs.dtype is rhs.dtype
+                and not lhs.dtype.is_ptr() and not (arithmetic_check and div_or_mod)):
+            return broadcast(lhs, rhs)
+        return tritons(lhs, rhs, allow_lhs_ptr, allow_rhs_ptr, arithmetic_check, div_or_mod)
+
+    return checks
+
+
+def _forwarders() -> frozenset:
+    """The code of the wrappers that only pass their arguments on to the function they close
+    over (``fn``): ``builtin``'s (its one check, that a semantic is given, holds for every
+    call the interpreter patches) and ``_tensor_member_fn``'s (a free function as a method)."""
+    codes = {tl.core.builtin(lambda _semantic=None: None).__code__}
+    codes.update(m.__code__ for m in vars(tl.tensor).values()
+                 if getattr(getattr(m, "__code__", None), "co_qualname", "")
+                 == "_tensor_member_fn.<locals>.wrapper")
+    return frozenset(c for c in codes if c.co_freevars == ("fn",))
+
+
+def _patch_attr(semantic):
+    """The interpreter's ``_patch_attr`` (run for each builtin at each launch): the patched
+    member calls the builtin's own function with the interpreter's semantic, as Triton's lambda
+    does through the forwarding wrappers (:func:`_forwarders`), without building a filtered
+    copy of its keyword arguments and the wrappers' calls."""
+    forwarders = _forwarders()
+
+    def patch_attr(obj, name, member, builder, scope):
+        fn = member
+        while getattr(fn, "__code__", None) in forwarders:
+            fn = fn.__closure__[0].cell_contents
+
+        def patched(*args, **kwargs):
+            kwargs["_semantic"] = semantic
+            return fn(*args, **kwargs)
+
+        scope.set_attr(obj, name, patched)
+
+    return patch_attr

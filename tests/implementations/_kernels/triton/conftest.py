@@ -3,6 +3,8 @@ variants a GPU would compile for them (:func:`kernel_launch.compile_keys`: every
 class when a launch autotunes, one when it is pinned or forced) are counted. On an H100 each
 Triton compile of these kernels takes 1-3 s; with ``ATTNBENCH_AUTOTUNE=off`` (tests/conftest.py)
 a test that runs one mask forward and backward compiles 4 (forward, delta, dK/dV, dQ).
+
+NumPy's OpenBLAS runs on one thread in these tests (:func:`one_blas_thread`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,28 @@ try:
 except ImportError:  # no Triton: the kernel tests skip themselves
     kernel_launch = None
 
+try:
+    from threadpoolctl import threadpool_limits
+except ImportError:  # not installed: OpenBLAS keeps its threads
+    threadpool_limits = None
+
 MAX_COMPILES = 6  # per test, as counted for an sm_90 GPU
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_blas_thread():
+    """NumPy's OpenBLAS on one thread: the interpreter's ``tl.dot`` tiles (128x64 @ 64x64 and
+    the like) are each too small to share, and on a 2-core runner whose cores the other
+    pytest-xdist worker keeps busy, a second OpenBLAS thread spins waiting for its turn: a
+    tile product took ~8 ms of CPU instead of ~20 us (measured), and a GPU-tile-size test
+    7.2 CPU-s instead of 3.7. One thread also makes the interpreted products' rounding the
+    same on every machine: with two threads OpenBLAS splits some of these products
+    differently (Haswell kernels), as it would with sixteen on a larger machine."""
+    if threadpool_limits is None:
+        yield
+        return
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
 
 
 @pytest.fixture(autouse=True)

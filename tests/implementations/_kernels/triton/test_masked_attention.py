@@ -7,6 +7,7 @@ Without CUDA the kernels run in Triton's interpreter (``TRITON_INTERPRET=1``, se
 
 from __future__ import annotations
 
+import functools
 import os
 
 import pytest
@@ -461,6 +462,18 @@ def _has_unmasked_middle(mask: MaskSpec, n_q: int, n_k: int, block_m: int, block
     return False
 
 
+def _big_inputs(case: str) -> tuple[torch.Tensor, ...]:
+    _, (b, h, n_q, n_k, d) = BIG[case]
+    return make_qkv(b, h, n_q, n_k, d, seed=41)
+
+
+@functools.cache
+def _big_reference(case: str) -> torch.Tensor:
+    """The float64 output of a case's inputs (:func:`_big_inputs`), the same at every tile
+    size: computed once for the three."""
+    return reference_attention(*_big_inputs(case), BIG[case][0])
+
+
 @pytest.mark.parametrize("tiles", TILES, ids=[f"{m}x{n}" for m, n in TILES])
 @pytest.mark.parametrize("case", list(BIG))
 def test_gpu_tile_sizes_forward_and_gradients(case, tiles):
@@ -468,16 +481,17 @@ def test_gpu_tile_sizes_forward_and_gradients(case, tiles):
     take the tile sizes in turn), the interpreter's time being the CPU suite's."""
     if DEVICE == "cuda":
         pytest.skip("the GPU runs its own autotuned tiles")
-    mask, (b, h, n_q, n_k, d) = BIG[case]
+    mask, (_, _, n_q, n_k, _) = BIG[case]
     assert _has_unmasked_middle(mask, n_q, n_k, *tiles)
     backward = TILES.index(tiles) == list(BIG).index(case) % len(TILES)
-    q, k, v = (t.requires_grad_(backward) for t in make_qkv(b, h, n_q, n_k, d, seed=41))
+    q, k, v = (t.requires_grad_(backward) for t in _big_inputs(case))
     with attention_launches.interpreter_tiles(*tiles):
         out = masked_attention.triton_attention(q, k, v, mask)
         if backward:
             g = torch.randn(q.shape, generator=torch.Generator().manual_seed(42))
             grads = torch.autograd.grad(out, (q, k, v), g)
-    _check(out.detach(), q.detach(), k.detach(), v.detach(), mask, torch.float32)
+    result = output_agreement(out.detach(), _big_reference(case), torch.float32)
+    assert result["agree"], result
     if backward:
         result = grad_agreement(grads, reference_grads(q, k, v, g, mask), torch.float32)
         assert result["grad_agree"], result
@@ -631,6 +645,24 @@ BACKWARD_HOPPER = [(d, *pair, case) for i, (d, pair) in enumerate(
     for case in (GQA_CASE, ROTATING[i % len(ROTATING)])]
 
 
+def _backward_inputs(case: str, d: int) -> tuple[torch.Tensor, ...]:
+    """q, k, v and the output gradient of a backward case at head dim d (the case's own D
+    where it names one)."""
+    _, (b, h, n_q, n_k, dim), kv_heads = BACKWARD_CASES[case]
+    q, k, v = (t.to(DEVICE) for t in make_qkv(b, h, n_q, n_k, dim or d, kv_heads=kv_heads,
+                                              seed=63))
+    g = torch.randn(q.shape, generator=torch.Generator().manual_seed(64)).to(DEVICE)
+    return q, k, v, g
+
+
+@functools.cache
+def _backward_reference(case: str, d: int) -> tuple[torch.Tensor, ...]:
+    """The float64 gradients of a case's inputs (:func:`_backward_inputs`): computed once for
+    the pairs that share them (every pair at a head dim runs the GQA case)."""
+    q, k, v, g = _backward_inputs(case, d)
+    return reference_grads(q, k, v, g, BACKWARD_CASES[case][0])
+
+
 @pytest.mark.parametrize("d,dq_label,dkdv_label,case", BACKWARD_HOPPER,
                          ids=[f"d{d}-{a.replace(' ', '-')}-{b.replace(' ', '-')}-{c}"
                               for d, a, b, c in BACKWARD_HOPPER])
@@ -646,18 +678,16 @@ def test_backward_hopper_candidates_agree_with_float64(d, dq_label, dkdv_label, 
     forced = {kernel: next(c for c in candidate_configs(kernel, d, (9, 0))
                            if config_label(c) == label)
               for kernel, label in (("band_dq", dq_label), ("band_dkdv", dkdv_label))}
-    mask, (b, h, n_q, n_k, dim), kv_heads = BACKWARD_CASES[case]
-    shape = (b, h, n_q, n_k, dim or d)
-    q, k, v = (t.to(DEVICE).requires_grad_(True)
-               for t in make_qkv(*shape, kv_heads=kv_heads, seed=63))
+    mask = BACKWARD_CASES[case][0]
+    q, k, v, g = _backward_inputs(case, d)
+    q, k, v = (t.requires_grad_(True) for t in (q, k, v))
     launched = []
     with kernel_launch.forced(forced), kernel_launch.watching(launched.append):
         out = masked_attention.triton_attention(q, k, v, mask)
-        g = torch.randn(q.shape, generator=torch.Generator().manual_seed(64)).to(DEVICE)
         grads = torch.autograd.grad(out, (q, k, v), g)
-    result = grad_agreement(grads, reference_grads(q, k, v, g, mask), torch.float32)
+    result = grad_agreement(grads, _backward_reference(case, d), torch.float32)
     assert result["grad_agree"], result
-    addressable = shape[-1] != 59
+    addressable = q.shape[-1] != 59
     for kernel in forced:
         used = next(r for r in launched if r.name == kernel).config.kwargs
         assert bool(used.get("TMA")) == addressable, kernel
