@@ -33,7 +33,10 @@ region where the exponent of utilization along ``over`` is within ±plateau),
 ``saturation`` (default 0: off; an extra floor, a fraction of the bound that every row of the
 region must reach) and ``saturation_rule = "roofline" | "peak"`` (the bound utilization is a
 fraction of); ``min_x`` (a lower bound on ``over`` that the claim states, e.g. where its
-asymptotics start).
+asymptotics start); ``time_basis = "absolute" | "normalized"`` (a ``time_median_s`` claim:
+``normalized`` divides each timing pass's samples by the reference kernel's time in that pass,
+:mod:`harness.measure.refkernel`, so a machine whose speed shifts between passes, another
+tenant on the core's sibling, moves both and cancels; :func:`harness.analysis.frames.aggregate`).
 
 This module is the :class:`Claim` type and the parsing of the file, once;
 :mod:`harness.analysis.verdicts` judges each claim.
@@ -58,6 +61,7 @@ VERDICTS = ("confirmed", "refuted", "mixed", "holds in part", "inconclusive")
 BOUNDS = ("both", "upper", "lower")
 RATIOS = ("impl/baseline", "baseline/impl")
 CONCERNS = ("work", "device", "both")
+TIME_BASES = ("absolute", "normalized")
 CHEAPER = ("below", "above")
 PLATEAU = 0.15  # default: utilization is level where its exponent along the axis is within ±this
 SATURATION = 0.0  # default: no floor on utilization (the plateau rule decides)
@@ -102,6 +106,7 @@ class Claim:
     plateau: float = PLATEAU
     saturation: float = SATURATION
     saturation_rule: str = "roofline"
+    time_basis: str = "absolute"
 
     @property
     def timed(self) -> bool:
@@ -180,6 +185,7 @@ _CHOICES = {
     "concerns": CONCERNS,
     "work": ("flops", "bytes"),
     "saturation_rule": ("roofline", "peak"),
+    "time_basis": TIME_BASES,
 }
 
 
@@ -324,6 +330,8 @@ def _parse_one(entry: dict, at: str) -> Claim:
         fail("plateau", "must be in (0, 1): the utilization exponent band, e.g. 0.15")
     if "concerns" in values and values["concerns"] != "device" and not forms[0]:
         fail("concerns", "work verdicts are for exponent claims only")
+    if values.get("time_basis") == "normalized" and values["metric"] != "time_median_s":
+        fail("time_basis", "normalized time is for metric = \"time_median_s\"")
     if "min_x" in values:
         values["min_x"] = float(values["min_x"])
     return Claim(**values)

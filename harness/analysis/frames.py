@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from harness import scenarios
-from harness.measure.passes import split_samples
+from harness.measure.passes import point_estimate, split_samples
 from harness.scenarios import interface, packing
 from harness.scenarios.interface import FIELD_DEFAULTS
 from harness.schema import COLUMNS, POINT_COLUMNS
@@ -202,6 +202,36 @@ def _pass_samples(df: pd.DataFrame) -> pd.Series | None:
 
     pairs = zip(df["time_samples_s"], counts, strict=True)
     return pd.Series([split(s, c) for s, c in pairs], df.index)
+
+
+def normalized_time(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows with their time in the ``normalized`` basis (claims.py ``time_basis``): the
+    samples of each timing pass divided by the reference kernel's time in that pass
+    (``pass_ref_kernel_s``, :mod:`harness.measure.refkernel`) and multiplied by the median of
+    every row's reference times on that device (one scale for all the rows: seconds again, at
+    the run's typical machine speed, so ratios between rows and utilization keep their
+    meaning); ``time_median_s`` is their median of pass medians. A machine whose speed shifts
+    between passes (another tenant on the core's sibling) moves a pass's samples and its
+    reference alike, and the shift cancels. A row without a reference time for each of its
+    passes gets no time (NaN), so it is left out rather than mixed in unscaled."""
+    if not len(df) or "pass_ref_kernel_s" not in df.columns:
+        return df.assign(time_median_s=np.nan)
+    refs, per_pass = df["pass_ref_kernel_s"], _pass_samples(df)
+    devices = column(df, "device")
+    scale = {d: np.median([r for ref, dev in zip(refs, devices, strict=True) if dev == d
+                           and isinstance(ref, list) for r in ref] or [np.nan])
+             for d in set(devices)}
+    times, samples, counts = [], [], []
+    for passes, ref, dev in zip(per_pass if per_pass is not None else [None] * len(df), refs,
+                                devices, strict=True):
+        ok = isinstance(passes, list) and isinstance(ref, list) and len(ref) == len(passes) \
+            and all(isinstance(r, int | float) and r > 0 for r in ref)
+        scaled = [np.asarray(g, float) * (scale[dev] / r)
+                  for g, r in zip(passes, ref, strict=True) if len(g)] if ok else []
+        times.append(point_estimate(scaled) if scaled else np.nan)
+        samples.append([x for g in scaled for x in g.tolist()] if scaled else None)
+        counts.append([g.size for g in scaled] if scaled else None)
+    return df.assign(time_median_s=times, time_samples_s=samples, pass_samples=counts)
 
 
 def aggregate(df: pd.DataFrame, over: str, metric: str, keys: Sequence[str]) -> pd.DataFrame:

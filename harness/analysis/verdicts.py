@@ -40,7 +40,7 @@ from harness.analysis.evidence import (
     subject_rows,
 )
 from harness.analysis.exponents import device_groups, work_groups
-from harness.analysis.frames import select, with_derived
+from harness.analysis.frames import normalized_time, select, with_derived
 from harness.analysis.judging import combine, head, judge, judged
 from harness.analysis.ratios import crossover_groups, matched, ratio_groups
 from harness.measure.contention import contended_mask, notice
@@ -231,6 +231,8 @@ def evaluate(
     env.json) give the calibration that utilization needs; ``allow_contended`` lets rows
     measured under contention into time evidence."""
     common = _common(claim)
+    if claim.time_basis == "normalized":  # claims.py: time / the pass's reference kernel
+        df = normalized_time(df)
     rows = subject_rows(df, claim) if len(df) else df
     seen = len(rows)
     work = _work(claim, rows) if "work" in claim.aspects else {}

@@ -362,3 +362,48 @@ def test_crossover_keys_are_validated():
     with pytest.raises(CliError, match="relative_to = 'd_model': only crossover and ratio claims"):
         claim(expect_exponent=1.0, relative_to="d_model")
     assert absolute_crossover().relative_to is None and absolute_crossover().kind == "crossover"
+
+
+def shifting_rows(impl: str, seconds, seed: int, ns=NS) -> list[dict]:
+    """Rows of ``impl`` over ``ns`` timed in 3 passes on a machine whose speed shifts from pass
+    to pass (x0.7 to x1.6, fresh per point and pass, as another tenant on the core's sibling
+    does): every sample of a pass and the reference kernel's time in it scale alike."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for n in ns:
+        point = Point.of(impl, seq_len=n)
+        speed = rng.uniform(0.7, 1.6, 3)
+        passes = [list(seconds(n) * m * np.exp(rng.normal(0, 0.01, 8))) for m in speed]
+        flat = [s for p in passes for s in p]
+        out.append({**point.columns(), "status": "ok", "time_median_s": float(np.median(flat)),
+                    "time_samples_s": flat, "pass_samples": [8, 8, 8],
+                    "pass_ref_kernel_s": list(2e-3 * speed)})
+    return out
+
+
+def test_normalized_time_cancels_a_machine_whose_speed_shifts_between_passes():
+    """The same rows judged in both time bases: absolute time carries the shifts (an interval
+    too wide to decide), time / the pass's reference kernel does not (decided)."""
+    quadratic = pd.DataFrame(shifting_rows("full", lambda n: 1e-9 * n**2, seed=3))
+    slower = pd.DataFrame(shifting_rows("full", lambda n: 1.5e-9 * n**2, seed=4)
+                          + shifting_rows("sdpa", lambda n: 1e-9 * n**2, seed=5))
+    exponent = {"metric": "time_median_s", "expect_exponent": 2.0, "tolerance": 0.1}
+    ratio = {"metric": "time_median_s", "baseline": "sdpa", "expect_ratio_max": 1.1}
+    assert evaluate(claim(**exponent), quadratic).verdict == "inconclusive"
+    normalized = evaluate(claim(**exponent, time_basis="normalized"), quadratic)
+    assert normalized.verdict == "confirmed" and abs(normalized.measured - 2) < 0.02
+    assert evaluate(claim(**ratio), slower).verdict != "refuted"
+    normalized = evaluate(claim(**ratio, time_basis="normalized"), slower)
+    assert normalized.verdict == "refuted" and abs(normalized.measured - 1.5) < 0.05
+
+
+def test_normalized_time_is_for_the_median_time_and_needs_the_reference_times():
+    with pytest.raises(cl.ClaimsError, match="normalized time is for metric"):
+        claim(metric="peak_mem_bytes", expect_exponent=1.0, time_basis="normalized")
+    with pytest.raises(cl.ClaimsError, match="must be one of"):
+        claim(metric="time_median_s", expect_exponent=1.0, time_basis="relative")
+    rows = pd.DataFrame(shifting_rows("full", lambda n: 1e-6 * n, seed=3)).drop(
+        columns="pass_ref_kernel_s")
+    verdict = evaluate(claim(metric="time_median_s", expect_exponent=1.0,
+                             time_basis="normalized"), rows)
+    assert verdict.verdict == "inconclusive" and verdict.n_points == 0
