@@ -36,7 +36,8 @@ fraction of); ``min_x`` (a lower bound on ``over`` that the claim states, e.g. w
 asymptotics start); ``time_basis = "absolute" | "normalized"`` (a ``time_median_s`` claim:
 ``normalized`` divides each timing pass's samples by the reference kernel's time in that pass,
 :mod:`harness.measure.refkernel`, so a machine whose speed shifts between passes, another
-tenant on the core's sibling, moves both and cancels; :func:`harness.analysis.frames.aggregate`).
+tenant on the core's sibling, moves both and cancels;
+:func:`harness.analysis.frames.normalized_time`).
 
 This module is the :class:`Claim` type and the parsing of the file, once;
 :mod:`harness.analysis.verdicts` judges each claim.

@@ -213,25 +213,33 @@ def normalized_time(df: pd.DataFrame) -> pd.DataFrame:
     meaning); ``time_median_s`` is their median of pass medians. A machine whose speed shifts
     between passes (another tenant on the core's sibling) moves a pass's samples and its
     reference alike, and the shift cancels. A row without a reference time for each of its
-    passes gets no time (NaN), so it is left out rather than mixed in unscaled."""
-    if not len(df) or "pass_ref_kernel_s" not in df.columns:
-        return df.assign(time_median_s=np.nan)
-    refs, per_pass = df["pass_ref_kernel_s"], _pass_samples(df)
-    devices = column(df, "device")
-    scale = {d: np.median([r for ref, dev in zip(refs, devices, strict=True) if dev == d
-                           and isinstance(ref, list) for r in ref] or [np.nan])
-             for d in set(devices)}
-    times, samples, counts = [], [], []
-    for passes, ref, dev in zip(per_pass if per_pass is not None else [None] * len(df), refs,
-                                devices, strict=True):
-        ok = isinstance(passes, list) and isinstance(ref, list) and len(ref) == len(passes) \
-            and all(isinstance(r, int | float) and r > 0 for r in ref)
-        scaled = [np.asarray(g, float) * (scale[dev] / r)
-                  for g, r in zip(passes, ref, strict=True) if len(g)] if ok else []
-        times.append(point_estimate(scaled) if scaled else np.nan)
-        samples.append([x for g in scaled for x in g.tolist()] if scaled else None)
-        counts.append([g.size for g in scaled] if scaled else None)
-    return df.assign(time_median_s=times, time_samples_s=samples, pass_samples=counts)
+    passes gets no time (NaN), so it is left out rather than mixed in unscaled. Rows already
+    normalized (``attrs["time_basis"]``) come back as they are: claims judged one after
+    another over the same rows normalize them once."""
+    if df.attrs.get("time_basis") == "normalized":
+        return df
+    per_pass = _pass_samples(df) if "pass_ref_kernel_s" in df.columns else None
+    if not len(df) or per_pass is None:
+        out = df.assign(time_median_s=np.nan)
+    else:
+        refs = [ref if isinstance(ref, list) and len(ref) == len(passes or ())
+                and all(isinstance(r, int | float) and r > 0 for r in ref) else None
+                for ref, passes in zip(df["pass_ref_kernel_s"], per_pass, strict=True)]
+        devices = column(df, "device").tolist()
+        pooled: dict = {}
+        for ref, dev in zip(refs, devices, strict=True):
+            pooled.setdefault(dev, []).extend(ref or [])
+        scale = {dev: np.median(r) if r else np.nan for dev, r in pooled.items()}
+        times, samples, counts = [], [], []
+        for passes, ref, dev in zip(per_pass, refs, devices, strict=True):
+            scaled = [np.asarray(g, float) * (scale[dev] / r)
+                      for g, r in zip(passes, ref, strict=True) if len(g)] if ref else []
+            times.append(point_estimate(scaled) if scaled else np.nan)
+            samples.append([x for g in scaled for x in g.tolist()] if scaled else None)
+            counts.append([g.size for g in scaled] if scaled else None)
+        out = df.assign(time_median_s=times, time_samples_s=samples, pass_samples=counts)
+    out.attrs["time_basis"] = "normalized"
+    return out
 
 
 def aggregate(df: pd.DataFrame, over: str, metric: str, keys: Sequence[str]) -> pd.DataFrame:

@@ -329,7 +329,14 @@ def evaluate_all(
 ) -> list[Verdict]:
     """One :class:`Verdict` per claim, in the claims' order."""
     df = with_derived(df)  # once for every claim (frames.with_derived)
-    return [evaluate(c, df, envs, allow_contended=allow_contended) for c in claims]
+    normalized = None  # and time in the normalized basis once, for the claims judged in it
+    verdicts = []
+    for c in claims:
+        rows = df
+        if c.time_basis == "normalized":
+            normalized = rows = normalized_time(df) if normalized is None else normalized
+        verdicts.append(evaluate(c, rows, envs, allow_contended=allow_contended))
+    return verdicts
 
 
 def judge_claims(
