@@ -192,7 +192,10 @@ def _region_words(r: dict, over: str, first: bool) -> str:
 def along_axis(spans: list[dict], over: str) -> tuple[str, str]:
     """A ratio claim's verdict from its regions: confirmed (inside the band over the whole
     range), refuted (outside it over the whole range), holds in part (inside over part of
-    it), else inconclusive; and the regions in words."""
+    it), refuted too when it is outside over part of the range and on an edge over the rest
+    (a claim over a range holds at every point of it: one counterexample refutes it, as one
+    refuted group refutes a claim beside undecided ones), else inconclusive (on an edge
+    everywhere); and the regions in words."""
     where = {r["where"] for r in spans}
     words = "; ".join(_region_words(r, over, i == 0) for i, r in enumerate(spans))
     if where == {"inside"}:
@@ -201,6 +204,9 @@ def along_axis(spans: list[dict], over: str) -> tuple[str, str]:
         return "refuted", f"outside the claimed band over the whole range: {words}"
     if "inside" in where:
         return "holds in part", words
+    if where & {"above", "below"}:
+        return "refuted", (f"outside the claimed band over part of the range, on an edge over "
+                           f"the rest (a counterexample refutes it): {words}")
     return "inconclusive", f"interval spans the claim along {over}: {words}"
 
 

@@ -63,6 +63,9 @@ def claim(**kw) -> cl.Claim:
         (lambda n: 0.5, 0.01, "refuted"),
         (lambda n: 0.8, 0.05, "inconclusive"),  # on the floor: the noise decides nothing
         (lambda n: 0.9 if n >= 4096 else 0.6, 0.01, "holds in part"),
+        # on the floor at the short lengths, clearly under it at the long ones: a
+        # counterexample, so refuted although the short lengths decide nothing
+        (lambda n: 0.8 if n <= 2048 else 0.5, 0.05, "refuted"),
     ],
 )
 def test_a_floor_on_a_timed_column(fraction, noise, verdict):
@@ -71,6 +74,10 @@ def test_a_floor_on_a_timed_column(fraction, noise, verdict):
     assert got.expected == "bw_fraction >= 0.8"
     if verdict == "inconclusive":  # the interval holds the floor: it is the noise, not a miss
         assert got.ci_low < 0.8 < got.ci_high
+    wheres = [r["where"] for r in got.regions]
+    if "straddles" in wheres and verdict == "refuted":
+        assert wheres == ["straddles", "below"], got.regions
+        assert "over part of the range, on an edge over the rest" in got.reason
 
 
 def test_a_ceiling_on_the_time_and_the_interval_from_the_samples():

@@ -208,6 +208,10 @@ def speedup_rows(speedup) -> pd.DataFrame:
          ["holds at seq_len 1024..2048 (", "); above from 3072 (4.9"]),
         (lambda n: 1.0 if n <= 1536 else 3.0 if n <= 4096 else 6.0, "holds in part",
          ["below at seq_len 1024..1536 (", "); holds at 2048..4096 (", "); above from 6144 ("]),
+        # on the band's upper edge up to 2048, above it from 3072: refuted over part of the range
+        (lambda n: 4.0 if n <= 2048 else 6.0, "refuted",
+         ["outside the claimed band over part of the range, on an edge over the rest",
+          "on an edge at seq_len 1024..2048 (", "); above from 3072 (5.9"]),
     ],
 )
 def test_a_ratio_claim_says_where_along_the_axis_it_holds(speedup, verdict, words):
