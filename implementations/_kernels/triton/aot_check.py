@@ -24,6 +24,7 @@ table) and the CPU tests (one config per kernel).
 from __future__ import annotations
 
 import multiprocessing
+import os
 import re
 import time
 from dataclasses import asdict, dataclass
@@ -32,7 +33,7 @@ import torch
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.runtime import driver
-from triton.runtime.cache import triton_key
+from triton.runtime.cache import get_cache_manager, triton_key
 
 from harness.masks import MaskSpec
 from implementations._kernels.triton import (
@@ -170,6 +171,7 @@ class Compiled:
     bulk_tensor: int  # PTX cp.async.bulk.tensor instructions
     setmaxnreg: int  # SASS USETMAXREG: warp groups re-balancing registers (warp-specialized)
     seconds: float
+    cache_entry: str  # its folder in Triton's cache (TRITON_CACHE_DIR): a key of what compiled
 
     @property
     def masked_ratio(self) -> float | None:
@@ -329,6 +331,7 @@ def _compile(launch: Launch, index: int, target: str, workload: str) -> tuple[di
         smem_bytes=int(kernel.metadata.shared), smem_limit=SMEM_LIMIT[capability],
         bulk_tensor=kernel.asm["ptx"].count("cp.async.bulk.tensor"),
         seconds=round(time.perf_counter() - start, 2),
+        cache_entry=os.path.basename(get_cache_manager(kernel.hash).cache_dir),
     )
     return fields, cubin.code_section(kernel.asm["cubin"])
 
