@@ -272,6 +272,13 @@ class PointCost:
         raise NotImplementedError
 
     @property
+    def executed_bytes(self) -> float:
+        """Bytes the timed call really moves at least once: its compulsory bytes, or more for
+        an implementation that reads work it then masks (a decode step on the padded batch
+        reads B·max slots of K/V): the bytes its ``executed_flops`` come with on a roofline."""
+        return self.compulsory_bytes
+
+    @property
     def call_bytes(self) -> int:
         """Predicted peak bytes the timed call allocates beyond its live inputs (what
         ``peak_mem_bytes`` measures)."""
@@ -306,11 +313,12 @@ class PointCost:
         return 0
 
     def timed_work(self, column: str, kind: str) -> float:
-        """FLOPs (``kind="flops"``) or compulsory bytes (``"bytes"``) of what the time column
-        ``column`` times; ValueError for a column this scenario does not time."""
+        """Executed FLOPs (``kind="flops"``) or executed bytes (``"bytes"``) of what the time
+        column ``column`` times, a pair of one call (a roofline's intensity is their ratio);
+        ValueError for a column this scenario does not time."""
         if column != "time_median_s":
             raise ValueError(f"no work model for metric {column!r}")
-        return self.executed_flops if kind == "flops" else self.compulsory_bytes
+        return self.executed_flops if kind == "flops" else self.executed_bytes
 
     def work(self, metric: str, kind: str = "flops") -> float:
         """The analytic work behind a row's ``metric``: the timed call's FLOPs or compulsory

@@ -22,7 +22,8 @@ the tolerance.
 Cost: useful FLOPs 4·H·D per kept (query, key) pair; executed: every score of the q_per_step
 queries against the real keys (Σ lengths), or against B·max for a path that pads
 (``Paged.padded``). ``step_bytes``: the K/V bytes of the real tokens (no padding: FlashInfer's
-definition of bandwidth utilisation) plus the queries read and the outputs written.
+definition of bandwidth utilisation) plus the queries read and the outputs written; the bytes a
+padded path executes (``executed_bytes``, its roofline's) count B·max slots.
 """
 
 from __future__ import annotations
@@ -124,6 +125,17 @@ class AttentionStepCost(PointCost):
     @property
     def compulsory_bytes(self) -> float:
         return float(self.step_bytes)
+
+    @cached_property
+    def executed_bytes(self) -> float:
+        """The K/V slots the call reads, B·max for a path that pads (its executed FLOPs' keys;
+        the roofline of the padded step is then its own, not that of Σ bytes at B·max FLOPs),
+        plus the queries read and the outputs written."""
+        if not self.padded:
+            return self.compulsory_bytes
+        p = self.point
+        q_bytes = p.batch * p.settings.q_per_step * p.heads * p.head_dim * itemsize(p.dtype)
+        return float(self.kv_row * p.batch * max(self.lengths) + 2 * q_bytes)
 
     @cached_property
     def pages(self) -> int:

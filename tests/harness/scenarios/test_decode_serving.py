@@ -156,6 +156,14 @@ def test_executed_work_follows_the_real_tokens_or_the_padded_batch():
     assert ragged_.executed_flops == 4 * 8 * 59 * 613
     assert padded.executed_flops == 4 * 8 * 59 * 4 * 513
     assert ragged_.useful_flops == padded.useful_flops == ragged_.executed_flops
+    # the bytes a call moves follow its keys alike (its roofline); step_bytes stays the real
+    # tokens' for both (FlashInfer's bandwidth)
+    q_bytes = 2 * 4 * 8 * 59 * 4
+    kv_row = 2 * ragged_.point.kv_heads * 59 * 4
+    assert ragged_.executed_bytes == ragged_.step_bytes == kv_row * 613 + q_bytes
+    assert padded.executed_bytes == kv_row * 4 * 513 + q_bytes
+    assert padded.step_bytes == ragged_.step_bytes
+    assert padded.timed_work("time_median_s", "bytes") == padded.executed_bytes
 
 
 def test_fused_and_plugin_paths_say_why_they_cannot_run_here():
