@@ -10,6 +10,7 @@ is the same bootstrap for ratios of two implementations at matched points.
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 
@@ -126,14 +127,19 @@ _FITS_KEPT = 4096
 
 
 def _key(xs, ys, picked, sigma, order, settings: tuple) -> tuple | None:
-    """The inputs of a fit as a hashable value (the points' bytes, each point's samples pass
-    by pass, its sigma), or None when some are not numbers (then the fit is not kept)."""
+    """The inputs of a fit as a small hashable value (a digest of the points' bytes, each
+    point's samples pass by pass and its sigma; the settings), or None when some are not
+    numbers (then the fit is not kept)."""
     try:
         samples = None if picked is None else tuple(_frozen(s) for s in picked)
         sigmas = None if sigma is None else np.asarray(sigma, float)[order].tobytes()
     except (TypeError, ValueError):
         return None
-    return xs.tobytes(), ys.tobytes(), samples, sigmas, settings
+    digest = hashlib.blake2b(repr((samples, sigmas)).encode(), digest_size=20)
+    digest.update(xs.tobytes())
+    digest.update(b"|")
+    digest.update(ys.tobytes())
+    return digest.digest(), len(xs), settings
 
 
 def _frozen(s) -> object:
