@@ -10,6 +10,8 @@ is the same bootstrap for ratios of two implementations at matched points.
 
 from __future__ import annotations
 
+import hashlib
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -101,8 +103,59 @@ def fit_exponent(
     nan = float("nan")
     if len(xs) < 2:
         return Fit(nan, nan, nan, nan, nan, model, len(xs), len(xs_all), nan, nan, nan, "none")
-    rng = np.random.default_rng(seed)
     picked = None if samples is None else [samples[i] for i in order]
+    key = _key(xs, ys, picked, sigma, order,
+               (sample_power, model, min_points, n_boot, level, seed, whole, len(xs_all)))
+    if key is not None and key in _FITS:
+        _FITS.move_to_end(key)
+        return _FITS[key]
+    fit = _fit(xs, ys, picked, sigma, order, sample_power, model, min_points, n_boot, level,
+               seed, whole, len(xs_all))
+    if key is not None:
+        _FITS[key] = fit
+        if len(_FITS) > _FITS_KEPT:
+            _FITS.popitem(last=False)
+    return fit
+
+
+# Fits already made, by their inputs: every claim over the same rows and axis (the claims of
+# one implementation, ``claims`` and ``report`` over one run, a plateau's candidate regions
+# tried again for the next claim) fits the same points with the same seed. A fit is a
+# function of its inputs and a frozen value, so the stored one is the one a refit would give.
+_FITS: OrderedDict[tuple, Fit] = OrderedDict()
+_FITS_KEPT = 4096
+
+
+def _key(xs, ys, picked, sigma, order, settings: tuple) -> tuple | None:
+    """The inputs of a fit as a small hashable value (a digest of the points' bytes, each
+    point's samples pass by pass and its sigma; the settings), or None when some are not
+    numbers (then the fit is not kept)."""
+    try:
+        samples = None if picked is None else tuple(_frozen(s) for s in picked)
+        sigmas = None if sigma is None else np.asarray(sigma, float)[order].tobytes()
+    except (TypeError, ValueError):
+        return None
+    digest = hashlib.blake2b(repr((samples, sigmas)).encode(), digest_size=20)
+    digest.update(xs.tobytes())
+    digest.update(b"|")
+    digest.update(ys.tobytes())
+    return digest.digest(), len(xs), settings
+
+
+def _frozen(s) -> object:
+    """One point's samples (None, a flat list or a list of passes) as bytes per pass."""
+    if s is None:
+        return None
+    if len(s) and isinstance(s[0], list | tuple | np.ndarray):
+        return ("passes", *(np.asarray(g, float).tobytes() for g in s))
+    return ("flat", np.asarray(s, float).tobytes())
+
+
+def _fit(xs, ys, picked, sigma, order, sample_power, model, min_points, n_boot, level, seed,
+         whole, n_total) -> Fit:
+    """:func:`fit_exponent` over the points kept, x-sorted (``order`` indexes ``sigma``)."""
+    nan = float("nan")
+    rng = np.random.default_rng(seed)
     ratios = None if picked is None else sample_medians(picked, n_boot, rng)
     sigma2 = _sigma2(ratios, sigma, order, len(xs))
     start, chosen = _region(xs, ys, sigma2, model, min_points, whole)
@@ -123,7 +176,7 @@ def fit_exponent(
         lo, hi = min(lo, alt[4]), max(hi, alt[5])
         method += ", both models"
     return Fit(
-        p, lo, hi, float(np.exp(la)), c, chosen, k, len(xs_all), float(xr[0]), float(xr[-1]),
+        p, lo, hi, float(np.exp(la)), c, chosen, k, n_total, float(xr[0]), float(xr[-1]),
         _r_squared(yr, resid), method,
     )
 
