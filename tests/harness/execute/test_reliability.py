@@ -29,7 +29,8 @@ from tests.conftest import calibrated_children_env, calibrated_cli_argv
 pytestmark = pytest.mark.usefixtures("calibrated_once")
 
 ROOT = Path(__file__).resolve().parents[3]
-MEASURE = "[measure]\nbudget_s = 0.05\nmin_samples = 3\nwarmup_calls = 1\nthreads = 2\n"
+# the points here are timed only to have rows: each pass's budget as short as the timing allows
+MEASURE = "[measure]\nbudget_s = 0.02\nmin_samples = 3\nwarmup_calls = 1\nthreads = 2\n"
 HEAD = 'name = "rel"\nscenario = "attention"\n'
 
 # A plug-in installed the way third parties install one: a distribution with an entry point in
