@@ -81,22 +81,49 @@ if [ -n "${PYTHON:-}" ]; then PY=$PYTHON
 elif [ -x "$ROOT/.venv/bin/python" ]; then PY=$ROOT/.venv/bin/python
 else PY=$(command -v python3 || command -v python || echo python3)
 fi
-why=$("$PY" -c 'import torch, pytest' 2>&1) || {
-  echo "proof: $PY cannot run the proof (${why##*$'\n'});" \
+# What the proof needs to know of that Python, asked in one start (each start imports torch:
+# seconds of CPU): torch and pytest import, pytest-benchmark and pytest-xdist (>= 3.2 for work
+# stealing) are there or not, and whether torch sees a CUDA GPU. Its last line carries them.
+facts=$("$PY" - 2>&1 <<'PY'
+import importlib
+
+import pytest  # noqa: F401  (the proof runs pytest)
+import torch
+
+
+def present(name):
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
+
+
+xdist = present("xdist")
+try:
+    steal = xdist is not None and tuple(map(int, xdist.__version__.split(".")[:2])) >= (3, 2)
+except ValueError:
+    steal = False
+print("proof-facts", int(present("pytest_benchmark") is not None), int(xdist is not None),
+      int(steal), int(torch.cuda.is_available()), torch.__version__)
+PY
+) || {
+  echo "proof: $PY cannot run the proof (${facts##*$'\n'});" \
     "set PYTHON= or set up .venv as README.md says" >&2
   exit 2
 }
+read -r tag HAS_BENCH HAS_XDIST HAS_STEAL HAS_CUDA TORCH_VERSION <<<"${facts##*$'\n'}"
+[ "$tag" = proof-facts ] || {
+  echo "proof: $PY cannot run the proof (it answered: ${facts##*$'\n'})" >&2; exit 2; }
 
 # pyproject's addopts carry --benchmark-disable, which pytest rejects (exit 4, nothing run)
 # where pytest-benchmark is not installed: replace them, and disable the plugin only if present
 PYTEST_OPTS=(-o "addopts=-p no:cacheprovider" -p no:randomly)
-"$PY" -c "import pytest_benchmark" >/dev/null 2>&1 && PYTEST_OPTS+=(--benchmark-disable)
+[ "$HAS_BENCH" = 1 ] && PYTEST_OPTS+=(--benchmark-disable)
 XDIST=()
-"$PY" -c "import xdist" >/dev/null 2>&1 && XDIST=(-n auto)
+[ "$HAS_XDIST" = 1 ] && XDIST=(-n auto)
 # work stealing (pytest-xdist >= 3.2): an idle worker takes queued tests from a busy one; with
 # the compile-heavy tests first (tests/conftest.py) the run does not wait on one worker's queue
-"$PY" -c "import xdist, sys; sys.exit(tuple(map(int, xdist.__version__.split('.')[:2])) < (3, 2))" \
-  >/dev/null 2>&1 && XDIST+=(--dist worksteal)
+[ "$HAS_STEAL" = 1 ] && XDIST+=(--dist worksteal)
 PARALLEL=(-m "cuda and not gpu_alone" tests)
 SERIAL=(-m "cuda and gpu_alone" tests)
 
@@ -122,13 +149,11 @@ if [ "$DRY" -eq 1 ]; then
   exit 0
 fi
 
-why=$("$PY" - 2>&1 <<'PY'
-import torch
-if not torch.cuda.is_available():
-    raise SystemExit(f"no CUDA GPU here (torch {torch.__version__}: torch.cuda.is_available() "
-                     "is False); nothing to prove (--dry-run lists the tests)")
-PY
-) || { echo "proof: ${why##*$'\n'}" >&2; exit 2; }
+[ "$HAS_CUDA" = 1 ] || {
+  echo "proof: no CUDA GPU here (torch $TORCH_VERSION: torch.cuda.is_available() is False);" \
+    "nothing to prove (--dry-run lists the tests)" >&2
+  exit 2
+}
 mkdir -p "$OUT" || { echo "proof: cannot create $OUT" >&2; exit 2; }
 OUT=$(cd "$OUT" && pwd)
 BESIDE=""  # where the files a reader opens first go: beside the archive

@@ -14,18 +14,19 @@ cap or did not fit, a test failed, or a measured row is neither ok nor skipped.
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import sys
 import warnings
 import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from harness.results import load_rows
 
 TEST_STEPS = ("tests-parallel", "tests-serial")
 # a verdict that decides (the claim holds, fails, or holds over part of its range); the rest
@@ -38,9 +39,11 @@ def steps(out: Path) -> tuple[list[str], int]:
     path = out / "steps.tsv"
     if not path.exists():
         return ["no steps.tsv: the proof did not start"], 1
-    table = pd.read_csv(path, sep="\t", dtype=str).fillna("")
+    with path.open(newline="") as fh:
+        table = [{k: v or "" for k, v in row.items()}  # a missing field reads as empty
+                 for row in csv.DictReader(fh, delimiter="\t")]
     lines, bad = [], 0
-    for _, s in table.iterrows():
+    for s in table:
         note = f" ({s['note']})" if s["note"] else ""
         lines.append(f"  {s['step']:<34} {s['status']:<20} {s['seconds']:>4} s of cap "
                      f"{s['cap_s']} s{note}")
@@ -79,6 +82,10 @@ def run_rows(out: Path, name: str) -> tuple[list[str], int, pd.DataFrame | None]
     folder = out / name
     if not (folder / "rows.jsonl").exists() and not (folder / "passes.jsonl").exists():
         return [f"{name}: no rows"], 1, None
+    # pandas and the harness only where there are rows to read (a second of the summary's
+    # start otherwise)
+    from harness.results import load_rows
+
     with warnings.catch_warnings():  # an interrupted run's partial rows are counted below
         warnings.simplefilter("ignore")
         rows = load_rows(folder)

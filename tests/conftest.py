@@ -291,6 +291,22 @@ def calibration_prelude() -> str:
     )
 
 
+CALIBRATED_SITE = os.path.join(os.path.dirname(__file__), "calibrated_site")
+
+
+def calibrated_children_env(env: dict | None = None) -> dict:
+    """``env`` (default: this process's) for a process whose own children or workers run
+    points (an isolated run's forkserver, Ray workers, submitit jobs): with
+    ``tests/calibrated_site`` on PYTHONPATH, every such process gets :func:`measured_once`'s
+    CPU calibration as the processes of :func:`calibration_prelude` do. For tests of what those
+    processes do, not of the calibration."""
+    env = dict(os.environ if env is None else env)
+    env["ATTNBENCH_TEST_CALIBRATION"] = json.dumps(measured_once("cpu"))
+    env["PYTHONPATH"] = os.pathsep.join(
+        [CALIBRATED_SITE, *filter(None, [env.get("PYTHONPATH")])])
+    return env
+
+
 def calibrated_cli_argv(*args: str) -> list[str]:
     """argv of ``attnbench ARGS`` in a fresh process, calibrated by
     :func:`calibration_prelude`."""

@@ -113,7 +113,8 @@ def run_on_slurm(
         by_job = {job.job_id: spec for job, spec in zip(jobs, todo, strict=True)}
         print(f"attnbench: submitted {len(jobs)} shard job(s): {', '.join(by_job)}")
         failures = {}
-        for job in submitit.helpers.as_completed(jobs, poll_frequency=1 if local else 15):
+        # a local job's state is its process's: cheap to poll often
+        for job in submitit.helpers.as_completed(jobs, poll_frequency=0.2 if local else 15):
             spec = by_job[job.job_id]
             error = job.exception()
             if error is None:

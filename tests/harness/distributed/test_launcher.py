@@ -14,6 +14,7 @@ import torch
 from harness.cli import main
 from harness.results import ROWS_FILE, iter_rows, load_env, write_env
 from harness.sweep.suite import load_suite
+from tests.conftest import calibrated_children_env
 from tests.harness.distributed.test_shard import SUITE_48
 
 # test_shard's suite, smaller: 16 points (8 timed: sdpa; 8 skipped in a moment: xformers on a
@@ -49,8 +50,20 @@ def suite_ids(suite_file: Path) -> set[str]:
     return {p.point_id for p in load_suite(suite_file).points}
 
 
+@pytest.fixture(scope="module", autouse=True)
+def calibrated_workers():
+    """The shards' processes (Ray workers, submitit jobs) get this process's CPU calibration
+    instead of measuring one each (tests/calibrated_site): the launchers are tested here, not
+    the calibration. Set before the Ray cluster starts: its workers inherit this environment."""
+    with pytest.MonkeyPatch.context() as patch:
+        env = calibrated_children_env()
+        for name in ("ATTNBENCH_TEST_CALIBRATION", "PYTHONPATH"):
+            patch.setenv(name, env[name])
+        yield
+
+
 @pytest.fixture(scope="module")
-def ray_cluster():
+def ray_cluster(calibrated_workers):
     ray = pytest.importorskip("ray", reason="the dist extra (ray) is not installed")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray

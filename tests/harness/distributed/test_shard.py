@@ -32,7 +32,8 @@ pytestmark = pytest.mark.usefixtures("calibrated_once")  # tests/conftest.py: th
 # the command, not the device calibration
 
 # 48 points: 12 tiny sdpa points are measured; the other 36 are outside their implementation's
-# declared capabilities on CPU and become "skipped" rows at once (real rows, fast tests).
+# declared capabilities on CPU and become "skipped" rows at once (real rows, fast tests). One
+# timing pass: shards split, run, resume and merge points; how passes combine is tested apart.
 SUITE_48 = """
 name = "shard-48"
 scenario = "attention"
@@ -50,6 +51,7 @@ heads = [1, 2]
 budget_s = 0.02
 min_samples = 3
 check = "full"
+passes = 1
 """
 # The same points written in another order (implementations and sweep values reversed).
 SUITE_48_REORDERED = (

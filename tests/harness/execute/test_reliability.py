@@ -22,14 +22,15 @@ from harness.measure.device import get_device
 from harness.results import ROWS_FILE, load_rows
 from harness.scenarios.interface import Point, cost_of, point_from_row
 from harness.sweep.suite import MeasureConfig, load_suite
-from tests.conftest import calibrated_cli_argv
+from tests.conftest import calibrated_children_env, calibrated_cli_argv
 
 # The runs here test failure and recovery, not the device calibration: in this process and in
 # the CLI processes they start, a run gets the one this test process measured (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("calibrated_once")
 
 ROOT = Path(__file__).resolve().parents[3]
-MEASURE = "[measure]\nbudget_s = 0.05\nmin_samples = 3\nwarmup_calls = 1\nthreads = 2\n"
+# the points here are timed only to have rows: each pass's budget as short as the timing allows
+MEASURE = "[measure]\nbudget_s = 0.02\nmin_samples = 3\nwarmup_calls = 1\nthreads = 2\n"
 HEAD = 'name = "rel"\nscenario = "attention"\n'
 
 # A plug-in installed the way third parties install one: a distribution with an entry point in
@@ -75,8 +76,8 @@ def poison(q, k, v, mask, scale=None):
 
 
 @pytest.fixture(scope="module")
-def plugin_env(tmp_path_factory) -> dict:
-    """Environment for CLI subprocesses that have the crashing test implementations."""
+def plugin_site(tmp_path_factory) -> Path:
+    """A folder holding the crashing test implementations' distribution."""
     site = tmp_path_factory.mktemp("site")
     (site / "attnbench_crashers.py").write_text(PLUGIN)
     info = site / "attnbench_crashers-0.1.dist-info"
@@ -87,11 +88,19 @@ def plugin_env(tmp_path_factory) -> dict:
     (info / "entry_points.txt").write_text(
         "[attnbench.implementations]\ncrashers = attnbench_crashers\n"
     )
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])}
+    return site
+
+
+@pytest.fixture(scope="module")
+def plugin_env(plugin_site) -> dict:
+    """Environment for CLI subprocesses that have the crashing test implementations; an
+    isolated run's children get this process's calibration too (tests/calibrated_site)."""
+    return calibrated_children_env(
+        {**os.environ, "PYTHONPATH": os.pathsep.join([str(plugin_site), str(ROOT)])})
 
 
 @pytest.fixture
-def crashers_here(plugin_env, monkeypatch):
+def crashers_here(plugin_site, monkeypatch):
     """The crashing plug-ins' distribution found by this process's registry too, for this test
     only (registry and plug-in state copied, the module dropped afterwards): for a command
     that must know their names but runs none of them here (a resume with nothing left)."""
@@ -102,7 +111,7 @@ def crashers_here(plugin_env, monkeypatch):
                          (registry, "_CONTRACT"), (registry, "_LOAD_ERRORS"),
                          (plugins, "_LOADED"), (plugins, "_DIGESTS")):
         monkeypatch.setattr(module, name, dict(getattr(module, name)))
-    monkeypatch.syspath_prepend(plugin_env["PYTHONPATH"].split(os.pathsep)[0])
+    monkeypatch.syspath_prepend(str(plugin_site))
     monkeypatch.setattr(registry, "_loaded", False)  # the next lookup finds the entry point
     import torch
     import torch.nn.functional as F
@@ -468,8 +477,8 @@ def test_isolated_sweep_survives_segfault_abort_and_hang(tmp_path, plugin_env):
         "--out",
         str(out),
         "--isolate",
-        "--point-timeout",
-        "10",
+        "--point-timeout",  # a point's child here takes ~0.5 s (load 3): 10x that
+        "5",
         "--no-progress",
         env=plugin_env,
     )

@@ -36,7 +36,8 @@ glibc_only = pytest.mark.skipif(
 )
 
 # Run in a fresh interpreter (the allocator's state is per process): make the CPU device as a
-# run does, then allocate, touch, free and reallocate one BLOCK; report glibc's counters.
+# run does, then for each block size in turn allocate, touch, free and reallocate one block;
+# report glibc's counters for each.
 PROBE = """
 import json, resource, torch
 from harness.measure.allocator import mallinfo
@@ -44,11 +45,8 @@ from harness.measure.device import CpuDevice
 
 torch.set_num_threads(1)  # every page is touched by this thread, whose faults are counted
 device = CpuDevice()
-floats = {block} // 4
-if {settle}:  # a block freed from mmap raises glibc's moving threshold: the history a run has
-    torch.empty(floats).fill_(1.0)
 
-def cycle():
+def cycle(floats):
     faults = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
     x = torch.empty(floats).fill_(1.0)
     held = mallinfo()
@@ -56,20 +54,25 @@ def cycle():
     freed = mallinfo()
     return (resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - faults, held, freed)
 
-_, held, freed = cycle()
-faults = [cycle()[0] for _ in range(3)]
-print(json.dumps({{"state": device.malloc_tuning, "mmapped_while_held": held["hblkhd"],
-                   "heap_kept_after_free": freed["arena"], "heap_while_held": held["arena"],
-                   "later_cycle_faults": faults}}))
+found = {{}}
+for block in {blocks}:
+    _, held, freed = cycle(block // 4)
+    faults = [cycle(block // 4)[0] for _ in range(3)]
+    found[block] = {{"state": device.malloc_tuning, "mmapped_while_held": held["hblkhd"],
+                    "heap_kept_after_free": freed["arena"], "heap_while_held": held["arena"],
+                    "later_cycle_faults": faults}}
+print(json.dumps(found))
 """
 
 
-def probe(malloc_env: str | None, block: int = BLOCK, settle: bool = False) -> dict:
+def probe(malloc_env: str | None, *blocks: int) -> dict[int, dict]:
+    """Block size -> what :data:`PROBE` found for it, the blocks probed in the order given in
+    one fresh process."""
     env = {k: v for k, v in os.environ.items() if k != allocator.MALLOC_ENV}
     if malloc_env is not None:
         env[allocator.MALLOC_ENV] = malloc_env
     out = subprocess.run(
-        [sys.executable, "-c", PROBE.format(block=block, settle=settle)],
+        [sys.executable, "-c", PROBE.format(blocks=list(blocks))],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -77,17 +80,25 @@ def probe(malloc_env: str | None, block: int = BLOCK, settle: bool = False) -> d
         check=True,
         timeout=300,
     )
-    return json.loads(out.stdout)
+    return {int(block): found for block, found in json.loads(out.stdout).items()}
+
+
+@pytest.fixture(scope="module")
+def tuned() -> dict[int, dict]:
+    """The tuned state's probe of both sizes, in one process (each process imports torch:
+    seconds): BLOCK first, in a fresh process as a run's first such block; then LARGE, whose
+    fate the tuned state fixes whatever came before (a fixed threshold does not move)."""
+    return probe(None, BLOCK, LARGE)
 
 
 @glibc_only
-def test_tuned_a_block_under_32_mib_comes_from_the_heap_and_stays_there():
+def test_tuned_a_block_under_32_mib_comes_from_the_heap_and_stays_there(tuned):
     """Tuned: a 16 MiB block (one n = 1024 score matrix) is heap memory, not mmapped, and the
     heap keeps it after free. Whether the next such block reuses those pages is not asserted:
     under CPU contention torch's block sometimes lands 16 MiB + 128 B higher each cycle (a
     small allocation taken from the freed block's tail), in fresh pages (docs/noise.md, what
     the tuning does not fix)."""
-    found = probe(None)
+    found = tuned[BLOCK]
     assert found["state"] == allocator.TUNED
     assert found["mmapped_while_held"] < BLOCK
     assert found["heap_kept_after_free"] >= BLOCK
@@ -98,16 +109,16 @@ def test_untuned_the_first_such_block_is_mmapped():
     """The control: glibc as it comes starts with a 128 KiB threshold, so a fresh process's
     first 16 MiB block is mmapped (its later ones depend on what was freed before: the two
     modes), and the tuned test above would fail if tune() changed nothing."""
-    found = probe("default")
+    found = probe("default", BLOCK)[BLOCK]
     assert found["state"] == allocator.DEFAULT
     assert found["mmapped_while_held"] >= BLOCK
 
 
 @glibc_only
-def test_tuned_a_block_of_32_mib_or_more_is_still_mmapped():
+def test_tuned_a_block_of_32_mib_or_more_is_still_mmapped(tuned):
     """The boundary: from 32 MiB up a block comes from mmap in the tuned state too (fresh pages
     every call, as glibc always gave a block that large), so the heap never holds one."""
-    found = probe(None, LARGE)
+    found = tuned[LARGE]
     assert found["state"] == allocator.TUNED
     assert found["mmapped_while_held"] >= LARGE
 
