@@ -59,12 +59,18 @@ def _waits_for_another_thread() -> None:
 @pytest.mark.parametrize("fn", [_sleeps, _waits_for_another_thread])
 def test_a_samples_cpu_time_leaves_out_the_wait(fn, one_thread) -> None:
     """Wall time holds the wait (at least SLEEP_S a call), CPU time does not: below a quarter
-    of it (a clock that read wall time, or the whole process's CPU time, fails)."""
+    of it in the median sample (a clock that read wall time, or the whole process's CPU time,
+    fails every sample). The median, not every sample: one sample over a quarter was seen
+    once, in a full run of the suite at load ~2.5 on the 2-core virtual machine, and never
+    in 200 runs beside two busy loops; a cause that fits is a host that takes the vCPU
+    while this thread is on it, time the guest then charges to the thread."""
     config = TimingConfig(budget_s=0.05, min_samples=3, max_samples=5, min_sample_s=0.0)
     m = measure(fn, CpuDevice(), config)
     assert len(m.cpu_samples) == len(m.samples) >= 3
     assert min(m.samples) >= SLEEP_S
-    assert all(0 <= c < w / 4 for c, w in zip(m.cpu_samples, m.samples, strict=True))
+    assert min(m.cpu_samples) >= 0
+    ratios = [c / w for c, w in zip(m.cpu_samples, m.samples, strict=True)]
+    assert float(np.median(ratios)) < 0.25, ratios
     cols = m.columns()
     assert cols["cpu_time_samples_s"] == list(m.cpu_samples)
     assert cols["cpu_time_median_s"] == pytest.approx(float(np.median(m.cpu_samples)))
