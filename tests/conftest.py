@@ -86,22 +86,27 @@ HEAVY_FILES = (
     # 117 compiles on 2 processes: 120-180 s in a fresh checkout, 15 s once pytest's cache
     # holds them (test_aot_check.triton_cache); first, for a fresh checkout's run
     "tests/implementations/_kernels/triton/test_aot_check.py",
-    "tests/harness/render/test_report.py",  # 192 s
-    "tests/harness/execute/test_reliability.py",  # 177 s
-    "tests/implementations/_kernels/triton/test_feature_attention.py",  # 162 s
-    "tests/benchmarks/test_gpu_scripts.py",  # 153 s
-    "tests/benchmarks/test_kernel_sweep.py",  # 116 s
-    "tests/harness/distributed/test_launcher.py",  # 84 s
-    "tests/harness/analysis/test_plateau.py",  # 73 s
-    "tests/harness/distributed/test_shard.py",  # 52 s
-    "tests/harness/analysis/test_packing_claims.py",  # 44 s
+    "tests/implementations/_kernels/triton/test_masked_attention.py",  # 67 s
+    "tests/harness/execute/test_reliability.py",  # 56 s
+    "tests/harness/render/test_report.py",  # 52 s
+    "tests/implementations/_kernels/triton/test_feature_attention.py",  # 39 s
+    "tests/harness/cli/test_claims_cli.py",  # 37 s
+    "tests/implementations/test_matrix.py",  # 37 s
+    "tests/benchmarks/test_kernel_sweep.py",  # 33 s
+    "tests/harness/scenarios/test_decode.py",  # 28 s
+    "tests/harness/distributed/test_launcher.py",  # 28 s
+    "tests/implementations/test_linear_launches.py",  # 26 s
+    "tests/harness/scenarios/test_kvcache.py",  # 25 s
+    "tests/benchmarks/test_gpu_scripts.py",  # 24 s
+    "tests/implementations/_kernels/triton/test_blas_orders.py",  # 23 s, 2 tests
+    "tests/harness/render/test_browser.py",  # 23 s
 )
-"""The test files that took longest, dearest first (their slowest tests' seconds in
-``pytest -n 2 --dist loadfile --durations=80`` on 2 cores at load ~4.5, 2026-11-28, before
-:func:`_frozen_heap` cut the plateau, shard and packing files to a quarter or less).
-pytest-xdist's ``--dist loadfile`` hands files out in order of their test counts, so a dear
-file with few tests (the AOT compiles: 11 tests, one 270 s fixture) came late and ended the
-run alone; handed out first, they run beside the many small files."""
+"""The test files that take longest, dearest first: each file's seconds in the README's test
+command (``pytest -n auto --dist loadfile`` on 2 cores, junit, 2026-11-29 21:06, load ~2.5),
+the AOT file's as in a fresh checkout. pytest-xdist's ``--dist loadfile`` hands files out in
+order of their test counts, so a dear file with few tests (the BLAS-order subprocess: 2 tests,
+23 s) came late and ended the run alone (a worker idle for the last 23 s, measured at 21:17);
+handed out longest first, the many small files fill in at the end."""
 
 
 def heavy_first(counts: dict[str, int]) -> list[str]:
