@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import copy
 import gc
 import json
 import os
+import shutil
 import sys
 import tempfile
 from typing import ClassVar
@@ -25,7 +27,11 @@ os.environ.setdefault("ATTNBENCH_AUTOTUNE", "off")
 
 # Probe outcomes the tests' runs record go to a scratch cache, not the user's (harness.probecache);
 # set in the environment, so the CLI subprocesses that tests start use it too.
-os.environ.setdefault("ATTNBENCH_CACHE_DIR", tempfile.mkdtemp(prefix="attnbench-test-cache-"))
+# Made once, by the first process (pytest-xdist's workers inherit it), and removed when that
+# process exits: before, every worker and every inner pytest made one and none was removed.
+if "ATTNBENCH_CACHE_DIR" not in os.environ:
+    os.environ["ATTNBENCH_CACHE_DIR"] = tempfile.mkdtemp(prefix="attnbench-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["ATTNBENCH_CACHE_DIR"], ignore_errors=True)
 
 # after the environment above: loading the plug-ins defines the Triton kernels
 from harness import registry
