@@ -110,17 +110,26 @@ class AttentionStepCost(PointCost):
         return 4.0 * p.heads * p.head_dim * kept
 
     @cached_property
+    def executed_keys(self) -> int:
+        """Keys each query row is scored against, over the batch: Σ lengths, or B·max for a
+        path that pads."""
+        return self.point.batch * max(self.lengths) if self.padded else sum(self.lengths)
+
+    @cached_property
     def executed_flops(self) -> float:
         p, q = self.point, self.point.settings.q_per_step
-        keys = p.batch * max(self.lengths) if self.padded else sum(self.lengths)
-        return 4.0 * p.heads * p.head_dim * q * keys
+        return 4.0 * p.heads * p.head_dim * q * self.executed_keys
+
+    @cached_property
+    def query_bytes(self) -> int:
+        """The queries read, once (the outputs written are as many)."""
+        p = self.point
+        return p.batch * p.settings.q_per_step * p.heads * p.head_dim * itemsize(p.dtype)
 
     @cached_property
     def step_bytes(self) -> int:
         """K/V of the real tokens, the queries read and the outputs written."""
-        p = self.point
-        q_bytes = p.batch * p.settings.q_per_step * p.heads * p.head_dim * itemsize(p.dtype)
-        return self.kv_row * sum(self.lengths) + 2 * q_bytes
+        return self.kv_row * sum(self.lengths) + 2 * self.query_bytes
 
     @property
     def compulsory_bytes(self) -> float:
@@ -128,14 +137,10 @@ class AttentionStepCost(PointCost):
 
     @cached_property
     def executed_bytes(self) -> float:
-        """The K/V slots the call reads, B·max for a path that pads (its executed FLOPs' keys;
-        the roofline of the padded step is then its own, not that of Σ bytes at B·max FLOPs),
-        plus the queries read and the outputs written."""
-        if not self.padded:
-            return self.compulsory_bytes
-        p = self.point
-        q_bytes = p.batch * p.settings.q_per_step * p.heads * p.head_dim * itemsize(p.dtype)
-        return float(self.kv_row * p.batch * max(self.lengths) + 2 * q_bytes)
+        """The K/V slots the call reads (its executed FLOPs' keys: B·max for a path that pads,
+        so the padded step's roofline is its own, not that of Σ bytes at B·max FLOPs), the
+        queries read and the outputs written."""
+        return float(self.kv_row * self.executed_keys + 2 * self.query_bytes)
 
     @cached_property
     def pages(self) -> int:
