@@ -16,6 +16,11 @@ filters ``impl``, ``scenario``, ``where = {column = value}``, ``range = [lo, hi]
   ``over``, the band is in units of the axis: each point's ratio is divided by its ``over``
   value ("the padded step costs B·max / Σ times the ragged one": ``over = relative_to =
   "padding_factor"``, the band [0.8, 1.25]).
+- trend: ``baseline`` with ``expect_exponent`` and ``tolerance`` (``bound``, ``ratio``): the
+  exponent of the metric ratio along ``over`` at matched points, a power law fitted to the
+  per-point ratios with their bootstrap errors. "The padded step costs B·max / Σ times the
+  ragged one" says the ratio grows as padding_factor^1, whatever the two paths' speeds at no
+  padding (a ratio band in units of the axis would also ask them to be equal there).
 - crossover: ``baseline``, ``expect_crossover_min``/``_max``: the ``over`` at which ``impl``
   and the baseline cost the same, censored at the sweep's ends. ``cheaper = "below"`` (the
   default: ``impl`` is the cheaper one below the crossover) or ``"above"``. With
@@ -126,7 +131,7 @@ class Claim:
     @property
     def kind(self) -> str:
         if self.expect_exponent is not None:
-            return "exponent"
+            return "trend" if self.baseline is not None else "exponent"
         if self.expect_crossover_min is not None or self.expect_crossover_max is not None:
             return "crossover"
         if self.expect_value_min is not None or self.expect_value_max is not None:
@@ -137,7 +142,7 @@ class Claim:
     def band(self) -> tuple[float, float]:
         """The interval a measurement must lie in to confirm the claim."""
         inf = float("inf")
-        if self.kind == "exponent":
+        if self.kind in ("exponent", "trend"):
             e, t = self.expect_exponent, self.tolerance
             return (
                 -inf if self.bound == "upper" else e - t,
@@ -151,9 +156,13 @@ class Claim:
         return (-inf if lo is None else lo, inf if hi is None else hi)
 
     def expected(self) -> str:
-        if self.kind == "exponent":
+        if self.kind in ("exponent", "trend"):
             sign = {"both": "±", "upper": "≤ +", "lower": "≥ -"}[self.bound]
-            return f"{self.expect_exponent:g} {sign}{self.tolerance:g}"
+            band = f"{self.expect_exponent:g} {sign}{self.tolerance:g}"
+            if self.kind == "exponent":
+                return band
+            sides = (self.impl, self.baseline)[:: 1 if self.ratio == "impl/baseline" else -1]
+            return f"{band} ({sides[0]}/{sides[1]})"
         lo, hi = self.band
         if self.kind == "bound":
             return " and ".join(([f"{self.metric} >= {lo:g}"] if lo > -float("inf") else [])
@@ -323,6 +332,12 @@ def _parse_one(entry: dict, at: str) -> Claim:
         if entry["relative_to"] != entry.get("over"):
             fail("relative_to", f"a ratio claim's band is in units of its axis: must be over "
                                 f"({entry.get('over')!r})")
+    if forms[0] and "baseline" in entry:  # a trend: the exponent of a ratio
+        if values.get("model", "power") != "power":
+            fail("model", "a trend (an exponent with a baseline) fits the ratio as a power law: "
+                          "\"power\" only")
+        if values.get("concerns", "device") != "device":
+            fail("concerns", "a trend (an exponent with a baseline) has no work verdict")
     if values.get("tolerance", 0.2) <= 0:
         fail("tolerance", "must be > 0")
     if not 0 <= values.get("saturation", SATURATION) < 1:

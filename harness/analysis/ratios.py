@@ -3,7 +3,9 @@
 Subject and baseline rows are matched point by point (every other point field equal,
 :func:`matched`). A ratio claim's measured value is the geometric mean of the metric ratios
 (subject/baseline, or the inverse) at matched points; its interval is the envelope of the
-per-point bootstrap intervals, so "2-4x at n = 1k..8k" must hold at every n. A crossover
+per-point bootstrap intervals, so "2-4x at n = 1k..8k" must hold at every n. A trend claim's
+measured value is the exponent of the ratio along ``over`` (a power law fitted to the per-point
+ratios, weighted by their bootstrap errors). A crossover
 claim measures where the two cost the same along ``over`` (log-interpolated between the
 points around the first change of sign), with a bootstrap interval, censored at the ends of
 the sweep: in units of ``relative_to`` (e.g. n/d) or, without it, in units of ``over`` itself
@@ -21,7 +23,8 @@ import pandas as pd
 
 from harness import fmt
 from harness.analysis.claims import Claim
-from harness.analysis.fits import N_BOOT, log_ratio_boot
+from harness.analysis.exponents import thin
+from harness.analysis.fits import N_BOOT, fit_exponent, log_ratio_boot
 from harness.analysis.frames import (
     IMPL_FIELDS,
     KEY_FIELDS,
@@ -31,6 +34,7 @@ from harness.analysis.frames import (
     group_label,
     iter_groups,
 )
+from harness.analysis.judging import thin_words
 
 Pairs = list[tuple[dict, pd.DataFrame]]
 
@@ -115,6 +119,42 @@ def ratio_groups(pairs: Pairs, claim: Claim) -> list[dict]:
                          **{k: v for k, v in r.items() if k != "last"}} for r in spans],
             "detail": f"; {claim.ratio}{' / ' + claim.over if claim.relative_to else ''} per "
                       f"{claim.over}: {per_point}" + _no_samples(claim),
+        })
+    return groups
+
+
+def trend_groups(pairs: Pairs, claim: Claim) -> list[dict]:
+    """Per group of matched points: the exponent of the ratio along ``claim.over`` (a power
+    law through the per-point ratios, each weighted by its bootstrap error, the interval from
+    those errors and the residuals: :func:`~harness.analysis.fits.fit_exponent`), and the
+    per-point ratios in words. Fewer than 3 points: nothing to fit; fewer than 5: thin."""
+    sign = -1.0 if claim.ratio == "baseline/impl" else 1.0
+    need = claim.min_points or 3
+    groups = []
+    for values, part in pairs:
+        part = part.sort_values("x")
+        est, boot = _log_ratios(part, claim)
+        est, boot = sign * est, sign * boot
+        x = part["x"].to_numpy(float)
+        label = group_label({k: v for k, v in values.items() if k != "_first"})
+        per_point = " ".join(f"{v:g}:{np.exp(r):.3g}" for v, r in zip(x, est, strict=True))
+        detail = f"; {claim.ratio} per {claim.over}: {per_point}" + _no_samples(claim)
+        if len(part) < need or np.any(x <= 0):
+            groups.append({"group": label, "n_points": len(part), "measured": np.nan,
+                           "ci_low": np.nan, "ci_high": np.nan, "detail": detail, "short": True,
+                           "unjudged": thin_words(x, claim.over, need, "power")})
+            continue
+        fit = fit_exponent(x, np.exp(est), sigma=boot.std(axis=0, ddof=1), model="power",
+                           min_points=need, n_boot=N_BOOT, whole=True)
+        groups.append({
+            "group": label,
+            "n_points": fit.n_points,
+            "measured": fit.exponent,
+            "ci_low": fit.ci_low,
+            "ci_high": fit.ci_high,
+            "thin": thin(fit.n_points, "power", need),
+            "detail": f"; {claim.ratio} ∝ {claim.over}^{fit.exponent:.3g} over "
+                      f"{claim.over} {fit.x_lo:g}..{fit.x_hi:g}{detail}",
         })
     return groups
 

@@ -9,8 +9,8 @@ the one judging path: ``attnbench claims`` and ``attnbench report`` both call
 (docs/claims.md): on the *work*, the cost model's FLOPs or bytes over every swept point, and
 on the *device*, the time exponent over the region where utilization is level along the axis
 (:mod:`harness.analysis.exponents`, :mod:`harness.analysis.regime`), judged against the
-executed work there. Outside any plateau there is no time verdict and never "refuted". Ratio
-and crossover claims are measured at matched points (:mod:`harness.analysis.ratios`), bound
+executed work there. Outside any plateau there is no time verdict and never "refuted". Ratio,
+trend and crossover claims are measured at matched points (:mod:`harness.analysis.ratios`), bound
 claims point by point on the subject's rows (:mod:`harness.analysis.bounds`).
 
 **How it is judged.** Per group, then across the groups with enough data:
@@ -42,7 +42,7 @@ from harness.analysis.evidence import (
 from harness.analysis.exponents import device_groups, work_groups
 from harness.analysis.frames import normalized_time, select, with_derived
 from harness.analysis.judging import combine, head, judge, judged
-from harness.analysis.ratios import crossover_groups, matched, ratio_groups
+from harness.analysis.ratios import crossover_groups, matched, ratio_groups, trend_groups
 from harness.measure.contention import contended_mask, notice
 from harness.results import json_safe
 
@@ -204,7 +204,8 @@ def _device(claim: Claim, df: pd.DataFrame, rows: pd.DataFrame, envs, allow: boo
     if base.why:
         return [], base.why, left_out(subject, base)
     pairs, why = matched(subject.rows, base.rows, claim)
-    groups = (ratio_groups if claim.kind == "ratio" else crossover_groups)(pairs, claim)
+    measure = {"ratio": ratio_groups, "trend": trend_groups}.get(claim.kind, crossover_groups)
+    groups = measure(pairs, claim)
     _attach_utilization(groups, subject.rows, envs, claim)
     return groups, why, left_out(subject, base)
 

@@ -68,7 +68,7 @@ def test_seed_claims_file_parses_with_the_required_claims():
         "attention-cheaper-than-recurrent-below-d",
     } <= ids
     kinds = {c.kind for c in claims}
-    assert kinds == {"exponent", "ratio", "crossover", "bound"}
+    assert kinds == {"exponent", "ratio", "trend", "crossover", "bound"}
 
 
 @pytest.mark.parametrize(
@@ -222,6 +222,67 @@ def test_a_ratio_in_units_of_its_axis(power, expected):
     assert verdict.verdict == expected, verdict.reason
     assert verdict.measured == pytest.approx(np.exp(np.mean(np.log(ns) * (power - 1))), rel=0.05)
     assert c.expected() == "[0.8, 1.25] x seq_len"
+
+
+@pytest.mark.parametrize(
+    ("power", "speed", "expected"),
+    [(1, 1.0, "confirmed"), (1, 0.7, "confirmed"), (2, 1.0, "refuted"), (0, 0.7, "refuted")],
+)
+def test_a_trend_is_the_exponent_of_the_ratio_whatever_its_level(power, speed, expected):
+    """An exponent with a baseline: the ratio's exponent along the axis. A subject that costs
+    ``speed``·x times the baseline at axis value x grows as x^1 whether or not the two are
+    equal at x = 1 (a band in units of the axis would refute speed 0.7); x² or a constant
+    ratio refutes it."""
+    ns = (1, 2, 3, 4, 6, 8)
+    base = make_rows("full", lambda p: 1e-3 * p.seq_len, ns=ns, noise=0.01, seed=1)
+    padded = make_rows("sdpa", lambda p: speed * 1e-3 * p.seq_len ** (1 + power), ns=ns,
+                       noise=0.01, seed=2)
+    c = claim(impl="sdpa", baseline="full", metric="time_median_s", expect_exponent=1.0,
+              tolerance=0.25)
+    assert c.kind == "trend" and c.expected() == "1 ±0.25 (sdpa/full)"
+    verdict = evaluate(c, pd.DataFrame(base + padded))
+    assert verdict.verdict == expected, verdict.reason
+    assert verdict.measured == pytest.approx(power, abs=0.03)
+    assert verdict.ci_low <= verdict.measured <= verdict.ci_high
+    assert "impl/baseline ∝ seq_len^" in verdict.reason and "1:" in verdict.reason
+    flipped = evaluate(claim(impl="sdpa", baseline="full", metric="time_median_s",
+                             expect_exponent=-1.0, tolerance=0.25, ratio="baseline/impl"),
+                       pd.DataFrame(base + padded))
+    assert flipped.measured == pytest.approx(-verdict.measured)
+    assert flipped.verdict == expected
+
+
+def test_a_trend_with_noisy_ratios_or_too_few_points_is_not_decided():
+    """Ratios that scatter by 30 % at each of six points leave the exponent's interval wider
+    than a ±0.1 band; two matched points are no trend at all."""
+    ns = (1, 2, 3, 4, 6, 8)
+    scatter = dict(zip(ns, (1.0, 1.3, 0.75, 1.3, 0.8, 1.25), strict=True))
+    base = make_rows("full", lambda p: 1e-3 * p.seq_len, ns=ns, noise=0.01, seed=1)
+    noisy = make_rows("sdpa", lambda p: 1e-3 * p.seq_len**2 * scatter[p.seq_len], ns=ns,
+                      noise=0.01, seed=2)
+    c = claim(impl="sdpa", baseline="full", metric="time_median_s", expect_exponent=1.0,
+              tolerance=0.1)
+    verdict = evaluate(c, pd.DataFrame(base + noisy))
+    assert verdict.verdict == "inconclusive", verdict.reason
+    assert verdict.ci_high - verdict.ci_low > 0.2
+    two = evaluate(c, pd.DataFrame([r for r in base + noisy if r["seq_len"] in (1, 8)]))
+    assert two.verdict == "inconclusive" and "thin data (2 points" in two.reason
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"model": "power+const"}, "a trend (an exponent with a baseline) fits the ratio as a "
+                                   "power law"),
+        ({"concerns": "work"}, "a trend (an exponent with a baseline) has no work verdict"),
+    ],
+)
+def test_a_trend_takes_a_power_law_and_no_work_verdict(entry, message):
+    with pytest.raises(CliError) as info:
+        cl.parse_claims({"claim": [{"id": "c", "metric": "time_median_s", "over": "seq_len",
+                                    "impl": "sdpa", "baseline": "full",
+                                    "expect_exponent": 1, **entry}]})
+    assert message in str(info.value)
 
 
 @pytest.mark.parametrize(
