@@ -24,7 +24,11 @@ launch-bound kernel) or falls (data falling out of cache), it measures the devic
 :func:`find_plateau` finds the largest contiguous region of the axis, its upper end included
 and at least 3 points, where the fitted exponent of utilization is within ``±band`` and no
 window of 3 or more of its points has an interval that excludes the band (so a rise followed
-by a fall cannot average out to "level"). Leading points outside it are left out of the time
+by a fall cannot average out to "level"). A window's points carry their own noise and the
+scatter between neighbouring points that the candidate region shows beyond it
+(:func:`point_scatter`):
+a point keeps whatever state it was measured in through all its passes, so three close points
+of a flat series can lie on a slope their pass-to-pass errors alone would call real. Leading points outside it are left out of the time
 fit, and the verdict says how utilization moved there.
 
 Every call into the cost model from the analysis and the report goes through this module
@@ -60,6 +64,7 @@ COLUMNS = (
 )
 PLATEAU_MIN_POINTS = 3  # a level region needs a fitted exponent with an interval
 PLATEAU_BOOT = 400  # bootstrap replicates per window of the plateau search
+CHI2_1_MEDIAN = 0.4549  # the median of χ² with one degree of freedom (point_scatter)
 
 
 # --- the cost model, called from here only -------------------------------------------------
@@ -190,6 +195,26 @@ class Plateau:
         return self.start is not None
 
 
+def point_scatter(x: np.ndarray, y: np.ndarray, sigma: np.ndarray | None = None) -> float:
+    """τ², the variance of log ``y`` between neighbouring points beyond their own errors
+    (``sigma``: per point, the standard error of log y; None: 0). Each inner point's distance
+    from the line through its two neighbours in log-log, over the factor a shared τ² gives it,
+    is taken as a normal draw: the median of their squares over 0.455 (the median of χ² with
+    one degree of freedom) estimates that variance, less the points' own share; 0 when they
+    scatter no more than their errors say. A median, so a knee or a peak (one or two large
+    distances where the trend bends) does not count as scatter: it is the wobble of points
+    about the trend. x sorted, positive; fewer than 3 points: 0."""
+    if len(x) < 3:
+        return 0.0
+    lx, ly = np.log(np.asarray(x, float)), np.log(np.asarray(y, float))
+    s2 = np.zeros(len(lx)) if sigma is None else np.nan_to_num(np.asarray(sigma, float) ** 2)
+    w = (lx[1:-1] - lx[:-2]) / (lx[2:] - lx[:-2])
+    gap = ly[1:-1] - ((1 - w) * ly[:-2] + w * ly[2:])
+    shared = 1 + (1 - w) ** 2 + w**2
+    own = (s2[1:-1] + (1 - w) ** 2 * s2[:-2] + w**2 * s2[2:]) / shared
+    return float(max(0.0, np.median(gap**2 / shared) / CHI2_1_MEDIAN - np.median(own)))
+
+
 def find_plateau(
     x: Sequence[float],
     util: Sequence[float],
@@ -211,17 +236,21 @@ def find_plateau(
         ratios = sample_medians([samples[i] for i in order], PLATEAU_BOOT,
                                 np.random.default_rng(0))
         sig = sig if ratios is None else np.log(ratios).std(axis=0)
+    known = sig is not None and bool(np.isfinite(sig).all())
     k = len(xs)
-    fits: dict[tuple[int, int], Fit] = {}
+    fits: dict[tuple[int, int, int], Fit] = {}
 
-    def window(i: int, j: int) -> Fit:
-        if (i, j) not in fits:
-            fits[(i, j)] = fit_exponent(
-                xs[i:j], us[i:j],
-                sigma=None if sig is None or not np.isfinite(sig[i:j]).all() else sig[i:j],
-                model="power", min_points=2, n_boot=PLATEAU_BOOT, whole=True,
-            )
-        return fits[(i, j)]
+    def window(i: int, j: int, s: int = 0) -> Fit:
+        """The utilization exponent over points i..j-1, each point's error joined by the
+        scatter between neighbours over the candidate region s.. (docstring)."""
+        if (i, j, s) not in fits:
+            tau2 = point_scatter(xs[s:], us[s:], sig[s:] if known else None)
+            err = sig[i:j] if known else None
+            if tau2 > 0:
+                err = np.sqrt((err**2 if err is not None else 0.0) + tau2) * np.ones(j - i)
+            fits[(i, j, s)] = fit_exponent(xs[i:j], us[i:j], sigma=err, model="power",
+                                           min_points=2, n_boot=PLATEAU_BOOT, whole=True)
+        return fits[(i, j, s)]
 
     def level(f: Fit) -> bool:
         return f.ok and abs(f.exponent) <= band and f.ci_low <= band and f.ci_high >= -band
@@ -232,12 +261,12 @@ def find_plateau(
     above = us >= floor
     first = k - int(np.argmin(above[::-1])) if not above.all() else 0  # all of [first, k) >= floor
     for s in range(first, k - min_points + 1):
-        if not level(window(s, k)):
+        if not level(window(s, k, s)):
             continue
         inner = [(i, j) for i in range(s, k) for j in range(i + min_points, k + 1)]
-        if any(excludes(window(i, j)) for i, j in inner if (i, j) != (s, k)):
+        if any(excludes(window(i, j, s)) for i, j in inner if (i, j) != (s, k)):
             continue
-        region = window(s, k)
+        region = window(s, k, s)
         lead = window(0, s + 1).exponent if s else None
         return Plateau(s, region.exponent, region.ci_low, region.ci_high, lead)
     if k < 2:

@@ -214,3 +214,32 @@ def test_a_rise_then_fall_does_not_average_out_to_level():
     assert step.start == 4 and step.lead_exponent > 0.5
     floored = regime.find_plateau(x, np.full(9, 0.3), floor=0.5)
     assert not floored.found
+
+
+def test_points_that_keep_their_own_state_do_not_cut_a_level_series(monkeypatch):
+    """A flat series whose points sit a few per cent apart, each tight over its passes (the
+    ragged paged step along the skew, 2-core CPU, run of 2026-11-29 22:40: a point keeps its
+    state through every pass): the scatter between neighbours joins each window's errors, so
+    the level region is the whole axis. With that scatter left out, four close points
+    (29056..42784) look like a fall of -0.43 and the plateau loses its first four points."""
+    x = np.array([16384, 20272, 24552, 29056, 33680, 38304, 42784, 47096, 51176], float)  # B·max
+    util = np.array([1.0, 1.141, 0.979, 1.05, 0.977, 0.961, 0.877, 0.967, 0.975])
+    errors = np.full(9, 0.02)  # each point's error of log time over its passes
+    plateau = regime.find_plateau(x, util, sigma=errors)
+    assert plateau.found and plateau.start == 0 and abs(plateau.exponent) < 0.15
+    assert regime.point_scatter(x, util) > 0.003  # a few per cent between neighbours
+    monkeypatch.setattr(regime, "point_scatter", lambda *a: 0.0)
+    assert regime.find_plateau(x, util, sigma=errors).start == 4
+
+
+def test_the_scatter_between_points_is_zero_on_a_smooth_series_and_known_on_planted_noise():
+    """On an exact power law τ² is 0 (a straight line in log-log); on 400 points with 10 %
+    noise planted between them and 2 % errors declared, it finds about 0.1² of excess; a knee
+    (a rise, then level) is trend, not scatter."""
+    x = np.geomspace(1, 100, 400)
+    assert regime.point_scatter(x, 3 * x**1.5) == pytest.approx(0.0, abs=1e-12)
+    rng = np.random.default_rng(0)
+    noisy = 3 * x**1.5 * np.exp(rng.normal(0, 0.1, 400) + rng.normal(0, 0.02, 400))
+    assert regime.point_scatter(x, noisy, np.full(400, 0.02)) == pytest.approx(0.01, rel=0.2)
+    knee = np.array(HALF_OCTAVES, float)
+    assert regime.point_scatter(knee, np.minimum(knee, 4096.0)) == 0.0
