@@ -26,10 +26,10 @@ and at least 3 points, where the fitted exponent of utilization is within ``±ba
 window of 3 or more of its points has an interval that excludes the band (so a rise followed
 by a fall cannot average out to "level"). A window's points carry their own noise and the
 scatter between neighbouring points that the candidate region shows beyond it
-(:func:`point_scatter`):
-a point keeps whatever state it was measured in through all its passes, so three close points
-of a flat series can lie on a slope their pass-to-pass errors alone would call real. Leading points outside it are left out of the time
-fit, and the verdict says how utilization moved there.
+(:func:`point_scatter`): a point keeps whatever state it was measured in through all its
+passes, so three close points of a flat series can lie on a slope their pass-to-pass errors
+alone would call real. Leading points outside it are left out of the time fit, and the
+verdict says how utilization moved there.
 
 Every call into the cost model from the analysis and the report goes through this module
 (:func:`row_costs`), so a new cost interface is re-pointed here once.
