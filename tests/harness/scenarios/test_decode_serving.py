@@ -215,7 +215,7 @@ def test_bad_input_exits_2_from_the_command_line(tmp_path):
 def test_the_serving_claims_plan_their_points_along_the_ragged_columns():
     """A claim fitted along ``context_tokens`` or ``padded_tokens`` (columns the attention step
     derives from the lengths) finds its points before they run, so a time-limited run or
-    ``attnbench verdicts`` measures them: the skew at a fixed Σ is one group of 5 values of
+    ``attnbench verdicts`` measures them: the skew at a fixed Σ is one group of 9 values of
     B·max, and Σ lengths at a fixed skew one of 8 values per page size (the skew's points,
     one Σ, make no group of their own)."""
     from harness import SUITES_DIR
@@ -233,7 +233,7 @@ def test_the_serving_claims_plan_their_points_along_the_ragged_columns():
     for claim in wanted[:2]:
         (skew,) = by_claim[claim]
         xs = [x for x, _ in skew.units]
-        assert skew.axis == "padded_tokens" and len(xs) == 5 and xs[0] == 8 * 2048
+        assert skew.axis == "padded_tokens" and len(xs) == 9 and xs[0] == 8 * 2048
     sums = by_claim["ragged-step-time-sum1"]
     assert sorted(len(g.units) for g in sums) == [5, 8]  # pages of 64, pages of 16
     assert all(g.axis == "context_tokens" and g.units[0][0] == 8 * 1024 for g in sums)
