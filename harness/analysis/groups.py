@@ -24,6 +24,7 @@ from harness.analysis.frames import (
     IMPL_FIELDS,
     KEY_FIELDS,
     column,
+    covarying,
     group_keys,
     group_label,
     groupable,
@@ -127,7 +128,11 @@ def _paired_groups(sub: pd.DataFrame, base: pd.DataFrame, claim: Claim) -> list[
     merged = keyed(sub).merge(keyed(base), on=[*keys, "x"], suffixes=("_s", "_b"))
     if not len(merged):
         return []
-    varying = [k for k in keys if merged[k].nunique() > 1 or k in claim.hold]
+    # grouped as the verdict groups them (ratios.matched): not by the fields that move with
+    # the axis (``contexts`` along ``padding_factor``), which still match the sides point by point
+    moving = covarying(claim.over, claim.hold)
+    varying = [k for k in keys
+               if k not in moving and (merged[k].nunique() > 1 or k in claim.hold)]
     parts = merged.groupby(varying, sort=True) if varying else [((), merged)]
     out = []
     for values, part in parts:

@@ -217,7 +217,8 @@ def test_the_serving_claims_plan_their_points_along_the_ragged_columns():
     derives from the lengths) finds its points before they run, so a time-limited run or
     ``attnbench verdicts`` measures them: the skew at a fixed Σ is one group of 9 values of
     B·max, and Σ lengths at a fixed skew one of 8 values per page size (the skew's points,
-    one Σ, make no group of their own)."""
+    one Σ, make no group of their own); the padded/ragged trend pairs the two paths' points
+    along padding_factor."""
     from harness import SUITES_DIR
     from harness.analysis.claims import load_claims
     from harness.analysis.groups import judged_groups
@@ -237,3 +238,8 @@ def test_the_serving_claims_plan_their_points_along_the_ragged_columns():
     sums = by_claim["ragged-step-time-sum1"]
     assert sorted(len(g.units) for g in sums) == [5, 8]  # pages of 64, pages of 16
     assert all(g.axis == "context_tokens" and g.units[0][0] == 8 * 1024 for g in sums)
+    # the padded/ragged trend: one group along padding_factor, SDPA's padded point and the
+    # plain path's paged one at each value (their contexts move with the axis: no group each)
+    (trend,) = judged_groups(suite.points, [claims["padded-over-ragged-tracks-bmax"]])
+    assert trend.axis == "padding_factor" and len(trend.units) == 9
+    assert trend.units[0][0] == 1.0 and all(len(ids) == 2 for _, ids in trend.units)
