@@ -243,3 +243,8 @@ def test_the_serving_claims_plan_their_points_along_the_ragged_columns():
     (trend,) = judged_groups(suite.points, [claims["padded-over-ragged-tracks-bmax"]])
     assert trend.axis == "padding_factor" and len(trend.units) == 9
     assert trend.units[0][0] == 1.0 and all(len(ids) == 2 for _, ids in trend.units)
+    # on a GPU: SDPA's padded step against the fused kernel's paged one, 5 skews at seq_len 4096
+    gpu = load_suite(SUITES_DIR / "decode-serving-gpu.toml")
+    (fused,) = judged_groups(gpu.points, [claims["fused-padded-over-ragged-tracks-bmax"]])
+    assert len(fused.units) == 5 and all(len(ids) == 2 for _, ids in fused.units)
+    assert fused.units[0][0] == 1.0 and fused.units[-1][0] > 5
