@@ -239,7 +239,10 @@ class Paged:
     implementation's own. ``caps``: the form's own capabilities when they differ from the
     implementation's (a kernel that is GQA-aware where the core is not); ``page_multiple``:
     page sizes it takes (flash-attn's paged KV: multiples of 256); ``max_q_len``: the most
-    tokens a step may hold per sequence (None: any).
+    tokens a step may hold per sequence (None: any); ``layouts``: the pools it reads
+    (``kv_layout``: "NHD", pages (P, page, H_kv, D) in memory, and "HND", (P, H_kv, page, D),
+    given to it as (P, page, H_kv, D) views either way: a form that reads strides or views
+    takes both, one that needs NHD memory only "NHD").
     """
 
     fn: PagedFn
@@ -249,6 +252,7 @@ class Paged:
     caps: Capabilities | None = None
     page_multiple: int = 1
     max_q_len: int | None = None
+    layouts: tuple[str, ...] = ("NHD",)
 
     def reasons(self, device_type: str) -> list[str]:
         """Why this form cannot run on ``device_type`` here (empty = it can)."""

@@ -38,7 +38,7 @@ def _scores_bytes(p: Problem) -> int:
         executed_pairs=lambda p: p.n_q * p.n_k,  # every score is computed, then masked
     ),
     description="eager softmax(QK^T)V, materialized (n_q, n_k) scores",
-    paged=Paged(paged_attention),
+    paged=Paged(paged_attention, layouts=("NHD", "HND")),
 )
 def full_attention(
     q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, scale: float | None = None

@@ -237,6 +237,7 @@ PAGED = Paged(
     devices=frozenset({"cuda"}),
     availability=_paged_kernel_reason,
     max_q_len=16,  # the kernel's query rows per program
+    layouts=("NHD", "HND"),  # it reads the pages through their strides
     caps=Capabilities(
         devices={"cuda"},
         dtypes={torch.float32, *HALF_DTYPES},

@@ -171,7 +171,7 @@ register(
     caps=_caps(),
     cost=FUSED_COST,
     description="F.scaled_dot_product_attention, PyTorch's backend choice",
-    paged=Paged(sdpa_padded, padded=True),
+    paged=Paged(sdpa_padded, padded=True, layouts=("NHD", "HND")),
 )(_default)
 
 PINNED = (

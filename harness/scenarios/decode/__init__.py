@@ -42,6 +42,13 @@ COLUMNS = (
         "decode scenario, `step = \"attention\"`: tokens each sequence adds per step, causal "
         "within the step (speculative verification, chunked prefill)",
     ),
+    point_column(
+        "kv_layout", "", "text",
+        "decode scenario, `step = \"attention\"`: how the pool's pages lie in memory: `NHD` "
+        "(page, H_kv, D; FlashInfer's default) or `HND` (H_kv, page, D: a page's keys of one "
+        "head contiguous; a contiguous cache as (B, H_kv, max, D), what SDPA reads); every path "
+        "is given the pages as (P, page, H_kv, D) tensors, views of that storage",
+    ),
     Column("prefill_s", "s", "seconds", "decode: one warm prefill of the context",
            title="prefill time"),
     Column("prefill_tokens_per_s", "tokens/s", "rate", "decode: prefill throughput",

@@ -65,8 +65,9 @@ def step_call(point: Point) -> Problem:
 
 def reasons(point: Point, impl: Implementation) -> list[str]:
     """Why ``impl`` cannot run the attention step of ``point`` here (empty = it can): no paged
-    form; the form's device or availability; the implementation's availability; the page
-    size; the form's (or else the implementation's) capabilities for the step's call."""
+    form; the form's device or availability; the implementation's availability; the pool's
+    layout; the page size; the form's (or else the implementation's) capabilities for the
+    step's call."""
     if impl.paged is None:
         return [f"{impl.name} has no paged decode form (harness.spec.Paged)"]
     paged, s, device = impl.paged, point.settings, torch.device(point.device).type
@@ -75,6 +76,8 @@ def reasons(point: Point, impl: Implementation) -> list[str]:
     out += [f"unavailable: {unavailable}"] if unavailable else []
     if out:
         return out
+    if s.kv_layout not in paged.layouts:
+        return [f"its paged form reads {' or '.join(paged.layouts)} pages, not {s.kv_layout}"]
     page = s.page_size if s.cache == "paged" else max(context_lengths(point))
     if page % paged.page_multiple:
         return [f"page size {page} is not a multiple of {paged.page_multiple}"]
@@ -232,7 +235,7 @@ def build_attention_case(point: Point, device: Device, options: CaseOptions,
     s, lens = point.settings, context_lengths(point)
     q, keys, values = make_inputs(point)
     pool = ragged.fill_pool(keys, values, lens, s.q_per_step, s.cache == "paged", s.page_size,
-                            point.seed)  # fmt: skip
+                            point.seed, s.kv_layout)  # fmt: skip
     fn = impl.paged.fn
 
     def run() -> Tensor:
@@ -255,7 +258,7 @@ def build_attention_case(point: Point, device: Device, options: CaseOptions,
         device.synchronize()
         start = time.perf_counter()
         ragged.fill_pool(keys, values, lens, s.q_per_step, s.cache == "paged", s.page_size,
-                         point.seed)  # fmt: skip
+                         point.seed, s.kv_layout)  # fmt: skip
         device.synchronize()
         out = {
             "prefill_s": time.perf_counter() - start,

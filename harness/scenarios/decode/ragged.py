@@ -135,19 +135,30 @@ class KVPool:
 
     @classmethod
     def allocate(cls, pages: int, page_size: int, batch: int, kv_heads: int, head_dim: int,
-                 dtype: torch.dtype, device: str, seed: int) -> KVPool:  # fmt: skip
-        """An empty pool of ``pages`` pages whose free list is a seeded shuffle of them."""
+                 dtype: torch.dtype, device: str, seed: int,
+                 layout: str = "NHD") -> KVPool:  # fmt: skip
+        """An empty pool of ``pages`` pages whose free list is a seeded shuffle of them.
+        ``layout``: how a page lies in memory, "NHD" (page, H_kv, D) or "HND" (H_kv, page,
+        D); ``k``/``v`` are (P, page, H_kv, D) either way, views of the storage for HND."""
         if page_size < 1 or pages < 1:
             raise ValueError(
                 f"a KV pool needs page_size >= 1 and pages >= 1 (got {page_size}, {pages})"
             )
-        shape = (pages, page_size, kv_heads, head_dim)
+        if layout not in ("NHD", "HND"):
+            raise ValueError(f"a KV pool's layout is NHD or HND (got {layout!r})")
         gen = torch.Generator().manual_seed(seed)
         free = torch.randperm(pages, generator=gen).tolist()
-        k = torch.zeros(shape, dtype=dtype, device=device)
+
+        def storage() -> Tensor:
+            if layout == "NHD":
+                shape = (pages, page_size, kv_heads, head_dim)
+                return torch.zeros(shape, dtype=dtype, device=device)
+            shape = (pages, kv_heads, page_size, head_dim)
+            return torch.zeros(shape, dtype=dtype, device=device).transpose(1, 2)
+
         table = torch.full((batch, 1), -1, dtype=torch.int32, device=device)
         lens = torch.zeros(batch, dtype=torch.int32, device=device)
-        return cls(k, torch.zeros_like(k), table, lens, [[] for _ in range(batch)], free[::-1])
+        return cls(storage(), storage(), table, lens, [[] for _ in range(batch)], free[::-1])
 
     def append(self, seq: int, k: Tensor, v: Tensor) -> None:
         """Write k/v (t, H_kv, D) after sequence ``seq``'s keys, taking a page from the free
@@ -190,16 +201,16 @@ def offsets(lens: tuple[int, ...]) -> list[int]:
 
 
 def fill_pool(keys: Tensor, values: Tensor, lens: tuple[int, ...], q_per_step: int, paged: bool,
-              page_size: int, seed: int) -> KVPool:  # fmt: skip
+              page_size: int, seed: int, layout: str = "NHD") -> KVPool:  # fmt: skip
     """A pool holding the B sequences of keys/values packed end to end (Σ lens, H_kv, D):
     the prefill (all but the last ``q_per_step`` of each), then the step's append. ``paged``:
     pages of ``page_size`` from a shuffled free list; else one page of max(lens) slots per
-    sequence (the padded contiguous form)."""
+    sequence (the padded contiguous form: for HND, (B, H_kv, max, D) in memory). ``layout``:
+    :meth:`KVPool.allocate`."""
     batch, (_, kv_heads, head_dim) = len(lens), keys.shape
     size = page_size if paged else max(lens)
-    pool = KVPool.allocate(
-        pages_of(lens, size), size, batch, kv_heads, head_dim, keys.dtype, str(keys.device), seed
-    )
+    pool = KVPool.allocate(pages_of(lens, size), size, batch, kv_heads, head_dim, keys.dtype,
+                           str(keys.device), seed, layout)  # fmt: skip
     if not paged:  # the contiguous form: sequence b owns page b
         pool.tables, pool.free = [[b] for b in range(batch)], []
     starts = offsets(lens)

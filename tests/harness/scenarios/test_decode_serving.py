@@ -110,6 +110,51 @@ def test_every_path_agrees_with_float64(impl, contexts, q_per_step, kv_heads, ca
     _agrees(_point(impl, contexts, cache, q_per_step=q_per_step, kv_heads=kv_heads))
 
 
+HND_PATHS = [i.name for i in registry.all_implementations()
+             if i.paged is not None and "HND" in i.paged.layouts]
+
+
+@pytest.mark.parametrize("impl", [p for p in HND_PATHS if p not in CUDA_ONLY])
+@pytest.mark.parametrize("cache", ["paged", "full"])
+def test_hnd_pools_agree_with_float64(impl, cache, monkeypatch):
+    """``kv_layout = "HND"``: every page (or the contiguous cache, (B, H_kv, max, D)) holds one
+    head's keys together; the paths that read views of it agree with float64 on the odd
+    batch, GQA 4:1 and three tokens a step."""
+    allocate, layouts = ragged.KVPool.allocate.__func__, []
+
+    def spied(cls, *args, **kwargs):
+        pool = allocate(cls, *args, **kwargs)
+        layouts.append("NHD" if pool.k.is_contiguous() else "HND")
+        return pool
+
+    monkeypatch.setattr(ragged.KVPool, "allocate", classmethod(spied))
+    _agrees(_point(impl, ODD, cache, kv_layout="HND"))
+    _agrees(_point(impl, "3,5,97,513", cache, kv_layout="HND", q_per_step=3))
+    assert "HND" in layouts  # the timed pools were HND (the reference's one-page pools: NHD)
+
+
+def test_an_hnd_pool_holds_each_heads_slots_together_and_the_same_bytes():
+    keys = torch.randn(1 + 16 + 40, 2, 4)
+    nhd = ragged.fill_pool(keys, keys, (1, 16, 40), 1, True, 16, seed=5)
+    hnd = ragged.fill_pool(keys, keys, (1, 16, 40), 1, True, 16, seed=5, layout="HND")
+    assert hnd.k.shape == nhd.k.shape and torch.equal(hnd.k, nhd.k)  # the same pages, as seen
+    assert hnd.k.stride() == (16 * 2 * 4, 4, 16 * 4, 1)  # (P, page, H_kv, D) seen, HND held
+    assert hnd.k.untyped_storage().nbytes() == nhd.k.untyped_storage().nbytes()
+    contiguous = ragged.fill_pool(keys, keys, (1, 16, 40), 1, False, 16, seed=5, layout="HND")
+    assert contiguous.k.transpose(1, 2).is_contiguous()  # (B, H_kv, max, D) in memory
+    with pytest.raises(ValueError, match="layout is NHD or HND"):
+        ragged.KVPool.allocate(3, 4, 1, 2, 4, torch.float32, "cpu", 0, layout="NDH")
+
+
+def test_paths_that_need_nhd_memory_say_so():
+    """A form that views the pool as one NHD block (flex) or hands it to a library in NHD
+    refuses an HND pool with the reason, before anything runs."""
+    point = _point("flex-local", kv_layout="HND")
+    assert scenario_of(point).support(point) == ["its paged form reads NHD pages, not HND"]
+    assert "HND" in registry.get("sdpa").paged.layouts
+    assert registry.get("flashinfer").paged.layouts == ("NHD",)
+
+
 @pytest.mark.parametrize(
     "contexts, q_per_step, kv_heads, cache",
     [("3,5,97,513", 3, 1, "paged"), (ODD, 1, 2, "full")],  # each compiles (~35 s on 2 cores)
@@ -184,6 +229,8 @@ def test_fused_and_plugin_paths_say_why_they_cannot_run_here():
         ({"page_size": 0}, "page_size"),
         ({"batch": 0}, "batch"),
         ({"step": "block", "cache": "paged"}, 'needs step = "attention"'),
+        ({"step": "block", "kv_layout": "HND"}, 'needs step = "attention"'),
+        ({"kv_layout": "NDH"}, "kv_layout"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, fixed, message):

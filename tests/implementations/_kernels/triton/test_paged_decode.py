@@ -144,6 +144,26 @@ def test_paged_decode_matches_float64(case, monkeypatch):
         )
 
 
+def as_hnd(pool: torch.Tensor) -> torch.Tensor:
+    """The same pages held as HND: storage (P, H_kv, page, D), given as its (P, page, H_kv, D)
+    view (``kv_layout = "HND"``, harness.scenarios.decode.ragged.KVPool)."""
+    return pool.transpose(1, 2).contiguous().transpose(1, 2)
+
+
+@pytest.mark.parametrize("case", ["ragged-gqa4-q1-d59-p16", "under-a-page-gqa4-q3-d59-p64"])
+def test_hnd_pages_are_read_through_their_strides(case, monkeypatch):
+    """The pool held as HND (a page's keys of one head contiguous): the kernel reads it through
+    the pages' strides and gives the NHD pool's output, which agrees with float64."""
+    monkeypatch.setattr(plan_tables, "MIN_SPLIT_KEYS", 128)
+    lens, h, h_kv, q_len, d, page, dtype = CASES[case]
+    batch = paged_batch(lens, h, h_kv, q_len, d, page, dtype, seed=sum(lens) + d)
+    hnd = dict(batch, k_pages=as_hnd(batch["k_pages"]), v_pages=as_hnd(batch["v_pages"]))
+    assert not hnd["k_pages"].is_contiguous() and hnd["k_pages"].stride(2) == page * d
+    out = run(hnd)
+    assert agreement(out, batch)["agree"]
+    assert torch.allclose(out, run(batch), rtol=1e-5, atol=1e-6)
+
+
 def test_a_wrong_block_table_entry_fails_the_comparison():
     """One entry of the longest sequence pointed at another sequence's page (finite keys): the
     comparison the test above makes fails (that test can fail)."""
