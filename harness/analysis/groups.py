@@ -20,15 +20,8 @@ import pandas as pd
 
 from harness.analysis.claims import Claim
 from harness.analysis.evidence import subject_rows
-from harness.analysis.frames import (
-    IMPL_FIELDS,
-    KEY_FIELDS,
-    column,
-    covarying,
-    group_keys,
-    group_label,
-    groupable,
-)
+from harness.analysis.frames import column, group_keys, group_label, groupable
+from harness.analysis.ratios import group_fields, match_keys
 from harness.analysis.verdicts import evaluate
 from harness.scenarios.interface import Point, scenario_of
 
@@ -112,13 +105,12 @@ def _exponent_groups(sub: pd.DataFrame, claim: Claim) -> list[JudgedGroup]:
 
 
 def _paired_groups(sub: pd.DataFrame, base: pd.DataFrame, claim: Claim) -> list[JudgedGroup]:
-    """A ratio or crossover claim: its impl's and its baseline's points that match field by
-    field (as the verdict matches rows), the pair at each x one unit."""
+    """A ratio, trend or crossover claim: its impl's and its baseline's points that match field
+    by field (as the verdict matches rows, :func:`~harness.analysis.ratios.match_keys`), the
+    pair at each x one unit."""
     if not len(base):
         return []
-    filters = set(claim.where) | set(claim.baseline_where or {})
-    skip = filters | {"impl", *IMPL_FIELDS, "point_id", claim.over}
-    keys = [c for c in KEY_FIELDS if c in sub.columns and c in base.columns and c not in skip]
+    keys = match_keys(sub, base, claim)
 
     def keyed(rows: pd.DataFrame) -> pd.DataFrame:
         out = groupable(rows[keys]) if keys else pd.DataFrame(index=rows.index)
@@ -128,11 +120,7 @@ def _paired_groups(sub: pd.DataFrame, base: pd.DataFrame, claim: Claim) -> list[
     merged = keyed(sub).merge(keyed(base), on=[*keys, "x"], suffixes=("_s", "_b"))
     if not len(merged):
         return []
-    # grouped as the verdict groups them (ratios.matched): not by the fields that move with
-    # the axis (``contexts`` along ``padding_factor``), which still match the sides point by point
-    moving = covarying(claim.over, claim.hold)
-    varying = [k for k in keys
-               if k not in moving and (merged[k].nunique() > 1 or k in claim.hold)]
+    varying = group_fields(merged, keys, claim)  # as the verdict groups them
     parts = merged.groupby(varying, sort=True) if varying else [((), merged)]
     out = []
     for values, part in parts:

@@ -39,14 +39,29 @@ from harness.analysis.judging import thin_words
 Pairs = list[tuple[dict, pd.DataFrame]]
 
 
+def match_keys(sub: pd.DataFrame, base: pd.DataFrame, claim: Claim) -> list[str]:
+    """The point fields subject and baseline rows are matched on: every key field both have,
+    less the claim's filters, the implementation's own fields and the axis."""
+    filters = set(claim.where) | set(claim.baseline_where or {})
+    skip = filters | {"impl", *IMPL_FIELDS, "point_id", claim.over}
+    return [c for c in KEY_FIELDS if c in sub.columns and c in base.columns and c not in skip]
+
+
+def group_fields(merged: pd.DataFrame, keys: list[str], claim: Claim) -> list[str]:
+    """The matched points' group fields, as an exponent fit's: the keys that vary (or that the
+    claim holds), not those that move with the axis (``contexts`` along ``padding_factor``):
+    those still match the two sides point by point."""
+    moving = covarying(claim.over, claim.hold)
+    return [k for k in keys
+            if k not in moving and (merged[k].nunique() > 1 or k in claim.hold)]
+
+
 def matched(sub: pd.DataFrame, base: pd.DataFrame, claim: Claim) -> tuple[Pairs, str]:
     """Subject and baseline ok rows matched point by point (every other point field equal):
     per group, (``{key: value}`` plus ``"_first"``: the group's first row as a dict, the
     merged points: keys, ``x``, and ``y_s``/``samples_s`` (subject), ``y_b``/``samples_b``
     (baseline) of :func:`~harness.analysis.frames.aggregate`), or ([], why there are none)."""
-    filters = set(claim.where) | set(claim.baseline_where or {})
-    skip = filters | {"impl", *IMPL_FIELDS, "point_id", claim.over}
-    keys = [c for c in KEY_FIELDS if c in sub.columns and c in base.columns and c not in skip]
+    keys = match_keys(sub, base, claim)
     merged = aggregate(sub, claim.over, claim.metric, keys).merge(
         aggregate(base, claim.over, claim.metric, keys),
         on=[*keys, "x"],
@@ -54,13 +69,8 @@ def matched(sub: pd.DataFrame, base: pd.DataFrame, claim: Claim) -> tuple[Pairs,
     )
     if not len(merged):
         return [], f"missing rows: no {claim.baseline} row matches a {claim.impl} point"
-    # groups as an exponent fit's: not by the fields that move with the axis (``contexts`` along
-    # ``padding_factor``): those still match the two sides point by point (the merge above)
-    moving = covarying(claim.over, claim.hold)
-    varying = [k for k in keys
-               if k not in moving and (merged[k].nunique() > 1 or k in claim.hold)]
     out = []
-    for values, part in iter_groups(merged, varying):
+    for values, part in iter_groups(merged, group_fields(merged, keys, claim)):
         out.append(({**values, "_first": part.iloc[0].to_dict()}, part))
     return out, ""
 

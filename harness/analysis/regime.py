@@ -239,15 +239,17 @@ def find_plateau(
     known = sig is not None and bool(np.isfinite(sig).all())
     k = len(xs)
     fits: dict[tuple[int, int, int], Fit] = {}
+    scatter: dict[int, float] = {}  # candidate region start -> its τ², once
 
     def window(i: int, j: int, s: int = 0) -> Fit:
         """The utilization exponent over points i..j-1, each point's error joined by the
         scatter between neighbours over the candidate region s.. (docstring)."""
         if (i, j, s) not in fits:
-            tau2 = point_scatter(xs[s:], us[s:], sig[s:] if known else None)
+            if s not in scatter:
+                scatter[s] = point_scatter(xs[s:], us[s:], sig[s:] if known else None)
             err = sig[i:j] if known else None
-            if tau2 > 0:
-                err = np.sqrt((err**2 if err is not None else 0.0) + tau2) * np.ones(j - i)
+            if scatter[s] > 0:
+                err = np.sqrt((err**2 if err is not None else np.zeros(j - i)) + scatter[s])
             fits[(i, j, s)] = fit_exponent(xs[i:j], us[i:j], sigma=err, model="power",
                                            min_points=2, n_boot=PLATEAU_BOOT, whole=True)
         return fits[(i, j, s)]

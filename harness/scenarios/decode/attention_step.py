@@ -234,8 +234,11 @@ def build_attention_case(point: Point, device: Device, options: CaseOptions,
         raise ValueError("decode: " + "; ".join(why))
     s, lens = point.settings, context_lengths(point)
     q, keys, values = make_inputs(point)
-    pool = ragged.fill_pool(keys, values, lens, s.q_per_step, s.cache == "paged", s.page_size,
-                            point.seed, s.kv_layout)  # fmt: skip
+    def fill() -> ragged.KVPool:  # the prefill and the step's append, as the point holds them
+        return ragged.fill_pool(keys, values, lens, s.q_per_step, s.cache == "paged",
+                                s.page_size, point.seed, s.kv_layout)  # fmt: skip
+
+    pool = fill()
     fn = impl.paged.fn
 
     def run() -> Tensor:
@@ -257,8 +260,7 @@ def build_attention_case(point: Point, device: Device, options: CaseOptions,
     def extra(measurement, timer) -> dict:
         device.synchronize()
         start = time.perf_counter()
-        ragged.fill_pool(keys, values, lens, s.q_per_step, s.cache == "paged", s.page_size,
-                         point.seed, s.kv_layout)  # fmt: skip
+        fill()
         device.synchronize()
         out = {
             "prefill_s": time.perf_counter() - start,

@@ -61,7 +61,6 @@ MASK_KEYS = {"documents": "documents", "prefix": "prefix_len", "global": "global
              "global_positions": "global_tokens", "block_sparse": "block_size",
              "dilation": "dilation"}  # fmt: skip
 STEPS = ("block", "attention")  # the whole block step, or its cached attention alone
-KV_LAYOUTS = ("NHD", "HND")  # how the pool's pages lie in memory (ragged.KVPool; FlashInfer's)
 
 
 @dataclass(frozen=True)
@@ -81,7 +80,7 @@ class DecodeSettings:
     contexts: str = "uniform"
     page_size: int = field(default=16, metadata={"minimum": 1})
     q_per_step: int = field(default=1, metadata={"minimum": 1})
-    kv_layout: str = field(default="NHD", metadata={"choices": KV_LAYOUTS})
+    kv_layout: str = field(default="NHD", metadata={"choices": ragged.LAYOUTS})
 
 
 class CoreAttend:

@@ -37,6 +37,7 @@ from torch import Tensor
 from harness.scenarios import packing
 
 CONTEXT_KINDS = ("uniform", "lognormal")
+LAYOUTS = ("NHD", "HND")  # how a pool's pages lie in memory (KVPool.allocate; FlashInfer's names)
 LOGNORMAL_KEYS = {"sigma": float, "seed": int}
 
 
@@ -144,8 +145,8 @@ class KVPool:
             raise ValueError(
                 f"a KV pool needs page_size >= 1 and pages >= 1 (got {page_size}, {pages})"
             )
-        if layout not in ("NHD", "HND"):
-            raise ValueError(f"a KV pool's layout is NHD or HND (got {layout!r})")
+        if layout not in LAYOUTS:
+            raise ValueError(f"a KV pool's layout is {' or '.join(LAYOUTS)} (got {layout!r})")
         gen = torch.Generator().manual_seed(seed)
         free = torch.randperm(pages, generator=gen).tolist()
 
