@@ -87,6 +87,13 @@ def _log_ratios(part: pd.DataFrame, claim: Claim) -> tuple[np.ndarray, np.ndarra
     return est, boot
 
 
+def _point_intervals(est: np.ndarray, boot: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each point's 95 % interval (k,) of its log ratio from the replicates (B, k), widened to
+    hold its estimate."""
+    lo, hi = np.quantile(boot, [0.025, 0.975], axis=0)
+    return np.minimum(lo, est), np.maximum(hi, est)
+
+
 def _no_samples(claim: Claim) -> str:
     if claim.metric in TIME_METRICS:
         return ""
@@ -106,8 +113,7 @@ def ratio_groups(pairs: Pairs, claim: Claim) -> list[dict]:
         if claim.relative_to:  # in units of the axis (claims.py): ratio / over at each point
             unit = np.log(part["x"].to_numpy(float))
             est, boot = est - unit, boot - unit
-        lo, hi = np.quantile(boot, [0.025, 0.975], axis=0)
-        lo, hi = np.minimum(lo, est), np.maximum(hi, est)  # each point's interval holds it
+        lo, hi = _point_intervals(est, boot)
         k, need = len(part), claim.min_points or points_needed(claim)
         per_point = " ".join(f"{x:g}:{np.exp(v):.3g}" for x, v in zip(part["x"], est, strict=True))
         values = {k: v for k, v in values.items() if k != "_first"}
@@ -129,8 +135,19 @@ def ratio_groups(pairs: Pairs, claim: Claim) -> list[dict]:
                          **{k: v for k, v in r.items() if k != "last"}} for r in spans],
             "detail": f"; {claim.ratio}{' / ' + claim.over if claim.relative_to else ''} per "
                       f"{claim.over}: {per_point}" + _no_samples(claim),
+            "_ratios": _evidence(part["x"].to_numpy(float), est, lo, hi),
         })
     return groups
+
+
+def _evidence(x: np.ndarray, est: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+              fit: dict | None = None) -> dict:
+    """What the report draws of a ratio or trend group (left out of JSON and CSV, as every
+    ``_`` key): the matched points ``x``, the ratio at each (``y``) with its 95 % interval
+    (``low``..``high``), and a trend's fitted power law (``fit``: exponent, prefactor, x_lo,
+    x_hi; None for a ratio's band)."""
+    return {"x": x.tolist(), "y": np.exp(est).tolist(), "low": np.exp(lo).tolist(),
+            "high": np.exp(hi).tolist(), "fit": fit}
 
 
 def trend_groups(pairs: Pairs, claim: Claim) -> list[dict]:
@@ -149,10 +166,12 @@ def trend_groups(pairs: Pairs, claim: Claim) -> list[dict]:
         label = group_label({k: v for k, v in values.items() if k != "_first"})
         per_point = " ".join(f"{v:g}:{np.exp(r):.3g}" for v, r in zip(x, est, strict=True))
         detail = f"; {claim.ratio} per {claim.over}: {per_point}" + _no_samples(claim)
+        lo, hi = _point_intervals(est, boot)
         if len(part) < need or np.any(x <= 0):
             groups.append({"group": label, "n_points": len(part), "measured": np.nan,
                            "ci_low": np.nan, "ci_high": np.nan, "detail": detail, "short": True,
-                           "unjudged": thin_words(x, claim.over, need, "power")})
+                           "unjudged": thin_words(x, claim.over, need, "power"),
+                           "_ratios": _evidence(x, est, lo, hi)})
             continue
         fit = fit_exponent(x, np.exp(est), sigma=boot.std(axis=0, ddof=1), model="power",
                            min_points=need, n_boot=N_BOOT, whole=True)
@@ -165,6 +184,7 @@ def trend_groups(pairs: Pairs, claim: Claim) -> list[dict]:
             "thin": thin(fit.n_points, "power", need),
             "detail": f"; {claim.ratio} ∝ {claim.over}^{fit.exponent:.3g} over "
                       f"{claim.over} {fit.x_lo:g}..{fit.x_hi:g}{detail}",
+            "_ratios": _evidence(x, est, lo, hi, fit.as_dict()),
         })
     return groups
 

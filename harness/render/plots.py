@@ -490,3 +490,48 @@ def fit_over_utilization(
              else "no plateau: utilization is not level, so no time verdict")
     axes_style(bottom, below, xlabel, util_label, True)
     return png(fig)
+
+
+def ratio_along(
+    series: list[Series],
+    *,
+    band: tuple[float, float] | None,
+    fan: tuple[float, float] | None,
+    xlabel: str,
+    ylabel: str,
+    title: str,
+) -> bytes:
+    """A ratio or trend claim's evidence on one log-log panel: each group's ratio at its
+    matched points with their 95 % intervals, and what was claimed. ``band``: a ratio claim's
+    (low, high) ratio, shaded (an infinite side runs to the panel's edge); ``fan``: a trend
+    claim's (lowest, highest) exponent, shaded between the two power laws through the first
+    series' claimed line at the geometric middle of its points; the fit (solid) and the
+    claimed exponent (dotted) as on every exponent figure."""
+    fig, (ax,) = grid(1, cols=1, height=PANEL_H + legend_room([Panel("", series)]))
+    style = Styles()
+    for s in series:
+        st = style(s.label)
+        draw_series(ax, s, st, _fitted(ax, s, st) if s.fit else s.label, line=False)
+    first = series[0]
+    x = np.asarray(first.x, float)
+    if fan is not None and np.all(np.isfinite(fan)) and first.claimed is not None and len(x):
+        xs = np.geomspace(x.min(), x.max(), 30)
+        middle = float(np.exp(np.log(x).mean()))
+        at = claimed_line(first, np.array([middle]))[0]
+        low, high = (at * (xs / middle) ** e for e in fan)
+        ax.fill_between(xs, np.minimum(low, high), np.maximum(low, high), color="tab:green",
+                        alpha=0.12, lw=0, label=f"claimed: exponent {fmt.number(fan[0], 3)}"
+                        f"..{fmt.number(fan[1], 3)}")
+    if band is not None:
+        lo, hi = (v if np.isfinite(v) and v > 0 else None for v in band)
+        bottom, top = ax.get_ylim()  # the panel holds the data and each finite edge
+        bottom = min(bottom, (lo or bottom) / 1.25, (hi or bottom) / 1.25)
+        top = max(top, (hi or top) * 1.25, (lo or top) * 1.25)
+        ax.axhspan(lo or bottom, hi or top, color="tab:green", alpha=0.12, lw=0,
+                   label=f"claimed: [{fmt.number(band[0], 3)}, {fmt.number(band[1], 3)}]")
+        for v in (lo, hi):
+            if v is not None:
+                ax.axhline(v, color="tab:green", ls="--", lw=1)
+        ax.set_ylim(bottom, top)
+    axes_style(ax, title, xlabel, ylabel, True)
+    return png(fig)

@@ -1,7 +1,8 @@
 """Verdicts shown: as plain text for a terminal (``attnbench claims``), and as the report's
 Claims section: one table with the claims about these runs first and the others folded, the
-contention and beaten-calibration notes, and under each time claim its fit over the plateau
-with utilization drawn against the same axis. Both views take their verdicts from
+contention and beaten-calibration notes, under each time claim its fit over the plateau
+with utilization drawn against the same axis, and under each ratio or trend claim its matched
+points' ratios against what was claimed. Both views take their verdicts from
 :func:`harness.analysis.verdicts.judge_claims`, the one judging path."""
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from harness.analysis.judging import head
 from harness.analysis.verdicts import Verdict, judge_claims, verdict_table
 from harness.render.page import Section
 from harness.render.panels import axis_label, display_unit
-from harness.render.plots import Series, fit_over_utilization
+from harness.render.plots import Series, fit_over_utilization, ratio_along
 
 MAX_GROUPS = 8  # series per claim figure
 
@@ -189,7 +190,7 @@ def claims_section(
 ) -> Section:
     """Each claim's verdict from the claims file (left out when there is none): the table
     (claims with rows in these runs first, the rest folded), the notes, and a figure under
-    each time claim. ``judged``: the verdicts when the caller has them already."""
+    each time, ratio or trend claim. ``judged``: the verdicts when the caller has them already."""
     judged = judged or judge_file(rows, claims_path, envs, allow_contended)
     if judged is None:
         return Section("claims", "Claims", INTRO)  # no claims file: left out
@@ -226,11 +227,12 @@ def claims_section(
 
 
 def claim_figure(verdict: Verdict, claim: Claim) -> bytes | None:
-    """A time claim's fit over its plateau, above utilization against the same axis; None
-    for a claim without that evidence (memory, ratio, work-only, no rows)."""
+    """A time claim's fit over its plateau, above utilization against the same axis; a ratio
+    or trend claim's ratios along its axis (:func:`ratio_figure`); None for a claim without
+    that evidence (memory, work-only, no rows)."""
     groups = [g for g in verdict.groups if g.get("_evidence", {}).get("basis")][:MAX_GROUPS]
     if not groups:
-        return None
+        return ratio_figure(verdict, claim)
     values = [y for g in groups for y in g["_evidence"]["y"]]
     unit, k = display_unit(claim.metric, values)
     fitted, util, regions = [], [], []
@@ -260,3 +262,46 @@ def claim_figure(verdict: Verdict, claim: Claim) -> bytes | None:
         title=title,
         percent=percent,
     )
+
+
+def ratio_figure(verdict: Verdict, claim: Claim) -> bytes | None:
+    """A ratio or trend claim's matched points: each group's ratio with its interval along
+    the claim's axis, the claimed band (a ratio) or exponents (a trend, with its fit); None
+    when no group has matched points."""
+    groups = [g for g in verdict.groups if g.get("_ratios", {}).get("x")][:MAX_GROUPS]
+    if not groups:
+        return None
+    trend = claim.kind == "trend"
+    series = [
+        Series(g["group"] if len(groups) > 1 else "matched points", r["x"], r["y"],
+               r["fit"], claim.expect_exponent if trend else None, r["low"], r["high"])
+        for g in groups
+        for r in (g["_ratios"],)
+    ]
+    sides = ratio_sides(claim)[:: 1 if claim.ratio == "impl/baseline" else -1]
+    ylabel = f"{sides[0]} / {sides[1]} ({claim.metric})"
+    if claim.relative_to:
+        ylabel += f" / {claim.over}"
+    lo, hi = claim.band
+    return ratio_along(
+        series,
+        band=None if trend else (lo, hi),
+        fan=(lo, hi) if trend else None,
+        xlabel=claim.over,
+        ylabel=ylabel,
+        title=f"{claim.id}: {verdict.verdict}",
+    )
+
+
+def ratio_sides(claim: Claim) -> tuple[str, str]:
+    """The two sides of a ratio claim in words: each implementation, with the settings of
+    ``baseline_where`` where they tell the sides apart (``full [cache=paged]`` over ``full
+    [cache=full]``)."""
+    own = claim.baseline_where or {}
+    keys = [k for k in own if claim.where.get(k) != own[k]]
+
+    def side(impl: str | None, where: dict) -> str:
+        shown = " ".join(f"{k}={where[k]}" for k in keys if k in where)
+        return f"{impl} [{shown}]" if shown else str(impl)
+
+    return side(claim.impl, claim.where), side(claim.baseline, own)

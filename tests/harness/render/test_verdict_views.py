@@ -126,3 +126,85 @@ def test_every_other_group_is_listed_worst_first_and_alike_groups_share_a_line()
     assert len(lines) == MAX_GROUP_LINES + 1 and lines[-1] == "2 more groups (--json lists " \
         "every group)"
     assert other_groups(_verdict(g[:1])) == []
+
+
+@pytest.fixture
+def drawn(monkeypatch):
+    """The figures the report would encode, kept as matplotlib figures to look into."""
+    import matplotlib.pyplot as plt
+
+    from harness.render import plots
+
+    figures = []
+    monkeypatch.setattr(plots, "png", lambda fig: figures.append(fig) or b"figure")
+    yield figures
+    for fig in figures:
+        plt.close(fig)
+
+
+def _legend(fig) -> list[str]:
+    (ax,) = fig.axes
+    return [t.get_text() for t in ax.get_legend().get_texts()]
+
+
+@pytest.mark.parametrize(("power", "speed"), [(1, 0.7), (2, 1.0)])
+def test_a_trend_claim_draws_its_ratios_its_fit_and_the_claimed_exponents(drawn, power, speed):
+    """A trend's figure: the ratio at each matched point inside its interval, the fitted
+    exponent in the legend, and the claimed exponents shaded as a fan; a planted x² ratio
+    shows its own slope, not the claim's."""
+    ns = (1, 2, 3, 4, 6, 8)
+    base = make_rows("full", lambda p: 1e-3 * p.seq_len, ns=ns, noise=0.01, seed=1)
+    padded = make_rows("sdpa", lambda p: speed * 1e-3 * p.seq_len ** (1 + power), ns=ns,
+                       noise=0.01, seed=2)
+    c = parse_claims({"claim": [{"id": "pad", "impl": "sdpa", "baseline": "full",
+                                 "metric": "time_median_s", "over": "seq_len",
+                                 "expect_exponent": 1.0, "tolerance": 0.25}]})[0]
+    verdict = evaluate(c, pd.DataFrame(base + padded))
+    (group,) = verdict.groups
+    ev = group["_ratios"]
+    assert ev["x"] == list(ns)
+    assert ev["y"] == pytest.approx([speed * n**power for n in ns], rel=0.05)
+    assert all(lo <= y <= hi for lo, y, hi in zip(ev["low"], ev["y"], ev["high"], strict=True))
+    assert ev["fit"]["exponent"] == pytest.approx(power, abs=0.03)
+    assert "_ratios" not in verdict.as_dict()["groups"][0]  # plot data stays out of JSON
+    from harness.render.verdict_views import claim_figure
+
+    assert claim_figure(verdict, c) == b"figure"
+    (fig,) = drawn
+    (ax,) = fig.axes
+    assert ax.get_ylabel() == "sdpa / full (time_median_s)"
+    legend = _legend(fig)
+    assert f"matched points (fit {power:.2f}) [claim 1]" in legend
+    assert "claimed: exponent 0.75..1.25" in legend
+    from matplotlib.collections import PolyCollection
+
+    assert sum(isinstance(c, PolyCollection) for c in ax.collections) == 1  # the fan
+
+
+def test_a_ratio_claim_draws_its_band_and_names_the_sides_by_their_settings(drawn):
+    """A ratio claim's figure: the ratios with their intervals and the claimed band, the
+    sides told apart by the settings of ``baseline_where`` when the implementation is the
+    same; a claim without matched points draws nothing."""
+    from harness.render.verdict_views import claim_figure, ratio_sides
+
+    c = parse_claims({"claim": [{"id": "speedup", "impl": "sdpa-flash", "baseline": "full",
+                                 "over": "seq_len", "metric": "time_median_s",
+                                 "ratio": "baseline/impl", "expect_ratio_max": 4.0}]})[0]
+    verdict = evaluate(c, ratio_rows({n: 3.0 for n in NS}))
+    assert verdict.groups[0]["_ratios"]["fit"] is None
+    assert claim_figure(verdict, c) == b"figure"
+    (fig,) = drawn
+    (ax,) = fig.axes
+    assert ax.get_ylabel() == "full / sdpa-flash (time_median_s)"  # baseline/impl
+    assert "claimed: [-inf, 4]" in _legend(fig)
+    (span,) = ax.patches
+    assert span.get_extents().y0 <= ax.transData.transform((1, ax.get_ylim()[0]))[1] + 1
+    assert ax.get_ylim()[1] >= 4.0
+    paging = parse_claims({"claim": [{
+        "id": "paging", "impl": "full", "baseline": "full", "metric": "time_median_s",
+        "over": "seq_len", "where": {"cache": "paged", "page_size": 16},
+        "baseline_where": {"cache": "full"}, "expect_ratio_max": 1.1}]})[0]
+    assert ratio_sides(paging) == ("full [cache=paged]", "full [cache=full]")
+    assert ratio_sides(c) == ("sdpa-flash", "full")
+    nothing = evaluate(c, ratio_rows({n: 3.0 for n in NS}).query("impl == 'full'"))
+    assert claim_figure(nothing, c) is None
