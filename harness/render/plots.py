@@ -506,7 +506,8 @@ def ratio_along(
     (low, high) ratio, shaded (an infinite side runs to the panel's edge); ``fan``: a trend
     claim's (lowest, highest) exponent, shaded between the two power laws through the first
     series' claimed line at the geometric middle of its points; the fit (solid) and the
-    claimed exponent (dotted) as on every exponent figure."""
+    claimed exponent (dotted) as on every exponent figure. The x axis is logarithmic unless
+    an axis value is 0 or below (a ratio along ``prefix_len`` from 0)."""
     fig, (ax,) = grid(1, cols=1, height=PANEL_H + legend_room([Panel("", series)]))
     style = Styles()
     for s in series:
@@ -514,7 +515,9 @@ def ratio_along(
         draw_series(ax, s, st, _fitted(ax, s, st) if s.fit else s.label, line=False)
     first = series[0]
     x = np.asarray(first.x, float)
-    if fan is not None and np.all(np.isfinite(fan)) and first.claimed is not None and len(x):
+    log_x = all(np.all(np.asarray(s.x, float) > 0) for s in series)  # else a linear axis
+    if (fan is not None and np.all(np.isfinite(fan)) and first.claimed is not None and len(x)
+            and log_x):
         xs = np.geomspace(x.min(), x.max(), 30)
         middle = float(np.exp(np.log(x).mean()))
         at = claimed_line(first, np.array([middle]))[0]
@@ -533,5 +536,5 @@ def ratio_along(
             if v is not None:
                 ax.axhline(v, color="tab:green", ls="--", lw=1)
         ax.set_ylim(bottom, top)
-    axes_style(ax, title, xlabel, ylabel, True)
+    axes_style(ax, title, xlabel, ylabel, True, log_x=log_x)
     return png(fig)

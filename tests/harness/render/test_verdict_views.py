@@ -208,3 +208,18 @@ def test_a_ratio_claim_draws_its_band_and_names_the_sides_by_their_settings(draw
     assert ratio_sides(c) == ("sdpa-flash", "full")
     nothing = evaluate(c, ratio_rows({n: 3.0 for n in NS}).query("impl == 'full'"))
     assert claim_figure(nothing, c) is None
+
+
+@pytest.mark.parametrize(("xs", "scale"), [((0, 64, 128), "linear"), ((32, 64, 128), "log")])
+def test_a_ratio_along_an_axis_from_zero_is_drawn_on_a_linear_axis(drawn, xs, scale):
+    """A log axis would drop the point at 0 (a prefix of 0 tokens) without a word."""
+    from harness.render.plots import Series, ratio_along
+
+    s = Series("matched points", xs, [1.0, 1.2, 1.5], low=[0.9, 1.1, 1.3], high=[1.1, 1.3, 1.7])
+    ratio_along([s], band=(0.8, 1.25), fan=None, xlabel="prefix_len", ylabel="a / b",
+                title="t")
+    (fig,) = drawn
+    (ax,) = fig.axes
+    assert ax.get_xscale() == scale
+    (line,) = [ln for ln in ax.get_lines() if ln.get_label() == "matched points"]
+    assert list(line.get_xdata()) == list(xs)
