@@ -279,17 +279,15 @@ def ratio_figure(verdict: Verdict, claim: Claim) -> bytes | None:
         for r in (g["_ratios"],)
     ]
     sides = ratio_sides(claim)[:: 1 if claim.ratio == "impl/baseline" else -1]
-    ylabel = f"{sides[0]} / {sides[1]} ({claim.metric})"
-    if claim.relative_to:
-        ylabel += f" / {claim.over}"
+    per = f" / {claim.over}" if claim.relative_to else ""
     lo, hi = claim.band
     return ratio_along(
         series,
         band=None if trend else (lo, hi),
         fan=(lo, hi) if trend else None,
         xlabel=claim.over,
-        ylabel=ylabel,
-        title=f"{claim.id}: {verdict.verdict}",
+        ylabel=f"ratio of {claim.metric}{per}",
+        title=f"{claim.id}: {verdict.verdict}\n{sides[0]} / {sides[1]}{per}",
     )
 
 
