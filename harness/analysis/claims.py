@@ -155,14 +155,21 @@ class Claim:
         }[self.kind]
         return (-inf if lo is None else lo, inf if hi is None else hi)
 
+    def in_ratio_order(self, impl_side: object, baseline_side: object) -> tuple:
+        """The implementation's and the baseline's sides as the claim's ratio reads them:
+        (numerator, denominator)."""
+        if self.ratio == "impl/baseline":
+            return impl_side, baseline_side
+        return baseline_side, impl_side
+
     def expected(self) -> str:
         if self.kind in ("exponent", "trend"):
             sign = {"both": "±", "upper": "≤ +", "lower": "≥ -"}[self.bound]
             band = f"{self.expect_exponent:g} {sign}{self.tolerance:g}"
             if self.kind == "exponent":
                 return band
-            sides = (self.impl, self.baseline)[:: 1 if self.ratio == "impl/baseline" else -1]
-            return f"{band} ({sides[0]}/{sides[1]})"
+            top, bottom = self.in_ratio_order(self.impl, self.baseline)
+            return f"{band} ({top}/{bottom})"
         lo, hi = self.band
         if self.kind == "bound":
             return " and ".join(([f"{self.metric} >= {lo:g}"] if lo > -float("inf") else [])

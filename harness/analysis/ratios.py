@@ -135,12 +135,12 @@ def ratio_groups(pairs: Pairs, claim: Claim) -> list[dict]:
                          **{k: v for k, v in r.items() if k != "last"}} for r in spans],
             "detail": f"; {claim.ratio}{' / ' + claim.over if claim.relative_to else ''} per "
                       f"{claim.over}: {per_point}" + _no_samples(claim),
-            "_ratios": _evidence(part["x"].to_numpy(float), est, lo, hi),
+            "_ratios": _drawn_points(part["x"].to_numpy(float), est, lo, hi),
         })
     return groups
 
 
-def _evidence(x: np.ndarray, est: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+def _drawn_points(x: np.ndarray, est: np.ndarray, lo: np.ndarray, hi: np.ndarray,
               fit: dict | None = None) -> dict:
     """What the report draws of a ratio or trend group (left out of JSON and CSV, as every
     ``_`` key): the matched points ``x``, the ratio at each (``y``) with its 95 % interval
@@ -171,7 +171,7 @@ def trend_groups(pairs: Pairs, claim: Claim) -> list[dict]:
             groups.append({"group": label, "n_points": len(part), "measured": np.nan,
                            "ci_low": np.nan, "ci_high": np.nan, "detail": detail, "short": True,
                            "unjudged": thin_words(x, claim.over, need, "power"),
-                           "_ratios": _evidence(x, est, lo, hi)})
+                           "_ratios": _drawn_points(x, est, lo, hi)})
             continue
         fit = fit_exponent(x, np.exp(est), sigma=boot.std(axis=0, ddof=1), model="power",
                            min_points=need, n_boot=N_BOOT, whole=True)
@@ -184,7 +184,7 @@ def trend_groups(pairs: Pairs, claim: Claim) -> list[dict]:
             "thin": thin(fit.n_points, "power", need),
             "detail": f"; {claim.ratio} ∝ {claim.over}^{fit.exponent:.3g} over "
                       f"{claim.over} {fit.x_lo:g}..{fit.x_hi:g}{detail}",
-            "_ratios": _evidence(x, est, lo, hi, fit.as_dict()),
+            "_ratios": _drawn_points(x, est, lo, hi, fit.as_dict()),
         })
     return groups
 

@@ -278,7 +278,7 @@ def ratio_figure(verdict: Verdict, claim: Claim) -> bytes | None:
         for g in groups
         for r in (g["_ratios"],)
     ]
-    sides = ratio_sides(claim)[:: 1 if claim.ratio == "impl/baseline" else -1]
+    top, bottom = claim.in_ratio_order(*ratio_sides(claim))
     per = f" / {claim.over}" if claim.relative_to else ""
     lo, hi = claim.band
     return ratio_along(
@@ -287,12 +287,13 @@ def ratio_figure(verdict: Verdict, claim: Claim) -> bytes | None:
         fan=(lo, hi) if trend else None,
         xlabel=claim.over,
         ylabel=f"ratio of {claim.metric}{per}",
-        title=f"{claim.id}: {verdict.verdict}\n{sides[0]} / {sides[1]}{per}",
+        title=f"{claim.id}: {verdict.verdict}\n{top} / {bottom}{per}",
     )
 
 
 def ratio_sides(claim: Claim) -> tuple[str, str]:
-    """The two sides of a ratio claim in words: each implementation, with the settings of
+    """The two sides of a ratio claim in words, the implementation's then the baseline's
+    (:meth:`Claim.in_ratio_order` puts them in the ratio's order): each, with the settings of
     ``baseline_where`` where they tell the sides apart (``full [cache=paged]`` over ``full
     [cache=full]``)."""
     own = claim.baseline_where or {}
